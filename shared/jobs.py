@@ -1,0 +1,86 @@
+"""The job model: states, failure kinds, the retry backoff, and the record a claim
+returns. Pure data and arithmetic, shared by the store, the pool and producers."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+# States of a row in supervisor.jobs.
+AVAILABLE = "available"
+SCHEDULED = "scheduled"
+RUNNING = "running"
+COMPLETED = "completed"
+RETRYABLE = "retryable"
+DISCARDED = "discarded"
+CANCELLED = "cancelled"
+
+STATES = (AVAILABLE, SCHEDULED, RUNNING, COMPLETED, RETRYABLE, DISCARDED, CANCELLED)
+FINISHED_STATES = (COMPLETED, DISCARDED, CANCELLED)
+# While a job is in one of these, its unique_key is taken.
+UNIQUE_STATES = (AVAILABLE, SCHEDULED, RUNNING, RETRYABLE)
+
+# Kinds of failure, recorded in each errors[] entry as "kind".
+FAIL_ERROR = "error"  # the handler raised
+FAIL_DISCARD = "discard"  # the handler raised workers.Discard: terminal
+FAIL_RETRY = "retry"  # the handler raised workers.Retry: retry at a chosen time
+FAIL_BINDING = "binding"  # args do not fit the handler's signature: terminal
+FAIL_UNKNOWN_KIND = "unknown_kind"  # no handler in this child for the kind: terminal
+FAIL_RESULT = "result"  # result not serializable or too large
+FAIL_CRASHED = "crashed"  # the child died (signal, os._exit, OOM kill)
+FAIL_TIMEOUT = "timeout"  # ran past its hard timeout; child group killed
+FAIL_HUNG = "hung"  # heartbeat silence; child group killed
+FAIL_SHUTDOWN = "shutdown"  # still running at the end of the drain grace
+FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
+FAIL_LEASE_EXPIRED = "lease_expired"  # its supervisor vanished; rescued by maintenance
+
+# Failures that retrying cannot mend: the job is discarded at once.
+TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_UNKNOWN_KIND})
+
+DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 0
+DEFAULT_MAX_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential retry delay with full jitter on the upper half and a cap.
+
+    The delay before attempt ``n + 1`` is ``base * factor ** (n - 1)`` capped at ``cap``,
+    then scaled by a random factor in ``[1 - jitter, 1]`` so that a burst of failures does
+    not come back as a burst of retries.
+    """
+
+    base: float = 1.0
+    factor: float = 2.0
+    cap: float = 3600.0
+    jitter: float = 0.5
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        exponent = max(attempt - 1, 0)
+        # Cap the exponent first so a huge attempt count cannot overflow the float.
+        raw = self.base * self.factor ** min(exponent, 64)
+        capped = min(raw, self.cap)
+        spread = (rng or random).uniform(1.0 - self.jitter, 1.0)
+        return capped * spread
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+@dataclass(slots=True)
+class ClaimedJob:
+    """One job as a claim returns it: what the parent needs to run it and fence later
+    writes. ``args_json`` is the args column as JSON text, never decoded by the parent."""
+
+    id: int
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    priority: int
+    timeout: float | None
+    args_json: str
+    wait_seconds: float = 0.0  # from run_at to the claim, for metrics
+    meta: dict = field(default_factory=dict)

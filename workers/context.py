@@ -1,0 +1,67 @@
+"""``current_job()``: what a running handler may know about its job, and progress.
+
+The child runtime sets the context before calling a handler and clears it after. The
+heartbeat thread reads the latest progress from here and carries it to the parent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class JobContext:
+    """The running job as its handler sees it."""
+
+    id: int
+    kind: str
+    queue: str
+    attempt: int
+    args: dict[str, Any]
+    max_attempts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    _progress: dict[str, Any] | None = None
+    _progress_seq: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _on_progress: Callable[[], None] | None = field(default=None, repr=False)
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress (``done`` of ``total``, with an optional message). It reaches
+        the parent with the next heartbeat and is stored on the job row."""
+        report: dict[str, Any] = {"done": done}
+        if total is not None:
+            report["total"] = total
+        if message is not None:
+            report["message"] = str(message)
+        with self._lock:
+            self._progress = report
+            self._progress_seq += 1
+        if self._on_progress is not None:
+            self._on_progress()
+
+    def take_progress(self, seen_seq: int) -> tuple[int, dict[str, Any] | None]:
+        """The latest progress if it changed since ``seen_seq`` (for the heartbeat)."""
+        with self._lock:
+            if self._progress_seq == seen_seq:
+                return seen_seq, None
+            return self._progress_seq, self._progress
+
+
+_current: JobContext | None = None
+
+
+def current_job() -> JobContext:
+    """The job the calling handler is running. Raises ``RuntimeError`` outside a job."""
+    if _current is None:
+        raise RuntimeError("current_job() called outside a running job")
+    return _current
+
+
+def set_current(context: JobContext | None) -> None:
+    """Install (or clear, with None) the running job's context. Child runtime only."""
+    global _current
+    _current = context

@@ -1,0 +1,179 @@
+"""The handler registry: ``@job`` turns a function into a job kind with defaults.
+
+The parent imports the handler modules (``--app``) once, before forking, so the registry
+is filled in the parent and shared copy-on-write with every child. Producers use the same
+handles to enqueue without knowing SQL.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from shared import jobs
+from shared.jobs import Backoff
+
+
+class DuplicateKindError(RuntimeError):
+    """Two handlers claim the same kind: which one runs would be a guess."""
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """A kind's defaults, set by ``@job`` and copied onto each enqueued row."""
+
+    queue: str = jobs.DEFAULT_QUEUE
+    priority: int = jobs.DEFAULT_PRIORITY
+    max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS
+    timeout: float | None = None
+    backoff: Backoff = jobs.DEFAULT_BACKOFF
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-call options; None means the kind's default."""
+
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    run_at: datetime | None = None
+    delay: float | None = None
+    unique_key: str | None = None
+    conn: Any = None
+    dsn: str | None = None
+
+
+_ENQUEUE_FIELDS = set(EnqueueOptions.__dataclass_fields__)
+
+
+class JobHandle:
+    """A registered handler: call it like the function, or enqueue it as a job."""
+
+    def __init__(self, func: Callable[..., Any], kind: str, defaults: JobDefaults) -> None:
+        self.func = func
+        self.kind = kind
+        self.defaults = defaults
+        self.signature = inspect.signature(func)
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.kind!r} queue={self.defaults.queue!r}>"
+
+    def options(self, **options: Any) -> BoundJob:
+        """The same kind with per-call options: queue, priority, max_attempts, timeout,
+        run_at or delay, unique_key, conn (enqueue in the caller's transaction), dsn."""
+        return BoundJob(self, _make_options(options))
+
+    def enqueue(self, **args: Any) -> int:
+        """Insert one job with ``args`` as its keyword arguments; returns its id."""
+        return BoundJob(self, EnqueueOptions()).enqueue(**args)
+
+    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Insert many jobs of this kind in one COPY; returns their ids in order."""
+        return BoundJob(self, EnqueueOptions()).enqueue_many(args_list)
+
+
+class BoundJob:
+    """A handle with options bound, from ``JobHandle.options(...)``."""
+
+    def __init__(self, handle: JobHandle, options: EnqueueOptions) -> None:
+        self.handle = handle
+        self.opts = options
+
+    def options(self, **options: Any) -> BoundJob:
+        """Layer more options over these."""
+        _make_options(options)  # validates the names
+        return BoundJob(self.handle, replace(self.opts, **options))
+
+    def _resolved(self) -> dict[str, Any]:
+        d = self.handle.defaults
+        o = self.opts
+        return {
+            "queue": o.queue if o.queue is not None else d.queue,
+            "priority": o.priority if o.priority is not None else d.priority,
+            "max_attempts": o.max_attempts if o.max_attempts is not None else d.max_attempts,
+            "timeout": o.timeout if o.timeout is not None else d.timeout,
+            "run_at": o.run_at,
+            "delay": o.delay,
+            "unique_key": o.unique_key,
+            "conn": o.conn,
+            "dsn": o.dsn,
+        }
+
+    def enqueue(self, **args: Any) -> int:
+        """Insert one job; returns its id (an existing job's id if unique_key matched)."""
+        from shared.enqueue import enqueue
+
+        return enqueue(self.handle.kind, args, **self._resolved())
+
+    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Insert many jobs in one statement; returns their ids in order."""
+        from shared.enqueue import enqueue_many
+
+        return enqueue_many(self.handle.kind, list(args_list), **self._resolved())
+
+
+def _make_options(options: Mapping[str, Any]) -> EnqueueOptions:
+    unknown = set(options) - _ENQUEUE_FIELDS
+    if unknown:
+        raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
+    return EnqueueOptions(**options)
+
+
+REGISTRY: dict[str, JobHandle] = {}
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str = jobs.DEFAULT_QUEUE,
+    priority: int = jobs.DEFAULT_PRIORITY,
+    max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS,
+    timeout: float | None = None,
+    backoff: Backoff | None = None,
+) -> Any:
+    """Register a handler. Use bare (``@job``) or with options (``@job(queue="images")``).
+
+    The kind is the function's name unless ``name`` is given; registering a second
+    handler for a kind raises ``DuplicateKindError``. ``timeout`` is the hard limit in
+    seconds for one attempt; ``backoff`` shapes the delay between attempts.
+    """
+    if max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    if timeout is not None and timeout <= 0:
+        raise ValueError("timeout must be positive")
+    defaults = JobDefaults(queue=queue, priority=priority, max_attempts=max_attempts,
+                           timeout=timeout, backoff=backoff or jobs.DEFAULT_BACKOFF)
+
+    def register(f: Callable[..., Any]) -> JobHandle:
+        kind = name or f.__name__
+        existing = REGISTRY.get(kind)
+        if existing is not None and existing.func is not f:
+            where = f"{existing.func.__module__}.{existing.func.__qualname__}"
+            raise DuplicateKindError(f"job kind {kind!r} is already registered by {where}")
+        handle = JobHandle(f, kind, defaults)
+        REGISTRY[kind] = handle
+        return handle
+
+    if func is not None:
+        return register(func)
+    return register
+
+
+def get_handler(kind: str) -> JobHandle | None:
+    """The handle registered for ``kind``, or None."""
+    return REGISTRY.get(kind)
+
+
+def queues_of_handlers() -> list[str]:
+    """Every queue a registered handler names, sorted: the default set ``run`` serves."""
+    return sorted({h.defaults.queue for h in REGISTRY.values()})
