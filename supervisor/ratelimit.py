@@ -1,0 +1,56 @@
+"""Per-queue rate limits: a token bucket consumed before a claim.
+
+The parent takes tokens for the jobs it is about to claim and refunds the ones a short
+claim did not use, so a queue limited to 20 jobs/s never starts more than 20 per second
+plus its burst, whatever the number of children.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class TokenBucket:
+    """``rate`` tokens per second, holding at most ``burst`` (at least 1).
+
+    Time is passed in (monotonic seconds) rather than read, so the policy is testable and
+    every caller in one loop turn sees the same instant.
+    """
+
+    def __init__(self, rate: float, burst: float | None = None, now: float = 0.0) -> None:
+        if rate <= 0:
+            raise ValueError("max_rate must be positive")
+        self.rate = float(rate)
+        self.capacity = max(1.0, float(burst if burst is not None else 1.0))
+        self.tokens = self.capacity
+        self.updated = now
+
+    def _refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+
+    def take(self, wanted: int, now: float) -> int:
+        """Take up to ``wanted`` whole tokens; returns how many were granted."""
+        self._refill(now)
+        granted = min(wanted, int(self.tokens))
+        if granted > 0:
+            self.tokens -= granted
+        return max(granted, 0)
+
+    def refund(self, unused: int) -> None:
+        """Give back tokens a claim did not use (it returned fewer jobs than granted)."""
+        if unused > 0:
+            self.tokens = min(self.capacity, self.tokens + unused)
+
+    def next_token_at(self, now: float) -> float:
+        """When the next whole token is due (``now`` if one is there already)."""
+        self._refill(now)
+        if self.tokens >= 1.0:
+            return now
+        return now + (1.0 - self.tokens) / self.rate
+
+    def available(self, now: float) -> int:
+        """Whole tokens there now, without taking any."""
+        self._refill(now)
+        return math.floor(self.tokens)

@@ -1,0 +1,72 @@
+"""Config file and flag parsing for ``supervisor run``."""
+
+import pytest
+
+from supervisor.config import (
+    ConfigError,
+    apply_queue_flags,
+    build_config,
+    load_file_settings,
+    parse_size,
+)
+
+
+def test_pyproject_section_is_read(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.supervisor]\nchildren = 3\nmax-memory-per-child = "1GiB"\n'
+        "[tool.supervisor.queues.images]\nweight = 3\nmax_rate = 20\nburst = 5\n"
+    )
+    config = build_config(load_file_settings(None, cwd=tmp_path))
+    assert config.children == 3
+    assert config.max_memory_per_child == 1024**3
+    images = config.policy("images")
+    assert (images.weight, images.max_rate, images.burst) == (3, 20, 5)
+    assert config.policy("other").weight == 1
+
+
+def test_explicit_file_and_cli_overrides(tmp_path):
+    path = tmp_path / "supervisor.toml"
+    path.write_text("children = 3\ngrace = 10\n[queues.a]\nmax_workers = 2\n")
+    config = build_config(load_file_settings(str(path)), {"children": 5, "grace": None})
+    assert config.children == 5 and config.grace == 10
+    config = apply_queue_flags(config, ["a.max_workers=1", "b.prefetch=8"])
+    assert config.policy("a").max_workers == 1
+    assert config.policy("b").prefetch == 8
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("childrn = 3\n", "unknown setting 'childrn'"),
+        ("[queues.a]\nwieght = 3\n", "queue 'a': unknown setting 'wieght'"),
+        ("[queues.a]\nweight = 0\n", "weight must be > 0"),
+        ("heartbeat_timeout = 1\nheartbeat_interval = 2\n", "heartbeat_timeout"),
+        ("children = [\n", "cannot read config file"),
+    ],
+)
+def test_bad_config_is_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "supervisor.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        build_config(load_file_settings(str(path)))
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_file_settings("/nonexistent/supervisor.toml")
+
+
+def test_bad_queue_flag():
+    config = build_config({})
+    with pytest.raises(ConfigError, match="QUEUE.KEY=VALUE"):
+        apply_queue_flags(config, ["images-max_rate=3"])
+    with pytest.raises(ConfigError, match="not a number"):
+        apply_queue_flags(config, ["images.max_rate=fast"])
+
+
+def test_parse_size():
+    assert parse_size("512MB") == 512 * 1000**2
+    assert parse_size("1GiB") == 1024**3
+    assert parse_size(4096) == 4096
+    with pytest.raises(ConfigError):
+        parse_size("lots")
