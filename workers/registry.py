@@ -157,7 +157,7 @@ def job(
     def register(f: Callable[..., Any]) -> JobHandle:
         kind = name or f.__name__
         existing = REGISTRY.get(kind)
-        if existing is not None and existing.func is not f:
+        if existing is not None and not _same_definition(existing.func, f):
             where = f"{existing.func.__module__}.{existing.func.__qualname__}"
             raise DuplicateKindError(f"job kind {kind!r} is already registered by {where}")
         handle = JobHandle(f, kind, defaults)
@@ -167,6 +167,11 @@ def job(
     if func is not None:
         return register(func)
     return register
+
+
+def _same_definition(old: Callable[..., Any], new: Callable[..., Any]) -> bool:
+    # A module reloaded on SIGHUP defines its handlers again: that replaces, it does not clash.
+    return old is new or (old.__module__, old.__qualname__) == (new.__module__, new.__qualname__)
 
 
 def get_handler(kind: str) -> JobHandle | None:
