@@ -58,7 +58,7 @@ def test_missing_config_file():
 
 def test_bad_queue_flag():
     config = build_config({})
-    with pytest.raises(ConfigError, match="QUEUE.KEY=VALUE"):
+    with pytest.raises(ConfigError, match=r"QUEUE\.KEY=VALUE"):
         apply_queue_flags(config, ["images-max_rate=3"])
     with pytest.raises(ConfigError, match="not a number"):
         apply_queue_flags(config, ["images.max_rate=fast"])
