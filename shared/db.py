@@ -1,0 +1,51 @@
+"""Opening connections, and the one error everyone shows when the database is away."""
+
+from __future__ import annotations
+
+import psycopg
+
+from shared.dsn import describe
+
+DEFAULT_CONNECT_TIMEOUT = 5  # seconds; a dead host should fail fast, not hang a CLI
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database cannot be reached. The message is one line naming host, port and
+    database, never the password."""
+
+
+class SchemaMissing(RuntimeError):
+    """The ``supervisor`` schema is absent or older than this code expects."""
+
+
+def connect(
+    dsn: str,
+    *,
+    autocommit: bool = True,
+    application_name: str = "supervisor",
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+) -> psycopg.Connection:
+    """A psycopg connection to ``dsn`` (autocommit by default). Raises
+    ``DatabaseUnavailable`` with a one-line message when the server cannot be reached."""
+    try:
+        return psycopg.connect(
+            dsn,
+            autocommit=autocommit,
+            application_name=application_name,
+            connect_timeout=connect_timeout,
+        )
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {describe(dsn)}: {first_line(exc)}"
+        ) from None
+    except psycopg.ProgrammingError as exc:  # malformed conninfo
+        raise DatabaseUnavailable(f"invalid database DSN: {first_line(exc)}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's text (libpq messages span several)."""
+    for line in str(exc).splitlines():
+        line = line.strip()
+        if line:
+            return line
+    return type(exc).__name__

@@ -1,0 +1,112 @@
+"""Versioned schema migrations: numbered SQL files in ``shared/schema`` applied in order.
+
+Files are named ``NNNN_name.sql`` and shipped as package data. ``migrate`` applies the
+missing ones in one transaction that first takes a transaction-level advisory lock, so
+two ``supervisor migrate`` runs (or two supervisors starting at once) serialize: the
+second waits, then finds nothing left to do. Each applied file is recorded in
+``supervisor.migrations``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+import psycopg
+
+from shared.db import SchemaMissing
+
+# An arbitrary constant naming "the supervisor schema migration" among advisory locks.
+MIGRATION_LOCK_KEY = 0x5355_5056_4D49_4752 & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMIGR"
+
+_FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+_BOOTSTRAP = """
+CREATE SCHEMA IF NOT EXISTS supervisor;
+CREATE TABLE IF NOT EXISTS supervisor.migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One versioned SQL file."""
+
+    version: int
+    name: str
+    sql: str = field(repr=False)
+
+
+def available_migrations() -> list[Migration]:
+    """Every migration shipped with this package, in version order."""
+    found = []
+    for entry in resources.files("shared").joinpath("schema").iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"duplicate migration versions in shared/schema: {versions}")
+    return found
+
+
+def latest_version() -> int:
+    """The schema version this code expects."""
+    migrations = available_migrations()
+    return migrations[-1].version if migrations else 0
+
+
+def current_version(conn: psycopg.Connection) -> int | None:
+    """The highest applied version, or None when the schema was never migrated."""
+    row = conn.execute("SELECT to_regclass('supervisor.migrations') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return None
+    row = conn.execute("SELECT max(version) FROM supervisor.migrations").fetchone()
+    return row[0] if row and row[0] is not None else None
+
+
+def migrate(conn: psycopg.Connection) -> list[Migration]:
+    """Apply every missing migration; returns those applied (empty when up to date).
+
+    Runs in its own transaction (``conn`` must not be inside one) under an advisory
+    lock, so concurrent callers are safe. Idempotent.
+    """
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise RuntimeError("migrate() needs a connection that is not inside a transaction")
+    applied: list[Migration] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+        conn.execute(_BOOTSTRAP)
+        done = {row[0] for row in conn.execute("SELECT version FROM supervisor.migrations")}
+        for migration in available_migrations():
+            if migration.version in done:
+                continue
+            conn.execute(migration.sql)  # type: ignore[arg-type]  # trusted, shipped SQL
+            conn.execute(
+                "INSERT INTO supervisor.migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+            applied.append(migration)
+    return applied
+
+
+def ensure_schema(conn: psycopg.Connection) -> int:
+    """Raise ``SchemaMissing`` with a one-line hint unless the schema is fully migrated;
+    returns the current version. For commands that must not change the schema."""
+    version = current_version(conn)
+    expected = latest_version()
+    if version is None:
+        raise SchemaMissing(
+            "the supervisor schema is missing in this database; run `supervisor migrate`"
+        )
+    if version < expected:
+        raise SchemaMissing(
+            f"the supervisor schema is at version {version}, this code needs {expected}; "
+            "run `supervisor migrate`"
+        )
+    return version
