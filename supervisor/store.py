@@ -1,0 +1,336 @@
+"""Every SQL statement the parent runs against the queue, each batched: one statement
+for any number of jobs, and no query at all for an empty batch.
+
+Writes for a running job are fenced by ``(id, attempt, lease_owner, state='running')``:
+when the lease has moved on (rescued, reclaimed, cancelled) the write changes nothing,
+and the method returns the ids it could not write (and logs them) so the caller can
+drop those jobs from its books.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+import psycopg
+
+from shared import jobs
+from shared.jobs import Backoff, ClaimedJob
+
+log = logging.getLogger("supervisor.store")
+
+_LIVE = ("available", "scheduled", "retryable", "running")
+
+# Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
+# ANALYZE, while id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) keeps the index
+# plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
+_CLAIM = """
+UPDATE supervisor.jobs
+SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+    lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
+    heartbeat_at = now()
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
+      AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text,
+          extract(epoch FROM now() - run_at)::float8
+"""
+
+# The fence every write for a running job shares; u is the unnest of the batch.
+_FENCE = "j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s " \
+         "AND j.state = 'running'"
+
+_ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
+    'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
+    'at', now(), 'supervisor', %(owner)s::text))"""
+
+_COMPLETE = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    lease_owner = NULL, lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
+     AS u(id, attempt, result)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+_FAIL = f"""
+UPDATE supervisor.jobs AS j
+SET state = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+                 THEN 'discarded' ELSE 'retryable' END,
+    run_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+                  THEN j.run_at ELSE now() + u.delay * interval '1 second' END,
+    finished_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts THEN now() END,
+    errors = j.errors || {_ERROR_ENTRY},
+    lease_owner = NULL, lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
+            %(tracebacks)s::text[], %(delays)s::float8[], %(terminal)s::bool[])
+     AS u(id, attempt, kind, message, traceback, delay, terminal)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+_RELEASE = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'available', attempt = j.attempt - 1, lease_owner = NULL,
+    lease_expires_at = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+_INTERRUPT = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'available', attempt = j.attempt - 1, errors = j.errors || {_ERROR_ENTRY},
+    lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
+            %(tracebacks)s::text[]) AS u(id, attempt, kind, message, traceback)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+_RENEW = f"""
+UPDATE supervisor.jobs AS j
+SET lease_expires_at = now() + %(ttl)s * interval '1 second', heartbeat_at = now(),
+    progress = COALESCE(u.progress::jsonb, j.progress)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
+     AS u(id, attempt, progress)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+_PROMOTE = """
+UPDATE supervisor.jobs SET state = 'available'
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+  AND state IN ('scheduled', 'retryable')
+"""
+
+# The old lease_owner is read in SET (which sees the row before the update) and comes
+# back as the last errors entry's "supervisor", so no self-join is needed to return it.
+_RESCUE = """
+UPDATE supervisor.jobs AS j
+SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
+    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
+                  ELSE now() + least(%(base)s * power(%(factor)s, least(j.attempt - 1, 64)),
+                                     %(cap)s)
+                             * (1 - %(jitter)s * random()) * interval '1 second' END,
+    finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'lease_expired',
+        'message', 'lease of supervisor ' || coalesce(j.lease_owner, '?')
+                   || ' expired at ' || j.lease_expires_at::text,
+        'traceback', NULL, 'at', now(), 'supervisor', j.lease_owner)),
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE j.id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE state = 'running' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+  AND j.state = 'running' AND j.lease_expires_at < now()
+RETURNING j.id, j.errors -> -1 ->> 'supervisor'
+"""
+
+_QUEUE_COUNTS = """
+SELECT queue, state, count(*), count(*) FILTER (WHERE run_at <= now())
+FROM supervisor.jobs
+WHERE queue = ANY(%(queues)s::text[])
+  AND state IN ('available', 'scheduled', 'retryable', 'running')
+GROUP BY queue, state
+"""
+
+_HAS_DUE_WORK = """
+SELECT EXISTS (
+    SELECT 1 FROM supervisor.jobs j
+    WHERE j.state = 'available' AND j.queue = ANY(%(queues)s::text[])
+      AND j.kind = ANY(%(kinds)s::text[]) AND j.run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
+) OR EXISTS (
+    SELECT 1 FROM supervisor.jobs j
+    WHERE j.state IN ('scheduled', 'retryable') AND j.run_at <= now()
+      AND j.queue = ANY(%(queues)s::text[]) AND j.kind = ANY(%(kinds)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
+)
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class Completion:
+    """A job whose handler returned; ``result_json`` is already JSON text (or None)."""
+
+    id: int
+    attempt: int
+    result_json: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class Failure:
+    """A failed attempt. ``kind`` is one of ``shared.jobs.FAIL_*``. ``terminal`` (or the
+    last allowed attempt) discards the job; otherwise it becomes retryable after
+    ``retry_delay`` seconds, or the store's backoff when None."""
+
+    id: int
+    attempt: int
+    kind: str
+    message: str
+    traceback: str | None = None
+    retry_delay: float | None = None
+    terminal: bool = False
+
+
+class Store:
+    """The parent's only way to change jobs. ``conn`` is an autocommit connection; assign
+    a new one to ``store.conn`` (or call ``reconnect``) after the old one broke."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        owner: str,
+        lease_ttl: float = 30.0,
+        backoff: Backoff = jobs.DEFAULT_BACKOFF,
+    ) -> None:
+        self.conn = conn
+        self.owner = owner
+        self.lease_ttl = float(lease_ttl)
+        self.backoff = backoff
+
+    def reconnect(self, conn: psycopg.Connection) -> None:
+        """Use ``conn`` from now on (prepared statements are per connection; psycopg
+        prepares again on the new one by itself)."""
+        self.conn = conn
+
+    def claim(self, queue: str, kinds: Sequence[str], limit: int) -> list[ClaimedJob]:
+        """Claim up to ``limit`` available, due jobs of ``kinds`` in ``queue`` (none if
+        the queue is paused), ordered by (priority, id)."""
+        if limit <= 0 or not kinds:
+            return []
+        params = {"owner": self.owner, "ttl": self.lease_ttl, "queue": queue,
+                  "kinds": list(kinds), "limit": limit}
+        rows = self.conn.execute(_CLAIM, params, prepare=True).fetchall()
+        claimed = [ClaimedJob(id=r[0], kind=r[1], queue=r[2], attempt=r[3], max_attempts=r[4],
+                              priority=r[5], timeout=r[6], args_json=r[7],
+                              wait_seconds=max(r[8], 0.0)) for r in rows]
+        claimed.sort(key=lambda job: (job.priority, job.id))
+        return claimed
+
+    def complete(self, items: Sequence[Completion]) -> list[int]:
+        """Mark jobs completed with their results; returns the fenced-off ids."""
+        if not items:
+            return []
+        params = {"owner": self.owner, "ids": [c.id for c in items],
+                  "attempts": [c.attempt for c in items],
+                  "results": [c.result_json for c in items]}
+        return self._fenced("complete", _COMPLETE, params, items)
+
+    def fail(self, items: Sequence[Failure]) -> list[int]:
+        """Record failed attempts: retryable after a delay, or discarded when terminal
+        or out of attempts; one errors entry each. Returns the fenced-off ids."""
+        if not items:
+            return []
+        params = self._failure_params(items)
+        params["delays"] = [
+            f.retry_delay if f.retry_delay is not None else self.backoff.delay(f.attempt)
+            for f in items
+        ]
+        params["terminal"] = [bool(f.terminal) for f in items]
+        return self._fenced("fail", _FAIL, params, items)
+
+    def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
+        """Give back claimed jobs that never started: available again, the attempt not
+        counted, no error recorded. Returns the fenced-off ids."""
+        if not items:
+            return []
+        params = {"owner": self.owner, "ids": [i for i, _ in items],
+                  "attempts": [a for _, a in items]}
+        return self._fenced("release", _RELEASE, params, items)
+
+    def interrupt(self, items: Sequence[Failure]) -> list[int]:
+        """Jobs cut off at the end of the drain grace: available again at once, the
+        attempt not counted, an errors entry recorded. Returns the fenced-off ids."""
+        if not items:
+            return []
+        return self._fenced("interrupt", _INTERRUPT, self._failure_params(items), items)
+
+    def renew(
+        self, items: Sequence[tuple[int, int]], progress: Mapping[int, dict] | None = None
+    ) -> list[int]:
+        """Extend the leases of running jobs by the lease TTL, storing progress where
+        given (keyed by job id). Returns the fenced-off ids."""
+        if not items:
+            return []
+        progress = progress or {}
+        params = {"owner": self.owner, "ttl": self.lease_ttl, "ids": [i for i, _ in items],
+                  "attempts": [a for _, a in items],
+                  "progress": [_json_or_none(progress.get(i)) for i, _ in items]}
+        return self._fenced("renew", _RENEW, params, items)
+
+    def promote_due(self, limit: int = 1000) -> int:
+        """Make up to ``limit`` scheduled/retryable jobs whose run_at has come available;
+        returns how many. Safe to run from several supervisors at once."""
+        cur = self.conn.execute(_PROMOTE, {"limit": limit}, prepare=True)
+        return cur.rowcount
+
+    def rescue_expired(self, limit: int = 1000) -> list[tuple[int, str]]:
+        """Running jobs whose lease expired (any owner): the attempt counts, an errors
+        entry names the lost owner, then retryable with backoff or discarded at
+        max_attempts. Returns ``(id, lost_owner)`` pairs."""
+        b = self.backoff
+        params = {"limit": limit, "base": b.base, "factor": b.factor, "cap": b.cap,
+                  "jitter": b.jitter}
+        rows = self.conn.execute(_RESCUE, params).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def queue_counts(self, queues: Sequence[str]) -> dict[str, dict[str, int]]:
+        """For each queue, counts of its unfinished jobs: ``available``, ``scheduled``,
+        ``retryable``, ``running``, and ``due`` (available, scheduled or retryable with
+        run_at passed). Finished states are not counted (that is history, not work)."""
+        counts = {q: dict.fromkeys((*_LIVE, "due"), 0) for q in queues}
+        if not queues:
+            return counts
+        for queue, state, total, due in self.conn.execute(_QUEUE_COUNTS,
+                                                          {"queues": list(queues)}):
+            counts[queue][state] = total
+            if state != "running":
+                counts[queue]["due"] += due
+        return counts
+
+    def has_due_work(self, queues: Sequence[str], kinds: Sequence[str]) -> bool:
+        """Whether any job of ``kinds`` in ``queues`` could be claimed now or after
+        promotion (available, or scheduled/retryable with run_at passed). Paused queues
+        do not count: burst mode should not wait for a queue nobody may serve."""
+        if not queues or not kinds:
+            return False
+        row = self.conn.execute(_HAS_DUE_WORK,
+                                {"queues": list(queues), "kinds": list(kinds)}).fetchone()
+        return bool(row and row[0])
+
+    def _failure_params(self, items: Sequence[Failure]) -> dict:
+        return {"owner": self.owner, "ids": [f.id for f in items],
+                "attempts": [f.attempt for f in items], "kinds": [f.kind for f in items],
+                "messages": [f.message for f in items],
+                "tracebacks": [f.traceback for f in items]}
+
+    def _fenced(self, what: str, sql: str, params: dict, items: Sequence) -> list[int]:
+        written = {row[0] for row in self.conn.execute(sql, params, prepare=True)}
+        ids = [item[0] if isinstance(item, tuple) else item.id for item in items]
+        fenced = [i for i in ids if i not in written]
+        if fenced:
+            log.warning("%s: %d job(s) fenced off (lease moved on): %s", what, len(fenced),
+                        fenced[:20])
+        return fenced
+
+
+def _json_or_none(value: object) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
