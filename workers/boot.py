@@ -1,0 +1,101 @@
+"""What a freshly forked child does before it takes work, and the OS helpers only a
+child needs (parent-death signal, current RSS).
+
+The steps of ``prepare_child`` run in a fixed order, each for a reason:
+
+1. ``setpgrp``: the child leads its own process group, so the parent can kill the
+   child together with anything its handler spawned.
+2. ``PR_SET_PDEATHSIG(SIGKILL)``, then re-check ``getppid()``: if the parent dies the
+   kernel kills the child; the re-check covers a parent that died before the prctl.
+3. Close every inherited fd but 0/1/2 and the child's own pipe ends. Only raw fds are
+   closed (``os.closerange``): calling ``close()`` on the parent's psycopg or socket
+   objects could send a protocol goodbye on the parent's connections.
+4. Signal handlers back to their defaults: the parent's handlers only record signals
+   for the parent's loop, which does not run here.
+5. The process title, then a fresh ``random`` seed so siblings do not share one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import random
+import resource
+import signal
+
+from workers.proctitle import idle_title, set_title
+
+PR_SET_PDEATHSIG = 1
+
+# Loaded in the parent at import time, so a child need not dlopen after fork.
+try:
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - every Linux libc has prctl
+    _libc = None
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+class ParentGone(Exception):
+    """The parent died before the child armed its death signal."""
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies."""
+    if _libc is None:
+        raise OSError("libc not available for prctl")
+    if _libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def close_inherited_fds(keep: set[int]) -> None:
+    """Close every fd above 2 except those in ``keep``."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = soft if soft != resource.RLIM_INFINITY and soft > 0 else 1 << 20
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= 3):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(top, low))
+
+
+def reset_signals() -> None:
+    """Every catchable signal back to its default, and no wakeup fd."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        # Python ignores SIGPIPE so a broken pipe raises EPIPE instead of killing the
+        # process; handler code expects that, so the child keeps it.
+        disposition = signal.SIG_IGN if sig == signal.SIGPIPE else signal.SIG_DFL
+        try:
+            signal.signal(sig, disposition)
+        except (OSError, ValueError):
+            pass  # signals the kernel or Python will not let us touch
+
+
+def prepare_child(worker_no: int, parent_pid: int, keep_fds: set[int]) -> None:
+    """Post-fork setup, in the order the module docstring explains. Raises
+    ``ParentGone`` if the parent died before the death signal was armed."""
+    os.setpgrp()
+    set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        raise ParentGone(f"parent {parent_pid} is gone")
+    # The wakeup fd names a parent fd that is about to be closed (and may be reused).
+    signal.set_wakeup_fd(-1)
+    close_inherited_fds(keep_fds)
+    reset_signals()
+    set_title(idle_title(worker_no))
+    random.seed()
+    # The parent froze its heap before forking so the child shares those pages;
+    # collection in the child stays on for what handlers allocate.
+    gc.enable()
+
+
+def current_rss() -> int:
+    """Resident set size of this process now, in bytes (from /proc/self/statm)."""
+    with open("/proc/self/statm", "rb") as f:
+        fields = f.read().split()
+    return int(fields[1]) * _PAGE_SIZE

@@ -1,0 +1,202 @@
+"""The child runtime: what a forked worker runs from fork to ``os._exit``.
+
+``child_main`` boots the child (``workers.boot.prepare_child``), imports any modules it
+was told to, says READY and then serves RUN frames one at a time until STOP, end of
+file, or its recycle limit. It never returns: every way out is ``os._exit`` with a code
+from ``shared.exitcodes``, so no ``atexit`` hook, ``finally`` block or buffered output
+of the parent's stack runs twice.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import orjson
+
+from shared import wire
+from shared.exitcodes import (
+    CHILD_BOOT_ERROR,
+    CHILD_IMPORT_ERROR,
+    CHILD_OK,
+    CHILD_PARENT_GONE,
+    CHILD_RECYCLE,
+)
+from shared.jobs import (
+    FAIL_BINDING,
+    FAIL_DISCARD,
+    FAIL_ERROR,
+    FAIL_RESULT,
+    FAIL_RETRY,
+    FAIL_UNKNOWN_KIND,
+)
+from workers.boot import ParentGone, current_rss, prepare_child
+from workers.context import JobContext, set_current
+from workers.heartbeat import Heartbeat
+from workers.outcomes import Discard, Retry
+from workers.proctitle import idle_title, job_title, set_title
+from workers.registry import get_handler
+
+
+@dataclass(frozen=True, slots=True)
+class ChildConfig:
+    """Everything a child needs from its parent, fixed at fork time."""
+
+    worker_no: int
+    parent_pid: int
+    read_fd: int  # RUN and STOP arrive here
+    write_fd: int  # READY, HEARTBEAT, DONE, FAILED go out here
+    heartbeat_interval: float = 2.0
+    max_jobs: int | None = None  # already jittered by the parent
+    max_memory: int | None = None  # bytes of RSS, checked between jobs
+    max_result_bytes: int = 1 << 20
+    max_frame_bytes: int = wire.DEFAULT_MAX_BODY
+    imports: tuple[str, ...] = ()  # modules to import after boot (normally already loaded)
+
+
+def child_main(config: ChildConfig) -> NoReturn:
+    """Run a child from just after ``fork`` until it exits. Never returns."""
+    code = CHILD_BOOT_ERROR
+    try:
+        code = _boot_and_serve(config)
+    except BaseException:
+        traceback.print_exc()
+        code = CHILD_BOOT_ERROR
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def _boot_and_serve(config: ChildConfig) -> int:
+    try:
+        prepare_child(config.worker_no, config.parent_pid, {config.read_fd, config.write_fd})
+    except ParentGone:
+        return CHILD_PARENT_GONE
+    except Exception as exc:
+        _report_boot_error(config, "boot", exc)
+        return CHILD_BOOT_ERROR
+    for module in config.imports:
+        try:
+            importlib.import_module(module)
+        except BaseException as exc:
+            _report_boot_error(config, "import", exc)
+            return CHILD_IMPORT_ERROR
+    return JobRunner(config).serve()
+
+
+def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> None:
+    traceback.print_exception(exc)
+    message = _one_line(exc)
+    try:
+        wire.write_all(config.write_fd, wire.encode(wire.BOOT_ERROR,
+                                                    {"kind": kind, "message": message}))
+    except OSError:
+        pass  # the exit code still tells the parent what happened
+
+
+def _one_line(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1]
+
+
+class JobRunner:
+    """The child's serve loop: one RUN in, one DONE or FAILED out."""
+
+    def __init__(self, config: ChildConfig) -> None:
+        self.config = config
+        self.jobs_done = 0
+        fd = config.write_fd
+        self.heartbeat = Heartbeat(lambda data: wire.write_all(fd, data),
+                                   config.heartbeat_interval)
+
+    def serve(self) -> int:
+        """Say READY, then answer jobs until told to stop. Returns the exit code."""
+        config = self.config
+        self.heartbeat.start()
+        self.heartbeat.write(wire.encode(wire.READY, {"pid": os.getpid(),
+                                                      "worker": config.worker_no}))
+        reader = wire.BlockingReader(config.read_fd, config.max_frame_bytes)
+        idle = idle_title(config.worker_no)
+        lock = self.heartbeat.lock
+        write_fd = config.write_fd
+        while True:
+            frame = reader.next()
+            if frame is None or frame.type == wire.STOP:
+                return CHILD_OK
+            if frame.type != wire.RUN:
+                continue
+            mtype, body = self.run_job(frame.json())
+            self.jobs_done += 1
+            last = self._should_recycle()
+            data = wire.encode_raw(mtype, body, wire.FLAG_LAST if last else 0)
+            with lock:
+                self.heartbeat.end()
+                wire.write_all(write_fd, data)
+            if last:
+                return CHILD_RECYCLE
+            set_title(idle)
+
+    def _should_recycle(self) -> bool:
+        config = self.config
+        if config.max_jobs is not None and self.jobs_done >= config.max_jobs:
+            return True
+        return config.max_memory is not None and current_rss() > config.max_memory
+
+    def run_job(self, message: dict[str, Any]) -> tuple[int, bytes]:
+        """Run one job; return the answer's message type and body."""
+        job_id = message["id"]
+        kind = message["kind"]
+        args = message["args"]
+        handle = get_handler(kind)
+        if handle is None:
+            return _failed(job_id, FAIL_UNKNOWN_KIND,
+                           f"no handler for kind {kind!r} in this worker")
+        if not isinstance(args, dict):
+            return _failed(job_id, FAIL_BINDING,
+                           f"args must be a JSON object, not {type(args).__name__}")
+        try:
+            handle.signature.bind(**args)
+        except TypeError as exc:
+            return _failed(job_id, FAIL_BINDING,
+                           f"args do not fit {kind}{handle.signature}: {exc}")
+        context = JobContext(id=job_id, kind=kind, queue=message["queue"],
+                             attempt=message["attempt"], args=args,
+                             max_attempts=message["max_attempts"])
+        set_current(context)
+        self.heartbeat.begin(job_id, context)
+        set_title(job_title(self.config.worker_no, job_id, kind, message["attempt"]))
+        try:
+            result = handle.func(**args)
+        except Discard as exc:
+            return _failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())
+        except Retry as exc:
+            return _failed(job_id, FAIL_RETRY, exc.reason, None, exc.delay)
+        except BaseException as exc:
+            return _failed(job_id, FAIL_ERROR, _one_line(exc), traceback.format_exc())
+        finally:
+            set_current(None)
+        return self._encode_result(job_id, result)
+
+    def _encode_result(self, job_id: int, result: Any) -> tuple[int, bytes]:
+        try:
+            data = orjson.dumps(result)
+        except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+            return _failed(job_id, FAIL_RESULT, f"result is not JSON-serializable: {exc}")
+        limit = self.config.max_result_bytes
+        if len(data) > limit:
+            return _failed(job_id, FAIL_RESULT,
+                           f"result is {len(data)} bytes of JSON, over the {limit}-byte limit")
+        return wire.DONE, data
+
+
+def _failed(job_id: int, kind: str, message: str, tb: str | None = None,
+            retry_delay: float | None = None) -> tuple[int, bytes]:
+    return wire.FAILED, orjson.dumps({"job": job_id, "kind": kind, "message": message,
+                                      "traceback": tb, "retry_delay": retry_delay})

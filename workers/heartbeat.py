@@ -1,0 +1,76 @@
+"""The child's heartbeat: a small thread that tells the parent "still alive" every
+``interval`` seconds while a job runs, carrying the job's latest progress.
+
+Silence is how the parent spots a hung child: a handler stuck in C code that holds the
+GIL, or a stopped process, starves this thread, and the parent kills the group when the
+heartbeat deadline passes. The thread and the main loop share the pipe, so every write
+goes through one lock; ``Heartbeat.lock`` is that lock, and the main thread holds it
+while it answers a job so that no beat for a finished job can follow its answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from shared import wire
+from workers.context import JobContext
+
+
+class Heartbeat:
+    """Beats for the running job. ``begin`` and ``end`` bracket each job; ``end`` must
+    be called with ``lock`` held, together with the write of the job's answer."""
+
+    def __init__(self, write: Callable[[bytes], None], interval: float) -> None:
+        self.lock = threading.Lock()
+        self.interval = interval
+        self._write = write
+        self._job_id: int | None = None
+        self._context: JobContext | None = None
+        self._seen_seq = 0
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread (once per child)."""
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def begin(self, job_id: int, context: JobContext) -> None:
+        """A job starts: beat for it from now on."""
+        with self.lock:
+            self._job_id = job_id
+            self._context = context
+            self._seen_seq = 0
+
+    def end(self) -> None:
+        """The job is answered. Call with ``lock`` held."""
+        self._job_id = None
+        self._context = None
+
+    def write(self, data: bytes) -> None:
+        """Write a frame to the parent with the pipe lock held."""
+        with self.lock:
+            self._write(data)
+
+    def _run(self) -> None:
+        # A plain sleep loop costs the running job nothing; the first beat of a job
+        # lands within one interval of its start, well inside the parent's deadline.
+        stop = threading.Event()
+        while not stop.wait(self.interval):
+            try:
+                self.beat()
+            except OSError:
+                return  # the pipe is gone: the main loop sees EOF and exits
+
+    def beat(self) -> None:
+        """Send one heartbeat if a job is running (the thread calls this)."""
+        with self.lock:
+            job_id = self._job_id
+            context = self._context
+            if job_id is None or context is None:
+                return
+            seq, progress = context.take_progress(self._seen_seq)
+            self._seen_seq = seq
+            body = {"job": job_id} if progress is None else {"job": job_id,
+                                                            "progress": progress}
+            self._write(wire.encode(wire.HEARTBEAT, body))
