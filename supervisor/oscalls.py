@@ -1,0 +1,89 @@
+"""The one facade for every OS call the pool makes.
+
+The pool's policy (deadlines, kills, recycling, crash loops) is tested against a fake
+of this class and a fake clock; the real one is a thin pass-through. Errors that only
+mean "that process is already gone" are absorbed here, so the policy reads plainly.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+
+class OsCalls:
+    """Process and pipe calls as the pool uses them."""
+
+    def fork(self) -> int:
+        """``os.fork()``: 0 in the child, the child's pid in the parent."""
+        return os.fork()
+
+    def pipe(self) -> tuple[int, int]:
+        """A new pipe (read end, write end); both ends close on exec."""
+        return os.pipe()
+
+    def set_blocking(self, fd: int, blocking: bool) -> None:
+        """Make ``fd`` blocking or not."""
+        os.set_blocking(fd, blocking)
+
+    def close(self, fd: int) -> None:
+        """Close ``fd``; an fd already closed is not an error."""
+        try:
+            os.close(fd)
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                raise
+
+    def read(self, fd: int, size: int) -> bytes:
+        """Read up to ``size`` bytes; raises BlockingIOError when nothing is there."""
+        return os.read(fd, size)
+
+    def write(self, fd: int, data: bytes) -> int:
+        """Write what the pipe takes; returns the count. Raises BlockingIOError when
+        the pipe is full and BrokenPipeError when the reader is gone."""
+        return os.write(fd, data)
+
+    def kill(self, pid: int, sig: int) -> bool:
+        """Send ``sig`` to one process. False if it no longer exists."""
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def killpg(self, pgid: int, sig: int) -> bool:
+        """Send ``sig`` to a process group. False if the group is empty."""
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False  # a zombie leader's group on some kernels: nothing to signal
+        return True
+
+    def setpgid(self, pid: int, pgid: int) -> None:
+        """Put ``pid`` in group ``pgid``. The child does the same to itself; whichever
+        runs first wins, and the loser's EACCES/ESRCH/EPERM mean it is already done
+        or moot."""
+        try:
+            os.setpgid(pid, pgid)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def waitpid_any(self) -> tuple[int, int]:
+        """``waitpid(-1, WNOHANG)``: (pid, status), or (0, 0) when no child has
+        exited (or there are no children at all)."""
+        try:
+            return os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return 0, 0
+
+    def getpid(self) -> int:
+        """This process's pid."""
+        return os.getpid()
+
+
+def monotonic() -> float:
+    """The pool's clock: monotonic seconds, never wall time."""
+    return time.monotonic()

@@ -1,0 +1,63 @@
+"""What the pool hands back to the parent loop, and the error that halts it.
+
+The pool never touches the database: it reports what happened to each job as one of
+these records, in order, through ``Pool.take_outcomes()``; the parent loop turns them
+into batched writes. Child lifecycle events travel the same way, for logs and metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.jobs import ClaimedJob
+
+
+@dataclass(slots=True)
+class JobDone:
+    """The handler returned. ``result_json`` is the result as JSON text, ready for the
+    store; the parent never decodes it."""
+
+    job: ClaimedJob
+    result_json: str
+    duration: float
+
+
+@dataclass(slots=True)
+class JobFailed:
+    """The attempt failed. ``kind`` is one of the ``shared.jobs.FAIL_*`` kinds: from the
+    child (error, discard, retry, binding, unknown_kind, result) or from the parent
+    (crashed, timeout, hung, cancelled, shutdown). ``terminal`` means retrying cannot
+    help; ``retry_delay`` is the handler's own choice for a ``Retry``."""
+
+    job: ClaimedJob
+    kind: str
+    message: str
+    traceback: str | None
+    retry_delay: float | None
+    terminal: bool
+    duration: float
+
+
+@dataclass(slots=True)
+class JobProgress:
+    """A running job reported progress (``{"done", "total"?, "message"?}``)."""
+
+    job: ClaimedJob
+    progress: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ChildEvent:
+    """Something happened to a child: spawned, ready, stopping, killed, exited,
+    recycled, boot_failed. ``detail`` says why or how, in words."""
+
+    pid: int
+    worker_no: int
+    what: str
+    detail: str
+
+
+class PoolHalted(Exception):
+    """Children keep dying before they are ready (a crash loop): the pool stopped
+    forking. The message says what the last of them died of."""
