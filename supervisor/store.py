@@ -213,7 +213,7 @@ class Store:
 
     def claim(self, queue: str, kinds: Sequence[str], limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` available, due jobs of ``kinds`` in ``queue`` (none if
-        the queue is paused), ordered by (priority, id)."""
+        the queue is paused), in claim order: priority, then run_at, then id."""
         if limit <= 0 or not kinds:
             return []
         params = {"owner": self.owner, "ttl": self.lease_ttl, "queue": queue,
@@ -221,8 +221,9 @@ class Store:
         rows = self.conn.execute(_CLAIM, params, prepare=True).fetchall()
         claimed = [ClaimedJob(id=r[0], kind=r[1], queue=r[2], attempt=r[3], max_attempts=r[4],
                               priority=r[5], timeout=r[6], args_json=r[7],
-                              wait_seconds=max(r[8], 0.0)) for r in rows]
-        claimed.sort(key=lambda job: (job.priority, job.id))
+                              wait_seconds=r[8]) for r in rows]
+        # RETURNING has no order; wait_seconds is now() - run_at, so -wait sorts by run_at.
+        claimed.sort(key=lambda job: (job.priority, -job.wait_seconds, job.id))
         return claimed
 
     def complete(self, items: Sequence[Completion]) -> list[int]:

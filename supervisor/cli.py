@@ -1,0 +1,86 @@
+"""The ``supervisor`` command: the click group and the schema and enqueue commands.
+
+Other commands live in ``supervisor/cli_*.py`` modules and are attached at the bottom
+with ``main.add_command``; shared helpers (``--dsn``, error reporting, opening the
+database) are in ``supervisor.cli_common``.
+"""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from shared.exitcodes import CLI_USAGE
+from supervisor.cli_common import CliError, dsn_option, open_database, reports_errors
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pg-supervisor", prog_name="supervisor")
+def main() -> None:
+    """A PostgreSQL job queue with a pre-forking worker supervisor."""
+
+
+@main.command("migrate")
+@dsn_option
+@reports_errors
+def migrate_command(dsn: str | None) -> None:
+    """Create or upgrade the database schema (idempotent)."""
+    from shared.migrate import current_version, migrate
+
+    with open_database(dsn, check_schema=False) as conn:
+        applied = migrate(conn)
+        if applied:
+            for migration in applied:
+                click.echo(f"applied {migration.version:04d}_{migration.name}")
+        else:
+            click.echo(f"schema is up to date (version {current_version(conn)})")
+
+
+@main.command("enqueue")
+@click.argument("kind")
+@click.option("--args", "args_text", default="{}", metavar="JSON",
+              help="Keyword arguments as a JSON object.")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
+@click.option("--delay", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Run no earlier than this many seconds from now.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="Hard time limit of one attempt.")
+@click.option("--unique-key", default=None,
+              help="Return the live job with this key instead of adding another.")
+@dsn_option
+@reports_errors
+def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
+                    dsn) -> None:
+    """Add a job of KIND and print its id. The embedded development database is
+    migrated on first use; any other database needs `supervisor migrate` first."""
+    from shared.enqueue import enqueue
+
+    args = _parse_args(args_text)
+    with open_database(dsn) as conn:
+        job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
+                         max_attempts=max_attempts, timeout=timeout, unique_key=unique_key,
+                         conn=conn)
+    click.echo(job_id)
+
+
+def _parse_args(text: str) -> dict:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise CliError(f"--args is not a JSON object: {exc}", CLI_USAGE) from None
+    if not isinstance(value, dict):
+        raise CliError(f"--args is not a JSON object: got {type(value).__name__} {text!r}",
+                       CLI_USAGE)
+    return value
+
+
+def _attach_commands() -> None:
+    # Commands that live in their own modules; each module names one click command.
+    from supervisor.cli_run import run_command
+
+    main.add_command(run_command)
+
+
+_attach_commands()

@@ -1,0 +1,97 @@
+"""What every subcommand shares: the ``--dsn`` option, opening the database, and turning
+known errors into one line ``supervisor: error: ...`` with the right exit code.
+
+A command module uses them like this::
+
+    @click.command("status")
+    @dsn_option
+    @reports_errors
+    def status_command(dsn):
+        with open_database(dsn) as conn:
+            ...
+            raise CliError("queue 'x' does not exist", CLI_USAGE)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import psycopg
+
+from shared.db import DatabaseUnavailable, SchemaMissing, connect, first_line
+from shared.dsn import EmbeddedUnavailable, is_embedded, resolve_dsn
+from shared.exitcodes import CLI_ERROR, CLI_USAGE
+
+
+class CliError(Exception):
+    """A problem to report as one line; ``code`` is the exit code (CLI_ERROR for runtime
+    trouble, CLI_USAGE for malformed input)."""
+
+    def __init__(self, message: str, code: int = CLI_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def dsn_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--dsn`` (passed to the command as ``dsn``, None when not given)."""
+    return click.option(
+        "--dsn", default=None, metavar="DSN",
+        help="Database (default: $SUPERVISOR_DSN, $DATABASE_URL, else an embedded PostgreSQL).",
+    )(func)
+
+
+def fail(message: str, code: int = CLI_ERROR) -> None:
+    """Print ``supervisor: error: <message>`` on stderr and exit with ``code``."""
+    click.echo(f"supervisor: error: {message}", err=True)
+    raise SystemExit(code)
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn known errors raised inside into one-line messages and exit codes; no
+    tracebacks for anything a user can cause."""
+    try:
+        yield
+    except CliError as exc:
+        fail(str(exc), exc.code)
+    except (DatabaseUnavailable, SchemaMissing, EmbeddedUnavailable) as exc:
+        fail(str(exc), CLI_ERROR)
+    except (TypeError, ValueError) as exc:  # enqueue's validation of user input
+        fail(str(exc), CLI_USAGE)
+    except psycopg.OperationalError as exc:  # the connection dropped mid-command
+        fail(f"database error: {first_line(exc)}", CLI_ERROR)
+    except psycopg.Error as exc:
+        fail(f"database error: {first_line(exc)}", CLI_ERROR)
+
+
+def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator form of ``cli_errors`` for a click command function."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with cli_errors():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+@contextmanager
+def open_database(dsn_value: str | None, *, migrate_embedded: bool = True,
+                  check_schema: bool = True) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to the resolved database. The embedded development
+    database is migrated on first use (``migrate_embedded``); any other database must
+    have been migrated on purpose, else ``SchemaMissing`` (when ``check_schema``)."""
+    from shared.migrate import ensure_schema, migrate
+
+    dsn = resolve_dsn(dsn_value)
+    with connect(dsn, application_name="supervisor-cli") as conn:
+        if check_schema:
+            if migrate_embedded and is_embedded(dsn):
+                migrate(conn)
+            else:
+                ensure_schema(conn)
+        yield conn
