@@ -1,0 +1,72 @@
+"""Shared fixtures. Database fixtures are lazy: a test that asks for none of them never
+starts or touches a PostgreSQL.
+
+* ``pg_base_dsn`` (session): a server to create databases on (see ``pgharness``).
+* ``fresh_dsn``: a brand-new empty database for this test, dropped afterwards.
+* ``dsn``: a brand-new database with the schema migrated (cloned from a template that
+  is migrated once per session, so it costs one CREATE DATABASE).
+* ``conn``: an autocommit psycopg connection to ``dsn``.
+* ``throwaway_server``: a private embedded PostgreSQL the test may stop and restart.
+"""
+
+from __future__ import annotations
+
+import pgharness
+import psycopg
+import pytest
+
+
+@pytest.fixture(scope="session")
+def pg_base_dsn():
+    dsn, server = pgharness.find_base_dsn()
+    try:
+        yield dsn
+    finally:
+        if server is not None:
+            server.close()
+
+
+@pytest.fixture(scope="session")
+def _migrated_template(pg_base_dsn):
+    from shared.migrate import migrate
+
+    name = pgharness.unique_name("supervisor_tmpl")
+    template_dsn = pgharness.create_database(pg_base_dsn, name)
+    with psycopg.connect(template_dsn, autocommit=True) as conn:
+        migrate(conn)
+    try:
+        yield name
+    finally:
+        pgharness.drop_database(pg_base_dsn, name)
+
+
+@pytest.fixture
+def fresh_dsn(pg_base_dsn):
+    name = pgharness.unique_name("supervisor_t")
+    yield pgharness.create_database(pg_base_dsn, name)
+    pgharness.drop_database(pg_base_dsn, name)
+
+
+@pytest.fixture
+def dsn(pg_base_dsn, _migrated_template):
+    name = pgharness.unique_name("supervisor_t")
+    yield pgharness.create_database(pg_base_dsn, name, template=_migrated_template)
+    pgharness.drop_database(pg_base_dsn, name)
+
+
+@pytest.fixture
+def conn(dsn):
+    connection = psycopg.connect(dsn, autocommit=True)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def throwaway_server():
+    server = pgharness.EmbeddedServer()
+    try:
+        yield server
+    finally:
+        server.close()

