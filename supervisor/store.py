@@ -43,9 +43,13 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text,
           extract(epoch FROM now() - run_at)::float8
 """
 
-# The fence every write for a running job shares; u is the unnest of the batch.
-_FENCE = "j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s " \
-         "AND j.state = 'running'"
+# The fence every write for a running job shares; u is the unnest of the batch. The
+# redundant "j.id = ANY(ids)" lets the planner find the rows through the primary key.
+# These statements are planned per execution (prepare=False): a prepared generic plan
+# cannot see the batch size and chose a nested loop that rescans the batch for every row
+# (10x slower at batch 512), in either of the two forms tried.
+_FENCE = ("j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt "
+          "AND j.lease_owner = %(owner)s AND j.state = 'running'")
 
 _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
     'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
@@ -324,7 +328,7 @@ class Store:
                 "tracebacks": [f.traceback for f in items]}
 
     def _fenced(self, what: str, sql: str, params: dict, items: Sequence) -> list[int]:
-        written = {row[0] for row in self.conn.execute(sql, params, prepare=True)}
+        written = {row[0] for row in self.conn.execute(sql, params, prepare=False)}
         ids = [item[0] if isinstance(item, tuple) else item.id for item in items]
         fenced = [i for i in ids if i not in written]
         if fenced:

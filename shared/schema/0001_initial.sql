@@ -51,8 +51,13 @@ COMMENT ON INDEX supervisor.jobs_due_idx IS
     'promote_due: scheduled/retryable rows by run_at.';
 
 -- rescue_expired: running rows whose lease ran out, without scanning finished rows.
+-- The extra "lease_expires_at IS NOT NULL" is deliberate: the fenced writes filter on
+-- state = 'running' alone, so they cannot pick this index. With "state = 'running'"
+-- only, a generic (prepared) plan drove completions from this index and rescanned the
+-- batch per running row: 10x slower at 2k running jobs. rescue_expired's
+-- "lease_expires_at < now()" implies the extra condition, so rescue still uses it.
 CREATE INDEX jobs_lease_idx ON supervisor.jobs (lease_expires_at)
-    WHERE state = 'running';
+    WHERE state = 'running' AND lease_expires_at IS NOT NULL;
 COMMENT ON INDEX supervisor.jobs_lease_idx IS
     'rescue_expired: running rows by lease expiry.';
 
