@@ -44,10 +44,11 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text,
 """
 
 # The fence every write for a running job shares; u is the unnest of the batch. The
-# redundant "j.id = ANY(ids)" lets the planner find the rows through the primary key.
-# These statements are planned per execution (prepare=False): a prepared generic plan
-# cannot see the batch size and chose a nested loop that rescans the batch for every row
-# (10x slower at batch 512), in either of the two forms tried.
+# planner reaches j through the partial index on running rows (the jobs in flight) or
+# through the primary key (the redundant "j.id = ANY"), whichever is cheaper. These
+# statements are planned per execution (prepare=False): a prepared generic plan cannot
+# see the batch size and chose a nested loop that rescanned the batch for every running
+# row (10x slower at batch 512).
 _FENCE = ("j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt "
           "AND j.lease_owner = %(owner)s AND j.state = 'running'")
 
