@@ -1,0 +1,424 @@
+"""The parent process: one thread, one selector loop.
+
+The loop waits on the signal wakeup fd, every child's pipe, the LISTEN connection and a
+timeout equal to the next deadline. Each turn it reads the children's outcomes, hands
+waiting jobs to idle children, writes finished jobs in batched fenced statements,
+claims what can start now, and renews the leases of what it holds. Signal handlers only
+record; all work happens in the loop (``handle_<signal>`` methods, as in gunicorn).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import selectors
+import signal
+import socket
+import time
+import uuid
+
+from setproctitle import setproctitle
+
+from shared import jobs
+from shared.jobs import ClaimedJob
+from supervisor.children import (
+    ChildEvent,
+    JobDone,
+    JobFailed,
+    JobProgress,
+    Pool,
+    PoolHalted,
+    PoolSettings,
+)
+from supervisor.config import RunConfig
+from supervisor.database import Database
+from supervisor.dispatch import Ledger
+from supervisor.progress import BurstProgress
+from supervisor.scheduler import Scheduler
+from supervisor.writer import write_pending
+
+log = logging.getLogger("supervisor.arbiter")
+
+RUNNING, DRAINING, STOPPING = "running", "draining", "stopping"
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
+                   signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
+STOP_TIMEOUT = 10.0  # after the last kill, how long to wait for children to be reaped
+
+
+def make_owner() -> str:
+    """This supervisor's lease owner id: host, pid and a random part (pids repeat)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Arbiter:
+    """Claims, schedules, dispatches and drains for one supervisor process."""
+
+    def __init__(self, config: RunConfig, dsn: str, queues: list[str], kinds: list[str],
+                 *, app_modules: list[str] | None = None, progress: BurstProgress | None = None,
+                 clock=time.monotonic) -> None:
+        self.config = config
+        self.queues = queues
+        self.kinds = kinds
+        self.app_modules = app_modules or []
+        self.clock = clock
+        self.owner = make_owner()
+        self.selector = selectors.DefaultSelector()
+        self.db = Database(dsn, self.owner, config.lease_ttl, self.selector, clock=clock)
+        self.pool = Pool(self._pool_settings(), self.selector, clock=clock)
+        self.ledger = Ledger()
+        self.scheduler = Scheduler(config, queues, clock())
+        self.progress = progress
+        self.state = RUNNING
+        self.exit_code = 0
+        self.halt_reason: str | None = None
+        self.signals: list[int] = []
+        self.drain_deadline: float | None = None
+        self.stop_deadline: float | None = None
+        now = clock()
+        self.next_poll = now
+        self.next_renew = now + config.lease_ttl / 3
+        self.next_burst_check = now
+        self.next_title = now
+        self._wakeup_r = self._wakeup_w = -1
+
+    def _pool_settings(self) -> PoolSettings:
+        c = self.config
+        return PoolSettings(
+            size=c.children, boot_timeout=c.boot_timeout,
+            heartbeat_interval=c.heartbeat_interval, heartbeat_timeout=c.heartbeat_timeout,
+            kill_grace=c.kill_grace, default_timeout=c.default_timeout,
+            max_jobs_per_child=c.max_jobs_per_child, max_memory_per_child=c.max_memory_per_child,
+            max_result_bytes=c.max_result_bytes,
+        )
+
+    # -- life cycle ----------------------------------------------------------------------
+    def run(self) -> int:
+        """Serve until drained or stopped; returns the process exit code. Raises
+        ``DatabaseUnavailable`` if the database cannot be reached at start."""
+        self.db.open()
+        self._install_signals()
+        log.info("supervisor %s starting %d children for queues %s", self.owner,
+                 self.config.children, ",".join(self.queues))
+        self.pool.start()
+        try:
+            while not self._finished():
+                self.turn()
+        finally:
+            self._collect_outcomes(self.clock())
+            self._flush(force=True)
+            self.pool.kill_all()
+            self.db.close()
+            self._restore_signals()
+            if self.progress is not None:
+                self.progress.close(self.ledger.finished)
+        log.info("supervisor %s stopped (%s)", self.owner,
+                 ", ".join(f"{n} {k}" for k, n in sorted(self.ledger.finished.items())) or "idle")
+        return self.exit_code
+
+    def turn(self) -> None:
+        """One pass of the loop: wait, then do everything that is due."""
+        for key, mask in self.selector.select(self._timeout()):
+            if key.data is self.pool:
+                self.pool.handle_event(key, mask)
+            elif key.data is self.db:
+                self.db.handle_event(key, mask)
+            elif key.fd == self._wakeup_r:
+                self._drain_wakeup_fd()
+        self._handle_signals()
+        now = self.clock()
+        try:
+            self.pool.reap()
+            self.pool.tick()
+        except PoolHalted as exc:
+            self._halt(str(exc))
+        self._collect_outcomes(now)
+        self._dispatch()
+        if not self.db.up and self.db.maybe_reconnect():
+            self.next_poll = now  # look at the queues again right away
+        self.scheduler.wake(self.db.take_notified())
+        for job_id in self.db.take_cancelled():
+            if self.pool.cancel(job_id):
+                log.warning("job %d cancelled by an operator: its child is being killed", job_id)
+        if self._flush_due(now):
+            self._flush()
+        self._timers(now)
+        if self.state == RUNNING:
+            self._claim(now)
+            self._dispatch()
+            self._check_burst(now)
+        self._check_stop(now)
+        self._show(now)
+
+    def _finished(self) -> bool:
+        if self.state != STOPPING and self.state != DRAINING:
+            return False
+        if self.pool.alive() == 0:
+            return True
+        return self.stop_deadline is not None and self.clock() >= self.stop_deadline
+
+    # -- signals -------------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        self._wakeup_r, self._wakeup_w = os.pipe()
+        for fd in (self._wakeup_r, self._wakeup_w):
+            os.set_blocking(fd, False)
+        self.selector.register(self._wakeup_r, selectors.EVENT_READ, data="signals")
+        signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, self._record_signal)
+
+    def _restore_signals(self) -> None:
+        signal.set_wakeup_fd(-1)
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in (self._wakeup_r, self._wakeup_w):
+            if fd >= 0:
+                os.close(fd)
+
+    def _record_signal(self, signum: int, frame: object) -> None:
+        self.signals.append(signum)
+
+    def _drain_wakeup_fd(self) -> None:
+        try:
+            while os.read(self._wakeup_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            signum = self.signals.pop(0)
+            name = signal.Signals(signum).name[3:].lower()
+            getattr(self, f"handle_{name}")()
+
+    def handle_term(self) -> None:
+        """Drain: stop claiming, let running jobs finish within the grace; a second
+        TERM or INT stops at once."""
+        if self.state == RUNNING:
+            log.info("SIGTERM: draining (grace %.0f s)", self.config.grace)
+            self.begin_drain()
+        else:
+            self.stop_now("second stop signal")
+
+    handle_int = handle_term
+
+    def handle_quit(self) -> None:
+        """Stop at once: kill the children, put their jobs back."""
+        self.stop_now("SIGQUIT")
+
+    def handle_hup(self) -> None:
+        """Reload the handler modules, then replace every child once it is idle."""
+        from supervisor.apps import reload_apps
+
+        if reload_apps(self.app_modules):
+            log.info("SIGHUP: handler modules reloaded; recycling children")
+            self.pool.recycle_all()
+
+    def handle_ttin(self) -> None:
+        """One more child."""
+        self.pool.resize(self.pool.size() + 1)
+        log.info("SIGTTIN: %d children", self.pool.size())
+
+    def handle_ttou(self) -> None:
+        """One child fewer (never below one)."""
+        if self.pool.size() > 1:
+            self.pool.resize(self.pool.size() - 1)
+        log.info("SIGTTOU: %d children", self.pool.size())
+
+    def handle_chld(self) -> None:
+        """A child changed state: reap it now rather than at the end of the turn."""
+        self.pool.reap()
+
+    # -- stopping ------------------------------------------------------------------------
+    def begin_drain(self) -> None:
+        """Stop claiming, release what has not started, let running jobs finish."""
+        now = self.clock()
+        self.state = DRAINING
+        self.drain_deadline = now + self.config.grace
+        released = self.ledger.release_waiting(now)
+        if released:
+            log.info("released %d claimed jobs that had not started", released)
+        self.pool.stop()
+        self._flush()
+
+    def stop_now(self, why: str) -> None:
+        """Kill every child now; running and waiting jobs go back to available."""
+        if self.state == STOPPING:
+            return
+        log.warning("%s: stopping now, %d running jobs go back", why, self.pool.busy_count())
+        now = self.clock()
+        self.state = STOPPING
+        self.ledger.release_waiting(now)
+        self.pool.interrupt_all(jobs.FAIL_SHUTDOWN)
+        self.pool.kill_all()
+        self.stop_deadline = now + STOP_TIMEOUT
+        self._collect_outcomes(now)
+        self._flush()
+
+    def _halt(self, why: str) -> None:
+        log.error("halting: %s", why)
+        self.exit_code = 1
+        self.halt_reason = why
+        self.stop_now("crash loop")
+
+    def _check_stop(self, now: float) -> None:
+        if (self.state == DRAINING and self.drain_deadline is not None
+                and now >= self.drain_deadline and self.pool.busy_count() > 0):
+            log.warning("grace of %.0f s is over: killing %d running jobs, they go back",
+                        self.config.grace, self.pool.busy_count())
+            self.stop_now("end of grace")
+
+    # -- jobs ----------------------------------------------------------------------------
+    def _collect_outcomes(self, now: float) -> None:
+        for outcome in self.pool.take_outcomes():
+            if isinstance(outcome, JobDone):
+                self.ledger.done(outcome.job, outcome.result_json, now)
+            elif isinstance(outcome, JobFailed):
+                self._log_failure(outcome)
+                self.ledger.failed(outcome.job, outcome.kind, outcome.message,
+                                   outcome.traceback, outcome.retry_delay, outcome.terminal, now)
+            elif isinstance(outcome, JobProgress):
+                self.ledger.progressed(outcome.job, outcome.progress)
+            elif isinstance(outcome, ChildEvent):
+                log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
+                          outcome.what, outcome.detail)
+
+    def _log_failure(self, outcome: JobFailed) -> None:
+        job = outcome.job
+        level = logging.INFO if outcome.kind == jobs.FAIL_SHUTDOWN else logging.WARNING
+        log.log(level, "job %d %s attempt %d/%d failed (%s): %s", job.id, job.kind,
+                job.attempt, job.max_attempts, outcome.kind, outcome.message)
+
+    def _dispatch(self) -> None:
+        """Hand waiting jobs to idle children, the queue furthest below its share first."""
+        if self.pool.idle_count() == 0:
+            return
+        size = self.pool.size()
+        while self.pool.idle_count() > 0:
+            waiting = self.ledger.waiting_counts()
+            if not waiting:
+                return
+            queue = (next(iter(waiting)) if len(self.queues) == 1
+                     else self.scheduler.next_queue(size, waiting, self.ledger.running))
+            if queue is None:
+                return
+            job = self.ledger.pop_waiting(queue)
+            if not self.pool.dispatch(job):
+                self.ledger.unpop_waiting(job)
+                return
+            self.ledger.started(job)
+
+    def _claim(self, now: float) -> None:
+        # A short claim hands its queue's allotment to the others: plan again in the same
+        # turn. Each round either fills an allowance or drops a queue's demand, so the
+        # rounds are bounded by the number of queues.
+        for _ in range(len(self.queues) + 1):
+            if not self.db.up:
+                return
+            plans = self.scheduler.plan_claims(now, self.pool.size(), self.ledger.outstanding(),
+                                               self.ledger.waiting_counts())
+            if not plans:
+                return
+            short = False
+            for queue, wanted in plans:
+                claimed = self.db.call(lambda s, q=queue, n=wanted: s.claim(q, self.kinds, n),
+                                       None)
+                if claimed is None:
+                    return
+                self.scheduler.claimed(queue, wanted, len(claimed))
+                self.ledger.add_claimed(claimed)
+                short = short or len(claimed) < wanted
+            if not short:
+                return
+
+    def _held_jobs(self) -> list[ClaimedJob]:
+        return self.pool.running() + self.ledger.waiting_jobs()
+
+    def _flush_due(self, now: float) -> bool:
+        pending = self.ledger.pending
+        if pending.count() >= 512:
+            return True
+        return pending.since is not None and now - pending.since >= self.config.flush_interval
+
+    def _flush(self, force: bool = False) -> None:
+        pending = self.ledger.pending
+        if pending.count() == 0 and not pending.progress:
+            return
+        taken = pending.take()
+        self.db.call(lambda store: write_pending(store, taken), None)
+        # Whatever could not be written (database down) waits for the next flush.
+        pending.merge_back(taken)
+        if force and pending.count():
+            log.error("%d finished jobs could not be written before exit; their leases will "
+                      "expire and another supervisor will rerun them", pending.count())
+
+    def _timers(self, now: float) -> None:
+        if now >= self.next_poll:
+            # A fixed interval with jitter: no exponential backoff, it costs throughput.
+            interval = self.config.poll_interval
+            self.next_poll = now + interval * random.uniform(0.8, 1.2)
+            if self.db.up:
+                self._poll()
+        if now >= self.next_renew:
+            self.next_renew = now + self.config.lease_ttl / 3
+            self._renew()
+
+    def _poll(self) -> None:
+        """Promote due scheduled/retryable jobs and ask which queues hold work."""
+        self.db.call(lambda s: s.promote_due(), 0)
+        with_work = self.db.call(lambda s: s.queues_with_work(self.queues, self.kinds), None)
+        if with_work is not None:
+            self.scheduler.observed(with_work | self.db.take_notified())
+
+    def _renew(self) -> None:
+        held = self._held_jobs()
+        if not held or not self.db.up:
+            return
+        fenced = self.db.call(lambda s: s.renew([(j.id, j.attempt) for j in held]), [])
+        for job_id in fenced:
+            # Our lease moved on (rescued elsewhere while we were cut off): stop the work.
+            log.warning("job %d: lease lost to another supervisor; abandoning it", job_id)
+            self.pool.cancel(job_id)
+            for queue_jobs in self.ledger.waiting.values():
+                for job in [j for j in queue_jobs if j.id == job_id]:
+                    queue_jobs.remove(job)
+
+    def _check_burst(self, now: float) -> None:
+        if not self.config.burst or now < self.next_burst_check:
+            return
+        self.next_burst_check = now + 0.1
+        if self.pool.busy_count() or not self.ledger.idle() or not self.db.up:
+            return
+        promoted = self.db.call(lambda s: s.promote_due(), 0)
+        more = promoted or self.db.call(lambda s: s.has_due_work(self.queues, self.kinds), True)
+        if more:
+            self._poll()
+            return
+        log.info("burst: no more work in %s; exiting", ",".join(self.queues))
+        self.begin_drain()
+
+    # -- display -------------------------------------------------------------------------
+    def _timeout(self) -> float:
+        now = self.clock()
+        due = [now + MAX_WAIT, self.next_poll, self.next_renew]
+        for t in (self.pool.next_deadline(), self.db.next_retry(),
+                  self.scheduler.next_token_at(now), self.drain_deadline, self.stop_deadline):
+            if t is not None:
+                due.append(t)
+        if self.ledger.pending.since is not None:
+            due.append(self.ledger.pending.since + self.config.flush_interval)
+        if self.config.burst and self.pool.busy_count() == 0:
+            due.append(self.next_burst_check)
+        if self.progress is not None:
+            due.append(self.progress.next_update)
+        return max(0.0, min(due) - now)
+
+    def _show(self, now: float) -> None:
+        if now >= self.next_title:
+            self.next_title = now + 0.5
+            setproctitle(f"supervisor: master [{self.pool.busy_count()}/{self.pool.size()} busy]"
+                         f" queues={','.join(self.queues)}")
+        if self.progress is not None and now >= self.progress.next_update:
+            counts = self.db.call(lambda s: s.queue_counts(self.queues), None)
+            self.progress.update(now, self.ledger.finished, counts)

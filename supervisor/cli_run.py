@@ -1,0 +1,98 @@
+"""``supervisor run``: start the parent loop and its children."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from shared.exitcodes import CLI_USAGE
+from supervisor.cli_common import CliError, dsn_option, open_database, reports_errors
+from supervisor.logs import configure_logging
+
+
+def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str],
+                   config_path: str | None, overrides: dict, queue_settings: list[str],
+                   progress: bool) -> int:
+    """Everything ``run`` (and ``demo``) do after parsing flags; returns the exit code
+    or raises ``CliError`` (or a database error ``reports_errors`` knows) with a one-line
+    message."""
+    from shared.db import DatabaseUnavailable
+    from shared.dsn import resolve_dsn
+    from supervisor.apps import AppImportError, import_apps
+    from supervisor.arbiter import Arbiter
+    from supervisor.config import ConfigError, apply_queue_flags, build_config, load_file_settings
+    from supervisor.progress import BurstProgress
+    from workers.registry import REGISTRY, queues_of_handlers
+
+    try:
+        config = build_config(load_file_settings(config_path), overrides)
+        config = apply_queue_flags(config, queue_settings)
+    except ConfigError as exc:
+        raise CliError(str(exc), CLI_USAGE) from None
+    try:
+        import_apps(apps)
+    except AppImportError as exc:
+        raise CliError(str(exc)) from None
+    if not REGISTRY:
+        raise CliError("no job handlers loaded: name the modules that define them with --app")
+    served = queues or config.queues or queues_of_handlers()
+    dsn = resolve_dsn(dsn_option)
+    with open_database(dsn):
+        pass  # reachable, and the schema is there (the embedded one is migrated)
+    meter = BurstProgress(now=time.monotonic()) if progress and config.burst else None
+    arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps, progress=meter)
+    try:
+        code = arbiter.run()
+    except DatabaseUnavailable as exc:
+        raise CliError(str(exc)) from None
+    if arbiter.halt_reason:
+        raise CliError(f"halted: {arbiter.halt_reason}")
+    return code
+
+
+@click.command("run")
+@click.option("-n", "--children", type=click.IntRange(min=1),
+              help="Child processes (default: CPUs).")
+@click.option("--app", "apps", multiple=True, metavar="MODULE",
+              help="Module defining @job handlers; repeat for several.")
+@click.option("-q", "--queue", "queues", multiple=True, metavar="QUEUE",
+              help="Serve only these queues (default: every queue a handler names).")
+@click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty and nothing runs.")
+@click.option("--grace", type=click.FloatRange(min=0), help="Seconds to drain on SIGTERM (25).")
+@click.option("--lease-ttl", type=click.FloatRange(min=1),
+              help="Seconds a claim survives without renewal (30).")
+@click.option("--config", "config_path", type=str, metavar="FILE",
+              help="Settings file (default: [tool.supervisor] in ./pyproject.toml).")
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), help="Seconds between polls (1).")
+@click.option("--prefetch", type=click.IntRange(min=1),
+              help="Jobs claimed per child for queues without their own setting (1).")
+@click.option("--timeout", "default_timeout", type=click.FloatRange(min=0.001),
+              help="Hard timeout for jobs whose handler sets none.")
+@click.option("--max-jobs-per-child", type=click.IntRange(min=1))
+@click.option("--max-memory-per-child", metavar="SIZE", help="RSS limit, e.g. 512MB or 1GiB.")
+@click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
+              help="Seconds of heartbeat silence before a busy child counts as hung (30).")
+@click.option("--queue-setting", "queue_settings", multiple=True, metavar="Q.KEY=VALUE",
+              help="Per-queue setting, e.g. images.max_rate=20; repeatable.")
+@dsn_option
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--log-format", default="text", show_default=True,
+              type=click.Choice(["text", "json"]))
+@reports_errors
+def run_command(children, apps, queues, burst, grace, lease_ttl, config_path, poll_interval,
+                prefetch, default_timeout, max_jobs_per_child, max_memory_per_child,
+                heartbeat_timeout, queue_settings, dsn, log_level, log_format):
+    """Run the supervisor: one parent claiming jobs, N forked children running them."""
+    configure_logging(log_level, log_format)
+    overrides = {
+        "children": children, "grace": grace, "lease_ttl": lease_ttl, "burst": burst or None,
+        "poll_interval": poll_interval, "prefetch": prefetch, "default_timeout": default_timeout,
+        "max_jobs_per_child": max_jobs_per_child, "max_memory_per_child": max_memory_per_child,
+        "heartbeat_timeout": heartbeat_timeout,
+    }
+    code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
+                          config_path=config_path, overrides=overrides,
+                          queue_settings=list(queue_settings), progress=True)
+    raise SystemExit(code)

@@ -1,0 +1,37 @@
+"""Log lines: readable text by default, one JSON object per line for collectors."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import orjson
+
+TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One orjson object per record: time, level, logger, message (and the traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def configure_logging(level: str = "info", fmt: str = "text") -> None:
+    """Send the ``supervisor`` loggers to stderr at ``level`` in ``fmt`` (text|json)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger("supervisor")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

@@ -1,0 +1,134 @@
+"""Handlers for the end-to-end tests, loaded with ``--app e2e_handlers``.
+
+Each run appends one line to the file named by ``E2E_LOG`` (``O_APPEND`` writes of a
+short line are atomic), so tests check what ran, how often and when, instead of
+trusting the supervisor's own account.
+"""
+
+import os
+import re
+import time
+
+import orjson
+
+from workers import Discard, current_job, job
+
+
+def record(event: str, **extra) -> None:
+    path = os.environ.get("E2E_LOG")
+    if not path:
+        return
+    ctx = current_job()
+    line = orjson.dumps({"id": ctx.id, "attempt": ctx.attempt, "kind": ctx.kind,
+                         "queue": ctx.queue, "pid": os.getpid(), "event": event,
+                         "t": time.time(), **extra}) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@job
+def e2e_noop(n: int = 0) -> int:
+    record("run")
+    return n
+
+
+@job
+def e2e_sleep(seconds: float) -> str:
+    record("start")
+    time.sleep(seconds)
+    record("end")
+    return "slept"
+
+
+@job(queue="weighted_a")
+def e2e_work_a(seconds: float) -> None:
+    record("start")
+    time.sleep(seconds)
+    record("end")
+
+
+@job(queue="weighted_b")
+def e2e_work_b(seconds: float) -> None:
+    record("start")
+    time.sleep(seconds)
+    record("end")
+
+
+@job(max_attempts=2)
+def e2e_raise(message: str = "boom") -> None:
+    record("run")
+    raise ValueError(message)
+
+
+@job
+def e2e_discard() -> None:
+    record("run")
+    raise Discard("not worth retrying")
+
+
+@job(max_attempts=3)
+def e2e_segv_once() -> str:
+    """Dies by SIGSEGV on its first attempt, succeeds on the next."""
+    record("run")
+    if current_job().attempt == 1:
+        os.kill(os.getpid(), 11)
+    return "survived"
+
+
+@job(max_attempts=3)
+def e2e_exit_once(code: int = 3) -> str:
+    record("run")
+    if current_job().attempt == 1:
+        os._exit(code)
+    return "survived"
+
+
+@job(max_attempts=2, timeout=1.0)
+def e2e_too_slow() -> None:
+    record("run")
+    time.sleep(60)
+
+
+@job(max_attempts=2)
+def e2e_hang_in_c() -> None:
+    """Catastrophic backtracking: holds the GIL in C, so no heartbeat can be sent."""
+    record("run")
+    re.match(r"(a+)+$", "a" * 64 + "b")
+
+
+@job
+def e2e_typed(a: int, b: int) -> int:
+    record("run")
+    return a + b
+
+
+@job
+def e2e_unserializable() -> object:
+    record("run")
+    return {1, 2, 3}
+
+
+@job
+def e2e_huge_result(size: int) -> str:
+    record("run")
+    return "x" * size
+
+
+@job
+def e2e_wait_for(path: str, timeout: float = 30.0) -> str:
+    """Runs until ``path`` exists: lets a test hold a job running without sleeping."""
+    record("start")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    record("end")
+    return "released"
+
+
+@job
+def e2e_nul_result() -> str:
+    record("run")
+    return "a\x00b"
