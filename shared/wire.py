@@ -123,6 +123,12 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add received bytes; return every frame they complete, in order."""
+        if not self._buf and len(data) >= HEADER_SIZE:
+            # The common case on a pipe: exactly one whole frame per read.
+            version, mtype, flags, length = _unpack_header(data)
+            if (len(data) == HEADER_SIZE + length and version == VERSION
+                    and mtype in TYPE_NAMES and length <= self.max_body):
+                return [Frame(mtype, flags, data[HEADER_SIZE:])]
         buf = self._buf + data if self._buf else data
         frames: list[Frame] = []
         pos = 0

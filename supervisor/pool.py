@@ -152,7 +152,11 @@ class Pool(PoolIO):
         return outcomes
 
     def next_deadline(self) -> float | None:
-        """Monotonic time of the next boot, heartbeat, job or kill deadline."""
+        """Monotonic time by which ``tick`` must run: the next boot, heartbeat, job or
+        kill deadline (possibly a little early, never late)."""
+        return self._due
+
+    def _earliest(self) -> float | None:
         soonest = None
         for child in self._children.values():
             due = child.deadline()
@@ -180,7 +184,12 @@ class Pool(PoolIO):
         child.job_started = now
         child.timeout = timeout
         child.job_deadline = now + timeout if timeout else None
-        child.beat_deadline = now + self.settings.heartbeat_timeout
+        child.beat_deadline = beat = now + self.settings.heartbeat_timeout
+        due = self._due
+        if due is None or beat < due:
+            self._due = beat
+        if child.job_deadline is not None and child.job_deadline < self._due:
+            self._due = child.job_deadline
         self._in_flight[job.id] = child
         self._send(child, _encode_run(job.id, job.kind, job.queue, job.attempt,
                                       job.max_attempts, job.args_json))
@@ -202,7 +211,18 @@ class Pool(PoolIO):
         ``PoolHalted`` once children have crash-looped at boot."""
         if self._halted:
             raise PoolHalted(self._halted)
-        now = self._clock()
+        due = self._due
+        if due is not None:
+            now = self._clock()
+            if now >= due:
+                self._enforce_deadlines(now)
+                self._due = self._earliest()
+        if self._size_dirty:
+            self._maintain_size()
+        if self._halted:
+            raise PoolHalted(self._halted)
+
+    def _enforce_deadlines(self, now: float) -> None:
         settings = self.settings
         for child in list(self._children.values()):
             state = child.state
@@ -224,9 +244,6 @@ class Pool(PoolIO):
                 self._os.killpg(child.pid, signal.SIGKILL)
                 child.sigkilled = True
                 child.exit_deadline = None
-        self._maintain_size()
-        if self._halted:
-            raise PoolHalted(self._halted)
 
     def _kill(self, child: Child, now: float, kind: str | None, message: str,
               sig: int = signal.SIGTERM, *, boot: bool = False) -> None:
@@ -250,6 +267,8 @@ class Pool(PoolIO):
             # A stopped process holds SIGTERM pending until it runs again.
             self._os.killpg(child.pid, signal.SIGCONT)
             child.exit_deadline = now + self.settings.kill_grace
+            self._arm(child.exit_deadline)
+        self._size_dirty = True
         self._event(child, "killed", message)
 
     # -- reaping ---------------------------------------------------------------
@@ -267,10 +286,12 @@ class Pool(PoolIO):
                                 describe_child_exit(status))
                 continue
             self._on_exit(child, status)
-        self._maintain_size()
+        if self._size_dirty:
+            self._maintain_size()
 
     def _on_exit(self, child: Child, status: int) -> None:
         now = self._clock()
+        self._size_dirty = True
         if child.state == IDLE:
             self._idle.remove(child)
         child.state = DEAD
@@ -312,11 +333,13 @@ class Pool(PoolIO):
     # -- size ------------------------------------------------------------------
 
     def _maintain_size(self) -> None:
+        self._size_dirty = False
         if not self._started or self._stopping or self._halted:
             return
         active = [c for c in self._children.values() if c.state in ACTIVE_STATES]
         for _ in range(self._target - len(active)):
             if not self._spawn():
+                self._size_dirty = True  # try again at the next tick
                 break
         staying = [c for c in active if not c.retire_after_job]
         excess = len(staying) - self._target
@@ -349,5 +372,6 @@ class Pool(PoolIO):
         self._by_fd[child.read_fd] = child
         self._by_fd[child.write_fd] = child
         self._sel.register(child.read_fd, EVENT_READ, self)
+        self._arm(child.boot_deadline)
         self._event(child, "spawned", f"max_jobs={child.max_jobs}")
         return True

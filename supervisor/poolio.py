@@ -47,6 +47,14 @@ class PoolIO:
         self._outcomes: list = []
         self._crashes = CrashLoop(settings.crash_loop_limit, settings.crash_loop_window)
         self._stopping = False
+        # A lower bound on the earliest deadline of any child: extending a deadline
+        # leaves it early, which costs one idle look, never a missed deadline.
+        self._due: float | None = None
+        self._size_dirty = True  # a child left the active states: recount in tick
+
+    def _arm(self, when: float | None) -> None:
+        if when is not None and (self._due is None or when < self._due):
+            self._due = when
 
     def _kill(self, child: Child, now: float, kind: str | None, message: str,
               sig: int = signal.SIGTERM, *, boot: bool = False) -> None:
@@ -125,6 +133,8 @@ class PoolIO:
             child.state = STOPPING
             child.expected_exit = True
             child.exit_deadline = now + self.settings.kill_grace
+            self._arm(child.exit_deadline)
+            self._size_dirty = True
             self._event(child, "stopping", "recycling: its job or memory limit was reached")
         elif child.retire_after_job or self._stopping:
             self._send_stop(child, now, "retiring after its job")
@@ -192,6 +202,8 @@ class PoolIO:
         grace = self.settings.kill_grace
         child.exit_deadline = now + (self.settings.boot_timeout + grace if was_booting
                                      else grace)
+        self._arm(child.exit_deadline)
+        self._size_dirty = True
         self._send(child, STOP_FRAME)
         self._event(child, "stopping", why)
 

@@ -34,6 +34,7 @@ from shared.jobs import (
     FAIL_RETRY,
     FAIL_UNKNOWN_KIND,
 )
+from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
@@ -112,6 +113,7 @@ class JobRunner:
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
         self.jobs_done = 0
+        self._checkers: dict[str, ArgsChecker] = {}
         fd = config.write_fd
         self.heartbeat = Heartbeat(lambda data: wire.write_all(fd, data),
                                    config.heartbeat_interval)
@@ -132,7 +134,7 @@ class JobRunner:
                 return CHILD_OK
             if frame.type != wire.RUN:
                 continue
-            mtype, body = self.run_job(frame.json())
+            mtype, body = self.run_job(orjson.loads(frame.body))
             self.jobs_done += 1
             last = self._should_recycle()
             data = wire.encode_raw(mtype, body, wire.FLAG_LAST if last else 0)
@@ -161,8 +163,11 @@ class JobRunner:
         if not isinstance(args, dict):
             return _failed(job_id, FAIL_BINDING,
                            f"args must be a JSON object, not {type(args).__name__}")
+        checker = self._checkers.get(kind)
+        if checker is None:
+            checker = self._checkers[kind] = ArgsChecker(handle.signature)
         try:
-            handle.signature.bind(**args)
+            checker.check(args)
         except TypeError as exc:
             return _failed(job_id, FAIL_BINDING,
                            f"args do not fit {kind}{handle.signature}: {exc}")

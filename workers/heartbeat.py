@@ -25,8 +25,10 @@ class Heartbeat:
         self.lock = threading.Lock()
         self.interval = interval
         self._write = write
-        self._job_id: int | None = None
-        self._context: JobContext | None = None
+        # One tuple, swapped whole, so the thread never sees a job id with another
+        # job's context and ``begin`` needs no lock.
+        self._current: tuple[int, JobContext] | None = None
+        self._seen_job: int | None = None
         self._seen_seq = 0
         self._thread: threading.Thread | None = None
 
@@ -37,15 +39,11 @@ class Heartbeat:
 
     def begin(self, job_id: int, context: JobContext) -> None:
         """A job starts: beat for it from now on."""
-        with self.lock:
-            self._job_id = job_id
-            self._context = context
-            self._seen_seq = 0
+        self._current = (job_id, context)
 
     def end(self) -> None:
         """The job is answered. Call with ``lock`` held."""
-        self._job_id = None
-        self._context = None
+        self._current = None
 
     def write(self, data: bytes) -> None:
         """Write a frame to the parent with the pipe lock held."""
@@ -65,10 +63,13 @@ class Heartbeat:
     def beat(self) -> None:
         """Send one heartbeat if a job is running (the thread calls this)."""
         with self.lock:
-            job_id = self._job_id
-            context = self._context
-            if job_id is None or context is None:
+            current = self._current
+            if current is None:
                 return
+            job_id, context = current
+            if job_id != self._seen_job:
+                self._seen_job = job_id
+                self._seen_seq = 0
             seq, progress = context.take_progress(self._seen_seq)
             self._seen_seq = seq
             body = {"job": job_id} if progress is None else {"job": job_id,

@@ -1,0 +1,113 @@
+"""Handlers for the pool's real-process tests. Kinds are prefixed ``pool_`` so they do
+not clash with other tests' kinds in the shared registry."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+from workers import Discard, Retry, current_job, job
+
+_hoard: list[bytes] = []
+
+
+@job(name="pool_noop")
+def pool_noop() -> None:
+    return None
+
+
+@job(name="pool_echo")
+def pool_echo(value, pid: bool = False):
+    if pid:
+        return {"value": value, "pid": os.getpid()}
+    return value
+
+
+@job(name="pool_raise")
+def pool_raise(message: str = "boom"):
+    def inner():
+        raise ValueError(message)
+    inner()
+
+
+@job(name="pool_discard")
+def pool_discard():
+    raise Discard("not worth it")
+
+
+@job(name="pool_retry")
+def pool_retry(delay: float = 7.5):
+    raise Retry(delay=delay, reason="later please")
+
+
+@job(name="pool_segv")
+def pool_segv():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@job(name="pool_exit")
+def pool_exit(code: int = 3):
+    os._exit(code)
+
+
+@job(name="pool_sleep")
+def pool_sleep(seconds: float):
+    time.sleep(seconds)
+    return seconds
+
+
+@job(name="pool_sleep_with_timeout", timeout=0.3)
+def pool_sleep_with_timeout(seconds: float):
+    time.sleep(seconds)
+
+
+@job(name="pool_regex_hang")
+def pool_regex_hang(n: int = 40):
+    # Catastrophic backtracking: minutes inside one C call that holds the GIL.
+    return bool(re.match(r"(a+)+$", "a" * n + "b"))
+
+
+@job(name="pool_stop_self")
+def pool_stop_self():
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+@job(name="pool_grandchild")
+def pool_grandchild(pidfile: str, seconds: float = 60.0):
+    proc = subprocess.Popen(["sleep", str(seconds)])
+    with open(pidfile, "w") as f:
+        f.write(str(proc.pid))
+    time.sleep(seconds)
+
+
+@job(name="pool_hoard")
+def pool_hoard(megabytes: int):
+    # Bytes written, not calloc'ed, so the pages are resident.
+    _hoard.append(b"\x01" * (megabytes << 20))
+    return {"pid": os.getpid()}
+
+
+@job(name="pool_unserializable")
+def pool_unserializable():
+    return {1, 2, 3}
+
+
+@job(name="pool_big_result")
+def pool_big_result(size: int):
+    return "x" * size
+
+
+@job(name="pool_progress")
+def pool_progress(steps: int = 3, pause: float = 0.1):
+    for i in range(1, steps + 1):
+        current_job().progress(i, steps, message=f"step {i}")
+        time.sleep(pause)
+    return steps
+
+
+@job(name="pool_pid")
+def pool_pid():
+    return os.getpid()
