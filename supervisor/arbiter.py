@@ -29,13 +29,14 @@ from supervisor.children import (
     JobProgress,
     Pool,
     PoolHalted,
-    PoolSettings,
 )
 from supervisor.config import RunConfig
 from supervisor.database import Database
 from supervisor.dispatch import Ledger
+from supervisor.maintenance import Maintenance, MaintenanceSettings
 from supervisor.progress import BurstProgress
 from supervisor.scheduler import Scheduler
+from supervisor.signals import SignalInbox
 from supervisor.writer import write_pending
 
 log = logging.getLogger("supervisor.arbiter")
@@ -66,14 +67,18 @@ class Arbiter:
         self.owner = make_owner()
         self.selector = selectors.DefaultSelector()
         self.db = Database(dsn, self.owner, config.lease_ttl, self.selector, clock=clock)
-        self.pool = Pool(self._pool_settings(), self.selector, clock=clock)
+        self.pool = Pool(config.pool_settings(), self.selector, clock=clock)
         self.ledger = Ledger()
         self.scheduler = Scheduler(config, queues, clock())
+        self.maintenance = Maintenance(
+            self.owner, queues,
+            MaintenanceSettings(interval=config.maintenance_interval, retention=config.retention),
+            clock=clock)
         self.progress = progress
         self.state = RUNNING
         self.exit_code = 0
         self.halt_reason: str | None = None
-        self.signals: list[int] = []
+        self.inbox = SignalInbox(HANDLED_SIGNALS)
         self.drain_deadline: float | None = None
         self.stop_deadline: float | None = None
         now = clock()
@@ -81,24 +86,13 @@ class Arbiter:
         self.next_renew = now + config.lease_ttl / 3
         self.next_burst_check = now
         self.next_title = now
-        self._wakeup_r = self._wakeup_w = -1
-
-    def _pool_settings(self) -> PoolSettings:
-        c = self.config
-        return PoolSettings(
-            size=c.children, boot_timeout=c.boot_timeout,
-            heartbeat_interval=c.heartbeat_interval, heartbeat_timeout=c.heartbeat_timeout,
-            kill_grace=c.kill_grace, default_timeout=c.default_timeout,
-            max_jobs_per_child=c.max_jobs_per_child, max_memory_per_child=c.max_memory_per_child,
-            max_result_bytes=c.max_result_bytes,
-        )
 
     # -- life cycle ----------------------------------------------------------------------
     def run(self) -> int:
         """Serve until drained or stopped; returns the process exit code. Raises
         ``DatabaseUnavailable`` if the database cannot be reached at start."""
         self.db.open()
-        self._install_signals()
+        self.inbox.install(self.selector)
         log.info("supervisor %s starting %d children for queues %s", self.owner,
                  self.config.children, ",".join(self.queues))
         self.pool.start()
@@ -109,8 +103,9 @@ class Arbiter:
             self._collect_outcomes(self.clock())
             self._flush(force=True)
             self.pool.kill_all()
+            self.db.call(self.maintenance.leave, None)
             self.db.close()
-            self._restore_signals()
+            self.inbox.uninstall()
             if self.progress is not None:
                 self.progress.close(self.ledger.finished)
         log.info("supervisor %s stopped (%s)", self.owner,
@@ -124,8 +119,8 @@ class Arbiter:
                 self.pool.handle_event(key, mask)
             elif key.data is self.db:
                 self.db.handle_event(key, mask)
-            elif key.fd == self._wakeup_r:
-                self._drain_wakeup_fd()
+            elif key.data is self.inbox:
+                self.inbox.handle_event(key, mask)
         self._handle_signals()
         now = self.clock()
         try:
@@ -159,36 +154,8 @@ class Arbiter:
         return self.stop_deadline is not None and self.clock() >= self.stop_deadline
 
     # -- signals -------------------------------------------------------------------------
-    def _install_signals(self) -> None:
-        self._wakeup_r, self._wakeup_w = os.pipe()
-        for fd in (self._wakeup_r, self._wakeup_w):
-            os.set_blocking(fd, False)
-        self.selector.register(self._wakeup_r, selectors.EVENT_READ, data="signals")
-        signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
-        for sig in HANDLED_SIGNALS:
-            signal.signal(sig, self._record_signal)
-
-    def _restore_signals(self) -> None:
-        signal.set_wakeup_fd(-1)
-        for sig in HANDLED_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
-        for fd in (self._wakeup_r, self._wakeup_w):
-            if fd >= 0:
-                os.close(fd)
-
-    def _record_signal(self, signum: int, frame: object) -> None:
-        self.signals.append(signum)
-
-    def _drain_wakeup_fd(self) -> None:
-        try:
-            while os.read(self._wakeup_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
     def _handle_signals(self) -> None:
-        while self.signals:
-            signum = self.signals.pop(0)
+        for signum in self.inbox.take():
             name = signal.Signals(signum).name[3:].lower()
             getattr(self, f"handle_{name}")()
 
@@ -363,6 +330,9 @@ class Arbiter:
         if now >= self.next_renew:
             self.next_renew = now + self.config.lease_ttl / 3
             self._renew()
+        if self.maintenance.due(now) and self.db.up:
+            self.db.call(lambda s: self.maintenance.run_round(
+                s, children=self.pool.size(), busy=self.pool.busy_count()), None)
 
     def _poll(self) -> None:
         """Promote due scheduled/retryable jobs and ask which queues hold work."""
@@ -401,7 +371,7 @@ class Arbiter:
     # -- display -------------------------------------------------------------------------
     def _timeout(self) -> float:
         now = self.clock()
-        due = [now + MAX_WAIT, self.next_poll, self.next_renew]
+        due = [now + MAX_WAIT, self.next_poll, self.next_renew, self.maintenance.next_round]
         for t in (self.pool.next_deadline(), self.db.next_retry(),
                   self.scheduler.next_token_at(now), self.drain_deadline, self.stop_deadline):
             if t is not None:

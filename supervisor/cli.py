@@ -78,9 +78,11 @@ def _parse_args(text: str) -> dict:
 
 def _attach_commands() -> None:
     # Commands that live in their own modules; each module names one click command.
+    from supervisor.cli_demo import demo_command
     from supervisor.cli_run import run_command
 
     main.add_command(run_command)
+    main.add_command(demo_command)
 
 
 _attach_commands()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from supervisor.childproc import PoolSettings
 from supervisor.overflow import QueuePolicy, validate
 
 
@@ -54,7 +55,20 @@ class RunConfig:
     max_result_bytes: int = 1 << 20
     flush_interval: float = 0.005  # longest a finished job's outcome waits to be batched
     prefetch: int = 1  # default for queues that do not set their own
+    maintenance_interval: float = 5.0  # heartbeat and leader chores (rescue, prune)
+    retention: float = 7 * 24 * 3600.0  # seconds finished jobs are kept before pruning
+    metrics_port: int | None = None  # serve Prometheus text on this port when set
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
+
+    def pool_settings(self) -> PoolSettings:
+        """The child pool's part of these settings."""
+        return PoolSettings(
+            size=self.children, boot_timeout=self.boot_timeout,
+            heartbeat_interval=self.heartbeat_interval, heartbeat_timeout=self.heartbeat_timeout,
+            kill_grace=self.kill_grace, default_timeout=self.default_timeout,
+            max_jobs_per_child=self.max_jobs_per_child,
+            max_memory_per_child=self.max_memory_per_child, max_result_bytes=self.max_result_bytes,
+        )
 
     def policy(self, queue: str) -> QueuePolicy:
         """The scheduling policy of ``queue`` (configured, or the defaults)."""
@@ -175,10 +189,12 @@ def _check(config: RunConfig) -> None:
     if config.children < 1:
         raise ConfigError("children must be at least 1")
     for key in ("grace", "lease_ttl", "poll_interval", "boot_timeout", "heartbeat_interval",
-                "heartbeat_timeout", "kill_grace", "flush_interval"):
+                "heartbeat_timeout", "kill_grace", "flush_interval", "retention"):
         if getattr(config, key) < 0:
             raise ConfigError(f"{key} must not be negative")
     if config.lease_ttl < 1:
         raise ConfigError("lease_ttl must be at least 1 second (leases renew every lease_ttl/3)")
+    if config.maintenance_interval <= 0:
+        raise ConfigError("maintenance_interval must be positive")
     if config.heartbeat_timeout <= config.heartbeat_interval:
         raise ConfigError("heartbeat_timeout must be longer than heartbeat_interval")

@@ -156,6 +156,17 @@ WHERE queue = ANY(%(queues)s::text[])
 GROUP BY queue, state
 """
 
+# One index probe per queue (the partial index on available jobs), so asking costs the
+# same whether a queue holds ten jobs or ten million.
+_QUEUES_WITH_WORK = """
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+WHERE EXISTS (
+    SELECT 1 FROM supervisor.jobs j
+    WHERE j.state = 'available' AND j.queue = q.name AND j.run_at <= now()
+      AND j.kind = ANY(%(kinds)s::text[])
+) AND NOT EXISTS (SELECT 1 FROM supervisor.queues p WHERE p.name = q.name AND p.paused)
+"""
+
 _HAS_DUE_WORK = """
 SELECT EXISTS (
     SELECT 1 FROM supervisor.jobs j
@@ -311,6 +322,15 @@ class Store:
             if state != "running":
                 counts[queue]["due"] += due
         return counts
+
+    def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str]) -> set[str]:
+        """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now: the
+        scheduler shares children only among these."""
+        if not queues or not kinds:
+            return set()
+        rows = self.conn.execute(_QUEUES_WITH_WORK, {"queues": list(queues),
+                                                     "kinds": list(kinds)}, prepare=True)
+        return {row[0] for row in rows}
 
     def has_due_work(self, queues: Sequence[str], kinds: Sequence[str]) -> bool:
         """Whether any job of ``kinds`` in ``queues`` could be claimed now or after

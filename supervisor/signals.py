@@ -1,0 +1,57 @@
+"""Signals for a single-threaded selector loop: handlers only record.
+
+The handler appends the signal number to a list; ``signal.set_wakeup_fd`` writes a byte
+to a pipe the loop's selector watches, so a signal wakes ``select()`` at once and is then
+handled in the loop, never inside the handler.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+
+
+class SignalInbox:
+    """Records the given signals and wakes the selector when one arrives."""
+
+    def __init__(self, signals: tuple[int, ...]) -> None:
+        self.signals = signals
+        self.pending: list[int] = []
+        self._read_fd = self._write_fd = -1
+
+    def install(self, selector: selectors.BaseSelector) -> None:
+        """Start recording; the wakeup pipe is registered with ``data=self``."""
+        self._read_fd, self._write_fd = os.pipe()
+        for fd in (self._read_fd, self._write_fd):
+            os.set_blocking(fd, False)
+        selector.register(self._read_fd, selectors.EVENT_READ, data=self)
+        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        for sig in self.signals:
+            signal.signal(sig, self._record)
+
+    def _record(self, signum: int, frame: object) -> None:
+        self.pending.append(signum)
+
+    def handle_event(self, key: object, mask: int) -> None:
+        """Empty the wakeup pipe (the signals themselves are in ``pending``)."""
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def take(self) -> list[int]:
+        """Signals received since the last call, in order."""
+        taken, self.pending = self.pending, []
+        return taken
+
+    def uninstall(self) -> None:
+        """Restore default handlers and close the pipe."""
+        signal.set_wakeup_fd(-1)
+        for sig in self.signals:
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in (self._read_fd, self._write_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._read_fd = self._write_fd = -1
