@@ -1,0 +1,121 @@
+"""The wire protocol: framing, the size cap, incremental reads, non-blocking writes."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from shared import wire
+
+
+def test_round_trip_one_frame_at_a_time():
+    reader = wire.FrameReader()
+    frames = reader.feed(wire.encode(wire.READY, {"pid": 12, "worker": 3}))
+    assert [(f.type, f.json()) for f in frames] == [(wire.READY, {"pid": 12, "worker": 3})]
+    assert reader.pending == 0
+
+
+def test_empty_body_decodes_to_empty_dict():
+    (frame,) = wire.FrameReader().feed(wire.encode(wire.STOP))
+    assert frame.type == wire.STOP and frame.body == b"" and frame.json() == {}
+
+
+def test_byte_by_byte_and_many_per_read():
+    data = b"".join(wire.encode(wire.HEARTBEAT, {"job": i}) for i in range(5))
+    reader = wire.FrameReader()
+    got = []
+    for i in range(len(data)):
+        got += reader.feed(data[i:i + 1])
+    assert [f.json()["job"] for f in got] == [0, 1, 2, 3, 4]
+    assert [f.json()["job"] for f in wire.FrameReader().feed(data)] == [0, 1, 2, 3, 4]
+
+
+def test_run_embeds_args_text_without_decoding_it():
+    args_json = '{"path": "a.png", "width": 64}'
+    frame = wire.FrameReader().feed(wire.encode_run(7, "resize", "images", 2, 5, args_json))[0]
+    assert args_json in frame.body.decode()
+    assert frame.json() == {"id": 7, "kind": "resize", "queue": "images", "attempt": 2,
+                            "max_attempts": 5, "args": {"path": "a.png", "width": 64}}
+
+
+def test_done_carries_raw_result_and_last_flag():
+    frame = wire.FrameReader().feed(wire.encode_raw(wire.DONE, b'{"ok":true}',
+                                                    wire.FLAG_LAST))[0]
+    assert frame.body == b'{"ok":true}' and frame.last
+
+
+def test_size_cap_is_checked_before_the_body_arrives():
+    reader = wire.FrameReader(max_body=100)
+    header = wire.HEADER.pack(wire.VERSION, wire.DONE, 0, 10_000)
+    with pytest.raises(wire.ProtocolError, match="over the 100-byte cap"):
+        reader.feed(header)  # no body bytes sent at all
+
+
+@pytest.mark.parametrize("header", [
+    wire.HEADER.pack(9, wire.DONE, 0, 0),
+    wire.HEADER.pack(wire.VERSION, 200, 0, 0),
+])
+def test_bad_version_or_type_is_a_protocol_error(header):
+    with pytest.raises(wire.ProtocolError):
+        wire.FrameReader().feed(header)
+
+
+def test_writer_never_blocks_and_flushes_later():
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        writer = wire.FrameWriter()
+        big = wire.encode_raw(wire.DONE, b"x" * (1 << 20))  # larger than a pipe holds
+        assert writer.send(big, lambda d: os.write(w, d)) is False
+        assert writer.wants_write
+        got = b""
+        while writer.wants_write or len(got) < len(big):
+            if writer.wants_write:
+                writer.flush(lambda d: os.write(w, d))
+            got += os.read(r, 1 << 16)
+        assert got == big
+        assert writer.pending == 0
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_writer_keeps_order_while_backlogged():
+    taken = []
+    budget = [3]
+
+    def write(data):
+        if budget[0] <= 0:
+            raise BlockingIOError
+        n = min(len(data), budget[0])
+        budget[0] -= n
+        taken.append(bytes(data[:n]))
+        return n
+
+    writer = wire.FrameWriter()
+    assert not writer.send(b"abcdef", write)
+    assert not writer.send(b"gh", write)
+    budget[0] = 100
+    assert writer.flush(write)
+    assert b"".join(taken) == b"abcdefgh"
+
+
+def test_blocking_reader_and_write_all():
+    r, w = os.pipe()
+    try:
+        wire.write_all(w, wire.encode(wire.RUN, {"n": 1}) + wire.encode(wire.STOP))
+        os.close(w)
+        reader = wire.BlockingReader(r)
+        assert reader.next().json() == {"n": 1}
+        assert reader.next().type == wire.STOP
+        assert reader.next() is None
+    finally:
+        os.close(r)
+
+
+def test_bodies_are_orjson():
+    body = {"kind": "error", "message": "é", "retry_delay": None}
+    (frame,) = wire.FrameReader().feed(wire.encode(wire.FAILED, body))
+    assert frame.body == orjson.dumps(body)
