@@ -413,6 +413,7 @@ def test_boot_failures_within_the_window_halt_even_with_readies_between():
     with pytest.raises(PoolHalted, match="crash loop"):
         for _ in range(3):
             h.exits(h.pids()[0], signalled(signal.SIGSEGV))  # dies at boot
+            h.pool.tick()
             h.ready(h.pids()[0])  # its replacement boots: the streak resets
             h.exits(h.pids()[0], signalled(signal.SIGKILL))  # and dies later
             h.clock.now += 1.0
