@@ -29,7 +29,8 @@ def mandelbrot_tile(x0: int, y0: int, width: int, height: int, image_width: int,
             while n < max_iter and zr * zr + zi * zi <= 4.0:
                 zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
                 n += 1
-            pixels[row * width + col] = 0 if n == max_iter else 255 - (n * 255 // max_iter)
+            # Interior black; outside, brighter the longer a point resisted escaping.
+            pixels[row * width + col] = 0 if n == max_iter else int(255 * (n / max_iter) ** 0.3)
         if row % 16 == 15:
             current_job().progress(row + 1, height)
     return {"x0": x0, "y0": y0, "width": width, "height": height,
