@@ -26,11 +26,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import orjson  # noqa: E402
+import orjson
 
-from shared.jobs import ClaimedJob  # noqa: E402
-from supervisor.children import JobDone, JobFailed, Pool, PoolSettings  # noqa: E402
-from workers import job  # noqa: E402
+from shared.jobs import ClaimedJob
+from supervisor.children import JobDone, JobFailed, Pool, PoolSettings
+from workers import job
 
 HEADER = struct.Struct("!BBBI")
 ARGS = {"path": "images/2026/11/some-file-name.png", "width": 640, "height": 480,
@@ -53,7 +53,7 @@ def _raw_child(rfd: int, wfd: int) -> None:
             os._exit(0)
         buf += data
         while len(buf) >= HEADER.size:
-            _v, mtype, _f, length = HEADER.unpack_from(buf)
+            _v, _mtype, _f, length = HEADER.unpack_from(buf)
             if len(buf) < HEADER.size + length:
                 break
             msg = orjson.loads(buf[HEADER.size:HEADER.size + length])

@@ -63,6 +63,7 @@ class Pool(PoolIO):
         self._entry = entry  # what a forked child runs (tests may substitute)
         self._target = settings.size
         self._halted: str | None = None
+        self._halt_raised = False
         self._started = False
         self._parent_pid = 0
 
@@ -123,6 +124,11 @@ class Pool(PoolIO):
         self._maintain_size()
 
     # -- what the parent loop asks ---------------------------------------------
+
+    @property
+    def halted(self) -> str | None:
+        """Why the pool stopped forking (a crash loop), or None."""
+        return self._halted
 
     def size(self) -> int:
         """The current target number of children."""
@@ -208,9 +214,8 @@ class Pool(PoolIO):
 
     def tick(self) -> None:
         """Enforce every deadline that has passed and fork replacements. Raises
-        ``PoolHalted`` once children have crash-looped at boot."""
-        if self._halted:
-            raise PoolHalted(self._halted)
+        ``PoolHalted`` once, at the first tick after children crash-looped at boot;
+        later ticks keep enforcing deadlines (kills still escalate) and fork nothing."""
         due = self._due
         if due is not None:
             now = self._clock()
@@ -219,7 +224,8 @@ class Pool(PoolIO):
                 self._due = self._earliest()
         if self._size_dirty:
             self._maintain_size()
-        if self._halted:
+        if self._halted and not self._halt_raised:
+            self._halt_raised = True
             raise PoolHalted(self._halted)
 
     def _enforce_deadlines(self, now: float) -> None:

@@ -387,9 +387,9 @@ def test_crash_loop_halts_with_the_childs_own_words():
             h.pool.tick()
     assert forks == 3
     alive = len(h.pids())
-    with pytest.raises(PoolHalted):
-        h.pool.tick()
+    h.pool.tick()  # raised once; later ticks go on enforcing deadlines
     assert len(h.pids()) == alive  # no forking once halted
+    assert "crash loop" in h.pool.halted
 
 
 def test_a_ready_child_resets_the_crash_streak():

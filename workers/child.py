@@ -64,8 +64,8 @@ def child_main(config: ChildConfig) -> NoReturn:
     code = CHILD_BOOT_ERROR
     try:
         code = _boot_and_serve(config)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        _print_to_stderr(exc)
         code = CHILD_BOOT_ERROR
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -93,8 +93,17 @@ def _boot_and_serve(config: ChildConfig) -> int:
     return JobRunner(config).serve()
 
 
+def _print_to_stderr(exc: BaseException) -> None:
+    # Straight to fd 2: sys.stderr may wrap an fd the boot has just closed (pytest's
+    # capture file, a log handler's stream).
+    try:
+        wire.write_all(2, "".join(traceback.format_exception(exc)).encode(errors="replace"))
+    except OSError:
+        pass
+
+
 def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> None:
-    traceback.print_exception(exc)
+    _print_to_stderr(exc)
     message = _one_line(exc)
     try:
         wire.write_all(config.write_fd, wire.encode(wire.BOOT_ERROR,

@@ -1,0 +1,339 @@
+"""The pool with real forked children: every way a child can end, and what is left
+behind. The pool is driven by a small selectors loop, like the parent's, and tests wait
+for outcomes, never for a fixed time."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pool_handlers  # noqa: F401  (handlers are imported before forking, as --app does)
+import pytest
+
+from shared.jobs import ClaimedJob
+from supervisor.children import (
+    ChildEvent,
+    JobDone,
+    JobFailed,
+    JobProgress,
+    Pool,
+    PoolHalted,
+    PoolSettings,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = dict(heartbeat_interval=0.05, heartbeat_timeout=1.0, kill_grace=1.0,
+            boot_timeout=10.0)
+
+
+class Driver:
+    """A pool and the loop that drives it."""
+
+    def __init__(self, **settings) -> None:
+        merged = {"size": 1, **FAST, **settings}
+        self.sel = selectors.DefaultSelector()
+        self.pool = Pool(PoolSettings(**merged), self.sel)
+        self.outcomes: list = []
+        self._next_id = 0
+
+    def turn(self, wait: float = 0.02) -> None:
+        deadline = self.pool.next_deadline()
+        timeout = wait if deadline is None else min(wait, max(0.0, deadline - time.monotonic()))
+        for key, mask in self.sel.select(timeout):
+            if key.data is self.pool:
+                self.pool.handle_event(key, mask)
+        self.pool.reap()
+        self.pool.tick()
+        self.outcomes += self.pool.take_outcomes()
+
+    def until(self, predicate, timeout: float = 15.0) -> None:
+        end = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < end, f"timed out; outcomes: {self.outcomes[-8:]}"
+            self.turn()
+
+    def start(self) -> Driver:
+        self.pool.start()
+        self.until(lambda: self.pool.idle_count() == self.pool.size())
+        return self
+
+    def job(self, kind: str, args: str = "{}", timeout: float | None = None) -> ClaimedJob:
+        self._next_id += 1
+        return ClaimedJob(self._next_id, kind, "default", 1, 5, 0, timeout, args)
+
+    def finished(self, job_id: int):
+        for o in self.outcomes:
+            if isinstance(o, JobDone | JobFailed) and o.job.id == job_id:
+                return o
+        return None
+
+    def run(self, kind: str, args: str = "{}", timeout: float | None = None):
+        """Dispatch one job when a child is idle and wait for its outcome."""
+        self.until(lambda: self.pool.idle_count() > 0)
+        job = self.job(kind, args, timeout)
+        assert self.pool.dispatch(job)
+        self.until(lambda: self.finished(job.id) is not None)
+        return self.finished(job.id)
+
+    def events(self, what: str) -> list[ChildEvent]:
+        return [o for o in self.outcomes if isinstance(o, ChildEvent) and o.what == what]
+
+    def close(self) -> None:
+        self.pool.stop()
+        try:
+            self.until(lambda: self.pool.alive() == 0, timeout=5.0)
+        finally:
+            self.pool.kill_all()
+            self.until(lambda: self.pool.alive() == 0, timeout=5.0)
+            self.sel.close()
+
+
+@pytest.fixture
+def make_driver():
+    drivers: list[Driver] = []
+
+    def make(**settings) -> Driver:
+        driver = Driver(**settings)
+        drivers.append(driver)
+        return driver.start()
+
+    yield make
+    for driver in drivers:
+        driver.close()
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (a zombie nobody reaps counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def wait_gone(pids, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not all(gone(pid) for pid in pids):
+        assert time.monotonic() < end, f"still running: {[p for p in pids if not gone(p)]}"
+        time.sleep(0.01)
+
+
+def test_handler_returns_done_with_result(make_driver):
+    d = make_driver()
+    out = d.run("pool_echo", '{"value": {"a": [1, 2, 3]}}')
+    assert isinstance(out, JobDone) and out.result_json == '{"a":[1,2,3]}'
+
+
+def test_handler_raises_full_traceback_reaches_parent(make_driver):
+    d = make_driver()
+    out = d.run("pool_raise", '{"message": "no such image"}')
+    assert isinstance(out, JobFailed) and out.kind == "error" and not out.terminal
+    assert out.message == "ValueError: no such image"
+    assert "Traceback (most recent call last)" in out.traceback
+    assert "in inner" in out.traceback and "raise ValueError(message)" in out.traceback
+
+
+def test_discard_is_terminal_and_retry_carries_its_delay(make_driver):
+    d = make_driver()
+    discard = d.run("pool_discard")
+    assert (discard.kind, discard.terminal, discard.message) == ("discard", True,
+                                                                 "not worth it")
+    retry = d.run("pool_retry", '{"delay": 7.5}')
+    assert (retry.kind, retry.terminal, retry.retry_delay) == ("retry", False, 7.5)
+
+
+def test_segfault_is_crashed_and_the_child_is_replaced(make_driver):
+    d = make_driver()
+    first = d.run("pool_pid").result_json
+    out = d.run("pool_segv")
+    assert out.kind == "crashed" and "SIGSEGV" in out.message
+    second = d.run("pool_pid").result_json
+    assert first != second
+
+
+def test_os_exit_is_crashed_with_the_code(make_driver):
+    d = make_driver()
+    out = d.run("pool_exit", '{"code": 3}')
+    assert out.kind == "crashed" and "exited with code 3" in out.message
+    assert isinstance(d.run("pool_noop"), JobDone)
+
+
+def test_sleep_past_timeout_is_killed_within_timeout_plus_grace(make_driver):
+    d = make_driver(kill_grace=1.0)
+    out = d.run("pool_sleep", '{"seconds": 30}', timeout=0.5)
+    assert out.kind == "timeout" and out.message == "ran past its 0.5 s timeout"
+    assert out.duration < 0.5 + 1.0 + 1.0  # the margin is the test loop's, not the pool's
+    assert isinstance(d.run("pool_noop"), JobDone)
+
+
+def test_handler_timeout_from_the_job_decorator(make_driver):
+    d = make_driver()
+    out = d.run("pool_sleep_with_timeout", '{"seconds": 30}')
+    assert out.kind == "timeout" and "0.3 s" in out.message
+
+
+def test_gil_holding_hang_is_caught_by_the_heartbeat_deadline(make_driver):
+    d = make_driver(heartbeat_timeout=0.5)
+    out = d.run("pool_regex_hang", '{"n": 40}')
+    assert out.kind == "hung" and out.message == "no heartbeat for 0.5 s"
+    assert isinstance(d.run("pool_noop"), JobDone)
+
+
+def test_sigstopped_child_is_caught_by_the_heartbeat_deadline(make_driver):
+    d = make_driver(heartbeat_timeout=0.5)
+    out = d.run("pool_stop_self")
+    assert out.kind == "hung"
+    assert isinstance(d.run("pool_noop"), JobDone)
+
+
+def test_timeout_kills_the_whole_group_with_grandchildren(make_driver, tmp_path):
+    d = make_driver()
+    pidfile = tmp_path / "grandchild.pid"
+    out = d.run("pool_grandchild", f'{{"pidfile": "{pidfile}", "seconds": 60}}',
+                timeout=0.5)
+    assert out.kind == "timeout"
+    wait_gone([int(pidfile.read_text())])
+
+
+def test_child_over_memory_limit_is_recycled_after_its_job(make_driver):
+    d = make_driver(max_memory_per_child=200 << 20)
+    out = d.run("pool_hoard", '{"megabytes": 300}')
+    assert isinstance(out, JobDone)
+    d.until(lambda: d.events("recycled"))
+    hoarder = int(out.result_json.split(":")[1].rstrip("}"))
+    assert d.events("recycled")[0].pid == hoarder
+    assert not [o for o in d.outcomes if isinstance(o, JobFailed)]
+    assert d.run("pool_pid").result_json != str(hoarder)
+
+
+def test_unserializable_and_oversized_results_fail_and_the_child_survives(make_driver):
+    d = make_driver(max_result_bytes=1000)
+    pid = d.run("pool_pid").result_json
+    out = d.run("pool_unserializable")
+    assert out.kind == "result" and "not JSON-serializable" in out.message
+    assert d.run("pool_pid").result_json == pid
+    out = d.run("pool_big_result", '{"size": 5000}')
+    assert out.kind == "result" and "over the 1000-byte limit" in out.message
+    assert d.run("pool_pid").result_json == pid
+
+
+def test_binding_error_and_unknown_kind_are_terminal(make_driver):
+    d = make_driver()
+    out = d.run("pool_echo", '{"value": 1, "nope": 1}')
+    assert out.kind == "binding" and out.terminal and "nope" in out.message
+    out = d.run("pool_echo", "[1, 2]")
+    assert out.kind == "binding" and out.terminal
+    out = d.run("pool_no_such_kind")
+    assert out.kind == "unknown_kind" and out.terminal
+
+
+def test_progress_reaches_the_parent(make_driver):
+    d = make_driver()
+    out = d.run("pool_progress", '{"steps": 3, "pause": 0.15}')
+    assert isinstance(out, JobDone)
+    reports = [o.progress for o in d.outcomes if isinstance(o, JobProgress)]
+    assert reports and reports[-1]["total"] == 3
+    assert all(r["message"].startswith("step") for r in reports)
+
+
+def test_max_jobs_per_child_recycles(make_driver):
+    d = make_driver(max_jobs_per_child=3, max_jobs_jitter=0.0)
+    pids = [d.run("pool_pid").result_json for _ in range(7)]
+    assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4] == pids[5] != pids[6]
+    assert len(d.events("recycled")) >= 2
+    assert not [o for o in d.outcomes if isinstance(o, JobFailed)]
+
+
+def test_crash_loop_at_import_halts_instead_of_forking_forever():
+    d = Driver(size=2, crash_loop_limit=3, child_imports=("pool_no_such_module",))
+    d.pool.start()
+    try:
+        with pytest.raises(PoolHalted, match="No module named 'pool_no_such_module'"):
+            d.until(lambda: False, timeout=15.0)
+        assert len(d.events("spawned")) <= 3 + 2
+    finally:
+        d.pool.kill_all()
+        d.until(lambda: d.pool.alive() == 0, timeout=5.0)
+
+
+PARENT_SCRIPT = textwrap.dedent("""
+    import selectors, sys, time
+    import pool_handlers
+    from supervisor.children import Pool, PoolSettings
+    sel = selectors.DefaultSelector()
+    pool = Pool(PoolSettings(size=2), sel)
+    pool.start()
+    while pool.idle_count() < 2:
+        for key, mask in sel.select(0.1):
+            pool.handle_event(key, mask)
+    print(" ".join(str(pid) for pid in pool._children), flush=True)
+    time.sleep(60)
+""")
+
+
+def test_parent_killed_with_sigkill_takes_its_children_along():
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2 and not any(gone(pid) for pid in pids)
+        parent.kill()
+        parent.wait()
+        wait_gone(pids)
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+
+
+def own_children() -> set[int]:
+    kids: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            kids.update(int(p) for p in f.read().split())
+    return kids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_thousand_jobs_through_two_children_leave_no_fd_or_zombie():
+    fds_before = set(os.listdir("/proc/self/fd"))
+    kids_before = own_children()
+    d = Driver(size=2)
+    d.start()
+    pending = [d.job("pool_echo", f'{{"value": {i}}}') for i in range(1000)]
+    pending.reverse()
+    while pending or d.pool.busy_count():
+        while pending and d.pool.idle_count():
+            d.pool.dispatch(pending.pop())
+        d.turn()
+    done = [o for o in d.outcomes if isinstance(o, JobDone)]
+    assert len(done) == 1000
+    assert sorted(int(o.result_json) for o in done) == list(range(1000))
+    d.pool.stop()
+    d.until(lambda: d.pool.alive() == 0)
+    d.sel.close()
+    assert own_children() - kids_before == set()  # no child, live or zombie, left
+    assert set(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_sigterm_reaches_the_child_even_if_parent_handlers_were_installed(make_driver):
+    # The parent's handlers only record signals; a child must die of SIGTERM.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        d = make_driver()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out = d.run("pool_sleep", '{"seconds": 30}', timeout=0.3)
+    assert out.kind == "timeout"
+    exited = [e for e in d.events("exited") if "SIGTERM" in e.detail]
+    assert exited, d.events("exited")
