@@ -79,10 +79,16 @@ def _parse_args(text: str) -> dict:
 def _attach_commands() -> None:
     # Commands that live in their own modules; each module names one click command.
     from supervisor.cli_demo import demo_command
+    from supervisor.cli_jobs import jobs_group
+    from supervisor.cli_queues import queues_group
     from supervisor.cli_run import run_command
+    from supervisor.cli_status import status_command
 
     main.add_command(run_command)
     main.add_command(demo_command)
+    main.add_command(status_command)
+    main.add_command(jobs_group)
+    main.add_command(queues_group)
 
 
 _attach_commands()

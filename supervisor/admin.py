@@ -1,0 +1,175 @@
+"""The operator's view of the queue: ``status`` and the queue switches (pause, resume).
+
+Plain functions over an autocommit psycopg connection, returning plain data (dicts and
+lists) that the CLI formats; no click here. Job commands (list, show, retry, cancel)
+are in ``supervisor.admin_jobs``.
+
+Counting is one pass over ``supervisor.jobs`` grouped by queue and state, with every
+figure (counts, completions in the last minute, oldest waiting job) taken in that same
+pass: the cost grows with the table, never with the number of queues or states.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from shared.jobs import STATES
+
+# A supervisor whose heartbeat is older than this is not counted as alive (maintenance
+# drops such rows from the registry after the same time).
+LIVE_AFTER_SECONDS = 60.0
+RATE_WINDOW_SECONDS = 60.0
+MAX_QUEUE_NAME = 255  # the CHECK on supervisor.jobs.queue
+
+
+class AdminError(Exception):
+    """A refusal to report as one line (unknown job, wrong state, unique key taken).
+    ``usage`` is True when the input itself is malformed rather than not applicable."""
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+_QUEUE_STATES = """
+SELECT queue, state, count(*),
+       count(*) FILTER (WHERE state = 'completed'
+                          AND finished_at > now() - %(window)s * interval '1 second'),
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available'))::float8
+FROM supervisor.jobs
+GROUP BY queue, state
+"""
+
+_QUEUE_ROWS = "SELECT name, paused, updated_at FROM supervisor.queues"
+
+_LIVE_SUPERVISORS = """
+SELECT id, host, pid, started_at, heartbeat_at, queues, children, busy, info,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age,
+       extract(epoch FROM now() - started_at)::float8 AS uptime
+FROM supervisor.supervisors
+WHERE heartbeat_at > now() - %(live)s * interval '1 second'
+ORDER BY host, pid, id
+"""
+
+_STALE_SUPERVISORS = """
+SELECT count(*) FROM supervisor.supervisors
+WHERE heartbeat_at <= now() - %(live)s * interval '1 second'
+"""
+
+# Only asked when some live supervisor publishes its kinds (info.kinds): the distinct
+# kinds waiting in the given queues, read through the partial index of available jobs.
+_AVAILABLE_KINDS = """
+SELECT DISTINCT queue, kind FROM supervisor.jobs
+WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+"""
+
+_SET_PAUSED = """
+INSERT INTO supervisor.queues AS q (name, paused, updated_at)
+VALUES (%(name)s, %(paused)s, now())
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+RETURNING (SELECT p.paused FROM supervisor.queues p WHERE p.name = %(name)s)
+"""
+
+_WAITING_IN_QUEUE = """
+SELECT count(*) FROM supervisor.jobs WHERE state = 'available' AND queue = %(name)s
+"""
+
+
+def queue_stats(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Every queue that has jobs or a row in ``supervisor.queues``, sorted by name: its
+    counts by state, ``rate`` (jobs completed per second over the last minute),
+    ``oldest_available`` (seconds since the oldest available job's run_at, or None),
+    ``paused``."""
+    queues: dict[str, dict[str, Any]] = {}
+
+    def entry(name: str) -> dict[str, Any]:
+        if name not in queues:
+            queues[name] = {"name": name, "paused": False, "counts": dict.fromkeys(STATES, 0),
+                            "rate": 0.0, "oldest_available": None}
+        return queues[name]
+
+    rows = conn.execute(_QUEUE_STATES, {"window": RATE_WINDOW_SECONDS}).fetchall()
+    for queue, state, total, recent, oldest in rows:
+        item = entry(queue)
+        item["counts"][state] = total
+        if state == "completed":
+            item["rate"] = recent / RATE_WINDOW_SECONDS
+        if state == "available" and oldest is not None:
+            item["oldest_available"] = max(oldest, 0.0)  # run_at may be a hair ahead
+    for name, paused, _updated in conn.execute(_QUEUE_ROWS):
+        entry(name)["paused"] = paused
+    return [queues[name] for name in sorted(queues)]
+
+
+def live_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Supervisors whose heartbeat is within ``LIVE_AFTER_SECONDS``."""
+    cur = conn.execute(_LIVE_SUPERVISORS, {"live": LIVE_AFTER_SECONDS})
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur]
+
+
+def status(conn: psycopg.Connection) -> dict[str, Any]:
+    """Everything ``supervisor status`` shows, as one JSON-ready dict: ``queues`` (see
+    ``queue_stats``), ``supervisors`` (live ones), ``stale_supervisors`` (how many rows
+    have stopped beating), ``unserved`` (queues with available jobs that no live
+    supervisor serves) and ``unhandled`` (``{queue, kind}`` waiting in a served queue
+    whose supervisors all publish their kinds and none names it)."""
+    queues = queue_stats(conn)
+    sups = live_supervisors(conn)
+    stale = conn.execute(_STALE_SUPERVISORS, {"live": LIVE_AFTER_SECONDS}).fetchone()[0]
+    served: dict[str, list[dict[str, Any]]] = {}
+    for sup in sups:
+        for name in sup["queues"] or ():
+            served.setdefault(name, []).append(sup)
+    waiting = [q["name"] for q in queues if q["counts"]["available"]]
+    unserved = [name for name in waiting if name not in served]
+    return {
+        "queues": queues,
+        "supervisors": [_public_supervisor(s) for s in sups],
+        "stale_supervisors": stale,
+        "unserved": unserved,
+        "unhandled": _unhandled(conn, [n for n in waiting if n in served], served),
+    }
+
+
+def _unhandled(conn: psycopg.Connection, queues: list[str],
+               served: dict[str, list[dict[str, Any]]]) -> list[dict[str, str]]:
+    # Kinds can only be judged when every supervisor serving the queue says which kinds
+    # it has handlers for; otherwise we cannot tell and report nothing for that queue.
+    known = {q: set().union(*(_kinds(s) for s in served[q]))
+             for q in queues if all(_kinds(s) is not None for s in served[q])}
+    if not known:
+        return []
+    rows = conn.execute(_AVAILABLE_KINDS, {"queues": sorted(known)}).fetchall()
+    return [{"queue": q, "kind": k} for q, k in sorted(rows) if k not in known[q]]
+
+
+def _kinds(sup: dict[str, Any]) -> set[str] | None:
+    kinds = (sup.get("info") or {}).get("kinds")
+    return set(kinds) if isinstance(kinds, list) else None
+
+
+def _public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
+    return {k: sup[k] for k in ("id", "host", "pid", "started_at", "heartbeat_at", "queues",
+                                "children", "busy", "heartbeat_age", "uptime")}
+
+
+def check_queue_name(name: str) -> str:
+    """``name`` if it could name a queue (1 to 255 characters), else ``AdminError``."""
+    if not name or len(name) > MAX_QUEUE_NAME:
+        raise AdminError(f"a queue name has 1 to {MAX_QUEUE_NAME} characters; got {len(name)}",
+                         usage=True)
+    return name
+
+
+def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, Any]:
+    """Pause or resume queue ``name`` (its row in ``supervisor.queues`` is created when
+    missing). Supervisors see it at their next claim; resuming wakes them through the
+    schema's trigger. Returns ``{name, paused, was_paused, available}``."""
+    check_queue_name(name)
+    with conn.transaction():
+        was = conn.execute(_SET_PAUSED, {"name": name, "paused": paused}).fetchone()[0]
+        available = conn.execute(_WAITING_IN_QUEUE, {"name": name}).fetchone()[0]
+    return {"name": name, "paused": paused, "was_paused": bool(was), "available": available}

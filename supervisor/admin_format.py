@@ -1,0 +1,69 @@
+"""Plain-text presentation for the operator commands: aligned columns (numbers to the
+right), humanised ages, one-line messages. Pure functions, no dependency beyond the
+standard library, so any terminal and any ``grep`` can read the output."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import orjson
+
+
+def age(seconds: float | None) -> str:
+    """``3s``, ``4m12s``, ``2h05m``, ``3d04h``; ``-`` for None. Negative means future:
+    ``in 30s``."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        return f"in {age(-seconds)}"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def since(when: datetime | None, now: datetime | None = None) -> str:
+    """How long ago ``when`` was (``4m12s ago``) or how far ahead (``in 30s``)."""
+    if when is None:
+        return "-"
+    now = now or datetime.now(UTC)
+    delta = (now - when).total_seconds()
+    return f"{age(delta)} ago" if delta >= 0 else age(delta)
+
+
+def one_line(text: str | None, width: int = 60) -> str:
+    """The first line of ``text``, cut to ``width`` characters with an ellipsis."""
+    if not text:
+        return ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
+          right: Sequence[int] = ()) -> str:
+    """Columns separated by two spaces, padded to the widest cell; the column numbers
+    in ``right`` are right-aligned (numbers). The last column is not padded."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = []
+        for i, cell in enumerate(row):
+            if i in right:
+                parts.append(cell.rjust(widths[i]))
+            elif i == len(row) - 1:
+                parts.append(cell)
+            else:
+                parts.append(cell.ljust(widths[i]))
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def to_json(value: object) -> str:
+    """``value`` as indented JSON text (orjson: datetimes become ISO 8601)."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()

@@ -1,0 +1,186 @@
+"""Operator actions on jobs: list, show, retry, cancel. No click here; refusals are
+``AdminError`` with a one-line message.
+
+Retry puts a discarded, cancelled or retryable job back to ``available`` now with a
+full set of attempts (``attempt = 0``), keeping its errors history. Completed jobs are
+not re-run: their side effects happened; enqueue a new job instead.
+
+Cancel ends an unfinished job as ``cancelled``. For a running job the same transaction
+sends ``NOTIFY supervisor_cancel, '<id>'``: the supervisor running it kills that
+child's group, and its later write for the job is fenced off because the row is no
+longer ``running``. If the notification is missed, the supervisor's next lease renewal
+is fenced off instead and it kills the child then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from shared.jobs import CANCELLED, DISCARDED, FAIL_CANCELLED, RETRYABLE, RUNNING, STATES
+from supervisor.admin import AdminError
+
+CANCEL_CHANNEL = "supervisor_cancel"  # supervisor.database listens on it
+RETRY_STATES = (DISCARDED, CANCELLED, RETRYABLE)
+CANCEL_STATES = ("available", "scheduled", RETRYABLE, RUNNING)
+BIGINT_MAX = 2**63 - 1
+
+_LIST_COLUMNS = """id, kind, queue, state, attempt, max_attempts, priority, run_at,
+    created_at, attempted_at, finished_at, unique_key,
+    errors -> -1 ->> 'message' AS last_error"""
+
+_LIST = f"""
+SELECT {_LIST_COLUMNS}
+FROM supervisor.jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+_SHOW = "SELECT * FROM supervisor.jobs WHERE id = %(id)s"
+
+_RESET = """state = 'available', attempt = 0, run_at = now(), finished_at = NULL,
+    lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, progress = NULL"""
+
+_RETRY_ONE = f"""
+UPDATE supervisor.jobs SET {_RESET}
+WHERE id = %(id)s AND state = ANY(%(states)s::text[])
+RETURNING id
+"""
+
+# One job per unique key at most, and none whose key another live job holds: the
+# partial unique index would otherwise reject the whole statement. A retryable job
+# holds its own key already, hence "o.id <> c.id".
+_RETRY_MANY = f"""
+WITH c AS (
+    SELECT id, unique_key,
+           row_number() OVER (PARTITION BY unique_key ORDER BY id DESC) AS nth
+    FROM supervisor.jobs
+    WHERE state = %(state)s
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+), done AS (
+    UPDATE supervisor.jobs AS j SET {_RESET}
+    FROM c
+    WHERE j.id = c.id AND j.state = %(state)s
+      AND (c.unique_key IS NULL OR (c.nth = 1 AND NOT EXISTS (
+          SELECT 1 FROM supervisor.jobs o
+          WHERE o.unique_key = c.unique_key AND o.id <> c.id
+            AND o.state IN ('available', 'scheduled', 'running', 'retryable'))))
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM done)
+"""
+
+_KEY_HOLDER = """
+SELECT o.id, o.state, j.unique_key FROM supervisor.jobs j
+JOIN supervisor.jobs o ON o.unique_key = j.unique_key AND o.id <> j.id
+WHERE j.id = %(id)s AND o.state IN ('available', 'scheduled', 'running', 'retryable')
+LIMIT 1
+"""
+
+_LOCK_ONE = "SELECT state, lease_owner FROM supervisor.jobs WHERE id = %(id)s FOR UPDATE"
+
+_CANCEL = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'cancelled', finished_at = now(),
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', '{FAIL_CANCELLED}', 'message', 'cancelled by operator',
+        'traceback', NULL, 'at', now(), 'supervisor', j.lease_owner)),
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE j.id = %(id)s
+"""
+
+
+def parse_job_id(text: str) -> int:
+    """A job id typed by a person, or ``AdminError`` (usage) naming what is wrong."""
+    value = text.strip()
+    if not value.isdigit() or not 0 < int(value) <= BIGINT_MAX:
+        raise AdminError(f"a job id is a positive integer; got {text!r}", usage=True)
+    return int(value)
+
+
+def check_state(state: str | None, allowed: tuple[str, ...] = STATES) -> str | None:
+    """``state`` when it is one of ``allowed`` (or None), else ``AdminError`` (usage)."""
+    if state is not None and state not in allowed:
+        raise AdminError(f"unknown state {state!r}; expected one of {', '.join(allowed)}",
+                         usage=True)
+    return state
+
+
+def list_jobs(conn: psycopg.Connection, *, queue: str | None = None, kind: str | None = None,
+              state: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Jobs newest first (by id), filtered; each with its last error's message."""
+    check_state(state)
+    if limit < 1:
+        raise AdminError(f"--limit must be at least 1; got {limit}", usage=True)
+    cur = conn.execute(_LIST, {"queue": queue, "kind": kind, "state": state, "limit": limit})
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur]
+
+
+def get_job(conn: psycopg.Connection, job_id: int) -> dict[str, Any]:
+    """Every column of job ``job_id``; ``AdminError`` when there is none."""
+    cur = conn.execute(_SHOW, {"id": job_id})
+    row = cur.fetchone()
+    if row is None:
+        raise AdminError(f"no job with id {job_id}")
+    return dict(zip([d.name for d in cur.description], row, strict=True))
+
+
+def retry_job(conn: psycopg.Connection, job_id: int) -> str:
+    """Make one discarded, cancelled or retryable job available now with a full set of
+    attempts. Returns the state it was in; ``AdminError`` when it is missing, in
+    another state, or its unique key is held by another live job."""
+    try:
+        with conn.transaction():
+            row = conn.execute(_LOCK_ONE, {"id": job_id}).fetchone()
+            if row is None:
+                raise AdminError(f"no job with id {job_id}")
+            if row[0] not in RETRY_STATES:
+                raise AdminError(f"job {job_id} is {row[0]}; only discarded, cancelled or "
+                                 "retryable jobs can be retried")
+            conn.execute(_RETRY_ONE, {"id": job_id, "states": list(RETRY_STATES)})
+    except pgerrors.UniqueViolation:
+        holder = conn.execute(_KEY_HOLDER, {"id": job_id}).fetchone()
+        detail = (f"job {holder[0]} ({holder[1]}) holds its unique key {holder[2]!r}"
+                  if holder else "another live job holds its unique key")
+        raise AdminError(f"job {job_id} cannot be retried: {detail}") from None
+    return row[0]
+
+
+def retry_jobs(conn: psycopg.Connection, *, state: str, queue: str | None = None,
+               kind: str | None = None) -> tuple[int, int]:
+    """Retry every job in ``state`` (discarded, cancelled or retryable) matching the
+    filters. Jobs whose unique key another live job holds are skipped. Returns
+    ``(retried, skipped)``."""
+    check_state(state, RETRY_STATES)
+    params = {"state": state, "queue": queue, "kind": kind}
+    for _ in range(3):
+        try:
+            matched, retried = conn.execute(_RETRY_MANY, params).fetchone()
+        except pgerrors.UniqueViolation:
+            continue  # a producer took one of the keys meanwhile: look again
+        return retried, matched - retried
+    raise AdminError("bulk retry kept colliding with new jobs' unique keys; try again")
+
+
+def cancel_job(conn: psycopg.Connection, job_id: int) -> str:
+    """Cancel an unfinished job; a running one's supervisor is told on the cancel
+    channel in the same transaction. Returns the state the job was in."""
+    with conn.transaction():
+        row = conn.execute(_LOCK_ONE, {"id": job_id}).fetchone()
+        if row is None:
+            raise AdminError(f"no job with id {job_id}")
+        state = row[0]
+        if state not in CANCEL_STATES:
+            raise AdminError(f"job {job_id} is already {state}; only unfinished jobs can be "
+                             "cancelled")
+        conn.execute(_CANCEL, {"id": job_id})
+        if state == RUNNING:
+            conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, str(job_id)))
+    return state

@@ -1,0 +1,176 @@
+"""``supervisor jobs list|show|retry|cancel``: look at jobs and act on them one at a time
+or, for retry, in bulk by state. The SQL is in ``supervisor.admin_jobs``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import orjson
+
+from shared.exitcodes import CLI_ERROR, CLI_USAGE
+from shared.jobs import FINISHED_STATES, RUNNING, STATES
+from supervisor import admin_jobs
+from supervisor.admin import AdminError
+from supervisor.admin_format import one_line, since, table, to_json
+from supervisor.cli_common import CliError, dsn_option, open_database, reports_errors
+
+
+@contextmanager
+def admin_errors() -> Iterator[None]:
+    """Turn ``AdminError`` into ``CliError``: exit 2 for malformed input, 1 otherwise."""
+    try:
+        yield
+    except AdminError as exc:
+        raise CliError(str(exc), CLI_USAGE if exc.usage else CLI_ERROR) from None
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """List, inspect, retry and cancel jobs."""
+
+
+@jobs_group.command("list")
+@click.option("--queue", default=None, help="Only this queue.")
+@click.option("--kind", default=None, help="Only this kind.")
+@click.option("--state", default=None, metavar="STATE",
+              help=f"Only this state: {', '.join(STATES)}.")
+@click.option("--limit", default="50", show_default=True, metavar="N", help="At most N jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@dsn_option
+@reports_errors
+def list_command(queue, kind, state, limit, as_json, dsn) -> None:
+    """Jobs, newest first: id, kind, queue, state, attempts, priority, when it runs (or
+    finished), and the last error's first line."""
+    with admin_errors():
+        admin_jobs.check_state(state)
+        count = _limit(limit)
+        with open_database(dsn) as conn:
+            rows = admin_jobs.list_jobs(conn, queue=queue, kind=kind, state=state, limit=count)
+    if as_json:
+        click.echo(orjson.dumps(rows).decode())
+        return
+    if not rows:
+        click.echo("no jobs match")
+        return
+    now = datetime.now(UTC)
+    click.echo(table(
+        ["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "PRIO", "WHEN", "LAST ERROR"],
+        [[r["id"], r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts']}",
+          r["priority"], _when(r, now), one_line(r["last_error"])] for r in rows],
+        right=(0, 4, 5)))
+
+
+def _limit(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise AdminError(f"--limit is a positive integer; got {text!r}", usage=True)
+    return int(text)
+
+
+def _when(row: dict[str, Any], now: datetime) -> str:
+    if row["state"] in FINISHED_STATES:
+        return f"finished {since(row['finished_at'], now)}"
+    if row["state"] == RUNNING:
+        return f"started {since(row['attempted_at'], now)}"
+    when = since(row["run_at"], now)
+    return f"runs {when}" if when.startswith("in ") else f"due {when}"
+
+
+@jobs_group.command("show")
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole row as JSON.")
+@dsn_option
+@reports_errors
+def show_command(job_id, as_json, dsn) -> None:
+    """Everything about one job: its columns, args, result, progress, and each failed
+    attempt's error with its traceback."""
+    with admin_errors():
+        ident = admin_jobs.parse_job_id(job_id)
+        with open_database(dsn) as conn:
+            row = admin_jobs.get_job(conn, ident)
+    if as_json:
+        click.echo(to_json(row))
+        return
+    click.echo(render_job(row))
+
+
+def render_job(row: dict[str, Any]) -> str:
+    """One job as labelled lines, then args/result/progress as JSON, then its errors."""
+    now = datetime.now(UTC)
+    lines = [f"job {row['id']}: {row['kind']} in queue {row['queue']} is {row['state']}"]
+    for name in ("priority", "unique_key", "timeout", "lease_owner"):
+        if row[name] is not None:
+            lines.append(f"  {name + ':':<17} {row[name]}")
+    lines.append(f"  {'attempt:':<17} {row['attempt']} of {row['max_attempts']}")
+    for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",
+                 "finished_at"):
+        if row[name] is not None:
+            lines.append(f"  {name + ':':<17} {row[name].isoformat(timespec='seconds')}"
+                         f" ({since(row[name], now)})")
+    for name in ("args", "progress", "result"):
+        if row[name] is not None:
+            body = orjson.dumps(row[name]).decode()
+            if len(body) > 100:  # long values read better indented, one key per line
+                body = "\n    " + to_json(row[name]).replace("\n", "\n    ")
+            lines.append(f"  {name + ':':<17} {body}")
+    errors = row["errors"] or []
+    lines.append(f"  errors:           {len(errors) or 'none'}")
+    for err in errors:
+        lines.append(f"  - attempt {err.get('attempt')} {err.get('kind')} at {err.get('at')}"
+                     f" (supervisor {err.get('supervisor') or '-'}): {err.get('message')}")
+        if err.get("traceback"):
+            lines.append("    " + err["traceback"].rstrip().replace("\n", "\n    "))
+    return "\n".join(lines)
+
+
+@jobs_group.command("retry")
+@click.argument("job_id", metavar="[ID]", required=False)
+@click.option("--state", default=None, metavar="STATE",
+              help="Bulk: every job in this state (discarded, cancelled or retryable).")
+@click.option("--queue", default=None, help="Bulk: only this queue.")
+@click.option("--kind", default=None, help="Bulk: only this kind.")
+@dsn_option
+@reports_errors
+def retry_command(job_id, state, queue, kind, dsn) -> None:
+    """Run discarded, cancelled or retryable jobs again, now, with a full set of
+    attempts (attempt reset to 0; the errors history is kept). Give one ID, or
+    --state (with optional --queue/--kind) for many. Completed and running jobs are
+    not retried: enqueue a new job to run completed work again. A job whose unique key
+    another live job holds is refused (one ID) or skipped (bulk)."""
+    with admin_errors():
+        if job_id is not None:
+            if state or queue or kind:
+                raise AdminError("give a job ID or --state/--queue/--kind, not both",
+                                 usage=True)
+            ident = admin_jobs.parse_job_id(job_id)
+            with open_database(dsn) as conn:
+                was = admin_jobs.retry_job(conn, ident)
+            click.echo(f"retried job {ident} (was {was}); it is available now")
+            return
+        if state is None:
+            raise AdminError("give a job ID, or --state discarded|cancelled|retryable "
+                             "(with --queue/--kind) to retry many", usage=True)
+        admin_jobs.check_state(state, admin_jobs.RETRY_STATES)
+        with open_database(dsn) as conn:
+            retried, skipped = admin_jobs.retry_jobs(conn, state=state, queue=queue, kind=kind)
+    note = f"; skipped {skipped} whose unique key another live job holds" if skipped else ""
+    click.echo(f"retried {retried} {state} job{'s' if retried != 1 else ''}{note}")
+
+
+@jobs_group.command("cancel")
+@click.argument("job_id", metavar="ID")
+@dsn_option
+@reports_errors
+def cancel_command(job_id, dsn) -> None:
+    """Cancel a job that has not finished. A running job's supervisor is told at once
+    (NOTIFY) and kills that child; a supervisor that missed the message stops the work
+    at its next lease renewal."""
+    with admin_errors():
+        ident = admin_jobs.parse_job_id(job_id)
+        with open_database(dsn) as conn:
+            was = admin_jobs.cancel_job(conn, ident)
+    told = "; its supervisor was told" if was == RUNNING else ""
+    click.echo(f"cancelled job {ident} (was {was}{told})")

@@ -1,0 +1,65 @@
+"""``supervisor queues list|pause|resume``. Pausing takes effect at each supervisor's
+next claim (the claim skips paused queues), resuming wakes them through the schema's
+NOTIFY trigger: no restart either way."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from supervisor import admin
+from supervisor.admin_format import age, table
+from supervisor.cli_common import dsn_option, open_database, reports_errors
+from supervisor.cli_jobs import admin_errors
+
+
+@click.group("queues")
+def queues_group() -> None:
+    """List queues; pause and resume them."""
+
+
+@queues_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@dsn_option
+@reports_errors
+def list_command(as_json: bool, dsn: str | None) -> None:
+    """Every queue that has jobs or has been paused or resumed: paused or not, jobs
+    available and running, age of the oldest available job."""
+    with open_database(dsn) as conn:
+        queues = admin.queue_stats(conn)
+    rows = [{"name": q["name"], "paused": q["paused"], "available": q["counts"]["available"],
+             "running": q["counts"]["running"], "oldest_available": q["oldest_available"]}
+            for q in queues]
+    if as_json:
+        click.echo(orjson.dumps(rows).decode())
+    elif not rows:
+        click.echo("no queues: no jobs yet")
+    else:
+        click.echo(table(["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST"],
+                         [[r["name"], "paused" if r["paused"] else "-", r["available"],
+                           r["running"], age(r["oldest_available"])] for r in rows],
+                         right=(2, 3, 4)))
+
+
+@queues_group.command("pause")
+@click.argument("queue")
+@dsn_option
+@reports_errors
+def pause_command(queue: str, dsn: str | None) -> None:
+    """Stop claiming from QUEUE. Running jobs finish; waiting jobs stay available."""
+    with admin_errors(), open_database(dsn) as conn:
+        done = admin.set_paused(conn, queue, True)
+    was = "already paused" if done["was_paused"] else "supervisors stop claiming from it"
+    click.echo(f"paused queue {queue!r} ({was}; {done['available']} available jobs wait)")
+
+
+@queues_group.command("resume")
+@click.argument("queue")
+@dsn_option
+@reports_errors
+def resume_command(queue: str, dsn: str | None) -> None:
+    """Claim from QUEUE again; supervisors serving it are woken at once."""
+    with admin_errors(), open_database(dsn) as conn:
+        done = admin.set_paused(conn, queue, False)
+    was = "was paused" if done["was_paused"] else "was not paused"
+    click.echo(f"resumed queue {queue!r} ({was}; {done['available']} available jobs)")

@@ -1,0 +1,86 @@
+"""``supervisor status``: per queue counts by state, throughput, oldest waiting job and
+pause flag; then queues nobody serves and the live supervisors. ``--json`` for
+machines, ``--watch`` to redraw in place until Ctrl-C."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+import orjson
+
+from supervisor import admin
+from supervisor.admin_format import age, table
+from supervisor.cli_common import dsn_option, open_database, reports_errors
+
+# Column order follows a job's life: waiting, in flight, then the finished states.
+_SHORT = {"available": "AVAIL", "scheduled": "SCHED", "running": "RUN", "retryable": "RETRY",
+          "completed": "DONE", "discarded": "DISC", "cancelled": "CANC"}
+STATES = tuple(_SHORT)
+_CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              metavar="SECONDS", help="Refresh period of --watch.")
+@dsn_option
+@reports_errors
+def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None) -> None:
+    """Queues (jobs by state, completed per second over the last minute, age of the
+    oldest available job, paused), queues with waiting jobs that no live supervisor
+    serves, and the live supervisors (heartbeat within 60 s)."""
+    with open_database(dsn) as conn:
+        if not watch:
+            click.echo(_render(admin.status(conn), as_json))
+            return
+        try:
+            while True:
+                text = _render(admin.status(conn), as_json)
+                # JSON watchers get one object per line (a stream); people get a redraw.
+                click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
+                           "Ctrl-C to stop")
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+def _render(snapshot: dict[str, Any], as_json: bool) -> str:
+    if as_json:
+        return orjson.dumps(snapshot).decode()
+    return render_text(snapshot)
+
+
+def render_text(snapshot: dict[str, Any]) -> str:
+    """The status snapshot as the table a person reads."""
+    parts = [_queues_table(snapshot["queues"])]
+    if snapshot["unserved"]:
+        parts.append("waiting with no live supervisor serving the queue: "
+                     + ", ".join(snapshot["unserved"]))
+    if snapshot["unhandled"]:
+        parts.append("waiting with no handler in any live supervisor: " + ", ".join(
+            f"{u['kind']} (queue {u['queue']})" for u in snapshot["unhandled"]))
+    parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
+    return "\n\n".join(parts)
+
+
+def _queues_table(queues: list[dict[str, Any]]) -> str:
+    if not queues:
+        return "no queues: no jobs yet"
+    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "PAUSED"]
+    rows = [[q["name"], *(q["counts"][s] for s in STATES), f"{q['rate']:.2f}",
+             age(q["oldest_available"]), "paused" if q["paused"] else "-"] for q in queues]
+    return table(headers, rows, right=range(1, len(STATES) + 3))
+
+
+def _supervisors_table(sups: list[dict[str, Any]], stale: int) -> str:
+    note = f" ({stale} stale, not shown)" if stale else ""
+    if not sups:
+        return f"no live supervisors{note}"
+    rows = [[s["host"], s["pid"], f"{s['busy']}/{s['children']}", age(s["heartbeat_age"]),
+             age(s["uptime"]), ",".join(s["queues"]) or "-"] for s in sups]
+    heading = f"{len(sups)} live supervisor{'s' if len(sups) != 1 else ''}{note}"
+    return heading + "\n" + table(["HOST", "PID", "BUSY", "BEAT", "UP", "QUEUES"], rows,
+                                  right=(1, 2, 3, 4))
