@@ -56,6 +56,7 @@ _pack_header = HEADER.pack
 _unpack_header = HEADER.unpack_from
 _dumps = orjson.dumps
 _Fragment = orjson.Fragment
+_tuple_new = tuple.__new__
 
 
 class ProtocolError(Exception):
@@ -128,7 +129,7 @@ class FrameReader:
             version, mtype, flags, length = _unpack_header(data)
             if (len(data) == HEADER_SIZE + length and version == VERSION
                     and mtype in TYPE_NAMES and length <= self.max_body):
-                return [Frame(mtype, flags, data[HEADER_SIZE:])]
+                return [_tuple_new(Frame, (mtype, flags, data[HEADER_SIZE:]))]
         buf = self._buf + data if self._buf else data
         frames: list[Frame] = []
         pos = 0
@@ -233,7 +234,10 @@ class BlockingReader:
 
 def write_all(fd: int, data: bytes) -> None:
     """Write every byte of ``data`` to a blocking fd."""
-    view = memoryview(data)
+    n = os.write(fd, data)
+    if n == len(data):
+        return
+    view = memoryview(data)[n:]
     while view:
         n = os.write(fd, view)
         view = view[n:]

@@ -35,14 +35,12 @@ class OsCalls:
             if exc.errno != errno.EBADF:
                 raise
 
-    def read(self, fd: int, size: int) -> bytes:
-        """Read up to ``size`` bytes; raises BlockingIOError when nothing is there."""
-        return os.read(fd, size)
-
-    def write(self, fd: int, data: bytes) -> int:
-        """Write what the pipe takes; returns the count. Raises BlockingIOError when
-        the pipe is full and BrokenPipeError when the reader is gone."""
-        return os.write(fd, data)
+    # ``read(fd, size)`` raises BlockingIOError when nothing is there; ``write(fd,
+    # data)`` returns what the pipe took, raises BlockingIOError when it is full and
+    # BrokenPipeError when the reader is gone. The bare os functions, not wrappers: they
+    # run for every frame, and a Python-level call there costs more than the syscall.
+    read = staticmethod(os.read)
+    write = staticmethod(os.write)
 
     def kill(self, pid: int, sig: int) -> bool:
         """Send ``sig`` to one process. False if it no longer exists."""
@@ -84,6 +82,6 @@ class OsCalls:
         return os.getpid()
 
 
-def monotonic() -> float:
-    """The pool's clock: monotonic seconds, never wall time."""
-    return time.monotonic()
+# The pool's clock: monotonic seconds, never wall time (the function itself: a wrapper
+# would cost a Python call on every frame).
+monotonic = time.monotonic

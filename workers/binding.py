@@ -19,10 +19,11 @@ _KEYWORDABLE = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWO
 class ArgsChecker:
     """A compiled check of keyword args against one signature."""
 
-    __slots__ = ("_any_extra", "_fast", "_names", "_required", "_signature")
+    __slots__ = ("_any_extra", "_fast", "_fits", "_names", "_required", "_signature")
 
     def __init__(self, signature: inspect.Signature) -> None:
         self._signature = signature
+        self._fits: set[tuple[str, ...]] = set()  # key tuples already seen to fit
         names, required = set(), set()
         self._any_extra = False
         self._fast = True
@@ -40,8 +41,14 @@ class ArgsChecker:
 
     def check(self, args: dict[str, Any]) -> None:
         """Raise ``TypeError`` (bind's own message) if ``args`` do not fit."""
+        shape = tuple(args)
+        if shape in self._fits:
+            return
         if self._fast:
             keys = args.keys()
-            if self._required <= keys and (self._any_extra or keys <= self._names):
-                return
-        self._signature.bind(**args)
+            if not (self._required <= keys and (self._any_extra or keys <= self._names)):
+                self._signature.bind(**args)  # raises, in bind's words
+        else:
+            self._signature.bind(**args)
+        if len(self._fits) < 64:  # a kind is usually called with one or two shapes
+            self._fits.add(shape)

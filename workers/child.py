@@ -39,7 +39,6 @@ from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
 from workers.outcomes import Discard, Retry
-from workers.proctitle import idle_title, job_title, set_title
 from workers.registry import get_handler
 
 
@@ -125,7 +124,7 @@ class JobRunner:
         self._checkers: dict[str, ArgsChecker] = {}
         fd = config.write_fd
         self.heartbeat = Heartbeat(lambda data: wire.write_all(fd, data),
-                                   config.heartbeat_interval)
+                                   config.heartbeat_interval, config.worker_no)
 
     def serve(self) -> int:
         """Say READY, then answer jobs until told to stop. Returns the exit code."""
@@ -134,7 +133,6 @@ class JobRunner:
         self.heartbeat.write(wire.encode(wire.READY, {"pid": os.getpid(),
                                                       "worker": config.worker_no}))
         reader = wire.BlockingReader(config.read_fd, config.max_frame_bytes)
-        idle = idle_title(config.worker_no)
         lock = self.heartbeat.lock
         write_fd = config.write_fd
         while True:
@@ -152,7 +150,6 @@ class JobRunner:
                 wire.write_all(write_fd, data)
             if last:
                 return CHILD_RECYCLE
-            set_title(idle)
 
     def _should_recycle(self) -> bool:
         config = self.config
@@ -184,8 +181,7 @@ class JobRunner:
                              attempt=message["attempt"], args=args,
                              max_attempts=message["max_attempts"])
         set_current(context)
-        self.heartbeat.begin(job_id, context)
-        set_title(job_title(self.config.worker_no, job_id, kind, message["attempt"]))
+        self.heartbeat.begin(job_id, context)  # its thread also sets the title
         try:
             result = handle.func(**args)
         except Discard as exc:
