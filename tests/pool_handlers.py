@@ -111,3 +111,8 @@ def pool_progress(steps: int = 3, pause: float = 0.1):
 @job(name="pool_pid")
 def pool_pid():
     return os.getpid()
+
+
+@job(name="pool_fds")
+def pool_fds():
+    return sorted(int(fd) for fd in os.listdir("/proc/self/fd"))

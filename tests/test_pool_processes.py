@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import orjson
 import pool_handlers  # noqa: F401  (handlers are imported before forking, as --app does)
 import pytest
 
@@ -337,3 +338,31 @@ def test_sigterm_reaches_the_child_even_if_parent_handlers_were_installed(make_d
     assert out.kind == "timeout"
     exited = [e for e in d.events("exited") if "SIGTERM" in e.detail]
     assert exited, d.events("exited")
+
+
+def cmdline(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode().strip()
+
+
+def test_process_titles_show_the_job_then_idle(make_driver):
+    d = make_driver()
+    pid = int(d.run("pool_pid").result_json)
+    job = d.job("pool_sleep", '{"seconds": 0.6}')
+    assert d.pool.dispatch(job)
+    wanted = f"supervisor: worker 1 job {job.id} pool_sleep (attempt 1)"
+    d.until(lambda: cmdline(pid) == wanted)
+    d.until(lambda: d.finished(job.id) is not None)
+    d.until(lambda: cmdline(pid) == "supervisor: worker 1 idle")
+
+
+def test_child_keeps_only_stdio_and_its_two_pipe_ends(make_driver, tmp_path):
+    opened = [open(tmp_path / f"f{i}", "w") for i in range(3)]  # noqa: SIM115
+    try:
+        d = make_driver()
+        fds = orjson.loads(d.run("pool_fds").result_json)
+    finally:
+        for f in opened:
+            f.close()
+    # 0, 1, 2, the two pipe ends, and the fd listdir itself opened.
+    assert len(fds) <= 6 and fds[:3] == [0, 1, 2]
