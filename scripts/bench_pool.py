@@ -201,7 +201,9 @@ def main() -> None:
           + ", ".join(f"{x:,.0f}" for x in raw) + " |")
     print(f"| Pool, no-op job, {args.children} children | {p:,.0f} | "
           + ", ".join(f"{x:,.0f}" for x in pooled) + " |")
-    print(f"| ratio pool / raw | {p / r:.2f} | |")
+    pairs = [q / w for q, w in zip(pooled, raw, strict=True)]
+    print(f"| ratio pool / raw (median of the paired runs) | {statistics.median(pairs):.2f} | "
+          + ", ".join(f"{x:.2f}" for x in pairs) + " |")
 
 
 if __name__ == "__main__":

@@ -122,9 +122,9 @@ class PoolIO:
                 job, kind, body.get("message") or "", body.get("traceback"),
                 body.get("retry_delay"), kind in TERMINAL_FAILURES, duration))
         del self._in_flight[job.id]
-        child.job = None
-        child.job_deadline = child.beat_deadline = None
-        child.kill_kind = child.kill_message = None
+        child.job = None  # its deadlines are ignored from now on: deadline() is by state
+        if child.kill_kind is not None:
+            child.kill_kind = child.kill_message = None
         child.jobs_done += 1
         if child.state != BUSY:
             return  # being killed or already dead: the answer still counts

@@ -135,6 +135,7 @@ class JobRunner:
         reader = wire.BlockingReader(config.read_fd, config.max_frame_bytes)
         lock = self.heartbeat.lock
         write_fd = config.write_fd
+        limited = config.max_jobs is not None or config.max_memory is not None
         while True:
             frame = reader.next()
             if frame is None or frame.type == wire.STOP:
@@ -143,7 +144,7 @@ class JobRunner:
                 continue
             mtype, body = self.run_job(orjson.loads(frame.body))
             self.jobs_done += 1
-            last = self._should_recycle()
+            last = limited and self._should_recycle()
             data = wire.encode_raw(mtype, body, wire.FLAG_LAST if last else 0)
             with lock:
                 self.heartbeat.end()
