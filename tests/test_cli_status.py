@@ -1,0 +1,132 @@
+"""`supervisor status`: the counts match the table, live supervisors are listed and
+stale ones hidden, queues nobody serves are named, and --watch stops cleanly."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from supervisor import cli_status
+from supervisor.cli import main
+
+pytestmark = pytest.mark.timeout(60)
+
+STATES = ("available", "scheduled", "running", "retryable", "completed", "discarded",
+          "cancelled")
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def add_jobs(conn, queue: str, state: str, n: int, finished_ago: float = 1.0) -> None:
+    conn.execute(
+        "INSERT INTO supervisor.jobs (kind, queue, state, run_at, finished_at) "
+        "SELECT 'k', %s, %s, now() - interval '90 seconds', "
+        "CASE WHEN %s IN ('completed', 'discarded', 'cancelled') "
+        "     THEN now() - %s * interval '1 second' END "
+        "FROM generate_series(1, %s)", (queue, state, state, finished_ago, n))
+
+
+def add_supervisor(conn, sid: str, host: str, pid: int, queues: list[str],
+                   age_seconds: float, children: int = 4, busy: int = 1) -> None:
+    conn.execute(
+        "INSERT INTO supervisor.supervisors (id, host, pid, queues, children, busy, "
+        "heartbeat_at) VALUES (%s, %s, %s, %s, %s, %s, now() - %s * interval '1 second')",
+        (sid, host, pid, queues, children, busy, age_seconds))
+
+
+def test_counts_match_the_table_in_text_and_json(dsn, conn):
+    plan = {"images": {"available": 3, "scheduled": 2, "running": 1, "retryable": 4,
+                       "completed": 6, "discarded": 2, "cancelled": 1},
+            "mail": {"available": 1, "completed": 3}}
+    for queue, states in plan.items():
+        for state, n in states.items():
+            add_jobs(conn, queue, state, n)
+    # Completed more than a minute ago: counted, but not in the rate.
+    add_jobs(conn, "mail", "completed", 2, finished_ago=300)
+    plan["mail"]["completed"] += 2
+    conn.execute("INSERT INTO supervisor.queues (name, paused) VALUES ('idle', true)")
+
+    as_json = invoke("status", "--json", "--dsn", dsn)
+    assert as_json.exit_code == 0, as_json.output
+    snapshot = orjson.loads(as_json.output)
+    table = dict(conn.execute("SELECT queue || '/' || state, count(*) FROM supervisor.jobs "
+                              "GROUP BY queue, state").fetchall())
+    queues = {q["name"]: q for q in snapshot["queues"]}
+    assert sorted(queues) == ["idle", "images", "mail"]
+    for name, q in queues.items():
+        for state in STATES:
+            assert q["counts"][state] == table.get(f"{name}/{state}", 0), (name, state)
+    assert queues["images"]["rate"] == pytest.approx(6 / 60)
+    assert queues["mail"]["rate"] == pytest.approx(3 / 60)
+    assert queues["idle"]["paused"] and not queues["images"]["paused"]
+    assert 85 <= queues["images"]["oldest_available"] < 150
+    assert queues["idle"]["oldest_available"] is None
+
+    text = invoke("status", "--dsn", dsn)
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    header = lines[0].split()
+    row = dict(zip(header, next(ln for ln in lines if ln.startswith("images")).split(),
+                   strict=True))
+    assert [int(row[h]) for h in ("AVAIL", "SCHED", "RUN", "RETRY", "DONE", "DISC", "CANC")] \
+        == [3, 2, 1, 4, 6, 2, 1]
+    assert row["RATE/s"] == "0.10" and row["OLDEST"].startswith("1m")
+    assert next(ln for ln in lines if ln.startswith("idle")).split()[-1] == "paused"
+
+
+def test_live_supervisor_listed_stale_one_hidden_and_unserved_queue_named(dsn, conn):
+    add_jobs(conn, "images", "available", 2)
+    add_jobs(conn, "orphans", "available", 1)
+    add_supervisor(conn, "web1:4242:a", "web1", 4242, ["images", "default"], 3,
+                   children=8, busy=5)
+    add_supervisor(conn, "web2:999:b", "web2", 999, ["orphans"], 600)
+
+    snapshot = orjson.loads(invoke("status", "--json", "--dsn", dsn).output)
+    assert [(s["host"], s["pid"], s["busy"], s["children"]) for s in snapshot["supervisors"]] \
+        == [("web1", 4242, 5, 8)]
+    assert snapshot["stale_supervisors"] == 1
+    assert snapshot["unserved"] == ["orphans"]
+
+    out = invoke("status", "--dsn", dsn).output
+    assert "1 live supervisor (1 stale, not shown)" in out
+    sup_line = next(ln for ln in out.splitlines() if ln.startswith("web1"))
+    assert sup_line.split()[:3] == ["web1", "4242", "5/8"]
+    assert sup_line.split()[-1] == "images,default"
+    assert "web2" not in out
+    assert "no live supervisor serving the queue: orphans" in out
+
+
+def test_kinds_published_by_supervisors_show_unhandled_kinds(dsn, conn):
+    add_jobs(conn, "images", "available", 1)
+    conn.execute("INSERT INTO supervisor.jobs (kind, queue) VALUES ('thumbnail', 'images')")
+    conn.execute("INSERT INTO supervisor.supervisors (id, host, pid, queues, info) VALUES "
+                 "('a', 'h', 1, '{images}', '{\"kinds\": [\"k\"]}')")
+    snapshot = orjson.loads(invoke("status", "--json", "--dsn", dsn).output)
+    assert snapshot["unhandled"] == [{"queue": "images", "kind": "thumbnail"}]
+
+
+def test_empty_database(dsn):
+    result = invoke("status", "--dsn", dsn)
+    assert result.exit_code == 0
+    assert result.output.splitlines() == ["no queues: no jobs yet", "", "no live supervisors"]
+
+
+def test_watch_redraws_until_ctrl_c_and_exits_0(dsn, conn, monkeypatch):
+    add_jobs(conn, "images", "available", 1)
+    sleeps = []
+
+    def fake_sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_status.time, "sleep", fake_sleep)
+    result = CliRunner().invoke(main, ["status", "--watch", "--interval", "0.5", "--dsn", dsn],
+                                color=True)
+    assert result.exit_code == 0, result.output
+    assert sleeps == [0.5, 0.5]
+    assert result.output.count("\x1b[H\x1b[2J") == 2
+    assert "Traceback" not in result.output
