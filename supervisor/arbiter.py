@@ -37,7 +37,7 @@ from supervisor.maintenance import Maintenance, MaintenanceSettings
 from supervisor.progress import BurstProgress
 from supervisor.scheduler import Scheduler
 from supervisor.signals import SignalInbox
-from supervisor.writer import write_pending
+from supervisor.writer import claim_carrying_completions, write_pending
 
 log = logging.getLogger("supervisor.arbiter")
 
@@ -66,7 +66,8 @@ class Arbiter:
         self.clock = clock
         self.owner = make_owner()
         self.selector = selectors.DefaultSelector()
-        self.db = Database(dsn, self.owner, config.lease_ttl, self.selector, clock=clock)
+        self.db = Database(dsn, self.owner, config.lease_ttl, self.selector, clock=clock,
+                           synchronous_commit=config.synchronous_commit)
         self.pool = Pool(config.pool_settings(), self.selector, clock=clock)
         self.ledger = Ledger()
         self.scheduler = Scheduler(config, queues, clock())
@@ -136,12 +137,15 @@ class Arbiter:
         for job_id in self.db.take_cancelled():
             if self.pool.cancel(job_id):
                 log.warning("job %d cancelled by an operator: its child is being killed", job_id)
-        if self._flush_due(now):
-            self._flush()
         self._timers(now)
         if self.state == RUNNING:
-            self._claim(now)
+            # A claim carries pending completions; when they are due, claim even a
+            # small batch so they need no statement of their own.
+            self._claim(now, eager=self._flush_due(now))
             self._dispatch()
+        if self._flush_due(now):
+            self._flush()
+        if self.state == RUNNING:
             self._check_burst(now)
         self._check_stop(now)
         self._show(now)
@@ -276,7 +280,7 @@ class Arbiter:
                 return
             self.ledger.started(job)
 
-    def _claim(self, now: float) -> None:
+    def _claim(self, now: float, eager: bool = False) -> None:
         # A short claim hands its queue's allotment to the others: plan again in the same
         # turn. Each round either fills an allowance or drops a queue's demand, so the
         # rounds are bounded by the number of queues.
@@ -284,13 +288,13 @@ class Arbiter:
             if not self.db.up:
                 return
             plans = self.scheduler.plan_claims(now, self.pool.size(), self.ledger.outstanding(),
-                                               self.ledger.waiting_counts())
+                                               self.ledger.waiting_counts(), eager)
             if not plans:
                 return
             short = False
             for queue, wanted in plans:
-                claimed = self.db.call(lambda s, q=queue, n=wanted: s.claim(q, self.kinds, n),
-                                       None)
+                claimed = self.db.call(lambda s, q=queue, n=wanted: claim_carrying_completions(
+                    s, self.ledger.pending, q, self.kinds, n), None)
                 if claimed is None:
                     return
                 self.scheduler.claimed(queue, wanted, len(claimed))

@@ -36,13 +36,14 @@ class Database:
 
     def __init__(self, dsn: str, owner: str, lease_ttl: float,
                  selector: selectors.BaseSelector, *, clock: Callable[[], float] = time.monotonic,
-                 max_backoff: float = 10.0) -> None:
+                 max_backoff: float = 10.0, synchronous_commit: bool = True) -> None:
         self.dsn = dsn
         self.owner = owner
         self.lease_ttl = lease_ttl
         self.selector = selector
         self.clock = clock
         self.max_backoff = max_backoff
+        self.synchronous_commit = synchronous_commit
         self.store: Store | None = None
         self.listen_conn: psycopg.Connection | None = None
         self._listen_fd: int | None = None
@@ -61,6 +62,8 @@ class Database:
         """Connect both connections; raises ``DatabaseUnavailable`` (used at start, where
         an unreachable database is a one-line error, not a retry loop)."""
         work = connect(self.dsn, application_name=f"supervisor {self.owner}")
+        if not self.synchronous_commit:
+            work.execute("SET synchronous_commit = off")
         listen = connect(self.dsn, application_name=f"supervisor {self.owner} listen")
         if self.store is None:
             self.store = Store(work, self.owner, self.lease_ttl)

@@ -49,12 +49,13 @@ class Scheduler:
 
     def plan_claims(
         self, now: float, pool_size: int, outstanding: Mapping[str, int],
-        waiting: Mapping[str, int],
+        waiting: Mapping[str, int], eager: bool = False,
     ) -> list[tuple[str, int]]:
         """``(queue, n)`` claims to make now; rate-limit tokens for them are taken.
 
         A queue that still has jobs waiting for a child only claims once it may take at
-        least half its window, so short jobs are claimed in batches, not one by one.
+        least half its window, so short jobs are claimed in batches, not one by one;
+        ``eager`` (outcomes are waiting to be written anyway) lifts that rule.
         """
         targets = self.targets(pool_size)
         plans = []
@@ -66,7 +67,7 @@ class Scheduler:
             if allowance <= 0:
                 continue
             window = targets[queue] * policy.prefetch
-            if waiting.get(queue, 0) > 0 and allowance * 2 < window:
+            if not eager and waiting.get(queue, 0) > 0 and allowance * 2 < window:
                 continue
             bucket = self.buckets.get(queue)
             if bucket is not None:

@@ -63,3 +63,23 @@ def _complete(store: Store, completions: list[Completion]) -> int:
         log.warning("%d results could not be stored; those jobs are discarded", len(unstorable))
         fenced += len(store.fail(unstorable))
     return fenced
+
+
+def claim_carrying_completions(store: Store, pending: PendingWrites, queue: str,
+                               kinds: list[str], limit: int) -> list:
+    """Claim for ``queue`` and, in the same statement, write the pending completions.
+
+    Only on success are the completions taken out of ``pending``. If one of them holds
+    a result Postgres refuses, the claim is made alone and the completions are left for
+    ``write_pending``, which sorts out the bad one job by job.
+    """
+    if not pending.completions:
+        return store.claim(queue, kinds, limit)
+    try:
+        _fenced, claimed = store.complete_and_claim(pending.completions, queue, kinds, limit)
+    except psycopg.DataError:
+        return store.claim(queue, kinds, limit)
+    pending.completions = []
+    if pending.count() == 0 and not pending.progress:
+        pending.since = None
+    return claimed

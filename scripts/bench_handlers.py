@@ -1,0 +1,24 @@
+"""Handlers for the run benchmarks (``--app bench_handlers`` with scripts/ on the path)."""
+
+from workers import job
+
+
+def spin(n: int) -> int:
+    """Pure-Python CPU work: about n * 60 ns here. Shared by both sides of the CPU
+    benchmark so they do exactly the same work."""
+    total = 0
+    for i in range(n):
+        total = (total + i * i) % 1_000_003
+    return total
+
+
+@job(queue="bench")
+def run_noop() -> None:
+    """Does nothing: measures the queue's own overhead per job."""
+    return None
+
+
+@job(queue="bench_cpu")
+def run_cpu(n: int) -> int:
+    """CPU-bound job of ``n`` loop iterations."""
+    return spin(n)
