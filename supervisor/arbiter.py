@@ -10,31 +10,24 @@ record; all work happens in the loop (``handle_<signal>`` methods, as in gunicor
 from __future__ import annotations
 
 import logging
-import os
 import random
 import selectors
 import signal
-import socket
 import time
-import uuid
 
 from setproctitle import setproctitle
 
 from shared import jobs
 from shared.jobs import ClaimedJob
-from supervisor.children import (
-    ChildEvent,
-    JobDone,
-    JobFailed,
-    JobProgress,
-    Pool,
-    PoolHalted,
-)
+from supervisor.children import Pool, PoolHalted
 from supervisor.config import RunConfig
 from supervisor.database import Database
 from supervisor.dispatch import Ledger
-from supervisor.maintenance import Maintenance, MaintenanceSettings
+from supervisor.httpserver import MetricsServer
+from supervisor.maintenance import Maintenance, MaintenanceSettings, make_owner
+from supervisor.metrics import SupervisorMetrics
 from supervisor.progress import BurstProgress
+from supervisor.reporting import OutcomeReporter
 from supervisor.scheduler import Scheduler
 from supervisor.signals import SignalInbox
 from supervisor.writer import claim_carrying_completions, write_pending
@@ -46,11 +39,6 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
 STOP_TIMEOUT = 10.0  # after the last kill, how long to wait for children to be reaped
-
-
-def make_owner() -> str:
-    """This supervisor's lease owner id: host, pid and a random part (pids repeat)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Arbiter:
@@ -70,6 +58,9 @@ class Arbiter:
                            synchronous_commit=config.synchronous_commit)
         self.pool = Pool(config.pool_settings(), self.selector, clock=clock)
         self.ledger = Ledger()
+        self.metrics = SupervisorMetrics(self.owner)
+        self.reporter = OutcomeReporter(self.ledger, self.metrics)
+        self.metrics_server: MetricsServer | None = None
         self.scheduler = Scheduler(config, queues, clock())
         self.maintenance = Maintenance(
             self.owner, queues,
@@ -93,6 +84,11 @@ class Arbiter:
         """Serve until drained or stopped; returns the process exit code. Raises
         ``DatabaseUnavailable`` if the database cannot be reached at start."""
         self.db.open()
+        if self.config.metrics_port is not None:
+            self.metrics_server = MetricsServer(self.config.metrics_port, self.metrics.render,
+                                                self.selector)
+            log.info("metrics on http://%s:%d/metrics", self.metrics_server.host,
+                     self.metrics_server.port)
         self.inbox.install(self.selector)
         log.info("supervisor %s starting %d children for queues %s", self.owner,
                  self.config.children, ",".join(self.queues))
@@ -106,6 +102,8 @@ class Arbiter:
             self.pool.kill_all()
             self.db.call(self.maintenance.leave, None)
             self.db.close()
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self.inbox.uninstall()
             if self.progress is not None:
                 self.progress.close(self.ledger.finished)
@@ -122,6 +120,8 @@ class Arbiter:
                 self.db.handle_event(key, mask)
             elif key.data is self.inbox:
                 self.inbox.handle_event(key, mask)
+            elif key.data is self.metrics_server:
+                self.metrics_server.handle_event(key, mask)
         self._handle_signals()
         now = self.clock()
         try:
@@ -242,24 +242,7 @@ class Arbiter:
 
     # -- jobs ----------------------------------------------------------------------------
     def _collect_outcomes(self, now: float) -> None:
-        for outcome in self.pool.take_outcomes():
-            if isinstance(outcome, JobDone):
-                self.ledger.done(outcome.job, outcome.result_json, now)
-            elif isinstance(outcome, JobFailed):
-                self._log_failure(outcome)
-                self.ledger.failed(outcome.job, outcome.kind, outcome.message,
-                                   outcome.traceback, outcome.retry_delay, outcome.terminal, now)
-            elif isinstance(outcome, JobProgress):
-                self.ledger.progressed(outcome.job, outcome.progress)
-            elif isinstance(outcome, ChildEvent):
-                log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
-                          outcome.what, outcome.detail)
-
-    def _log_failure(self, outcome: JobFailed) -> None:
-        job = outcome.job
-        level = logging.INFO if outcome.kind == jobs.FAIL_SHUTDOWN else logging.WARNING
-        log.log(level, "job %d %s attempt %d/%d failed (%s): %s", job.id, job.kind,
-                job.attempt, job.max_attempts, outcome.kind, outcome.message)
+        self.reporter.record(self.pool.take_outcomes(), now)
 
     def _dispatch(self) -> None:
         """Hand waiting jobs to idle children, the queue furthest below its share first."""
@@ -293,10 +276,13 @@ class Arbiter:
                 return
             short = False
             for queue, wanted in plans:
+                started = time.perf_counter()
                 claimed = self.db.call(lambda s, q=queue, n=wanted: claim_carrying_completions(
                     s, self.ledger.pending, q, self.kinds, n), None)
                 if claimed is None:
                     return
+                self.metrics.claimed(queue, len(claimed), time.perf_counter() - started,
+                                     [job.wait_seconds for job in claimed])
                 self.scheduler.claimed(queue, wanted, len(claimed))
                 self.ledger.add_claimed(claimed)
                 short = short or len(claimed) < wanted
@@ -317,7 +303,9 @@ class Arbiter:
         if pending.count() == 0 and not pending.progress:
             return
         taken = pending.take()
-        self.db.call(lambda store: write_pending(store, taken), None)
+        fenced = self.db.call(lambda store: write_pending(store, taken), 0)
+        if fenced:
+            self.metrics.fenced("write", fenced)
         # Whatever could not be written (database down) waits for the next flush.
         pending.merge_back(taken)
         if force and pending.count():
@@ -349,14 +337,17 @@ class Arbiter:
         held = self._held_jobs()
         if not held or not self.db.up:
             return
-        fenced = self.db.call(lambda s: s.renew([(j.id, j.attempt) for j in held]), [])
+        fenced = self.db.call(lambda s: s.renew([(j.id, j.attempt) for j in held]), None)
+        if fenced is None:
+            return
+        self.metrics.renewed(len(held) - len(fenced))
+        if fenced:
+            self.metrics.fenced("renew", len(fenced))
         for job_id in fenced:
-            # Our lease moved on (rescued elsewhere while we were cut off): stop the work.
-            log.warning("job %d: lease lost to another supervisor; abandoning it", job_id)
+            # The lease moved on (rescued elsewhere, or cancelled by an operator): stop.
+            log.warning("job %d: lease lost (rescued or cancelled); abandoning it", job_id)
             self.pool.cancel(job_id)
-            for queue_jobs in self.ledger.waiting.values():
-                for job in [j for j in queue_jobs if j.id == job_id]:
-                    queue_jobs.remove(job)
+        self.ledger.drop_waiting(set(fenced))
 
     def _check_burst(self, now: float) -> None:
         if not self.config.burst or now < self.next_burst_check:
@@ -376,7 +367,9 @@ class Arbiter:
     def _timeout(self) -> float:
         now = self.clock()
         due = [now + MAX_WAIT, self.next_poll, self.next_renew, self.maintenance.next_round]
+        server = self.metrics_server
         for t in (self.pool.next_deadline(), self.db.next_retry(),
+                  server.next_deadline() if server is not None else None,
                   self.scheduler.next_token_at(now), self.drain_deadline, self.stop_deadline):
             if t is not None:
                 due.append(t)
@@ -389,8 +382,12 @@ class Arbiter:
         return max(0.0, min(due) - now)
 
     def _show(self, now: float) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.tick(now)
         if now >= self.next_title:
             self.next_title = now + 0.5
+            self.metrics.children(self.pool.busy_count(), self.pool.idle_count())
+            self.metrics.database_up(self.db.up)
             setproctitle(f"supervisor: master [{self.pool.busy_count()}/{self.pool.size()} busy]"
                          f" queues={','.join(self.queues)}")
         if self.progress is not None and now >= self.progress.next_update:

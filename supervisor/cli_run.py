@@ -46,6 +46,8 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         code = arbiter.run()
     except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
+    except OSError as exc:  # the metrics port is taken, say
+        raise CliError(exc.strerror or str(exc)) from None
     if arbiter.halt_reason:
         raise CliError(f"halted: {arbiter.halt_reason}")
     return code
@@ -73,6 +75,8 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
 @click.option("--max-memory-per-child", metavar="SIZE", help="RSS limit, e.g. 512MB or 1GiB.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
               help="Seconds of heartbeat silence before a busy child counts as hung (30).")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
+              help="Serve Prometheus metrics on this port (GET /metrics).")
 @click.option("--queue-setting", "queue_settings", multiple=True, metavar="Q.KEY=VALUE",
               help="Per-queue setting, e.g. images.max_rate=20; repeatable.")
 @dsn_option
@@ -83,14 +87,14 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
 @reports_errors
 def run_command(children, apps, queues, burst, grace, lease_ttl, config_path, poll_interval,
                 prefetch, default_timeout, max_jobs_per_child, max_memory_per_child,
-                heartbeat_timeout, queue_settings, dsn, log_level, log_format):
+                heartbeat_timeout, metrics_port, queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
     overrides = {
         "children": children, "grace": grace, "lease_ttl": lease_ttl, "burst": burst or None,
         "poll_interval": poll_interval, "prefetch": prefetch, "default_timeout": default_timeout,
         "max_jobs_per_child": max_jobs_per_child, "max_memory_per_child": max_memory_per_child,
-        "heartbeat_timeout": heartbeat_timeout,
+        "heartbeat_timeout": heartbeat_timeout, "metrics_port": metrics_port,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

@@ -98,6 +98,12 @@ class Ledger:
         """Every waiting job (for lease renewal)."""
         return [job for d in self.waiting.values() for job in d]
 
+    def drop_waiting(self, job_ids: set[int]) -> None:
+        """Forget waiting jobs whose lease was lost: they are someone else's now."""
+        if job_ids:
+            for queue, queue_jobs in self.waiting.items():
+                self.waiting[queue] = deque(j for j in queue_jobs if j.id not in job_ids)
+
     def release_waiting(self, now: float) -> int:
         """Drain: every claimed-but-unstarted job goes back, its attempt not counted."""
         released = 0

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 
 import orjson
@@ -47,6 +48,12 @@ _DROP_STALE = """
 DELETE FROM supervisor.supervisors
 WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
 """
+
+
+def make_owner() -> str:
+    """A supervisor's id (its lease owner name): host, pid and a random part, as pids
+    repeat across restarts and containers."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass

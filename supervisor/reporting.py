@@ -1,0 +1,61 @@
+"""What the loop does with each outcome the pool reports: book it in the ledger, log
+failures (one line each: job id, kind, attempt, reason) and count it in the metrics."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from shared import jobs
+from supervisor.children import ChildEvent, JobDone, JobFailed, JobProgress
+from supervisor.dispatch import Ledger
+from supervisor.metrics import SupervisorMetrics
+
+log = logging.getLogger("supervisor.jobs")
+
+# Child events that end a child, as the metrics' exit reasons.
+_EXITS = {"recycled": "recycle", "exited": "exited", "killed": "killed",
+          "boot_failed": "boot_failed"}
+
+
+class OutcomeReporter:
+    """Turns pool outcomes into ledger entries, log lines and metric counts."""
+
+    def __init__(self, ledger: Ledger, metrics: SupervisorMetrics) -> None:
+        self.ledger = ledger
+        self.metrics = metrics
+
+    def record(self, outcomes: Iterable[object], now: float) -> None:
+        """Book every outcome, in the order the pool reported them."""
+        for outcome in outcomes:
+            if isinstance(outcome, JobDone):
+                self.ledger.done(outcome.job, outcome.result_json, now)
+                self.metrics.job_done(outcome.job, outcome.duration)
+            elif isinstance(outcome, JobFailed):
+                self._failed(outcome, now)
+            elif isinstance(outcome, JobProgress):
+                self.ledger.progressed(outcome.job, outcome.progress)
+            elif isinstance(outcome, ChildEvent):
+                log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
+                          outcome.what, outcome.detail)
+                if outcome.what in _EXITS:
+                    self.metrics.child_exit(_EXITS[outcome.what])
+
+    def _failed(self, outcome: JobFailed, now: float) -> None:
+        job = outcome.job
+        shutdown = outcome.kind == jobs.FAIL_SHUTDOWN
+        discarded = not shutdown and (outcome.terminal or outcome.kind in jobs.TERMINAL_FAILURES
+                                      or job.attempt >= job.max_attempts)
+        if shutdown:
+            verdict = "goes back (shutdown)"
+        elif discarded:
+            verdict = "discarded"
+        else:
+            verdict = "will retry"
+        log.log(logging.INFO if shutdown else logging.WARNING,
+                "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind, job.attempt,
+                job.max_attempts, outcome.kind, verdict, outcome.message)
+        self.ledger.failed(job, outcome.kind, outcome.message, outcome.traceback,
+                           outcome.retry_delay, outcome.terminal, now)
+        self.metrics.job_failed(job, outcome.kind, retried=not shutdown and not discarded,
+                                discarded=discarded, duration=outcome.duration)
