@@ -324,7 +324,8 @@ class Arbiter:
             self._renew()
         if self.maintenance.due(now) and self.db.up:
             self.db.call(lambda s: self.maintenance.run_round(
-                s, children=self.pool.size(), busy=self.pool.busy_count()), None)
+                s, children=self.pool.size(), busy=self.pool.busy_count(),
+                info={"kinds": self.kinds}), None)
 
     def _poll(self) -> None:
         """Promote due scheduled/retryable jobs and ask which queues hold work."""
