@@ -1,0 +1,162 @@
+"""Fakes for the pool's policy tests, honcho-style: an OS that forks nothing, a clock
+that moves when told, a selector that only remembers, and a harness that plays the
+children's side of the pipes."""
+
+from __future__ import annotations
+
+import random
+import selectors
+
+from shared import wire
+from supervisor.children import Pool, PoolSettings
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeOs:
+    def __init__(self) -> None:
+        self.next_fd = 10
+        self.next_pid = 500
+        self.inbox: dict[int, bytearray] = {}  # parent read fd -> bytes a child wrote
+        self.eof: set[int] = set()
+        self.written: dict[int, bytearray] = {}  # parent write fd -> bytes sent
+        self.write_budget: int | None = None  # None: pipes take everything
+        self.signals: list[tuple[int, int]] = []  # (pgid, sig)
+        self.exits: list[tuple[int, int]] = []  # what waitpid will report
+        self.closed: set[int] = set()
+
+    def fork(self) -> int:
+        self.next_pid += 1
+        return self.next_pid
+
+    def pipe(self) -> tuple[int, int]:
+        r, w = self.next_fd, self.next_fd + 1
+        self.next_fd += 2
+        return r, w
+
+    def set_blocking(self, fd: int, blocking: bool) -> None:
+        pass
+
+    def close(self, fd: int) -> None:
+        self.closed.add(fd)
+
+    def read(self, fd: int, size: int) -> bytes:
+        buf = self.inbox.get(fd)
+        if buf:
+            data = bytes(buf[:size])
+            del buf[:size]
+            return data
+        if fd in self.eof:
+            return b""
+        raise BlockingIOError
+
+    def write(self, fd: int, data: bytes) -> int:
+        n = len(data) if self.write_budget is None else min(len(data), self.write_budget)
+        if n == 0:
+            raise BlockingIOError
+        if self.write_budget is not None:
+            self.write_budget -= n
+        self.written.setdefault(fd, bytearray()).extend(data[:n])
+        return n
+
+    def kill(self, pid: int, sig: int) -> bool:
+        self.signals.append((pid, sig))
+        return True
+
+    def killpg(self, pgid: int, sig: int) -> bool:
+        self.signals.append((pgid, sig))
+        return True
+
+    def setpgid(self, pid: int, pgid: int) -> None:
+        pass
+
+    def waitpid_any(self) -> tuple[int, int]:
+        return self.exits.pop(0) if self.exits else (0, 0)
+
+    def getpid(self) -> int:
+        return 1
+
+
+class FakeSelector(selectors.BaseSelector):
+    def __init__(self) -> None:
+        self.keys: dict[int, selectors.SelectorKey] = {}
+
+    def register(self, fileobj, events, data=None):
+        key = selectors.SelectorKey(fileobj, fileobj, events, data)
+        assert fileobj not in self.keys, f"fd {fileobj} registered twice"
+        self.keys[fileobj] = key
+        return key
+
+    def unregister(self, fileobj):
+        return self.keys.pop(fileobj)
+
+    def select(self, timeout=None):
+        return []
+
+    def get_map(self):
+        return self.keys
+
+
+def exited(code: int) -> int:
+    return code << 8
+
+
+def signalled(sig: int) -> int:
+    return int(sig)
+
+
+class Harness:
+    def __init__(self, **overrides) -> None:
+        defaults = dict(size=2, boot_timeout=10.0, heartbeat_interval=1.0,
+                        heartbeat_timeout=5.0, kill_grace=3.0)
+        defaults.update(overrides)
+        self.settings = PoolSettings(**defaults)
+        self.os = FakeOs()
+        self.clock = FakeClock()
+        self.sel = FakeSelector()
+        self.pool = Pool(self.settings, self.sel, oscalls=self.os, clock=self.clock,
+                         rng=random.Random(7))
+        self.outcomes: list = []
+
+    # playing a child
+    def child(self, pid: int):
+        return self.pool._children[pid]
+
+    def pids(self) -> list[int]:
+        return sorted(self.pool._children)
+
+    def says(self, pid: int, frame: bytes, deliver: bool = True) -> None:
+        child = self.child(pid)
+        self.os.inbox.setdefault(child.read_fd, bytearray()).extend(frame)
+        if deliver:
+            self.pool.handle_event(self.sel.keys[child.read_fd], selectors.EVENT_READ)
+
+    def ready(self, *pids: int) -> None:
+        for pid in pids or self.pids():
+            self.says(pid, wire.encode(wire.READY, {"pid": pid, "worker": 0}))
+
+    def exits(self, pid: int, status: int) -> None:
+        self.os.exits.append((pid, status))
+        self.pool.reap()
+
+    def sent(self, pid: int) -> list[wire.Frame]:
+        return wire.FrameReader().feed(bytes(self.os.written.get(self.child(pid).write_fd,
+                                                                 b"")))
+
+    def advance(self, seconds: float) -> None:
+        self.clock.now += seconds
+        self.pool.tick()
+
+    def take(self, kind=None) -> list:
+        got = self.pool.take_outcomes()
+        self.outcomes += got
+        return [o for o in got if kind is None or isinstance(o, kind)]
+
+    def signals_to(self, pid: int) -> list[int]:
+        return [sig for pgid, sig in self.os.signals if pgid == pid]
