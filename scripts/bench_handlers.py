@@ -1,6 +1,9 @@
 """Handlers for the run benchmarks (``--app bench_handlers`` with scripts/ on the path)."""
 
-from workers import job
+import os
+import time
+
+from workers import current_job, job
 
 
 def spin(n: int) -> int:
@@ -22,3 +25,12 @@ def run_noop() -> None:
 def run_cpu(n: int) -> int:
     """CPU-bound job of ``n`` loop iterations."""
     return spin(n)
+
+
+@job(queue="probe")
+def run_probe() -> None:
+    """Records when it started (for pickup latency), to the file in BENCH_PROBE_LOG."""
+    started = time.time()
+    ctx = current_job()
+    with open(os.environ["BENCH_PROBE_LOG"], "a") as log:
+        log.write(f"{ctx.id} {started!r}\n")

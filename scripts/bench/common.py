@@ -1,0 +1,120 @@
+"""Plumbing every benchmark shares: a scratch database, running ``supervisor run`` as
+a subprocess with the benchmark handlers, medians, and a description of the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+BENCH = Path(__file__).resolve().parent
+SCRIPTS = BENCH.parent
+ROOT = SCRIPTS.parent
+for path in (str(ROOT), str(SCRIPTS)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from shared.migrate import migrate  # noqa: E402
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def scratch_database(base_dsn: str, name: str) -> str:
+    """A fresh, migrated database called ``name`` (dropped first if it exists)."""
+    drop_database(base_dsn, name)
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = make_conninfo(base_dsn, dbname=name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+    return dsn
+
+
+def drop_database(base_dsn: str, name: str) -> None:
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def reset(dsn: str) -> None:
+    """Empty the queue tables and refresh statistics, so runs start alike."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE supervisor.jobs, supervisor.supervisors, supervisor.queues")
+        conn.execute("VACUUM ANALYZE supervisor.jobs")
+
+
+def supervisor_cmd(*args: str) -> list[str]:
+    """``supervisor run --app bench_handlers ...`` for this interpreter."""
+    return [sys.executable, "-m", "supervisor", "run", "--app", "bench_handlers",
+            "--log-level", "warning", *args]
+
+
+def supervisor_env(dsn: str, **extra: str) -> dict[str, str]:
+    return dict(os.environ, SUPERVISOR_DSN=dsn,
+                PYTHONPATH=os.pathsep.join([str(SCRIPTS), str(ROOT)]), **extra)
+
+
+def run_burst(dsn: str, *args: str, timeout: float = 900) -> float:
+    """Seconds from starting ``supervisor run --burst`` to its exit."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(supervisor_cmd("--burst", *args), env=supervisor_env(dsn),
+                          cwd=str(SCRIPTS), capture_output=True, text=True, timeout=timeout)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"supervisor run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return elapsed
+
+
+def count_state(dsn: str, state: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state = %s",
+                            (state,)).fetchone()[0]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by nearest rank."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def machine(dsn: str = DEFAULT_DSN) -> dict[str, str]:
+    """Facts for the report's header."""
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kib / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg = conn.execute("SHOW server_version").fetchone()[0]
+        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    import orjson
+
+    return {
+        "cpu": f"{os.cpu_count()} vCPU ({cpu})", "memory": mem,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(), "postgresql": f"{pg} (synchronous_commit={sync})",
+        "psycopg": psycopg.__version__, "orjson": orjson.__version__,
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
