@@ -1,0 +1,170 @@
+"""The end checks of a chaos run, from the jobs table and the handlers' run log.
+
+A job passes when:
+
+* it is final: ``completed``, or ``discarded`` for its own reason (its handler discards
+  or always fails by design, or it spent all its attempts), never left running or waiting;
+* every failed attempt in ``errors`` is either designed (the kind raises on purpose) or
+  an interruption (``crashed``, ``lease_expired``, ``shutdown``, ``timeout``, ``hung``);
+* it ran once per attempt, except where the attempt was interrupted: for each attempt,
+  the runs in the log are at most the errors entries for that attempt, plus one for the
+  attempt that completed it. A run cut short (no end record) needs an interruption entry;
+* a completed job's final attempt has a run that reached its end, with the expected result.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import psycopg
+
+from scripts.chaos.runlog import Run, read_runs
+
+INTERRUPTIONS = frozenset({"crashed", "lease_expired", "shutdown", "timeout", "hung"})
+FINAL = frozenset({"completed", "discarded"})
+
+_ROWS = """
+SELECT id, kind, state, attempt, max_attempts, args::text, result::text,
+       (SELECT coalesce(jsonb_agg(e - 'traceback'), '[]') FROM jsonb_array_elements(errors) e)::text
+FROM supervisor.jobs
+"""
+
+
+@dataclass
+class CheckResult:
+    """Figures of the checks; ``violations`` empty means the run passed."""
+
+    jobs: int = 0
+    states: Counter = field(default_factory=Counter)
+    runs: int = 0
+    reruns: Counter = field(default_factory=Counter)  # cause -> reruns it explains
+    lost_claims: Counter = field(default_factory=Counter)  # failed attempts that never ran
+    discarded: Counter = field(default_factory=Counter)  # reason -> jobs
+    violations: list[str] = field(default_factory=list)
+    violation_kinds: Counter = field(default_factory=Counter)
+    bad_log_lines: int = 0
+
+    def fail(self, what: str, detail: str) -> None:
+        """Record one violation (details kept for the first 50)."""
+        self.violation_kinds[what] += 1
+        if len(self.violations) < 50:
+            self.violations.append(f"{what}: {detail}")
+
+    @property
+    def unexplained_reruns(self) -> int:
+        """Runs no errors entry accounts for."""
+        return self.violation_kinds["unexplained double run"]
+
+
+def _designed(kind: str, entry: dict, args: dict) -> bool:
+    """Whether the handler of ``kind`` fails this way on purpose."""
+    what, attempt = entry.get("kind"), entry.get("attempt")
+    if kind == "chaos_flaky":
+        return what == "error" and attempt == 1
+    if kind == "chaos_fail":
+        return what == "error"
+    if kind == "chaos_discard":
+        return what == "discard"
+    if kind == "chaos_exit":
+        return what == "crashed" and attempt == args.get("on_attempt", 1)
+    return False
+
+
+def _expected_result(kind: str, args: dict, result: object) -> bool:
+    if kind == "chaos_noop":
+        return result == args.get("n", 0)
+    if kind == "chaos_sleep":
+        return result == args["ms"]
+    if kind == "chaos_flaky":
+        return result == "ok"
+    if kind == "chaos_exit":
+        return result == "survived"
+    if kind == "chaos_cpu":
+        return isinstance(result, int)
+    return False  # chaos_fail and chaos_discard never complete
+
+
+def check(dsn: str, runlog: Path, expected_jobs: int | None = None) -> CheckResult:
+    """Run every check; never raises for a violation, only records it."""
+    out = CheckResult()
+    runs_by_job, out.bad_log_lines = read_runs(runlog)
+    if out.bad_log_lines:
+        out.fail("run log", f"{out.bad_log_lines} unreadable or unmatched lines")
+    seen = set()
+    with psycopg.connect(dsn) as conn, conn.cursor(name="rows") as cur:
+        cur.itersize = 5000
+        cur.execute(_ROWS)
+        for job_id, kind, state, attempt, max_attempts, args, result, errors in cur:
+            seen.add(job_id)
+            _check_job(out, job_id, kind, state, attempt, max_attempts, orjson.loads(args),
+                       None if result is None else orjson.loads(result), orjson.loads(errors),
+                       runs_by_job.get(job_id, []))
+    out.jobs = len(seen)
+    if expected_jobs is not None and out.jobs != expected_jobs:
+        out.fail("job count", f"{out.jobs} rows, {expected_jobs} enqueued")
+    strays = set(runs_by_job) - seen
+    if strays:
+        out.fail("run of an unknown job", f"{len(strays)} ids, e.g. {sorted(strays)[:5]}")
+    return out
+
+
+def _check_job(out: CheckResult, job_id: int, kind: str, state: str, attempt: int,
+               max_attempts: int, args: dict, result: object, errors: list[dict],
+               runs: list[Run]) -> None:
+    out.states[state] += 1
+    out.runs += len(runs)
+    where = f"job {job_id} {kind} ({state}, attempt {attempt})"
+    if state not in FINAL:
+        out.fail("not final", where)
+        return
+    for entry in errors:
+        if entry.get("kind") not in INTERRUPTIONS and not _designed(kind, entry, args):
+            out.fail("unexpected failure", f"{where}: {entry.get('kind')}: {entry.get('message')}")
+    if state == "discarded":
+        _check_discard(out, where, kind, attempt, max_attempts, args, errors)
+    elif not _expected_result(kind, args, result):
+        out.fail("wrong result", f"{where}: {result!r}")
+
+    entries_at = Counter(e.get("attempt") for e in errors)
+    interrupted_at = {e.get("attempt") for e in errors if e.get("kind") in INTERRUPTIONS}
+    runs_at = Counter(r.attempt for r in runs)
+    for n, count in runs_at.items():
+        allowed = entries_at[n] + (1 if state == "completed" and n == attempt else 0)
+        if count > allowed:
+            out.fail("unexplained double run",
+                     f"{where}: attempt {n} ran {count} times, {entries_at[n]} errors entries")
+    for run in runs:
+        if run.end is None and run.attempt not in interrupted_at:
+            out.fail("run cut short without an interruption recorded",
+                     f"{where}: attempt {run.attempt} in pid {run.pid}")
+    if state == "completed" and not any(r.attempt == attempt and r.end for r in runs):
+        out.fail("completed without a finished run", where)
+    for entry in errors:
+        n = entry.get("attempt")
+        if runs_at[n] == 0:
+            out.lost_claims[entry.get("kind")] += 1
+        else:
+            cause = "designed" if _designed(kind, entry, args) else entry.get("kind")
+            out.reruns[cause] += 1
+    # The last attempt's failure did not lead to another run: it is not a rerun.
+    if state == "discarded" and errors and runs_at[errors[-1].get("attempt")]:
+        last = errors[-1]
+        out.reruns["designed" if _designed(kind, last, args) else last.get("kind")] -= 1
+
+
+def _check_discard(out: CheckResult, where: str, kind: str, attempt: int, max_attempts: int,
+                   args: dict, errors: list[dict]) -> None:
+    last = errors[-1] if errors else None
+    if last is None:
+        out.fail("discarded without a reason", where)
+    elif kind == "chaos_discard" and last.get("kind") == "discard":
+        out.discarded["Discard raised by design"] += 1
+    elif attempt >= max_attempts and kind == "chaos_fail":
+        out.discarded["attempts spent, failing by design"] += 1
+    elif attempt >= max_attempts:
+        out.discarded[f"attempts spent, last {last.get('kind')}"] += 1
+    else:
+        out.fail("discarded for no reason of its own", f"{where}: {last}")
