@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
-import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,49 +27,25 @@ SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
 sys.path[:0] = [str(SCRIPTS), str(ROOT)]
 
+sys.path.insert(0, str(SCRIPTS / "bench"))
 import bench_enqueue  # noqa: E402
 import bench_pool  # noqa: E402
+import common  # noqa: E402
 from bench_handlers import spin  # noqa: E402
 
 from shared.enqueue import enqueue_many  # noqa: E402
-from shared.migrate import migrate  # noqa: E402
-
-
-def scratch_database(base_dsn: str, name: str) -> str:
-    """Create (or recreate) a database for the benchmark and migrate it."""
-    with psycopg.connect(base_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = psycopg.conninfo.make_conninfo(base_dsn, dbname=name)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        migrate(conn)
-    return dsn
-
-
-def reset(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE supervisor.jobs, supervisor.supervisors")
-        conn.execute("VACUUM ANALYZE supervisor.jobs")
 
 
 def run_supervisor(dsn: str, queue: str, children: int, *extra: str) -> float:
     """Seconds from starting ``supervisor run --burst`` to its exit."""
-    env = dict(os.environ, SUPERVISOR_DSN=dsn,
-               PYTHONPATH=os.pathsep.join([str(SCRIPTS), str(ROOT)]))
-    cmd = [sys.executable, "-m", "supervisor", "run", "--app", "bench_handlers", "-q", queue,
-           "-n", str(children), "--burst", "--log-level", "warning", *extra]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=str(SCRIPTS), capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"supervisor run failed ({proc.returncode}):\n{proc.stderr}")
-    return elapsed
+    return common.run_burst(dsn, "-q", queue, "-n", str(children), *extra)
 
 
-def noop_through_supervisor(dsn: str, jobs: int, prefetch: int) -> float:
-    reset(dsn)
+def noop_through_supervisor(dsn: str, jobs: int, prefetch: int, children: int = 2,
+                            *extra: str) -> float:
+    common.reset(dsn)
     enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
-    elapsed = run_supervisor(dsn, "bench", 2, "--prefetch", str(prefetch))
+    elapsed = run_supervisor(dsn, "bench", children, "--prefetch", str(prefetch), *extra)
     with psycopg.connect(dsn, autocommit=True) as conn:
         done = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state = 'completed'"
                             ).fetchone()[0]
@@ -89,10 +63,16 @@ def store_ceiling(dsn: str, jobs: int) -> float:
         return done / (time.perf_counter() - t0)
 
 
-def cpu_through_supervisor(dsn: str, tasks: list[int]) -> float:
-    reset(dsn)
+def cpu_through_supervisor(dsn: str, tasks: list[int]) -> tuple[float, float]:
+    """(wall seconds including start-up, seconds from the first claim to the last
+    completion as the database recorded them)."""
+    common.reset(dsn)
     enqueue_many("run_cpu", [{"n": n} for n in tasks], queue="bench_cpu", dsn=dsn)
-    return run_supervisor(dsn, "bench_cpu", 2)
+    wall = run_supervisor(dsn, "bench_cpu", 2)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        span = conn.execute("SELECT extract(epoch FROM max(finished_at) - min(attempted_at))"
+                            " FROM supervisor.jobs").fetchone()[0]
+    return wall, float(span)
 
 
 def cpu_through_multiprocessing(tasks: list[int]) -> float:
@@ -102,46 +82,67 @@ def cpu_through_multiprocessing(tasks: list[int]) -> float:
     return time.perf_counter() - t0
 
 
+def run(base_dsn: str = common.DEFAULT_DSN, jobs: int = 20_000, runs: int = 3,
+        children: tuple[int, ...] = (1, 2, 4), prefetch: tuple[int, ...] = (1, 64),
+        cpu_jobs: int = 200, cpu_iterations: int = 400_000) -> list[tuple[str, str]]:
+    """Rows for the report: no-op throughput against the store's and the pipes' own
+    ceilings, and CPU-bound work against multiprocessing.Pool, all in one run."""
+    dsn = common.scratch_database(base_dsn, "supervisor_bench_run")
+    rows: list[tuple[str, str]] = []
+    med = common.median
+    try:
+        for n in children:
+            for pf in prefetch:
+                rates = [noop_through_supervisor(dsn, jobs, pf, n) for _ in range(runs)]
+                rows.append((f"no-op, `supervisor run -n {n} --burst --prefetch {pf}`, "
+                             f"{jobs:,} jobs, start-up included", f"{med(rates):,.0f} jobs/s"))
+        rates = [noop_through_supervisor(dsn, jobs, max(prefetch), 2, "--config",
+                                         str(_sync_off_config())) for _ in range(runs)]
+        rows.append((f"no-op, `-n 2 --prefetch {max(prefetch)}` with "
+                     "`synchronous_commit = false`", f"{med(rates):,.0f} jobs/s"))
+        rates = [store_ceiling(dsn, jobs) for _ in range(runs)]
+        rows.append(("database ceiling: the store's claim+complete loop alone, batch 512",
+                     f"{med(rates):,.0f} jobs/s"))
+        rates = [bench_pool.bench_pool(jobs, 2) for _ in range(runs)]
+        rows.append(("pipe ceiling: the pool alone, no-op round trips, 2 children",
+                     f"{med(rates):,.0f} /s"))
+        rates = [bench_pool.bench_raw(jobs, 2) for _ in range(runs)]
+        rows.append(("raw pipe ping-pong, 2 children, 1 in flight", f"{med(rates):,.0f} /s"))
+        tasks = [cpu_iterations] * cpu_jobs
+        ours = [cpu_through_supervisor(dsn, tasks) for _ in range(runs)]
+        wall, span = med([w for w, _ in ours]), med([s for _, s in ours])
+        theirs = med([cpu_through_multiprocessing(tasks) for _ in range(runs)])
+        per_task = theirs * 2 / len(tasks) * 1000
+        rows.append((f"CPU-bound: {cpu_jobs} jobs of ~{per_task:.0f} ms, `supervisor run -n 2`",
+                     f"{wall:.2f} s wall (process start to exit), {span:.2f} s from first "
+                     "claim to last completion"))
+        rows.append(("CPU-bound: the same work, `multiprocessing.Pool(2).map` in a running "
+                     "interpreter", f"{theirs:.2f} s"))
+        rows.append(("CPU efficiency: multiprocessing / ours", f"{theirs / span:.3f} while "
+                     f"working, {theirs / wall:.3f} including our start-up"))
+    finally:
+        common.drop_database(base_dsn, "supervisor_bench_run")
+    return rows
+
+
+def _sync_off_config() -> Path:
+    path = Path(tempfile.gettempdir()) / "supervisor-bench-sync-off.toml"
+    path.write_text("synchronous_commit = false\n")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--cpu-jobs", type=int, default=200)
-    parser.add_argument("--cpu-iterations", type=int, default=400_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--prefetch", type=int, nargs="*", default=[1, 16, 64])
+    parser.add_argument("--children", type=int, nargs="*", default=[2])
+    parser.add_argument("--prefetch", type=int, nargs="*", default=[1, 64])
+    parser.add_argument("--cpu-jobs", type=int, default=200)
     args = parser.parse_args()
-
-    dsn = scratch_database(args.dsn, "supervisor_bench_run")
-    rows: list[tuple[str, str]] = []
-    med = statistics.median
-    try:
-        for prefetch in args.prefetch:
-            rates = [noop_through_supervisor(dsn, args.jobs, prefetch) for _ in range(args.runs)]
-            rows.append((f"no-op, `supervisor run -n 2 --burst --prefetch {prefetch}` "
-                         f"({args.jobs} jobs, start-up included)", f"{med(rates):,.0f} jobs/s"))
-        rates = [store_ceiling(dsn, args.jobs) for _ in range(args.runs)]
-        rows.append(("store alone: claim+complete loop, batch 512", f"{med(rates):,.0f} jobs/s"))
-        rates = [bench_pool.bench_pool(args.jobs, 2) for _ in range(args.runs)]
-        rows.append(("pool alone: no-op round trips, 2 children", f"{med(rates):,.0f} /s"))
-        rates = [bench_pool.bench_raw(args.jobs, 2) for _ in range(args.runs)]
-        rows.append(("raw pipe ping-pong, 2 children, 1 in flight", f"{med(rates):,.0f} /s"))
-
-        tasks = [args.cpu_iterations] * args.cpu_jobs
-        ours = [cpu_through_supervisor(dsn, tasks) for _ in range(args.runs)]
-        theirs = [cpu_through_multiprocessing(tasks) for _ in range(args.runs)]
-        per_task = med(theirs) * 2 / len(tasks) * 1000
-        rows.append((f"CPU-bound: {args.cpu_jobs} jobs of ~{per_task:.0f} ms, "
-                     "`supervisor run -n 2` (start-up included)", f"{med(ours):.2f} s"))
-        rows.append(("CPU-bound: same work, `multiprocessing.Pool(2).map`",
-                     f"{med(theirs):.2f} s"))
-        rows.append(("CPU efficiency (multiprocessing time / ours)",
-                     f"{med(theirs) / med(ours):.3f}"))
-    finally:
-        with psycopg.connect(args.dsn, autocommit=True) as conn:
-            conn.execute('DROP DATABASE IF EXISTS "supervisor_bench_run" WITH (FORCE)')
-
-    print(f"Machine: {bench_pool.machine()}; medians of {args.runs} runs\n")
+    rows = run(args.dsn, args.jobs, args.runs, tuple(args.children), tuple(args.prefetch),
+               args.cpu_jobs)
+    print(f"Machine: {common.machine(args.dsn)}; medians of {args.runs} runs\n")
     print("| measurement | result |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
