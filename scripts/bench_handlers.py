@@ -34,3 +34,9 @@ def run_probe() -> None:
     ctx = current_job()
     with open(os.environ["BENCH_PROBE_LOG"], "a") as log:
         log.write(f"{ctx.id} {started!r}\n")
+
+
+@job(queue="rescue")
+def run_hold(seconds: float) -> None:
+    """Holds a child for a while (the rescue benchmark kills its supervisor meanwhile)."""
+    time.sleep(seconds)

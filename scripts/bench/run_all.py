@@ -29,9 +29,10 @@ import bench_run
 import common
 import latency
 import multi
+import rescue
 import rss
 
-SECTIONS = ("enqueue", "run", "latency", "rss", "multi", "peers")
+SECTIONS = ("enqueue", "run", "latency", "rss", "multi", "rescue", "peers")
 
 
 def section_enqueue(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
@@ -64,6 +65,10 @@ def section_multi(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
     return multi.run(dsn, jobs=5_000 if quick else 20_000, runs=runs)
 
 
+def section_rescue(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
+    return rescue.run(dsn, lease_ttl=5.0 if quick else 30.0)
+
+
 def section_peers(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
     import peers
 
@@ -76,6 +81,7 @@ TITLES = {
     "latency": "Pickup latency (enqueue commit to handler start)",
     "rss": "Memory over a long run",
     "multi": "Several supervisors on one database",
+    "rescue": "Rescue after a supervisor is killed",
     "peers": "Peers on the same PostgreSQL: the same no-op jobs",
 }
 COMMANDS = {
@@ -84,6 +90,7 @@ COMMANDS = {
     "latency": "python scripts/bench/latency.py",
     "rss": "python scripts/bench/rss.py --jobs 1000000",
     "multi": "python scripts/bench/multi.py",
+    "rescue": "python scripts/bench/rescue.py",
     "peers": "python scripts/bench/peers.py",
 }
 
