@@ -132,10 +132,12 @@ def enqueue_mix(dsn: str, jobs: int, seed: int, weights: dict[str, float] | None
 
 def write_config(workdir: Path) -> Path:
     """The settings file for the soak's supervisors: fast maintenance so expired leases
-    are rescued within a second or two of expiring."""
+    are rescued within a second or two of expiring, and a quick heartbeat because the
+    child's heartbeat thread is what updates its title (stale by up to one interval), and
+    the driver picks busy children by title."""
     path = workdir / "soak.toml"
     path.write_text("poll_interval = 0.2\nmaintenance_interval = 1.0\n"
-                    "heartbeat_interval = 1.0\nheartbeat_timeout = 10.0\n")
+                    "heartbeat_interval = 0.25\nheartbeat_timeout = 10.0\n")
     return path
 
 
@@ -160,6 +162,13 @@ class Driver:
         plan += [(0.3 + 0.4 * (i + 0.5) / max(settings.db_restarts, 1), "restart_db")
                  for i in range(settings.db_restarts)]
         self.plan = sorted(plan)
+        self.started = time.monotonic()
+
+    def event(self, text: str, show: bool = True) -> None:
+        """Note what the driver did, stamped with seconds since the supervisors started."""
+        self.report.events.append(f"{time.monotonic() - self.started:7.1f} s  {text}")
+        if show:
+            self.say(self.report.events[-1])
 
     def start_supervisor(self) -> None:
         """Start one more ``supervisor run``."""
@@ -182,7 +191,7 @@ class Driver:
         """Start the supervisors, shake them until the work is done, then stop them."""
         for _ in range(self.s.supervisors):
             self.start_supervisor()
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         next_kill = started + self.s.kill_interval
         last_finished, last_change = -1, started
         quiet_polls = 0
@@ -242,31 +251,28 @@ class Driver:
             return False
         self.report.child_kills += 1
         if self.report.child_kills <= 3:
-            self.report.events.append(f"killed child {pid}: {title}")
+            self.event(f"SIGKILLed child {pid}: {title}", show=False)
         return True
 
     def kill_supervisor(self, fraction: float) -> None:
         """SIGKILL a random supervisor and start a replacement."""
         sup = self.rng.choice(self.sups)
-        busy = len(sup.busy_children())
+        busy, children = len(sup.busy_children()), len(sup.children())
         sup.kill()
         self.sups.remove(sup)
         self.retired.append(sup)
         self.report.supervisor_kills += 1
         self.start_supervisor()
-        self.report.events.append(
-            f"at {fraction:.0%}: SIGKILLed supervisor {sup.pid} ({busy} busy children), "
-            f"started a replacement")
-        self.say(self.report.events[-1])
+        self.event(f"at {fraction:.0%} done: SIGKILLed supervisor {sup.pid} ({children} "
+                   f"children, {busy} busy), started a replacement")
 
     def restart_db(self, fraction: float) -> None:
         """Restart PostgreSQL (fast shutdown: every session is cut)."""
         began = time.monotonic()
         self.server.restart()
         self.report.db_restarts += 1
-        self.report.events.append(
-            f"at {fraction:.0%}: restarted PostgreSQL ({time.monotonic() - began:.1f} s)")
-        self.say(self.report.events[-1])
+        self.event(f"at {fraction:.0%} done: restarted PostgreSQL "
+                   f"({time.monotonic() - began:.1f} s)")
 
     def stop_all(self) -> None:
         """SIGTERM every supervisor; each must drain and exit 0 within its grace."""
@@ -330,6 +336,8 @@ def summary(report: SoakReport, settings: SoakSettings) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += ["events (first child kills, every supervisor kill and restart):"]
+    lines += [f"  {e}" for e in report.events]
     lines += [f"  ! {v}" for v in report.violations[:30]]
     return "\n".join(lines)
 
