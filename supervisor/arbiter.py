@@ -246,22 +246,29 @@ class Arbiter:
 
     def _dispatch(self) -> None:
         """Hand waiting jobs to idle children, the queue furthest below its share first."""
-        if self.pool.idle_count() == 0:
+        pool, ledger = self.pool, self.ledger
+        if pool.idle_count() == 0:
             return
-        size = self.pool.size()
-        while self.pool.idle_count() > 0:
-            waiting = self.ledger.waiting_counts()
-            if not waiting:
-                return
-            queue = (next(iter(waiting)) if len(self.queues) == 1
-                     else self.scheduler.next_queue(size, waiting, self.ledger.running))
+        if len(self.queues) == 1:  # the common case needs no share arithmetic
+            queue_jobs = ledger.waiting.get(self.queues[0])
+            while queue_jobs and pool.idle_count() > 0:
+                job = queue_jobs.popleft()
+                if not pool.dispatch(job):
+                    queue_jobs.appendleft(job)
+                    return
+                ledger.started(job)
+            return
+        size = pool.size()
+        while pool.idle_count() > 0:
+            waiting = ledger.waiting_counts()
+            queue = self.scheduler.next_queue(size, waiting, ledger.running) if waiting else None
             if queue is None:
                 return
-            job = self.ledger.pop_waiting(queue)
-            if not self.pool.dispatch(job):
-                self.ledger.unpop_waiting(job)
+            job = ledger.pop_waiting(queue)
+            if not pool.dispatch(job):
+                ledger.unpop_waiting(job)
                 return
-            self.ledger.started(job)
+            ledger.started(job)
 
     def _claim(self, now: float, eager: bool = False) -> None:
         # A short claim hands its queue's allotment to the others: plan again in the same

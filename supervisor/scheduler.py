@@ -25,6 +25,8 @@ class Scheduler:
         # Queues known to hold work: set from the database's answer on each poll, added
         # to by NOTIFY, and cleared per queue when a claim comes back short.
         self.demand: set[str] = set()
+        self._targets_key: tuple[int, frozenset[str]] | None = None
+        self._targets: dict[str, int] = {}
         self.buckets = {
             q: TokenBucket(p.max_rate, p.burst, now)
             for q, p in self.policies.items()
@@ -40,8 +42,13 @@ class Scheduler:
         self.demand = {q for q in with_work if q in self.policies}
 
     def targets(self, pool_size: int) -> dict[str, int]:
-        """Children allotted to each queue now."""
-        return allot(self.policies, self.demand, pool_size)
+        """Children allotted to each queue now (recomputed only when demand or the pool
+        size changed: the loop asks every turn)."""
+        key = (pool_size, frozenset(self.demand))
+        if key != self._targets_key:
+            self._targets_key = key
+            self._targets = allot(self.policies, self.demand, pool_size)
+        return self._targets
 
     def caps(self, pool_size: int) -> dict[str, int]:
         """The most children each queue may hold."""

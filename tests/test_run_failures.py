@@ -27,19 +27,25 @@ def test_handler_returns_completed_with_result(dsn, tmp_path):
 def test_handler_raises_retries_then_discards_with_every_error(dsn, tmp_path):
     log = tmp_path / "runs.log"
     job_id = enqueue("e2e_raise", {"message": "bad pixel"}, max_attempts=2, dsn=dsn)
-    # The first failure schedules a retry ~1 s later (backoff); burst mode waits for it
-    # only while it is due, so run until the job is final.
-    for _ in range(10):
-        run_burst(dsn, *FAST, log_path=log)
-        if job_row(dsn, job_id)["state"] == "discarded":
-            break
-        _wait_until_due(dsn, job_id)
-    row = job_row(dsn, job_id)
+    row = run_until(dsn, job_id, "discarded", log)
     assert row["state"] == "discarded"
     assert [e["attempt"] for e in row["errors"]] == [1, 2]
     assert all(e["kind"] == "error" for e in row["errors"])
     assert "ValueError: bad pixel" in row["errors"][0]["traceback"]
     assert len(read_log(log)) == 2
+
+
+def run_until(dsn, job_id, final_state, log):
+    """Burst runs until the job reaches ``final_state``. A failure schedules its retry
+    ~1 s later (backoff) and burst mode exits while nothing is due, so run again once
+    the retry is due."""
+    for _ in range(10):
+        run_burst(dsn, *FAST, log_path=log)
+        row = job_row(dsn, job_id)
+        if row["state"] == final_state:
+            return row
+        _wait_until_due(dsn, job_id)
+    return job_row(dsn, job_id)
 
 
 def _wait_until_due(dsn, job_id):
@@ -67,12 +73,7 @@ def test_child_crash_is_retried_and_child_replaced(dsn, tmp_path, kind, how):
     log = tmp_path / "runs.log"
     job_id = enqueue(kind, dsn=dsn)
     others = enqueue_many("e2e_noop", [{"n": i} for i in range(20)], dsn=dsn)
-    for _ in range(10):
-        run_burst(dsn, *FAST, log_path=log)
-        if job_row(dsn, job_id)["state"] == "completed":
-            break
-        _wait_until_due(dsn, job_id)
-    row = job_row(dsn, job_id)
+    row = run_until(dsn, job_id, "completed", log)
     assert row["state"] == "completed", row
     assert row["result"] == "survived"
     assert row["errors"][0]["kind"] == "crashed"

@@ -118,3 +118,17 @@ def machine(dsn: str = DEFAULT_DSN) -> dict[str, str]:
         "psycopg": psycopg.__version__, "orjson": orjson.__version__,
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
+
+
+def cli(run, description: str, **options) -> None:
+    """The ``main()`` of a benchmark script: ``--dsn`` plus ``options`` (name: default),
+    passed to ``run(dsn, **options)``; prints its rows as markdown table lines."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    for name, default in options.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    args = vars(parser.parse_args())
+    for label, value in run(args.pop("dsn"), **args):
+        print(f"| {label} | {value} |")

@@ -11,7 +11,6 @@ Usage: python scripts/bench/latency.py [--probes 300]
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -74,14 +73,5 @@ def run(base_dsn: str = common.DEFAULT_DSN, probes: int = 300) -> list[tuple[str
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
-    parser.add_argument("--probes", type=int, default=300)
-    args = parser.parse_args()
-    for name, value in run(args.dsn, args.probes):
-        print(f"| {name} | {value} |")
-
-
 if __name__ == "__main__":
-    main()
+    common.cli(run, __doc__.splitlines()[0], probes=300)

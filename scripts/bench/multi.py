@@ -6,7 +6,6 @@ Usage: python scripts/bench/multi.py [--jobs 20000] [--runs 3]
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
@@ -52,15 +51,5 @@ def run(base_dsn: str = common.DEFAULT_DSN, jobs: int = 20_000,
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
-    parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    for name, value in run(args.dsn, args.jobs, args.runs):
-        print(f"| {name} | {value} |")
-
-
 if __name__ == "__main__":
-    main()
+    common.cli(run, __doc__.splitlines()[0], jobs=20_000, runs=3)

@@ -6,7 +6,6 @@ Usage: python scripts/bench/rescue.py [--lease-ttl 30]
 
 from __future__ import annotations
 
-import argparse
 import signal
 import subprocess
 import sys
@@ -70,14 +69,5 @@ def run(base_dsn: str = common.DEFAULT_DSN, lease_ttl: float = 30.0) -> list[tup
              f"{seconds:.1f} s")]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
-    parser.add_argument("--lease-ttl", type=float, default=30.0)
-    args = parser.parse_args()
-    for name, value in run(args.dsn, args.lease_ttl):
-        print(f"| {name} | {value} |")
-
-
 if __name__ == "__main__":
-    main()
+    common.cli(run, __doc__.splitlines()[0], lease_ttl=30.0)

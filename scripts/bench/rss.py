@@ -6,7 +6,6 @@ Usage: python scripts/bench/rss.py [--jobs 1000000] [--interval 2]
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
@@ -83,15 +82,5 @@ def run(base_dsn: str = common.DEFAULT_DSN, jobs: int = 1_000_000,
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
-    parser.add_argument("--jobs", type=int, default=1_000_000)
-    parser.add_argument("--interval", type=float, default=2.0)
-    args = parser.parse_args()
-    for name, value in run(args.dsn, args.jobs, args.interval):
-        print(f"| {name} | {value} |")
-
-
 if __name__ == "__main__":
-    main()
+    common.cli(run, __doc__.splitlines()[0], jobs=1_000_000, interval=2.0)
