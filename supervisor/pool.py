@@ -113,7 +113,8 @@ class Pool(PoolIO):
         for child in list(self._children.values()):
             if child.state == IDLE:
                 self._send_stop(child, now, "recycling all")
-            elif child.state == BUSY:
+            elif child.state in (BUSY, BOOTING):
+                # Forked before the reload: it must not serve, even once booted.
                 child.retire_after_job = True
         self._maintain_size()
 

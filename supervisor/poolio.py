@@ -164,8 +164,9 @@ class PoolIO:
         self._event(child, "ready", "")
         if child.state != BOOTING:
             return
-        if self._stopping:
-            self._send_stop(child, self._clock(), "pool stopping")
+        if self._stopping or child.retire_after_job:
+            self._send_stop(child, self._clock(), "pool stopping" if self._stopping
+                            else "recycling all")
             return
         child.state = IDLE
         self._idle.append(child)

@@ -356,6 +356,19 @@ def test_recycle_all_replaces_idle_now_and_busy_after_their_job():
     assert len(set(h.pids()) - old) == 2
 
 
+def test_recycle_all_also_retires_a_child_still_booting():
+    # It was forked before the reload: once READY it must stop, not take a job.
+    h = Harness(size=1)
+    h.pool.start()
+    booting = h.pids()[0]
+    h.pool.recycle_all()
+    h.ready(booting)
+    assert [f.type for f in h.sent(booting)] == [wire.STOP]
+    assert h.pool.idle_count() == 0
+    h.pool.tick()
+    assert len(set(h.pids()) - {booting}) == 1  # its replacement
+
+
 def test_a_full_pipe_is_flushed_when_writable():
     h = started(size=1)
     pid = h.pids()[0]

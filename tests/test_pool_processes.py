@@ -207,7 +207,7 @@ def test_timeout_kills_the_whole_group_with_grandchildren(make_driver, tmp_path)
 def test_child_over_memory_limit_is_recycled_after_its_job(make_driver):
     d = make_driver(max_memory_per_child=200 << 20)
     out = d.run("pool_hoard", '{"megabytes": 300}')
-    assert isinstance(out, JobDone)
+    assert isinstance(out, JobDone), out
     d.until(lambda: d.events("recycled"))
     hoarder = int(out.result_json.split(":")[1].rstrip("}"))
     assert d.events("recycled")[0].pid == hoarder

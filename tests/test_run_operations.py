@@ -56,9 +56,9 @@ def test_sigkilled_supervisors_job_is_rescued_by_another(dsn, tmp_path):
 
 def test_maintenance_goes_on_when_a_supervisor_dies(dsn, tmp_path):
     """Two supervisors; the one running the job is killed; the survivor rescues it."""
-    log = tmp_path / "runs.log"
+    log, gate = tmp_path / "runs.log", tmp_path / "gate"
     config = fast_maintenance(tmp_path)
-    job_id = enqueue("e2e_wait_for", {"path": str(tmp_path / "never"), "timeout": 1.0}, dsn=dsn)
+    job_id = enqueue("e2e_wait_for", {"path": str(gate)}, dsn=dsn)
     a = Supervisor(dsn, "-n", "1", "--lease-ttl", "2", "--config", config, log_path=log)
     b = None
     try:
@@ -67,7 +67,8 @@ def test_maintenance_goes_on_when_a_supervisor_dies(dsn, tmp_path):
         b.wait_for_log("starting 1 children")
         a.signal(signal.SIGKILL)
         a.wait(10)
-        b.wait_for_log("rescued 1 jobs", timeout=20)
+        b.wait_for_log("rescued 1 jobs", timeout=30)
+        gate.touch()
         wait_until(lambda: job_row(dsn, job_id)["state"] == "completed", timeout=20)
         b.signal(signal.SIGTERM)
         assert b.wait(30) == 0
