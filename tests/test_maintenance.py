@@ -1,0 +1,18 @@
+"""Maintenance statements against a real database: the prune stays on its index."""
+
+from shared.enqueue import enqueue_many
+from supervisor.maintenance import _PRUNE
+
+
+def test_prune_reads_the_finished_index_not_the_table(conn):
+    enqueue_many("k", [{"i": i} for i in range(20_000)], conn=conn)
+    conn.execute("UPDATE supervisor.jobs SET state = 'completed', "
+                 "finished_at = now() - (id % 100) * interval '1 day' WHERE id % 4 <> 0")
+    conn.execute("ANALYZE supervisor.jobs")
+    plan = "\n".join(row[0] for row in conn.execute(
+        "EXPLAIN " + _PRUNE, {"retention": 99 * 86400.0, "batch": 1000}))
+    assert "jobs_finished_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
+    deleted = conn.execute(_PRUNE, {"retention": 98.5 * 86400.0, "batch": 1000}).rowcount
+    assert deleted == 200  # ids ending in 99: finished 99 days ago; younger rows stay
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 19_800
