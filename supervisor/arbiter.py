@@ -19,7 +19,9 @@ from setproctitle import setproctitle
 
 from shared import jobs
 from shared.jobs import ClaimedJob
+from supervisor.asyncquery import AsyncQuery
 from supervisor.children import Pool, PoolHalted
+from supervisor.claimer import Claimer
 from supervisor.config import RunConfig
 from supervisor.database import Database
 from supervisor.dispatch import Ledger
@@ -30,7 +32,7 @@ from supervisor.progress import BurstProgress
 from supervisor.reporting import OutcomeReporter
 from supervisor.scheduler import Scheduler
 from supervisor.signals import SignalInbox
-from supervisor.writer import claim_carrying_completions, write_pending
+from supervisor.writer import write_pending
 
 log = logging.getLogger("supervisor.arbiter")
 
@@ -39,6 +41,7 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
 STOP_TIMEOUT = 10.0  # after the last kill, how long to wait for children to be reaped
+CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
 
 
 class Arbiter:
@@ -66,6 +69,8 @@ class Arbiter:
             self.owner, queues,
             MaintenanceSettings(interval=config.maintenance_interval, retention=config.retention),
             clock=clock)
+        self.claimer = Claimer(self.db, self.scheduler, self.ledger, self.metrics, kinds,
+                               self.pool.size, lambda: self.state == RUNNING, self._dispatch)
         self.progress = progress
         self.state = RUNNING
         self.exit_code = 0
@@ -120,6 +125,8 @@ class Arbiter:
                 self.db.handle_event(key, mask)
             elif key.data is self.inbox:
                 self.inbox.handle_event(key, mask)
+            elif isinstance(key.data, AsyncQuery):
+                key.data.handle_event(key, mask)
             elif key.data is self.metrics_server:
                 self.metrics_server.handle_event(key, mask)
         self._handle_signals()
@@ -141,7 +148,7 @@ class Arbiter:
         if self.state == RUNNING:
             # A claim carries pending completions; when they are due, claim even a
             # small batch so they need no statement of their own.
-            self._claim(now, eager=self._flush_due(now))
+            self.claimer.claim(now, eager=self._flush_due(now))
             self._dispatch()
         if self._flush_due(now):
             self._flush()
@@ -153,7 +160,7 @@ class Arbiter:
     def _finished(self) -> bool:
         if self.state != STOPPING and self.state != DRAINING:
             return False
-        if self.pool.alive() == 0:
+        if self.pool.alive() == 0 and self.claimer.in_flight is None:
             return True
         return self.stop_deadline is not None and self.clock() >= self.stop_deadline
 
@@ -270,44 +277,30 @@ class Arbiter:
                 return
             ledger.started(job)
 
-    def _claim(self, now: float, eager: bool = False) -> None:
-        # A short claim hands its queue's allotment to the others: plan again in the same
-        # turn. Each round either fills an allowance or drops a queue's demand, so the
-        # rounds are bounded by the number of queues.
-        for _ in range(len(self.queues) + 1):
-            if not self.db.up:
-                return
-            plans = self.scheduler.plan_claims(now, self.pool.size(), self.ledger.outstanding(),
-                                               self.ledger.waiting_counts(), eager)
-            if not plans:
-                return
-            short = False
-            for queue, wanted in plans:
-                started = time.perf_counter()
-                claimed = self.db.call(lambda s, q=queue, n=wanted: claim_carrying_completions(
-                    s, self.ledger.pending, q, self.kinds, n), None)
-                if claimed is None:
-                    return
-                self.metrics.claimed(queue, len(claimed), time.perf_counter() - started,
-                                     [job.wait_seconds for job in claimed])
-                self.scheduler.claimed(queue, wanted, len(claimed))
-                self.ledger.add_claimed(claimed)
-                short = short or len(claimed) < wanted
-            if not short:
-                return
-
     def _held_jobs(self) -> list[ClaimedJob]:
         return self.pool.running() + self.ledger.waiting_jobs()
 
-    def _flush_due(self, now: float) -> bool:
+    def _next_flush_at(self) -> float | None:
+        """When pending outcomes must be written. Completions alone can wait for the
+        claim in flight to come back: the next claim carries them."""
         pending = self.ledger.pending
+        if pending.since is None:
+            return None
         if pending.count() >= 512:
-            return True
-        return pending.since is not None and now - pending.since >= self.config.flush_interval
+            return pending.since
+        only_completions = pending.count() == len(pending.completions)
+        if only_completions and self.claimer.in_flight is not None:
+            return pending.since + max(self.config.flush_interval, CARRY_LIMIT)
+        return pending.since + self.config.flush_interval
+
+    def _flush_due(self, now: float) -> bool:
+        due = self._next_flush_at()
+        return due is not None and now >= due
 
     def _flush(self, force: bool = False) -> None:
         pending = self.ledger.pending
         if pending.count() == 0 and not pending.progress:
+            pending.since = None
             return
         taken = pending.take()
         fenced = self.db.call(lambda store: write_pending(store, taken), 0)
@@ -361,7 +354,8 @@ class Arbiter:
         if not self.config.burst or now < self.next_burst_check:
             return
         self.next_burst_check = now + 0.1
-        if self.pool.busy_count() or not self.ledger.idle() or not self.db.up:
+        if (self.pool.busy_count() or not self.ledger.idle() or not self.db.up
+                or self.claimer.in_flight is not None):
             return
         promoted = self.db.call(lambda s: s.promote_due(), 0)
         more = promoted or self.db.call(lambda s: s.has_due_work(self.queues, self.kinds), True)
@@ -381,8 +375,9 @@ class Arbiter:
                   self.scheduler.next_token_at(now), self.drain_deadline, self.stop_deadline):
             if t is not None:
                 due.append(t)
-        if self.ledger.pending.since is not None:
-            due.append(self.ledger.pending.since + self.config.flush_interval)
+        flush_at = self._next_flush_at()
+        if flush_at is not None:
+            due.append(flush_at)
         if self.config.burst and self.pool.busy_count() == 0:
             due.append(self.next_burst_check)
         if self.progress is not None:

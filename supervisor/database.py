@@ -19,6 +19,7 @@ import psycopg
 
 from shared.db import DatabaseUnavailable, connect, first_line
 from shared.dsn import describe
+from supervisor.asyncquery import AsyncQuery
 from supervisor.store import Store
 
 log = logging.getLogger("supervisor.database")
@@ -45,6 +46,7 @@ class Database:
         self.max_backoff = max_backoff
         self.synchronous_commit = synchronous_commit
         self.store: Store | None = None
+        self.fast: AsyncQuery | None = None  # the claim path's non-blocking connection
         self.listen_conn: psycopg.Connection | None = None
         self._listen_fd: int | None = None
         self.notified_queues: set[str] = set()
@@ -62,8 +64,11 @@ class Database:
         """Connect both connections; raises ``DatabaseUnavailable`` (used at start, where
         an unreachable database is a one-line error, not a retry loop)."""
         work = connect(self.dsn, application_name=f"supervisor {self.owner}")
+        fast = connect(self.dsn, application_name=f"supervisor {self.owner} claims")
         if not self.synchronous_commit:
-            work.execute("SET synchronous_commit = off")
+            for conn in (work, fast):
+                conn.execute("SET synchronous_commit = off")
+        self.fast = AsyncQuery(fast, self.selector)
         listen = connect(self.dsn, application_name=f"supervisor {self.owner} listen")
         if self.store is None:
             self.store = Store(work, self.owner, self.lease_ttl)
@@ -141,6 +146,10 @@ class Database:
         """Close both connections (at exit)."""
         self._close()
 
+    def lost(self, exc: BaseException) -> None:
+        """Report a connection error seen outside ``call`` (the non-blocking claim)."""
+        self._lost(exc)
+
     def _lost(self, exc: BaseException) -> None:
         if self.down_since is None:
             self.down_since = self.clock()
@@ -150,6 +159,12 @@ class Database:
         self._close()
 
     def _close(self) -> None:
+        if self.fast is not None:
+            fast, self.fast = self.fast, None
+            abandoned = fast.abandon()
+            _quietly_close(fast.conn)
+            if abandoned is not None:
+                abandoned(psycopg.OperationalError("the connection was closed"))
         if self._listen_fd is not None:
             try:
                 self.selector.unregister(self._listen_fd)

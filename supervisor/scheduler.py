@@ -93,6 +93,12 @@ class Scheduler:
             if bucket is not None:
                 bucket.refund(asked - got)
 
+    def unplanned(self, queue: str, tokens: int) -> None:
+        """A planned claim was not made after all: give its rate-limit tokens back."""
+        bucket = self.buckets.get(queue)
+        if bucket is not None:
+            bucket.refund(tokens)
+
     def next_queue(
         self, pool_size: int, waiting: Mapping[str, int], running: Mapping[str, int]
     ) -> str | None:

@@ -18,6 +18,7 @@ import psycopg
 
 from shared import jobs
 from shared.jobs import Backoff, ClaimedJob
+from supervisor.asyncquery import Prepared
 
 log = logging.getLogger("supervisor.store")
 
@@ -76,6 +77,9 @@ FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 """
+
+# The same statement for the non-blocking connection (libpq's $n placeholders).
+COMPLETE_AND_CLAIM = Prepared(_COMPLETE_AND_CLAIM)
 
 _FAIL = f"""
 UPDATE supervisor.jobs AS j
@@ -255,8 +259,18 @@ class Store:
             return [], self.claim(queue, kinds, limit)
         if limit <= 0 or not kinds:
             return self.complete(items), []
-        params = self._claim_params(queue, kinds, limit) | self._complete_params(items)
+        params = self.complete_and_claim_params(items, queue, kinds, limit)
         rows = self.conn.execute(_COMPLETE_AND_CLAIM, params, prepare=False).fetchall()
+        return self.complete_and_claim_rows(items, rows)
+
+    def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
+                                  kinds: Sequence[str], limit: int) -> dict:
+        """Parameters of ``COMPLETE_AND_CLAIM`` (for running it without blocking)."""
+        return self._claim_params(queue, kinds, limit) | self._complete_params(items)
+
+    def complete_and_claim_rows(self, items: Sequence[Completion],
+                                rows: list) -> tuple[list[int], list[ClaimedJob]]:
+        """(fenced-off ids, claimed jobs) from ``COMPLETE_AND_CLAIM``'s rows."""
         written = {r[0] for r in rows if r[9]}
         return (self._report_fenced("complete", items, written),
                 _claimed_jobs([r for r in rows if not r[9]]))

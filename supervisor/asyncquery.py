@@ -1,0 +1,141 @@
+"""One statement at a time on a connection the parent's selector drives: no blocking.
+
+The parent claims short jobs in batches. Run as an ordinary (blocking) call, each claim
+stops the whole loop for a round trip and a commit, and every child that finishes
+meanwhile sits idle until it is over. This runs the claim on a connection of its own in
+libpq's non-blocking mode: the statement is sent, the loop goes on reading results and
+dispatching, and the answer is picked up when the socket is readable.
+
+Only psycopg's public adaptation layer is used (``Transformer`` to dump parameters and
+load rows, ``pq`` for the libpq calls).
+"""
+
+from __future__ import annotations
+
+import re
+import selectors
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.adapt import PyFormat, Transformer
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+class Prepared:
+    """A ``%(name)s`` statement turned into libpq's ``$n`` form once, at import."""
+
+    def __init__(self, sql: str) -> None:
+        names: list[str] = []
+
+        def number(match: re.Match) -> str:
+            name = match.group(1)
+            if name not in names:
+                names.append(name)
+            return f"${names.index(name) + 1}"
+
+        self.sql = _PLACEHOLDER.sub(number, sql).encode()
+        self.names = names
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        """The parameters in ``$n`` order."""
+        return [params[name] for name in self.names]
+
+
+class AsyncQuery:
+    """Sends a statement, then finishes it from ``handle_event`` calls; the callback
+    gets the rows, or the exception (a ``psycopg.Error`` subclass chosen by SQLSTATE)."""
+
+    def __init__(self, conn: psycopg.Connection, selector: selectors.BaseSelector) -> None:
+        self.conn = conn
+        self.pgconn = conn.pgconn
+        self.pgconn.nonblocking = 1
+        self.selector = selector
+        self.fd = self.pgconn.socket
+        self.transformer = Transformer(conn)
+        self._callback: Callable[[list[tuple] | Exception], None] | None = None
+        self._result: pq.abc.PGresult | None = None
+        self._registered = False
+
+    @property
+    def busy(self) -> bool:
+        """A statement is in flight."""
+        return self._callback is not None
+
+    def send(self, statement: Prepared, params: Mapping[str, Any],
+             callback: Callable[[list[tuple] | Exception], None]) -> None:
+        """Start ``statement``; ``callback`` is called from a later ``handle_event``.
+        Raises ``psycopg.OperationalError`` at once if the connection is gone."""
+        if self.busy:
+            raise RuntimeError("a statement is already in flight")
+        values: Sequence[Any] = statement.values(params)
+        dumped = self.transformer.dump_sequence(values, [PyFormat.AUTO] * len(values))
+        self.pgconn.send_query_params(statement.sql, dumped,
+                                      param_types=self.transformer.types,
+                                      param_formats=self.transformer.formats)
+        self._callback = callback
+        self._result = None
+        self._watch(selectors.EVENT_READ | selectors.EVENT_WRITE)
+
+    def handle_event(self, key: Any, mask: int) -> None:
+        """Push unsent bytes out, read what arrived, and finish when the answer is in."""
+        try:
+            if mask & selectors.EVENT_WRITE and self.pgconn.flush() == 0:
+                self._watch(selectors.EVENT_READ)
+            if mask & selectors.EVENT_READ:
+                self.pgconn.consume_input()
+                while not self.pgconn.is_busy():
+                    result = self.pgconn.get_result()
+                    if result is None:
+                        self._finish(self._rows_or_error())
+                        return
+                    self._result = self._result or result
+        except psycopg.Error as exc:
+            self._finish(exc)
+
+    def abandon(self) -> Callable | None:
+        """Forget the statement in flight (its connection is being closed); returns
+        its callback so the caller can fail it."""
+        callback, self._callback = self._callback, None
+        self._unwatch()
+        return callback
+
+    def _rows_or_error(self) -> list[tuple] | Exception:
+        result = self._result
+        if result is None:
+            return psycopg.OperationalError("no result from the server")
+        if result.status == pq.ExecStatus.TUPLES_OK:
+            self.transformer.set_pgresult(result)
+            return self.transformer.load_rows(0, result.ntuples, tuple)
+        if result.status == pq.ExecStatus.COMMAND_OK:
+            return []
+        sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+        message = (result.error_message or b"").decode("utf-8", "replace").strip()
+        try:
+            error_class = psycopg.errors.lookup(sqlstate)
+        except KeyError:
+            error_class = psycopg.DatabaseError
+        return error_class(message)
+
+    def _finish(self, outcome: list[tuple] | Exception) -> None:
+        callback, self._callback = self._callback, None
+        self._unwatch()
+        if callback is not None:
+            callback(outcome)
+
+    def _watch(self, events: int) -> None:
+        if self._registered:
+            self.selector.modify(self.fd, events, data=self)
+        else:
+            self.selector.register(self.fd, events, data=self)
+            self._registered = True
+
+    def _unwatch(self) -> None:
+        if self._registered:
+            try:
+                self.selector.unregister(self.fd)
+            except (KeyError, ValueError):
+                pass
+            self._registered = False
