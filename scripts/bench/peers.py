@@ -278,6 +278,8 @@ def procrastinate_once(bench: Bench, venv: PeerVenv, concurrency: int) -> tuple[
                             bench.jobs)
         if bench.analyze:
             analyze(dsn)
+        if concurrency > 1:  # a pool as large as the concurrency plus one, as its docs say
+            env["BENCH_POOL_MAX_SIZE"] = str(concurrency + 1)
         cmd = [str(venv.bin / "procrastinate"), "--app=peer_procrastinate.app", "worker",
                "--queues=bench", f"--concurrency={concurrency}"]
         seconds = drain(cmd, env, dsn, "SELECT count(*) FROM procrastinate_jobs "
@@ -377,7 +379,7 @@ def measure(base_dsn: str, jobs: int, runs: int, *, venv_dir: Path | None = None
     peers = [
         ("procrastinate", "procrastinate", "procrastinate",
          [("`worker --concurrency 1` (default)", lambda v: procrastinate_once(bench, v, 1)),
-          ("`worker --concurrency 30` (docs' example)",
+          ("`worker --concurrency 30`, pool 31 (docs' example and pool advice)",
            lambda v: procrastinate_once(bench, v, 30))]),
         ("pgqueuer", "pgqueuer[asyncpg]", "pgqueuer",
          [("asyncpg, `batch_size=10` (default)", lambda v: pgqueuer_once(bench, v, 10)),

@@ -1,6 +1,8 @@
 """procrastinate side of the peer benchmark; runs only inside procrastinate's own venv.
 
-The database comes from ``BENCH_DSN``. As a module it is the worker's app
+The database comes from ``BENCH_DSN``; ``BENCH_POOL_MAX_SIZE``, when set, sizes the
+connector's psycopg pool (its docs: for short jobs the pool should hold as many
+connections as the worker's concurrency, plus one). As a module it is the worker's app
 (``procrastinate --app=peer_procrastinate.app worker ...``); as a script it sets up the
 schema or enqueues the jobs:
 
@@ -18,7 +20,16 @@ import time
 
 import procrastinate
 
-app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=os.environ["BENCH_DSN"]))
+
+def pool_args() -> dict[str, int]:
+    """Pool size from ``BENCH_POOL_MAX_SIZE``; psycopg_pool's defaults (4) without it."""
+    size = os.environ.get("BENCH_POOL_MAX_SIZE")
+    return {"min_size": min(4, int(size)), "max_size": int(size)} if size else {}
+
+
+app = procrastinate.App(
+    connector=procrastinate.PsycopgConnector(conninfo=os.environ["BENCH_DSN"], **pool_args())
+)
 
 
 @app.task(name="noop", queue="bench")
