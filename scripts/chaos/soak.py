@@ -58,6 +58,8 @@ MIX: dict[str, tuple[float, int, object]] = {
     "chaos_exit": (0.01, 5, lambda r: {"on_attempt": r.choice((1, 2))}),
 }
 
+MAX_SELF_EXITS = 3
+
 _PROGRESS = """
 SELECT count(*) FILTER (WHERE state IN ('completed', 'discarded', 'cancelled')),
        count(*) FILTER (WHERE state IN ('available', 'scheduled', 'retryable', 'running'))
@@ -202,7 +204,9 @@ class Driver:
             if now - started > self.s.timeout:
                 self.report.driver_violations.append(f"timeout: not done after {self.s.timeout} s")
                 break
-            self._watch_supervisors()
+            if not self._watch_supervisors():
+                self.report.driver_violations.append("gave up: supervisors keep exiting")
+                break
             # Counting a big table costs the database; once a second is plenty.
             state = self.progress() if now >= next_count else None
             if state is not None:
@@ -229,15 +233,21 @@ class Driver:
         self.report.work_seconds = time.monotonic() - started
         self.stop_all()
 
-    def _watch_supervisors(self) -> None:
+    def _watch_supervisors(self) -> bool:
+        """Replace supervisors that exited on their own (each one a violation); False
+        once too many did, as a supervisor that cannot start would be replaced forever."""
         for sup in list(self.sups):
             if not sup.alive():
-                code = sup.proc.returncode
+                lines = sup.log_text().strip().splitlines() or ["(no output)"]
                 self.report.driver_violations.append(
-                    f"supervisor {sup.pid} exited by itself with {code}; see {sup.log_path}")
+                    f"supervisor {sup.pid} exited by itself with {sup.proc.returncode}: "
+                    f"{lines[-1][:200]} (log {sup.log_path})")
                 self.sups.remove(sup)
                 self.retired.append(sup)
+                if len(self.report.driver_violations) > MAX_SELF_EXITS:
+                    return False
                 self.start_supervisor()
+        return True
 
     def kill_child(self) -> bool:
         """SIGKILL one random busy child; False if no child was busy right now."""
