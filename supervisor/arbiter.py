@@ -32,7 +32,7 @@ from supervisor.progress import BurstProgress
 from supervisor.reporting import OutcomeReporter
 from supervisor.scheduler import Scheduler
 from supervisor.signals import SignalInbox
-from supervisor.writer import write_pending
+from supervisor.writer import OutcomeWriter
 
 log = logging.getLogger("supervisor.arbiter")
 
@@ -41,7 +41,6 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
 STOP_TIMEOUT = 10.0  # after the last kill, how long to wait for children to be reaped
-CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
 
 
 class Arbiter:
@@ -71,6 +70,8 @@ class Arbiter:
             clock=clock)
         self.claimer = Claimer(self.db, self.scheduler, self.ledger, self.metrics, kinds,
                                self.pool.size, lambda: self.state == RUNNING, self._dispatch)
+        self.writer = OutcomeWriter(self.ledger, self.db, self.metrics, config.flush_interval,
+                                    lambda: self.claimer.in_flight is not None)
         self.progress = progress
         self.state = RUNNING
         self.exit_code = 0
@@ -103,7 +104,7 @@ class Arbiter:
                 self.turn()
         finally:
             self._collect_outcomes(self.clock())
-            self._flush(force=True)
+            self.writer.flush(force=True)
             self.pool.kill_all()
             self.db.call(self.maintenance.leave, None)
             self.db.close()
@@ -148,10 +149,10 @@ class Arbiter:
         if self.state == RUNNING:
             # A claim carries pending completions; when they are due, claim even a
             # small batch so they need no statement of their own.
-            self.claimer.claim(now, eager=self._flush_due(now))
+            self.claimer.claim(now, eager=self.writer.due(now))
             self._dispatch()
-        if self._flush_due(now):
-            self._flush()
+        if self.writer.due(now):
+            self.writer.flush()
         if self.state == RUNNING:
             self._check_burst(now)
         self._check_stop(now)
@@ -162,7 +163,12 @@ class Arbiter:
             return False
         if self.pool.alive() == 0 and self.claimer.in_flight is None:
             return True
-        return self.stop_deadline is not None and self.clock() >= self.stop_deadline
+        # Never wait forever: not for a child that will not be reaped, nor for a claim
+        # a hung database never answers (its leases expire and it is rescued).
+        deadline = self.stop_deadline
+        if deadline is None and self.drain_deadline is not None:
+            deadline = self.drain_deadline + STOP_TIMEOUT
+        return deadline is not None and self.clock() >= deadline
 
     # -- signals -------------------------------------------------------------------------
     def _handle_signals(self) -> None:
@@ -218,7 +224,7 @@ class Arbiter:
         if released:
             log.info("released %d claimed jobs that had not started", released)
         self.pool.stop()
-        self._flush()
+        self.writer.flush()
 
     def stop_now(self, why: str) -> None:
         """Kill every child now; running and waiting jobs go back to available."""
@@ -232,7 +238,7 @@ class Arbiter:
         self.pool.kill_all()
         self.stop_deadline = now + STOP_TIMEOUT
         self._collect_outcomes(now)
-        self._flush()
+        self.writer.flush()
 
     def _halt(self, why: str) -> None:
         log.error("halting: %s", why)
@@ -279,38 +285,6 @@ class Arbiter:
 
     def _held_jobs(self) -> list[ClaimedJob]:
         return self.pool.running() + self.ledger.waiting_jobs()
-
-    def _next_flush_at(self) -> float | None:
-        """When pending outcomes must be written. Completions alone can wait for the
-        claim in flight to come back: the next claim carries them."""
-        pending = self.ledger.pending
-        if pending.since is None:
-            return None
-        if pending.count() >= 512:
-            return pending.since
-        only_completions = pending.count() == len(pending.completions)
-        if only_completions and self.claimer.in_flight is not None:
-            return pending.since + max(self.config.flush_interval, CARRY_LIMIT)
-        return pending.since + self.config.flush_interval
-
-    def _flush_due(self, now: float) -> bool:
-        due = self._next_flush_at()
-        return due is not None and now >= due
-
-    def _flush(self, force: bool = False) -> None:
-        pending = self.ledger.pending
-        if pending.count() == 0 and not pending.progress:
-            pending.since = None
-            return
-        taken = pending.take()
-        fenced = self.db.call(lambda store: write_pending(store, taken), 0)
-        if fenced:
-            self.metrics.fenced("write", fenced)
-        # Whatever could not be written (database down) waits for the next flush.
-        pending.merge_back(taken)
-        if force and pending.count():
-            log.error("%d finished jobs could not be written before exit; their leases will "
-                      "expire and another supervisor will rerun them", pending.count())
 
     def _timers(self, now: float) -> None:
         if now >= self.next_poll:
@@ -375,7 +349,7 @@ class Arbiter:
                   self.scheduler.next_token_at(now), self.drain_deadline, self.stop_deadline):
             if t is not None:
                 due.append(t)
-        flush_at = self._next_flush_at()
+        flush_at = self.writer.next_flush_at()
         if flush_at is not None:
             due.append(flush_at)
         if self.config.burst and self.pool.busy_count() == 0:

@@ -21,7 +21,8 @@ from supervisor.database import CONNECTION_ERRORS, Database
 from supervisor.dispatch import Ledger
 from supervisor.metrics import SupervisorMetrics
 from supervisor.scheduler import Scheduler
-from supervisor.store import COMPLETE_AND_CLAIM, Completion
+from supervisor.store import Completion
+from supervisor.store_sql import COMPLETE_AND_CLAIM_NONBLOCKING
 from supervisor.writer import claim_carrying_completions
 
 log = logging.getLogger("supervisor.claimer")
@@ -72,7 +73,7 @@ class Claimer:
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         try:
-            fast.send(COMPLETE_AND_CLAIM, params, lambda outcome: self._answered(
+            fast.send(COMPLETE_AND_CLAIM_NONBLOCKING, params, lambda outcome: self._answered(
                 queue, wanted, completions, started, outcome))
         except psycopg.Error as exc:
             self._answered(queue, wanted, completions, started, exc)

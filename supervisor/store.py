@@ -18,184 +18,23 @@ import psycopg
 
 from shared import jobs
 from shared.jobs import Backoff, ClaimedJob
-from supervisor.asyncquery import Prepared
+from supervisor.store_sql import (
+    CLAIM,
+    COMPLETE,
+    COMPLETE_AND_CLAIM,
+    FAIL,
+    HAS_DUE_WORK,
+    INTERRUPT,
+    LIVE,
+    PROMOTE,
+    QUEUE_COUNTS,
+    QUEUES_WITH_WORK,
+    RELEASE,
+    RENEW,
+    RESCUE,
+)
 
 log = logging.getLogger("supervisor.store")
-
-_LIVE = ("available", "scheduled", "retryable", "running")
-
-# Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
-# ANALYZE, while id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) keeps the index
-# plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
-_CLAIM = """
-UPDATE supervisor.jobs
-SET state = 'running', attempt = attempt + 1, attempted_at = now(),
-    lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
-    heartbeat_at = now()
-WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
-RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
-          extract(epoch FROM now() - run_at)::float8 AS wait
-"""
-
-# The fence every write for a running job shares; u is the unnest of the batch. The
-# planner reaches j through the partial index on running rows (the jobs in flight) or
-# through the primary key (the redundant "j.id = ANY"), whichever is cheaper. These
-# statements are planned per execution (prepare=False): a prepared generic plan cannot
-# see the batch size and chose a nested loop that rescanned the batch for every running
-# row (10x slower at batch 512).
-_FENCE = ("j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt "
-          "AND j.lease_owner = %(owner)s AND j.state = 'running'")
-
-_ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
-    'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
-    'at', now(), 'supervisor', %(owner)s::text))"""
-
-_COMPLETE = f"""
-UPDATE supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS u(id, attempt, result)
-WHERE {_FENCE}
-RETURNING j.id
-"""
-
-# A claim that carries the completions of the jobs that just finished: one round trip
-# and one commit (one WAL flush) instead of two, which is what bounds short jobs.
-_COMPLETE_AND_CLAIM = f"""
-WITH done AS ({_COMPLETE.strip()}),
-claimed AS ({_CLAIM.strip()})
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, false
-FROM claimed
-UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
-"""
-
-# The same statement for the non-blocking connection (libpq's $n placeholders).
-COMPLETE_AND_CLAIM = Prepared(_COMPLETE_AND_CLAIM)
-
-_FAIL = f"""
-UPDATE supervisor.jobs AS j
-SET state = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
-                 THEN 'discarded' ELSE 'retryable' END,
-    run_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
-                  THEN j.run_at ELSE now() + u.delay * interval '1 second' END,
-    finished_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts THEN now() END,
-    errors = j.errors || {_ERROR_ENTRY},
-    lease_owner = NULL, lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
-            %(tracebacks)s::text[], %(delays)s::float8[], %(terminal)s::bool[])
-     AS u(id, attempt, kind, message, traceback, delay, terminal)
-WHERE {_FENCE}
-RETURNING j.id
-"""
-
-_RELEASE = f"""
-UPDATE supervisor.jobs AS j
-SET state = 'available', attempt = j.attempt - 1, lease_owner = NULL,
-    lease_expires_at = NULL, heartbeat_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
-WHERE {_FENCE}
-RETURNING j.id
-"""
-
-_INTERRUPT = f"""
-UPDATE supervisor.jobs AS j
-SET state = 'available', attempt = j.attempt - 1, errors = j.errors || {_ERROR_ENTRY},
-    lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
-            %(tracebacks)s::text[]) AS u(id, attempt, kind, message, traceback)
-WHERE {_FENCE}
-RETURNING j.id
-"""
-
-_RENEW = f"""
-UPDATE supervisor.jobs AS j
-SET lease_expires_at = now() + %(ttl)s * interval '1 second', heartbeat_at = now(),
-    progress = COALESCE(u.progress::jsonb, j.progress)
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
-     AS u(id, attempt, progress)
-WHERE {_FENCE}
-RETURNING j.id
-"""
-
-_PROMOTE = """
-UPDATE supervisor.jobs SET state = 'available'
-WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
-    WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
-    ORDER BY run_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
-  AND state IN ('scheduled', 'retryable')
-"""
-
-# The old lease_owner is read in SET (which sees the row before the update) and comes
-# back as the last errors entry's "supervisor", so no self-join is needed to return it.
-_RESCUE = """
-UPDATE supervisor.jobs AS j
-SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
-    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                  ELSE now() + least(%(base)s * power(%(factor)s, least(j.attempt - 1, 64)),
-                                     %(cap)s)
-                             * (1 - %(jitter)s * random()) * interval '1 second' END,
-    finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempt, 'kind', 'lease_expired',
-        'message', 'lease of supervisor ' || coalesce(j.lease_owner, '?')
-                   || ' expired at ' || j.lease_expires_at::text,
-        'traceback', NULL, 'at', now(), 'supervisor', j.lease_owner)),
-    lease_owner = NULL, lease_expires_at = NULL
-WHERE j.id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
-    WHERE state = 'running' AND lease_expires_at < now()
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
-  AND j.state = 'running' AND j.lease_expires_at < now()
-RETURNING j.id, j.errors -> -1 ->> 'supervisor'
-"""
-
-_QUEUE_COUNTS = """
-SELECT queue, state, count(*), count(*) FILTER (WHERE run_at <= now())
-FROM supervisor.jobs
-WHERE queue = ANY(%(queues)s::text[])
-  AND state IN ('available', 'scheduled', 'retryable', 'running')
-GROUP BY queue, state
-"""
-
-# One index probe per queue (the partial index on available jobs), so asking costs the
-# same whether a queue holds ten jobs or ten million.
-_QUEUES_WITH_WORK = """
-SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
-WHERE EXISTS (
-    SELECT 1 FROM supervisor.jobs j
-    WHERE j.state = 'available' AND j.queue = q.name AND j.run_at <= now()
-      AND j.kind = ANY(%(kinds)s::text[])
-) AND NOT EXISTS (SELECT 1 FROM supervisor.queues p WHERE p.name = q.name AND p.paused)
-"""
-
-_HAS_DUE_WORK = """
-SELECT EXISTS (
-    SELECT 1 FROM supervisor.jobs j
-    WHERE j.state = 'available' AND j.queue = ANY(%(queues)s::text[])
-      AND j.kind = ANY(%(kinds)s::text[]) AND j.run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
-) OR EXISTS (
-    SELECT 1 FROM supervisor.jobs j
-    WHERE j.state IN ('scheduled', 'retryable') AND j.run_at <= now()
-      AND j.queue = ANY(%(queues)s::text[]) AND j.kind = ANY(%(kinds)s::text[])
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
-)
-"""
-
 
 @dataclass(slots=True, frozen=True)
 class Completion:
@@ -247,7 +86,7 @@ class Store:
         the queue is paused), in claim order: priority, then run_at, then id."""
         if limit <= 0 or not kinds:
             return []
-        rows = self.conn.execute(_CLAIM, self._claim_params(queue, kinds, limit),
+        rows = self.conn.execute(CLAIM, self._claim_params(queue, kinds, limit),
                                  prepare=True).fetchall()
         return _claimed_jobs(rows)
 
@@ -260,7 +99,7 @@ class Store:
         if limit <= 0 or not kinds:
             return self.complete(items), []
         params = self.complete_and_claim_params(items, queue, kinds, limit)
-        rows = self.conn.execute(_COMPLETE_AND_CLAIM, params, prepare=False).fetchall()
+        rows = self.conn.execute(COMPLETE_AND_CLAIM, params, prepare=False).fetchall()
         return self.complete_and_claim_rows(items, rows)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
@@ -288,7 +127,7 @@ class Store:
         """Mark jobs completed with their results; returns the fenced-off ids."""
         if not items:
             return []
-        return self._fenced("complete", _COMPLETE, self._complete_params(items), items)
+        return self._fenced("complete", COMPLETE, self._complete_params(items), items)
 
     def fail(self, items: Sequence[Failure]) -> list[int]:
         """Record failed attempts: retryable after a delay, or discarded when terminal
@@ -301,7 +140,7 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
-        return self._fenced("fail", _FAIL, params, items)
+        return self._fenced("fail", FAIL, params, items)
 
     def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
         """Give back claimed jobs that never started: available again, the attempt not
@@ -310,14 +149,14 @@ class Store:
             return []
         params = {"owner": self.owner, "ids": [i for i, _ in items],
                   "attempts": [a for _, a in items]}
-        return self._fenced("release", _RELEASE, params, items)
+        return self._fenced("release", RELEASE, params, items)
 
     def interrupt(self, items: Sequence[Failure]) -> list[int]:
         """Jobs cut off at the end of the drain grace: available again at once, the
         attempt not counted, an errors entry recorded. Returns the fenced-off ids."""
         if not items:
             return []
-        return self._fenced("interrupt", _INTERRUPT, self._failure_params(items), items)
+        return self._fenced("interrupt", INTERRUPT, self._failure_params(items), items)
 
     def renew(
         self, items: Sequence[tuple[int, int]], progress: Mapping[int, dict] | None = None
@@ -330,12 +169,12 @@ class Store:
         params = {"owner": self.owner, "ttl": self.lease_ttl, "ids": [i for i, _ in items],
                   "attempts": [a for _, a in items],
                   "progress": [_json_or_none(progress.get(i)) for i, _ in items]}
-        return self._fenced("renew", _RENEW, params, items)
+        return self._fenced("renew", RENEW, params, items)
 
     def promote_due(self, limit: int = 1000) -> int:
         """Make up to ``limit`` scheduled/retryable jobs whose run_at has come available;
         returns how many. Safe to run from several supervisors at once."""
-        cur = self.conn.execute(_PROMOTE, {"limit": limit}, prepare=True)
+        cur = self.conn.execute(PROMOTE, {"limit": limit}, prepare=True)
         return cur.rowcount
 
     def rescue_expired(self, limit: int = 1000) -> list[tuple[int, str]]:
@@ -345,17 +184,17 @@ class Store:
         b = self.backoff
         params = {"limit": limit, "base": b.base, "factor": b.factor, "cap": b.cap,
                   "jitter": b.jitter}
-        rows = self.conn.execute(_RESCUE, params).fetchall()
+        rows = self.conn.execute(RESCUE, params).fetchall()
         return [(r[0], r[1]) for r in rows]
 
     def queue_counts(self, queues: Sequence[str]) -> dict[str, dict[str, int]]:
         """For each queue, counts of its unfinished jobs: ``available``, ``scheduled``,
         ``retryable``, ``running``, and ``due`` (available, scheduled or retryable with
         run_at passed). Finished states are not counted (that is history, not work)."""
-        counts = {q: dict.fromkeys((*_LIVE, "due"), 0) for q in queues}
+        counts = {q: dict.fromkeys((*LIVE, "due"), 0) for q in queues}
         if not queues:
             return counts
-        for queue, state, total, due in self.conn.execute(_QUEUE_COUNTS,
+        for queue, state, total, due in self.conn.execute(QUEUE_COUNTS,
                                                           {"queues": list(queues)}):
             counts[queue][state] = total
             if state != "running":
@@ -367,7 +206,7 @@ class Store:
         scheduler shares children only among these."""
         if not queues or not kinds:
             return set()
-        rows = self.conn.execute(_QUEUES_WITH_WORK, {"queues": list(queues),
+        rows = self.conn.execute(QUEUES_WITH_WORK, {"queues": list(queues),
                                                      "kinds": list(kinds)}, prepare=True)
         return {row[0] for row in rows}
 
@@ -377,7 +216,7 @@ class Store:
         do not count: burst mode should not wait for a queue nobody may serve."""
         if not queues or not kinds:
             return False
-        row = self.conn.execute(_HAS_DUE_WORK,
+        row = self.conn.execute(HAS_DUE_WORK,
                                 {"queues": list(queues), "kinds": list(kinds)}).fetchone()
         return bool(row and row[0])
 

@@ -1,4 +1,4 @@
-"""Writing a loop turn's outcomes: one fenced statement per kind of write.
+"""Writing outcomes: when (``OutcomeWriter``) and how (one fenced statement per kind).
 
 Each group is cleared from the pending set once its statement succeeded, so after a
 lost connection only what was not written is tried again. A statement that fails for
@@ -9,6 +9,7 @@ that cannot be stored becomes a failure of that job instead of wedging the batch
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import psycopg
 
@@ -17,6 +18,59 @@ from supervisor.dispatch import PendingWrites
 from supervisor.store import Completion, Failure, Store
 
 log = logging.getLogger("supervisor.writer")
+
+BATCH = 512  # this many waiting outcomes are written at once, whatever else is due
+CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
+
+
+class OutcomeWriter:
+    """Decides when the pending outcomes are written, and writes them.
+
+    Completions usually ride on the next claim (``claimer``); they are written on
+    their own only when no claim will carry them soon. Failures, releases and
+    interruptions are written within ``flush_interval``.
+    """
+
+    def __init__(self, ledger, db, metrics, flush_interval: float,
+                 claim_in_flight: Callable[[], bool]) -> None:
+        self.ledger = ledger
+        self.db = db
+        self.metrics = metrics
+        self.flush_interval = flush_interval
+        self.claim_in_flight = claim_in_flight
+
+    def next_flush_at(self) -> float | None:
+        """When pending outcomes must be written (None: nothing pending)."""
+        pending = self.ledger.pending
+        if pending.since is None:
+            return None
+        if pending.count() >= BATCH:
+            return pending.since
+        only_completions = pending.count() == len(pending.completions)
+        if only_completions and self.claim_in_flight():
+            return pending.since + max(self.flush_interval, CARRY_LIMIT)
+        return pending.since + self.flush_interval
+
+    def due(self, now: float) -> bool:
+        """Whether a write is due now."""
+        at = self.next_flush_at()
+        return at is not None and now >= at
+
+    def flush(self, force: bool = False) -> None:
+        """Write everything pending; what cannot be written (database down) stays
+        pending for the next try. ``force``: this is the last chance, before exit."""
+        pending = self.ledger.pending
+        if pending.count() == 0 and not pending.progress:
+            pending.since = None
+            return
+        taken = pending.take()
+        fenced = self.db.call(lambda store: write_pending(store, taken), 0)
+        if fenced:
+            self.metrics.fenced("write", fenced)
+        pending.merge_back(taken)
+        if force and pending.count():
+            log.error("%d finished jobs could not be written before exit; their leases will "
+                      "expire and another supervisor will rerun them", pending.count())
 
 
 def write_pending(store: Store, pending: PendingWrites) -> int:

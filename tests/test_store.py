@@ -241,9 +241,9 @@ def test_claim_plan_uses_the_index_after_analyze(conn):
     enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
     enqueue_many("other", [{}] * 500, queue="q2", conn=conn)
     conn.execute("ANALYZE supervisor.jobs")
-    from supervisor.store import _CLAIM
+    from supervisor.store_sql import CLAIM
 
     params = {"owner": "me", "ttl": 30.0, "queue": "default", "kinds": ["noop"], "limit": 512}
-    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + _CLAIM, params))
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + CLAIM, params))
     assert "jobs_available_idx" in plan
     assert "Seq Scan on jobs" not in plan, plan

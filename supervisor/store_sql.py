@@ -1,0 +1,181 @@
+"""The SQL of the store: every statement the parent runs against the queue.
+
+Kept apart from ``supervisor.store`` (which binds parameters and reads results) so each
+statement can be read, and reviewed for its plan, in one place.
+"""
+
+from supervisor.asyncquery import Prepared
+
+LIVE = ("available", "scheduled", "retryable", "running")
+
+# Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
+# ANALYZE, while id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) keeps the index
+# plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
+CLAIM = """
+UPDATE supervisor.jobs
+SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+    lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
+    heartbeat_at = now()
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
+      AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
+          extract(epoch FROM now() - run_at)::float8 AS wait
+"""
+
+# The fence every write for a running job shares; u is the unnest of the batch. The
+# planner reaches j through the partial index on running rows (the jobs in flight) or
+# through the primary key (the redundant "j.id = ANY"), whichever is cheaper. These
+# statements are planned per execution (prepare=False): a prepared generic plan cannot
+# see the batch size and chose a nested loop that rescanned the batch for every running
+# row (10x slower at batch 512).
+_FENCE = ("j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt "
+          "AND j.lease_owner = %(owner)s AND j.state = 'running'")
+
+_ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
+    'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
+    'at', now(), 'supervisor', %(owner)s::text))"""
+
+COMPLETE = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    lease_owner = NULL, lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
+     AS u(id, attempt, result)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+# A claim that carries the completions of the jobs that just finished: one round trip
+# and one commit (one WAL flush) instead of two, which is what bounds short jobs.
+COMPLETE_AND_CLAIM = f"""
+WITH done AS ({COMPLETE.strip()}),
+claimed AS ({CLAIM.strip()})
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, false
+FROM claimed
+UNION ALL
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+"""
+
+# The same statement for the non-blocking connection (libpq's $n placeholders).
+COMPLETE_AND_CLAIM_NONBLOCKING = Prepared(COMPLETE_AND_CLAIM)
+
+FAIL = f"""
+UPDATE supervisor.jobs AS j
+SET state = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+                 THEN 'discarded' ELSE 'retryable' END,
+    run_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+                  THEN j.run_at ELSE now() + u.delay * interval '1 second' END,
+    finished_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts THEN now() END,
+    errors = j.errors || {_ERROR_ENTRY},
+    lease_owner = NULL, lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
+            %(tracebacks)s::text[], %(delays)s::float8[], %(terminal)s::bool[])
+     AS u(id, attempt, kind, message, traceback, delay, terminal)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+RELEASE = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'available', attempt = j.attempt - 1, lease_owner = NULL,
+    lease_expires_at = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+INTERRUPT = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'available', attempt = j.attempt - 1, errors = j.errors || {_ERROR_ENTRY},
+    lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
+            %(tracebacks)s::text[]) AS u(id, attempt, kind, message, traceback)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+RENEW = f"""
+UPDATE supervisor.jobs AS j
+SET lease_expires_at = now() + %(ttl)s * interval '1 second', heartbeat_at = now(),
+    progress = COALESCE(u.progress::jsonb, j.progress)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
+     AS u(id, attempt, progress)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
+PROMOTE = """
+UPDATE supervisor.jobs SET state = 'available'
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+  AND state IN ('scheduled', 'retryable')
+"""
+
+# The old lease_owner is read in SET (which sees the row before the update) and comes
+# back as the last errors entry's "supervisor", so no self-join is needed to return it.
+RESCUE = """
+UPDATE supervisor.jobs AS j
+SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
+    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
+                  ELSE now() + least(%(base)s * power(%(factor)s, least(j.attempt - 1, 64)),
+                                     %(cap)s)
+                             * (1 - %(jitter)s * random()) * interval '1 second' END,
+    finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'lease_expired',
+        'message', 'lease of supervisor ' || coalesce(j.lease_owner, '?')
+                   || ' expired at ' || j.lease_expires_at::text,
+        'traceback', NULL, 'at', now(), 'supervisor', j.lease_owner)),
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE j.id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE state = 'running' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+  AND j.state = 'running' AND j.lease_expires_at < now()
+RETURNING j.id, j.errors -> -1 ->> 'supervisor'
+"""
+
+QUEUE_COUNTS = """
+SELECT queue, state, count(*), count(*) FILTER (WHERE run_at <= now())
+FROM supervisor.jobs
+WHERE queue = ANY(%(queues)s::text[])
+  AND state IN ('available', 'scheduled', 'retryable', 'running')
+GROUP BY queue, state
+"""
+
+# One index probe per queue (the partial index on available jobs), so asking costs the
+# same whether a queue holds ten jobs or ten million.
+QUEUES_WITH_WORK = """
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+WHERE EXISTS (
+    SELECT 1 FROM supervisor.jobs j
+    WHERE j.state = 'available' AND j.queue = q.name AND j.run_at <= now()
+      AND j.kind = ANY(%(kinds)s::text[])
+) AND NOT EXISTS (SELECT 1 FROM supervisor.queues p WHERE p.name = q.name AND p.paused)
+"""
+
+HAS_DUE_WORK = """
+SELECT EXISTS (
+    SELECT 1 FROM supervisor.jobs j
+    WHERE j.state = 'available' AND j.queue = ANY(%(queues)s::text[])
+      AND j.kind = ANY(%(kinds)s::text[]) AND j.run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
+) OR EXISTS (
+    SELECT 1 FROM supervisor.jobs j
+    WHERE j.state IN ('scheduled', 'retryable') AND j.run_at <= now()
+      AND j.queue = ANY(%(queues)s::text[]) AND j.kind = ANY(%(kinds)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
+)
+"""
