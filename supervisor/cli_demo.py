@@ -8,6 +8,7 @@ from the stored results into a PNG.
 from __future__ import annotations
 
 import base64
+import logging
 import struct
 import time
 import zlib
@@ -78,6 +79,8 @@ def demo_command(children, output, size, tile, max_iter, dsn):
     from workers.demo import DEMO_QUEUE, mandelbrot_tile
 
     configure_logging("warning")
+    # Progress lines still show when stderr is not a terminal (CI logs, pipes).
+    logging.getLogger("supervisor.progress").setLevel(logging.INFO)
     try:
         width, height = (int(v) for v in size.lower().split("x"))
     except ValueError:
