@@ -18,12 +18,12 @@ from collections.abc import Callable
 import psycopg
 
 from supervisor.database import CONNECTION_ERRORS, Database
-from supervisor.dispatch import Ledger
+from supervisor.dispatch import Ledger, PendingWrites
 from supervisor.metrics import SupervisorMetrics
 from supervisor.scheduler import Scheduler
 from supervisor.store import Completion
 from supervisor.store_sql import COMPLETE_AND_CLAIM_NONBLOCKING
-from supervisor.writer import claim_carrying_completions
+from supervisor.writer import claim_carrying_completions, write_pending
 
 log = logging.getLogger("supervisor.claimer")
 
@@ -91,8 +91,11 @@ class Claimer:
                   started: float, outcome: list[tuple] | Exception) -> None:
         self.in_flight = None
         if isinstance(outcome, Exception):
-            # Nothing was written: the completions wait for the next write, which
-            # sorts a result Postgres refuses (DataError) out job by job.
+            if isinstance(outcome, psycopg.DataError) and completions:
+                # A result Postgres refuses: carried again it would fail every claim.
+                # Written job by job now, the bad one becomes that job's failure.
+                completions = self._write_one_by_one(completions)
+            # Whatever was not written waits for the next write.
             self.ledger.pending.completions[:0] = completions
             if completions and self.ledger.pending.since is None:
                 self.ledger.pending.since = time.monotonic()
@@ -106,6 +109,11 @@ class Claimer:
         if fenced:
             self.metrics.fenced("complete", len(fenced))
         self._took(queue, wanted, claimed, started)
+
+    def _write_one_by_one(self, completions: list[Completion]) -> list[Completion]:
+        leftover = PendingWrites(completions=list(completions))
+        self.db.call(lambda store: write_pending(store, leftover), None)
+        return leftover.completions
 
     def _took(self, queue: str, wanted: int, claimed: list, started: float) -> None:
         self.metrics.claimed(queue, len(claimed), time.perf_counter() - started,
