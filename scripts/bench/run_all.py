@@ -32,6 +32,7 @@ import multi
 import rescue
 import rss
 
+KEEP_MARKER = "<!-- everything below is kept when run_all.py rewrites the tables -->"
 SECTIONS = ("enqueue", "run", "latency", "rss", "multi", "rescue", "peers")
 
 
@@ -134,7 +135,10 @@ def main() -> None:
         for label, value in results[name]:
             print(f"   {label}: {value}", file=sys.stderr, flush=True)
     text = render(machine, results, seconds, runs, args.quick)
-    Path(args.out).write_text(text)
+    out = Path(args.out)
+    # Hand-written analysis below the marker survives a new run.
+    kept = out.read_text().partition(KEEP_MARKER)[2] if out.exists() else ""
+    out.write_text(text + ("\n" + KEEP_MARKER + kept if kept else ""))
     print(f"wrote {os.path.relpath(args.out)}", file=sys.stderr)
 
 
