@@ -4,7 +4,7 @@ returns. Pure data and arithmetic, shared by the store, the pool and producers."
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # States of a row in supervisor.jobs.
 AVAILABLE = "available"
@@ -83,4 +83,3 @@ class ClaimedJob:
     timeout: float | None
     args_json: str
     wait_seconds: float = 0.0  # from run_at to the claim, for metrics
-    meta: dict = field(default_factory=dict)

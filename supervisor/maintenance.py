@@ -34,7 +34,7 @@ SET heartbeat_at = now(), children = EXCLUDED.children, busy = EXCLUDED.busy,
     queues = EXCLUDED.queues, info = EXCLUDED.info
 """
 
-_PRUNE = """
+PRUNE = """
 DELETE FROM supervisor.jobs
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
@@ -79,9 +79,6 @@ class Maintenance:
         self.next_round = clock()
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.rescued_total = 0
-        self.pruned_total = 0
-        self.led_rounds = 0
 
     def due(self, now: float) -> bool:
         """Whether a round is due."""
@@ -102,11 +99,9 @@ class Maintenance:
                                (LEADER_LOCK_KEY,)).fetchone()[0]
             if not got:
                 return
-            self.led_rounds += 1
             rescued = store.rescue_expired()
             conn.execute(_DROP_STALE, {"stale": self.settings.stale_after})
         if rescued:
-            self.rescued_total += len(rescued)
             lost = sorted({owner for _, owner in rescued if owner})
             log.warning("rescued %d jobs whose lease expired (lost supervisors: %s)",
                         len(rescued), ", ".join(lost) or "?")
@@ -115,11 +110,14 @@ class Maintenance:
     def _prune(self, conn: psycopg.Connection) -> None:
         deadline = self.clock() + self.settings.prune_budget
         params = {"retention": self.settings.retention, "batch": self.settings.prune_batch}
+        pruned = 0
         while True:
-            deleted = conn.execute(_PRUNE, params).rowcount
-            self.pruned_total += max(deleted, 0)
+            deleted = max(conn.execute(PRUNE, params).rowcount, 0)
+            pruned += deleted
             if deleted < self.settings.prune_batch or self.clock() >= deadline:
-                return
+                break
+        if pruned:
+            log.info("pruned %d finished jobs older than the retention", pruned)
 
     def leave(self, store: Store) -> None:
         """Remove this supervisor's row on a clean exit."""

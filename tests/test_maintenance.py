@@ -1,7 +1,7 @@
 """Maintenance statements against a real database: the prune stays on its index."""
 
 from shared.enqueue import enqueue_many
-from supervisor.maintenance import _PRUNE
+from supervisor.maintenance import PRUNE
 
 
 def test_prune_reads_the_finished_index_not_the_table(conn):
@@ -10,9 +10,9 @@ def test_prune_reads_the_finished_index_not_the_table(conn):
                  "finished_at = now() - (id % 100) * interval '1 day' WHERE id % 4 <> 0")
     conn.execute("ANALYZE supervisor.jobs")
     plan = "\n".join(row[0] for row in conn.execute(
-        "EXPLAIN " + _PRUNE, {"retention": 99 * 86400.0, "batch": 1000}))
+        "EXPLAIN " + PRUNE, {"retention": 99 * 86400.0, "batch": 1000}))
     assert "jobs_finished_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
-    deleted = conn.execute(_PRUNE, {"retention": 98.5 * 86400.0, "batch": 1000}).rowcount
+    deleted = conn.execute(PRUNE, {"retention": 98.5 * 86400.0, "batch": 1000}).rowcount
     assert deleted == 200  # ids ending in 99: finished 99 days ago; younger rows stay
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 19_800
