@@ -23,7 +23,7 @@ from psycopg.conninfo import make_conninfo
 from shared.dsn import resolve_dsn
 from shared.enqueue import enqueue, enqueue_many
 from shared.migrate import migrate
-from supervisor.store import Completion, Store
+from supervisor.db.store import Completion, Store
 
 HAND_CLAIM = """
 UPDATE supervisor.jobs

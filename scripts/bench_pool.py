@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import orjson
 
 from shared.jobs import ClaimedJob
-from supervisor.children import JobDone, JobFailed, Pool, PoolSettings
+from supervisor.pool import JobDone, JobFailed, Pool, PoolSettings
 from workers import job
 
 HEADER = struct.Struct("!BBBI")

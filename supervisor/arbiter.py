@@ -19,20 +19,20 @@ from setproctitle import setproctitle
 
 from shared import jobs
 from shared.jobs import ClaimedJob
-from supervisor.asyncquery import AsyncQuery
-from supervisor.children import Pool, PoolHalted
-from supervisor.claimer import Claimer
 from supervisor.config import RunConfig
-from supervisor.database import Database
-from supervisor.dispatch import Ledger
-from supervisor.httpserver import MetricsServer
-from supervisor.maintenance import Maintenance, MaintenanceSettings, make_owner
-from supervisor.metrics import SupervisorMetrics
-from supervisor.progress import BurstProgress
-from supervisor.reporting import OutcomeReporter
-from supervisor.scheduler import Scheduler
+from supervisor.db.database import Database
+from supervisor.db.nonblocking import AsyncQuery
+from supervisor.engine.claims import Claimer
+from supervisor.engine.ledger import Ledger
+from supervisor.engine.maintenance import Maintenance, MaintenanceSettings, make_owner
+from supervisor.engine.outbox import OutcomeWriter
+from supervisor.engine.planner import Scheduler
+from supervisor.engine.reporting import OutcomeReporter
+from supervisor.observe.httpserver import MetricsServer
+from supervisor.observe.metrics import SupervisorMetrics
+from supervisor.observe.progress import BurstProgress
+from supervisor.pool import Pool, PoolHalted
 from supervisor.signals import SignalInbox
-from supervisor.writer import OutcomeWriter
 
 log = logging.getLogger("supervisor.arbiter")
 

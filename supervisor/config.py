@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from supervisor.childproc import PoolSettings
-from supervisor.overflow import QueuePolicy, validate
+from supervisor.engine.allotment import QueuePolicy, validate
+from supervisor.pool.childproc import PoolSettings
 
 
 class ConfigError(ValueError):

@@ -8,7 +8,7 @@ import random
 import selectors
 
 from shared import wire
-from supervisor.children import Pool, PoolSettings
+from supervisor.pool import Pool, PoolSettings
 
 
 class FakeClock:

@@ -5,7 +5,7 @@ import selectors
 import psycopg
 import pytest
 
-from supervisor.asyncquery import AsyncQuery, Prepared
+from supervisor.db.nonblocking import AsyncQuery, Prepared
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from supervisor.cli import main
+from supervisor.cli.main import main
 
 pytestmark = pytest.mark.timeout(60)
 

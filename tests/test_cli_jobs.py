@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from e2e import Supervisor, job_row, read_log, wait_until
 
 from shared.enqueue import enqueue
-from supervisor import admin_jobs
-from supervisor.cli import main
+from supervisor.cli import admin_jobs
+from supervisor.cli.main import main
 
 pytestmark = pytest.mark.timeout(60)
 

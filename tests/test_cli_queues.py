@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from e2e import job_row, run_burst
 
 from shared.enqueue import enqueue
-from supervisor.cli import main
+from supervisor.cli.main import main
 
 pytestmark = pytest.mark.timeout(60)
 

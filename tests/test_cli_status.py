@@ -7,8 +7,8 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from supervisor import cli_status
-from supervisor.cli import main
+from supervisor.cli import status as cli_status
+from supervisor.cli.main import main
 
 pytestmark = pytest.mark.timeout(60)
 

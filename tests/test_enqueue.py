@@ -11,7 +11,7 @@ import pytest
 from shared import enqueue as enqueue_module
 from shared.db import SchemaMissing
 from shared.enqueue import enqueue, enqueue_many
-from supervisor.store import Completion, Store
+from supervisor.db.store import Completion, Store
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,7 +16,7 @@ from pool_fakes import Harness, exited, signalled
 from shared import wire
 from shared.exitcodes import CHILD_IMPORT_ERROR, CHILD_OK, CHILD_RECYCLE
 from shared.jobs import ClaimedJob
-from supervisor.children import ChildEvent, JobDone, JobFailed, JobProgress, PoolHalted
+from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress, PoolHalted
 
 pytestmark = pytest.mark.timeout(10)
 

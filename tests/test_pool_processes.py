@@ -18,7 +18,7 @@ import pool_handlers  # noqa: F401  (handlers are imported before forking, as --
 import pytest
 
 from shared.jobs import ClaimedJob
-from supervisor.children import (
+from supervisor.pool import (
     ChildEvent,
     JobDone,
     JobFailed,
@@ -268,7 +268,7 @@ def test_crash_loop_at_import_halts_instead_of_forking_forever():
 PARENT_SCRIPT = textwrap.dedent("""
     import selectors, sys, time
     import pool_handlers
-    from supervisor.children import Pool, PoolSettings
+    from supervisor.pool import Pool, PoolSettings
     sel = selectors.DefaultSelector()
     pool = Pool(PoolSettings(size=2), sel)
     pool.start()

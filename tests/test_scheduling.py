@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from supervisor.overflow import QueuePolicy, allot, claim_allowance, pick_queue, validate
-from supervisor.ratelimit import TokenBucket
+from supervisor.engine.allotment import QueuePolicy, allot, claim_allowance, pick_queue, validate
+from supervisor.engine.ratelimit import TokenBucket
 
 
 def test_bucket_starts_full_and_limits_to_rate():

@@ -11,7 +11,7 @@ import pytest
 
 from shared.enqueue import enqueue, enqueue_many
 from shared.jobs import FAIL_DISCARD, FAIL_ERROR, FAIL_SHUTDOWN, Backoff
-from supervisor.store import Completion, Failure, Store
+from supervisor.db.store import Completion, Failure, Store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -241,7 +241,7 @@ def test_claim_plan_uses_the_index_after_analyze(conn):
     enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
     enqueue_many("other", [{}] * 500, queue="q2", conn=conn)
     conn.execute("ANALYZE supervisor.jobs")
-    from supervisor.store_sql import CLAIM
+    from supervisor.db.sql import CLAIM
 
     params = {"owner": "me", "ttl": 30.0, "queue": "default", "kinds": ["noop"], "limit": 512}
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + CLAIM, params))

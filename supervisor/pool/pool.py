@@ -6,7 +6,7 @@ writable fds (``handle_event``), SIGCHLD (``reap``) and the passage of time (``t
 (``take_outcomes``). It owns every child's pipes, deadlines and fate; it knows nothing
 of the database. One job is in flight per child and goes only to an idle child.
 
-Every OS call goes through ``supervisor.oscalls.OsCalls`` and time comes from an
+Every OS call goes through ``supervisor.pool.oscalls.OsCalls`` and time comes from an
 injected monotonic clock, so the policy here is tested with fakes.
 """
 
@@ -30,7 +30,7 @@ from shared.jobs import (
     FAIL_TIMEOUT,
     ClaimedJob,
 )
-from supervisor.childproc import (
+from supervisor.pool.childproc import (
     ACTIVE_STATES,
     BOOTING,
     BUSY,
@@ -41,9 +41,9 @@ from supervisor.childproc import (
     PoolSettings,
     spawn_child,
 )
-from supervisor.oscalls import OsCalls, monotonic
-from supervisor.outcomes import JobFailed, PoolHalted
-from supervisor.poolio import EVENT_READ, PoolIO
+from supervisor.pool.oscalls import OsCalls, monotonic
+from supervisor.pool.outcomes import JobFailed, PoolHalted
+from supervisor.pool.poolio import EVENT_READ, PoolIO
 from workers.child import child_main
 from workers.registry import get_handler
 

@@ -1,7 +1,7 @@
 """The pool's conversation with its children: reading their frames as the selector
 reports them, acting on each answer, and writing to their pipes without ever blocking.
 
-``PoolIO`` holds the state both halves of the pool share; ``supervisor.pool.Pool``
+``PoolIO`` holds the state both halves of the pool share; ``supervisor.pool.pool.Pool``
 builds the lifecycle policy (deadlines, kills, reaping, size) on top of it.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from shared import wire
 from shared.jobs import FAIL_CRASHED, FAIL_ERROR, TERMINAL_FAILURES
-from supervisor.childproc import BOOTING, BUSY, IDLE, STOPPING, Child, CrashLoop, PoolSettings
-from supervisor.oscalls import OsCalls
-from supervisor.outcomes import ChildEvent, JobDone, JobFailed, JobProgress
+from supervisor.pool.childproc import BOOTING, BUSY, IDLE, STOPPING, Child, CrashLoop, PoolSettings
+from supervisor.pool.oscalls import OsCalls
+from supervisor.pool.outcomes import ChildEvent, JobDone, JobFailed, JobProgress
 
 EVENT_READ = selectors.EVENT_READ
 EVENT_WRITE = selectors.EVENT_WRITE

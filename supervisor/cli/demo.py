@@ -16,9 +16,9 @@ from pathlib import Path
 
 import click
 
-from supervisor.cli_common import dsn_option, open_database, reports_errors
-from supervisor.cli_run import run_supervisor
-from supervisor.logs import configure_logging
+from supervisor.cli.common import dsn_option, open_database, reports_errors
+from supervisor.cli.run import run_supervisor
+from supervisor.observe.logs import configure_logging
 
 
 def write_png(path: Path, width: int, height: int, grey: bytes) -> None:

@@ -2,7 +2,7 @@
 
 Plain functions over an autocommit psycopg connection, returning plain data (dicts and
 lists) that the CLI formats; no click here. Job commands (list, show, retry, cancel)
-are in ``supervisor.admin_jobs``.
+are in ``supervisor.cli.admin_jobs``.
 
 Counting is one pass over ``supervisor.jobs`` grouped by queue and state, with every
 figure (counts, completions in the last minute, oldest waiting job) taken in that same

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import orjson
 import psycopg
 
-from supervisor.store import Store
+from supervisor.db.store import Store
 
 log = logging.getLogger("supervisor.maintenance")
 

@@ -2,7 +2,7 @@
 
 Other commands live in ``supervisor/cli_*.py`` modules and are attached at the bottom
 with ``main.add_command``; shared helpers (``--dsn``, error reporting, opening the
-database) are in ``supervisor.cli_common``.
+database) are in ``supervisor.cli.common``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import click
 import orjson
 
 from shared.exitcodes import CLI_USAGE
-from supervisor.cli_common import CliError, dsn_option, open_database, reports_errors
+from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,11 +78,11 @@ def _parse_args(text: str) -> dict:
 
 def _attach_commands() -> None:
     # Commands that live in their own modules; each module names one click command.
-    from supervisor.cli_demo import demo_command
-    from supervisor.cli_jobs import jobs_group
-    from supervisor.cli_queues import queues_group
-    from supervisor.cli_run import run_command
-    from supervisor.cli_status import status_command
+    from supervisor.cli.demo import demo_command
+    from supervisor.cli.jobs import jobs_group
+    from supervisor.cli.queues import queues_group
+    from supervisor.cli.run import run_command
+    from supervisor.cli.status import status_command
 
     main.add_command(run_command)
     main.add_command(demo_command)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from supervisor.config import RunConfig
-from supervisor.overflow import allot, claim_allowance, pick_queue
-from supervisor.ratelimit import TokenBucket
+from supervisor.engine.allotment import allot, claim_allowance, pick_queue
+from supervisor.engine.ratelimit import TokenBucket
 
 
 class Scheduler:

@@ -18,7 +18,7 @@ import psycopg
 
 from shared import jobs
 from shared.jobs import Backoff, ClaimedJob
-from supervisor.store_sql import (
+from supervisor.db.sql import (
     CLAIM,
     COMPLETE,
     COMPLETE_AND_CLAIM,

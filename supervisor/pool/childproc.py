@@ -1,7 +1,7 @@
 """The pool's parts below the policy: its settings, the record the parent keeps per
 child, how a child is forked, and the crash-loop counter.
 
-``supervisor.pool.Pool`` decides what happens to children; this module knows how one
+``supervisor.pool.pool.Pool`` decides what happens to children; this module knows how one
 comes to exist and what the parent remembers about it.
 """
 
@@ -18,7 +18,7 @@ from functools import partial
 from shared import wire
 from shared.exitcodes import CHILD_BOOT_ERROR
 from shared.jobs import ClaimedJob
-from supervisor.oscalls import OsCalls
+from supervisor.pool.oscalls import OsCalls
 from workers.child import ChildConfig
 
 # Child states, as the parent sees them.

@@ -7,9 +7,9 @@ import logging
 from collections.abc import Iterable
 
 from shared import jobs
-from supervisor.children import ChildEvent, JobDone, JobFailed, JobProgress
-from supervisor.dispatch import Ledger
-from supervisor.metrics import SupervisorMetrics
+from supervisor.engine.ledger import Ledger
+from supervisor.observe.metrics import SupervisorMetrics
+from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress
 
 log = logging.getLogger("supervisor.jobs")
 

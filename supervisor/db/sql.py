@@ -1,10 +1,10 @@
 """The SQL of the store: every statement the parent runs against the queue.
 
-Kept apart from ``supervisor.store`` (which binds parameters and reads results) so each
+Kept apart from ``supervisor.db.store`` (which binds parameters and reads results) so each
 statement can be read, and reviewed for its plan, in one place.
 """
 
-from supervisor.asyncquery import Prepared
+from supervisor.db.nonblocking import Prepared
 
 LIVE = ("available", "scheduled", "retryable", "running")
 

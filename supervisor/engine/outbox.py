@@ -14,8 +14,8 @@ from collections.abc import Callable
 import psycopg
 
 from shared import jobs
-from supervisor.dispatch import PendingWrites
-from supervisor.store import Completion, Failure, Store
+from supervisor.db.store import Completion, Failure, Store
+from supervisor.engine.ledger import PendingWrites
 
 log = logging.getLogger("supervisor.writer")
 

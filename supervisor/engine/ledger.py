@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from shared import jobs
 from shared.jobs import ClaimedJob
-from supervisor.store import Completion, Failure
+from supervisor.db.store import Completion, Failure
 
 # Strings Postgres cannot store in text or jsonb (NUL) are replaced, so one odd error
 # message can never wedge a whole batch of writes.

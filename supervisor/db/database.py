@@ -19,8 +19,8 @@ import psycopg
 
 from shared.db import DatabaseUnavailable, connect, first_line
 from shared.dsn import describe
-from supervisor.asyncquery import AsyncQuery
-from supervisor.store import Store
+from supervisor.db.nonblocking import AsyncQuery
+from supervisor.db.store import Store
 
 log = logging.getLogger("supervisor.database")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import click
 import orjson
 
-from supervisor import admin
-from supervisor.admin_format import age, table
-from supervisor.cli_common import dsn_option, open_database, reports_errors
-from supervisor.cli_jobs import admin_errors
+from supervisor.cli import admin
+from supervisor.cli.common import dsn_option, open_database, reports_errors
+from supervisor.cli.format import age, table
+from supervisor.cli.jobs import admin_errors
 
 
 @click.group("queues")

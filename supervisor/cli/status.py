@@ -10,9 +10,9 @@ from typing import Any
 import click
 import orjson
 
-from supervisor import admin
-from supervisor.admin_format import age, table
-from supervisor.cli_common import dsn_option, open_database, reports_errors
+from supervisor.cli import admin
+from supervisor.cli.common import dsn_option, open_database, reports_errors
+from supervisor.cli.format import age, table
 
 # Column order follows a job's life: waiting, in flight, then the finished states.
 _SHORT = {"available": "AVAIL", "scheduled": "SCHED", "running": "RUN", "retryable": "RETRY",

@@ -17,13 +17,13 @@ from collections.abc import Callable
 
 import psycopg
 
-from supervisor.database import CONNECTION_ERRORS, Database
-from supervisor.dispatch import Ledger, PendingWrites
-from supervisor.metrics import SupervisorMetrics
-from supervisor.scheduler import Scheduler
-from supervisor.store import Completion
-from supervisor.store_sql import COMPLETE_AND_CLAIM_NONBLOCKING
-from supervisor.writer import claim_carrying_completions, write_pending
+from supervisor.db.database import CONNECTION_ERRORS, Database
+from supervisor.db.sql import COMPLETE_AND_CLAIM_NONBLOCKING
+from supervisor.db.store import Completion
+from supervisor.engine.ledger import Ledger, PendingWrites
+from supervisor.engine.outbox import claim_carrying_completions, write_pending
+from supervisor.engine.planner import Scheduler
+from supervisor.observe.metrics import SupervisorMetrics
 
 log = logging.getLogger("supervisor.claimer")
 

@@ -1,5 +1,5 @@
 """``supervisor jobs list|show|retry|cancel``: look at jobs and act on them one at a time
-or, for retry, in bulk by state. The SQL is in ``supervisor.admin_jobs``."""
+or, for retry, in bulk by state. The SQL is in ``supervisor.cli.admin_jobs``."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import orjson
 
 from shared.exitcodes import CLI_ERROR, CLI_USAGE
 from shared.jobs import FINISHED_STATES, RUNNING, STATES
-from supervisor import admin_jobs
-from supervisor.admin import AdminError
-from supervisor.admin_format import one_line, since, table, to_json
-from supervisor.cli_common import CliError, dsn_option, open_database, reports_errors
+from supervisor.cli import admin_jobs
+from supervisor.cli.admin import AdminError
+from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
+from supervisor.cli.format import one_line, since, table, to_json
 
 
 @contextmanager
