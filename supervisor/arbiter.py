@@ -69,7 +69,8 @@ class Arbiter:
             MaintenanceSettings(interval=config.maintenance_interval, retention=config.retention),
             clock=clock)
         self.claimer = Claimer(self.db, self.scheduler, self.ledger, self.metrics, kinds,
-                               self.pool.size, lambda: self.state == RUNNING, self._dispatch)
+                               self.pool.size, lambda: self.state == RUNNING, self._dispatch,
+                               config.default_timeout)
         self.writer = OutcomeWriter(self.ledger, self.db, self.metrics, config.flush_interval,
                                     lambda: self.claimer.in_flight is not None)
         self.progress = progress

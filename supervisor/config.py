@@ -69,7 +69,7 @@ class RunConfig:
         return PoolSettings(
             size=self.children, boot_timeout=self.boot_timeout,
             heartbeat_interval=self.heartbeat_interval, heartbeat_timeout=self.heartbeat_timeout,
-            kill_grace=self.kill_grace, default_timeout=self.default_timeout,
+            kill_grace=self.kill_grace,
             max_jobs_per_child=self.max_jobs_per_child,
             max_memory_per_child=self.max_memory_per_child, max_result_bytes=self.max_result_bytes,
         )

@@ -117,12 +117,12 @@ def test_job_timeout_sigterm_then_sigkill_after_grace():
     assert not failed.terminal
 
 
-def test_timeout_falls_back_to_handler_then_default():
-    h = started(size=2, default_timeout=9.0)
-    h.pool.dispatch(job(1, kind="pool_sleep_with_timeout"))  # @job(timeout=0.3)
+def test_the_job_s_resolved_timeout_arms_its_deadline():
+    h = started(size=2)
+    h.pool.dispatch(job(1, timeout=0.3))
     assert h.pool._in_flight[1].job_deadline == pytest.approx(h.clock.now + 0.3)
-    h.pool.dispatch(job(2, kind="pool_noop"))
-    assert h.pool._in_flight[2].job_deadline == pytest.approx(h.clock.now + 9.0)
+    h.pool.dispatch(job(2, timeout=None))
+    assert h.pool._in_flight[2].job_deadline is None
 
 
 def test_heartbeats_extend_the_deadline_and_silence_means_hung():

@@ -18,6 +18,7 @@ import pool_handlers  # noqa: F401  (handlers are imported before forking, as --
 import pytest
 
 from shared.jobs import ClaimedJob
+from supervisor.engine.policy import resolve_timeout
 from supervisor.pool import (
     ChildEvent,
     JobDone,
@@ -177,7 +178,8 @@ def test_sleep_past_timeout_is_killed_within_timeout_plus_grace(make_driver):
 
 def test_handler_timeout_from_the_job_decorator(make_driver):
     d = make_driver()
-    out = d.run("pool_sleep_with_timeout", '{"seconds": 30}')
+    probe = d.job("pool_sleep_with_timeout")
+    out = d.run("pool_sleep_with_timeout", '{"seconds": 30}', timeout=resolve_timeout(probe, 9))
     assert out.kind == "timeout" and "0.3 s" in out.message
 
 

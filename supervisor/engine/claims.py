@@ -23,6 +23,7 @@ from supervisor.db.store import Completion
 from supervisor.engine.ledger import Ledger, PendingWrites
 from supervisor.engine.outbox import claim_carrying_completions, write_pending
 from supervisor.engine.planner import Scheduler
+from supervisor.engine.policy import resolve_timeout
 from supervisor.observe.metrics import SupervisorMetrics
 
 log = logging.getLogger("supervisor.claimer")
@@ -34,7 +35,7 @@ class Claimer:
     def __init__(self, db: Database, scheduler: Scheduler, ledger: Ledger,
                  metrics: SupervisorMetrics, kinds: list[str],
                  pool_size: Callable[[], int], accepting: Callable[[], bool],
-                 on_claimed: Callable[[], None]) -> None:
+                 on_claimed: Callable[[], None], default_timeout: float | None = None) -> None:
         self.db = db
         self.scheduler = scheduler
         self.ledger = ledger
@@ -43,6 +44,7 @@ class Claimer:
         self.pool_size = pool_size
         self.accepting = accepting  # False once draining: late claims go straight back
         self.on_claimed = on_claimed
+        self.default_timeout = default_timeout
         self.in_flight: tuple[str, int] | None = None  # (queue, jobs asked for)
         self._order = itertools.count()
         self._last_turn: dict[str, int] = {}
@@ -119,6 +121,8 @@ class Claimer:
         self.metrics.claimed(queue, len(claimed), time.perf_counter() - started,
                              [job.wait_seconds for job in claimed])
         self.scheduler.claimed(queue, wanted, len(claimed))
+        for job in claimed:
+            job.timeout = resolve_timeout(job, self.default_timeout)
         self.ledger.add_claimed(claimed)
         if not self.accepting():
             self.ledger.release_waiting(time.monotonic())

@@ -41,7 +41,6 @@ class PoolSettings:
     heartbeat_interval: float = 2.0  # the child beats this often while a job runs
     heartbeat_timeout: float = 30.0  # silence beyond this while busy = hung: kill group
     kill_grace: float = 5.0  # SIGTERM to the group, then SIGKILL after this
-    default_timeout: float | None = None  # when neither the job row nor its handler say
     max_jobs_per_child: int | None = None
     max_jobs_jitter: float = 0.1  # each child's limit drawn in [n*(1-j), n*(1+j)]
     max_memory_per_child: int | None = None  # RSS, checked by the child between jobs

@@ -45,7 +45,6 @@ from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import JobFailed, PoolHalted
 from supervisor.pool.poolio import EVENT_READ, PoolIO
 from workers.child import child_main
-from workers.registry import get_handler
 
 _encode_run = wire.encode_run
 
@@ -174,18 +173,13 @@ class Pool(PoolIO):
     # -- jobs ------------------------------------------------------------------
 
     def dispatch(self, job: ClaimedJob) -> bool:
-        """Send ``job`` to an idle child and arm its timeout and heartbeat deadline.
-        False if no child is idle."""
+        """Send ``job`` to an idle child and arm its timeout (``job.timeout``, already
+        resolved; None or 0: none) and heartbeat deadline. False if no child is idle."""
         if not self._idle:
             return False
         child = self._idle.popleft()
         now = self._clock()
-        timeout = job.timeout
-        if timeout is None:
-            handle = get_handler(job.kind)
-            timeout = handle.defaults.timeout if handle is not None else None
-            if timeout is None:
-                timeout = self.settings.default_timeout
+        timeout = job.timeout  # resolved by the caller: row, handler, config
         child.state = BUSY
         child.job = job
         child.job_started = now

@@ -1,0 +1,18 @@
+"""Where a claimed job's policy comes from: its own row, then its handler's ``@job``
+settings, then the supervisor's config (DESIGN, "Settings: where a job's policy comes
+from"). Resolved once, at claim, so the pool and the writes see final values."""
+
+from __future__ import annotations
+
+from shared.jobs import ClaimedJob
+from workers.registry import get_handler
+
+
+def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
+    """The hard timeout of ``job``'s attempt in seconds (None: no limit)."""
+    if job.timeout is not None:
+        return job.timeout
+    handle = get_handler(job.kind)
+    if handle is not None and handle.defaults.timeout is not None:
+        return handle.defaults.timeout
+    return configured
