@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -98,10 +97,6 @@ def run(base_dsn: str = common.DEFAULT_DSN, jobs: int = 20_000, runs: int = 3,
             rates = [noop_through_supervisor(dsn, jobs, pf, n) for _ in range(runs)]
             rows.append((f"no-op, `supervisor run -n {n} --burst --prefetch {pf}`, "
                          f"{jobs:,} jobs, start-up included", f"{med(rates):,.0f} jobs/s"))
-        rates = [noop_through_supervisor(dsn, jobs, max(prefetch), 2, "--config",
-                                         str(_sync_off_config())) for _ in range(runs)]
-        rows.append((f"no-op, `-n 2 --prefetch {max(prefetch)}` with "
-                     "`synchronous_commit = false`", f"{med(rates):,.0f} jobs/s"))
         rates = [store_ceiling(dsn, jobs) for _ in range(runs)]
         rows.append(("database ceiling: the store's claim+complete loop alone, batch 512",
                      f"{med(rates):,.0f} jobs/s"))
@@ -125,12 +120,6 @@ def run(base_dsn: str = common.DEFAULT_DSN, jobs: int = 20_000, runs: int = 3,
     finally:
         common.drop_database(base_dsn, "supervisor_bench_run")
     return rows
-
-
-def _sync_off_config() -> Path:
-    path = Path(tempfile.gettempdir()) / "supervisor-bench-sync-off.toml"
-    path.write_text("synchronous_commit = false\n")
-    return path
 
 
 def main() -> None:

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from shared import defaults
 from supervisor.engine.allotment import QueuePolicy, validate
-from supervisor.pool.childproc import PoolSettings
+from supervisor.pool import PoolSettings
 
 
 class ConfigError(ValueError):
@@ -41,26 +42,23 @@ class RunConfig:
 
     children: int = field(default_factory=lambda: os.cpu_count() or 1)
     queues: list[str] | None = None  # None: every queue a loaded handler names
-    grace: float = 25.0
-    lease_ttl: float = 30.0
-    poll_interval: float = 1.0
+    grace: float = defaults.GRACE
+    lease_ttl: float = defaults.LEASE_TTL
+    poll_interval: float = defaults.POLL_INTERVAL
     burst: bool = False
-    boot_timeout: float = 30.0
-    heartbeat_interval: float = 2.0
-    heartbeat_timeout: float = 30.0
-    kill_grace: float = 5.0
+    boot_timeout: float = defaults.BOOT_TIMEOUT
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
+    heartbeat_timeout: float = defaults.HEARTBEAT_TIMEOUT
+    kill_grace: float = defaults.KILL_GRACE
     default_timeout: float | None = None
     max_jobs_per_child: int | None = None
     max_memory_per_child: int | None = None
-    max_result_bytes: int = 1 << 20
+    max_result_bytes: int = defaults.MAX_RESULT_BYTES
     flush_interval: float = 0.02  # longest a finished job's outcome waits to be batched
-    # Off: the parent's writes do not wait for the WAL flush. Much faster for short jobs;
-    # a PostgreSQL crash (not a lost connection) may then forget the last few hundred ms
-    # of claims and completions, and those jobs run again.
-    synchronous_commit: bool = True
     prefetch: int = 1  # default for queues that do not set their own
-    maintenance_interval: float = 5.0  # heartbeat and leader chores (rescue, prune)
-    retention: float = 7 * 24 * 3600.0  # seconds finished jobs are kept before pruning
+    maintenance_interval: float = defaults.MAINTENANCE_INTERVAL  # beat, rescue, prune
+    retention: float = defaults.RETENTION  # seconds finished jobs are kept
+    statement_timeout: float = defaults.STATEMENT_TIMEOUT  # the parent's SQL, 0: none
     metrics_port: int | None = None  # serve Prometheus text on this port when set
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
 

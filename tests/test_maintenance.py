@@ -1,7 +1,7 @@
 """Maintenance statements against a real database: the prune stays on its index."""
 
 from shared.enqueue import enqueue_many
-from supervisor.engine.maintenance import PRUNE
+from supervisor.db.sql import PRUNE
 
 
 def test_prune_reads_the_finished_index_not_the_table(conn):

@@ -19,10 +19,10 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
+from shared.defaults import CANCEL_CHANNEL
 from shared.jobs import CANCELLED, DISCARDED, FAIL_CANCELLED, RETRYABLE, RUNNING, STATES
 from supervisor.cli.admin import AdminError
 
-CANCEL_CHANNEL = "supervisor_cancel"  # supervisor.db.database listens on it
 RETRY_STATES = (DISCARDED, CANCELLED, RETRYABLE)
 CANCEL_STATES = ("available", "scheduled", RETRYABLE, RUNNING)
 BIGINT_MAX = 2**63 - 1

@@ -1,9 +1,14 @@
-"""The parent's two connections (work and LISTEN), and riding out database outages.
+"""The parent's three connections, and riding out database outages and errors.
 
-Every call into the store goes through ``Database.call``: if the connection is lost the
-error is logged once per outage, the supervisor keeps its children running and their
-outcomes in memory, and reconnects with capped, jittered backoff. Fenced writes make the
-late writes safe: a job another supervisor rescued meanwhile is not overwritten.
+* work: blocking statements through the ``Store`` (writes, renewals, maintenance);
+* claims: the non-blocking connection the claim path runs on (``NonBlockingQuery``);
+* listen: LISTEN for new work and for cancellations.
+
+Every blocking call goes through ``Database.call``. A lost connection starts an outage:
+logged once, the caller gets its default and keeps its data, and ``maybe_reconnect``
+tries again with short jittered backoff (the loop is back within about a second of the
+server answering). Any other database error is logged and the caller gets its default
+too: one bad statement never takes the supervisor and its children down.
 """
 
 from __future__ import annotations
@@ -17,79 +22,100 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from shared.db import DatabaseUnavailable, connect, first_line
+from shared.db import DatabaseUnavailable, first_line
+from shared.defaults import CANCEL_CHANNEL, NOTIFY_CHANNEL
 from shared.dsn import describe
-from supervisor.db.nonblocking import AsyncQuery
+from supervisor.db.connections import open_connection
+from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.store import Store
 
 log = logging.getLogger("supervisor.database")
 
-NOTIFY_CHANNEL = "supervisor_jobs"
-CANCEL_CHANNEL = "supervisor_cancel"
 T = TypeVar("T")
 
 # Errors that mean "the connection is gone", as opposed to a bad statement.
 CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
+ERROR_LOG_EVERY = 30.0  # the same failing operation is logged at most this often
 
 
 class Database:
-    """Work connection (the store), LISTEN connection (wake-ups), reconnection."""
+    """The store (work connection), the claim connection, LISTEN, and reconnection."""
 
     def __init__(self, dsn: str, owner: str, lease_ttl: float,
-                 selector: selectors.BaseSelector, *, clock: Callable[[], float] = time.monotonic,
-                 max_backoff: float = 10.0, synchronous_commit: bool = True) -> None:
+                 selector: selectors.BaseSelector, *, statement_timeout: float,
+                 clock: Callable[[], float] = time.monotonic,
+                 max_backoff: float = MAX_BACKOFF) -> None:
         self.dsn = dsn
         self.owner = owner
-        self.lease_ttl = lease_ttl
         self.selector = selector
+        self.statement_timeout = statement_timeout
         self.clock = clock
         self.max_backoff = max_backoff
-        self.synchronous_commit = synchronous_commit
-        self.store: Store | None = None
-        self.fast: AsyncQuery | None = None  # the claim path's non-blocking connection
+        self.store = Store(None, owner, lease_ttl)  # its connection comes with open()
+        self.claims: NonBlockingQuery | None = None
         self.listen_conn: psycopg.Connection | None = None
         self._listen_fd: int | None = None
         self.notified_queues: set[str] = set()
         self.cancelled_jobs: set[int] = set()
         self.down_since: float | None = None
-        self.retry_at: float = 0.0
+        self.retry_at = 0.0
+        self.outages = 0  # how many times the connection was lost (for the engine)
         self._failures = 0
+        self._logged_errors: dict[str, float] = {}
 
     @property
     def up(self) -> bool:
-        """Whether the work connection is usable now."""
-        return self.store is not None and self.down_since is None
+        """Whether the connections are usable now."""
+        return self.store.conn is not None and self.down_since is None
 
     def open(self) -> None:
-        """Connect both connections; raises ``DatabaseUnavailable`` (used at start, where
-        an unreachable database is a one-line error, not a retry loop)."""
-        work = connect(self.dsn, application_name=f"supervisor {self.owner}")
-        fast = connect(self.dsn, application_name=f"supervisor {self.owner} claims")
-        if not self.synchronous_commit:
-            for conn in (work, fast):
-                conn.execute("SET synchronous_commit = off")
-        self.fast = AsyncQuery(fast, self.selector)
-        listen = connect(self.dsn, application_name=f"supervisor {self.owner} listen")
-        if self.store is None:
-            self.store = Store(work, self.owner, self.lease_ttl)
-        else:
-            self.store.conn = work
+        """Connect all three; raises ``DatabaseUnavailable`` (at start an unreachable
+        database is a one-line error, not a retry loop)."""
+        name = f"supervisor {self.owner}"
+        timeout = self.statement_timeout
+        conns: list[psycopg.Connection] = []
+        try:
+            for suffix in ("", " claims", " listen"):
+                conns.append(open_connection(self.dsn, name + suffix, timeout))
+            work, claims, listen = conns
+            listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            listen.execute(f"LISTEN {CANCEL_CHANNEL}")
+        except (DatabaseUnavailable, *CONNECTION_ERRORS) as exc:
+            for conn in conns:
+                _quietly_close(conn)
+            if isinstance(exc, DatabaseUnavailable):
+                raise
+            raise DatabaseUnavailable(f"lost PostgreSQL at {describe(self.dsn)} while "
+                                      f"connecting: {first_line(exc)}") from None
+        self.store.conn = work
+        self.claims = NonBlockingQuery(claims, self.selector)
         self.listen_conn = listen
-        listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
-        listen.execute(f"LISTEN {CANCEL_CHANNEL}")
         self._listen_fd = listen.fileno()
         self.selector.register(self._listen_fd, selectors.EVENT_READ, data=self)
 
-    def call(self, what: Callable[[Store], T], default: T) -> T:
-        """Run ``what(store)``; on a lost connection mark the outage and return
-        ``default`` (the caller keeps its data and tries again once reconnected)."""
+    def call(self, what: Callable[[Store], T], default: T, operation: str = "query") -> T:
+        """Run ``what(store)``. On a lost connection mark the outage; on any other
+        database error log it (``operation`` names it); either way return ``default``
+        and let the caller try again later with the data it kept."""
         if not self.up:
             return default
         try:
             return what(self.store)
         except CONNECTION_ERRORS as exc:
-            self._lost(exc)
-            return default
+            self.lost(exc)
+        except psycopg.Error as exc:
+            self.failed(operation, exc)
+        return default
+
+    def failed(self, operation: str, exc: BaseException) -> None:
+        """Log a database error that is not a lost connection (rate-limited per
+        operation: a statement failing every round must not flood the log)."""
+        now = self.clock()
+        if now - self._logged_errors.get(operation, -ERROR_LOG_EVERY) >= ERROR_LOG_EVERY:
+            self._logged_errors[operation] = now
+            log.error("%s failed, will try again: %s: %s", operation, type(exc).__name__,
+                      first_line(exc))
 
     def handle_event(self, key: Any, mask: int) -> None:
         """The LISTEN socket is readable: collect the queues and cancellations named."""
@@ -105,7 +131,7 @@ class Database:
                 elif note.relname == CANCEL_CHANNEL.encode() and payload.isdigit():
                     self.cancelled_jobs.add(int(payload))
         except (psycopg.Error, OSError) as exc:
-            self._lost(exc)
+            self.lost(exc)
 
     def take_notified(self) -> set[str]:
         """Queues named by NOTIFY since the last call."""
@@ -129,11 +155,11 @@ class Database:
             self.open()
         except DatabaseUnavailable:
             self._failures += 1
-            delay = min(self.max_backoff, 0.25 * 2 ** min(self._failures, 10))
-            self.retry_at = now + delay * random.uniform(0.5, 1.0)
+            delay = min(self.max_backoff, 0.1 * 2 ** min(self._failures, 10))
+            self.retry_at = self.clock() + delay * random.uniform(0.5, 1.0)
             return False
-        outage = now - (self.down_since or now)
-        log.warning("database connection restored after %.1f s", outage)
+        log.warning("database connection restored after %.1f s",
+                    now - (self.down_since or now))
         self.down_since = None
         self._failures = 0
         return True
@@ -142,27 +168,25 @@ class Database:
         """When the next reconnection attempt is due (None while up)."""
         return None if self.up else self.retry_at
 
-    def close(self) -> None:
-        """Close both connections (at exit)."""
-        self._close()
-
     def lost(self, exc: BaseException) -> None:
-        """Report a connection error seen outside ``call`` (the non-blocking claim)."""
-        self._lost(exc)
-
-    def _lost(self, exc: BaseException) -> None:
+        """The connection broke (seen here, or by the claim path): start an outage."""
         if self.down_since is None:
             self.down_since = self.clock()
             self.retry_at = self.down_since
+            self.outages += 1
             log.error("database connection lost (%s: %s); children keep running, outcomes "
                       "are held in memory until it is back", describe(self.dsn), first_line(exc))
         self._close()
 
+    def close(self) -> None:
+        """Close every connection (at exit)."""
+        self._close()
+
     def _close(self) -> None:
-        if self.fast is not None:
-            fast, self.fast = self.fast, None
-            abandoned = fast.abandon()
-            _quietly_close(fast.conn)
+        if self.claims is not None:
+            claims, self.claims = self.claims, None
+            abandoned = claims.abandon()
+            _quietly_close(claims.conn)
             if abandoned is not None:
                 abandoned(psycopg.OperationalError("the connection was closed"))
         if self._listen_fd is not None:
@@ -174,8 +198,9 @@ class Database:
         if self.listen_conn is not None:
             _quietly_close(self.listen_conn)
             self.listen_conn = None
-        if self.store is not None and self.store.conn is not None:
+        if self.store.conn is not None:
             _quietly_close(self.store.conn)
+            self.store.conn = None
 
 
 def _quietly_close(conn: psycopg.Connection) -> None:

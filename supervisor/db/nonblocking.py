@@ -44,7 +44,7 @@ class Prepared:
         return [params[name] for name in self.names]
 
 
-class AsyncQuery:
+class NonBlockingQuery:
     """Sends a statement, then finishes it from ``handle_event`` calls; the callback
     gets the rows, or the exception (a ``psycopg.Error`` subclass chosen by SQLSTATE)."""
 

@@ -6,8 +6,6 @@ statement can be read, and reviewed for its plan, in one place.
 
 from supervisor.db.nonblocking import Prepared
 
-LIVE = ("available", "scheduled", "retryable", "running")
-
 # Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
 # ANALYZE, while id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) keeps the index
 # plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
@@ -140,6 +138,9 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryab
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'running' AND lease_expires_at < now()
+      -- Right after the server restarted, every lease looks expired; its owners are
+      -- reconnecting to renew them. Only a lease that stays expired past that counts.
+      AND pg_postmaster_start_time() < now() - %(ttl)s * interval '1 second'
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
@@ -179,3 +180,43 @@ SELECT EXISTS (
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
 )
 """
+
+# Jobs running under this supervisor's name that it does not hold: the answer to a
+# claim was lost with its connection, so nobody will run them. They go back at once,
+# the attempt not counted (they never started).
+RECONCILE = """
+UPDATE supervisor.jobs
+SET state = 'available', attempt = attempt - 1, lease_owner = NULL,
+    lease_expires_at = NULL, heartbeat_at = NULL
+WHERE state = 'running' AND lease_owner = %(owner)s AND NOT (id = ANY(%(held)s::bigint[]))
+RETURNING id
+"""
+
+# -- maintenance ----------------------------------------------------------------------
+
+BEAT = """
+INSERT INTO supervisor.supervisors (id, host, pid, queues, children, busy, info)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(children)s, %(busy)s, %(info)s)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = now(), children = EXCLUDED.children, busy = EXCLUDED.busy,
+    queues = EXCLUDED.queues, info = EXCLUDED.info
+"""
+
+TRY_LEAD = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+
+PRUNE = """
+DELETE FROM supervisor.jobs
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE state IN ('completed', 'discarded', 'cancelled')
+      AND finished_at < now() - %(retention)s * interval '1 second'
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED))
+"""
+
+DROP_STALE = """
+DELETE FROM supervisor.supervisors
+WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
+"""
+
+LEAVE = "DELETE FROM supervisor.supervisors WHERE id = %(id)s"

@@ -17,21 +17,27 @@ import orjson
 import psycopg
 
 from shared import jobs
+from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db.sql import (
+    BEAT,
     CLAIM,
     COMPLETE,
     COMPLETE_AND_CLAIM,
+    DROP_STALE,
     FAIL,
     HAS_DUE_WORK,
     INTERRUPT,
-    LIVE,
+    LEAVE,
     PROMOTE,
+    PRUNE,
     QUEUE_COUNTS,
     QUEUES_WITH_WORK,
+    RECONCILE,
     RELEASE,
     RENEW,
     RESCUE,
+    TRY_LEAD,
 )
 
 log = logging.getLogger("supervisor.store")
@@ -66,7 +72,7 @@ class Store:
 
     def __init__(
         self,
-        conn: psycopg.Connection,
+        conn: psycopg.Connection | None,
         owner: str,
         lease_ttl: float = 30.0,
         backoff: Backoff = jobs.DEFAULT_BACKOFF,
@@ -183,15 +189,50 @@ class Store:
         max_attempts. Returns ``(id, lost_owner)`` pairs."""
         b = self.backoff
         params = {"limit": limit, "base": b.base, "factor": b.factor, "cap": b.cap,
-                  "jitter": b.jitter}
+                  "jitter": b.jitter, "ttl": self.lease_ttl}
         rows = self.conn.execute(RESCUE, params).fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    def reconcile(self, held: Sequence[int]) -> list[int]:
+        """Release jobs running under this supervisor's name that it does not hold (a
+        claim whose answer was lost with its connection): available again at once, the
+        attempt not counted. Returns their ids."""
+        rows = self.conn.execute(RECONCILE, {"owner": self.owner, "held": list(held)})
+        return [row[0] for row in rows]
+
+    # -- maintenance --------------------------------------------------------------------
+    def beat(self, host: str, pid: int, queues: Sequence[str], children: int, busy: int,
+             info: dict) -> None:
+        """Record this supervisor's heartbeat row (for ``status`` and stale detection)."""
+        self.conn.execute(BEAT, {"id": self.owner, "host": host, "pid": pid,
+                                 "queues": list(queues), "children": children, "busy": busy,
+                                 "info": orjson.dumps(info).decode()})
+
+    def lead_chores(self, lock_key: int, stale_after: float) -> list[tuple[int, str]] | None:
+        """If this supervisor wins the round's advisory lock: rescue expired leases and
+        drop supervisors silent for ``stale_after`` s, in one transaction. Returns the
+        rescued ``(id, lost_owner)`` pairs, or None when another supervisor leads."""
+        with self.conn.transaction():
+            if not self.conn.execute(TRY_LEAD, {"key": lock_key}).fetchone()[0]:
+                return None
+            rescued = self.rescue_expired()
+            self.conn.execute(DROP_STALE, {"stale": stale_after})
+        return rescued
+
+    def prune(self, retention: float, batch: int) -> int:
+        """Delete up to ``batch`` finished jobs older than ``retention`` s; how many."""
+        cur = self.conn.execute(PRUNE, {"retention": retention, "batch": batch})
+        return max(cur.rowcount, 0)
+
+    def leave(self) -> None:
+        """Remove this supervisor's heartbeat row (clean exit)."""
+        self.conn.execute(LEAVE, {"id": self.owner})
 
     def queue_counts(self, queues: Sequence[str]) -> dict[str, dict[str, int]]:
         """For each queue, counts of its unfinished jobs: ``available``, ``scheduled``,
         ``retryable``, ``running``, and ``due`` (available, scheduled or retryable with
         run_at passed). Finished states are not counted (that is history, not work)."""
-        counts = {q: dict.fromkeys((*LIVE, "due"), 0) for q in queues}
+        counts = {q: dict.fromkeys((*LIVE_STATES, "due"), 0) for q in queues}
         if not queues:
             return counts
         for queue, state, total, due in self.conn.execute(QUEUE_COUNTS,

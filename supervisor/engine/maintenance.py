@@ -1,11 +1,12 @@
 """Housekeeping: every supervisor's heartbeat, and the leader's chores.
 
-Every supervisor records a heartbeat in ``supervisor.supervisors`` (host, pid, children,
-busy, queues) for ``status``. One supervisor at a time, whoever wins a transaction-level
-advisory lock in a round, does the chores: rescue jobs whose lease expired (their
-supervisor died or lost its database), prune finished jobs past their retention in
-bounded batches, and drop supervisors that stopped beating. The lock is taken per round,
-so when the leader dies another takes over at its next round: within one interval.
+Every supervisor records a heartbeat (host, pid, children, busy, queues) for ``status``.
+One supervisor at a time, whoever wins a transaction-level advisory lock in a round,
+does the chores: rescue jobs whose lease expired (their supervisor died or lost its
+database), prune finished jobs past their retention in bounded batches, and drop
+supervisors that stopped beating. The lock is taken per round, so when the leader dies
+another takes over at its next round. The statements are the store's; this module only
+says when and in what order.
 """
 
 from __future__ import annotations
@@ -17,37 +18,12 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import orjson
-import psycopg
-
-from supervisor.db.store import Store
+from shared import defaults
+from supervisor.db import Store
 
 log = logging.getLogger("supervisor.maintenance")
 
 LEADER_LOCK_KEY = 0x5355_5056_4D41_494E & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMAIN"
-
-_BEAT = """
-INSERT INTO supervisor.supervisors (id, host, pid, queues, children, busy, info)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(children)s, %(busy)s, %(info)s)
-ON CONFLICT (id) DO UPDATE
-SET heartbeat_at = now(), children = EXCLUDED.children, busy = EXCLUDED.busy,
-    queues = EXCLUDED.queues, info = EXCLUDED.info
-"""
-
-PRUNE = """
-DELETE FROM supervisor.jobs
-WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
-    WHERE state IN ('completed', 'discarded', 'cancelled')
-      AND finished_at < now() - %(retention)s * interval '1 second'
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED))
-"""
-
-_DROP_STALE = """
-DELETE FROM supervisor.supervisors
-WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
-"""
 
 
 def make_owner() -> str:
@@ -60,8 +36,8 @@ def make_owner() -> str:
 class MaintenanceSettings:
     """How often and how much housekeeping does."""
 
-    interval: float = 5.0  # seconds between rounds (beat + chores)
-    retention: float = 7 * 24 * 3600.0  # finished jobs older than this are pruned
+    interval: float = defaults.MAINTENANCE_INTERVAL  # seconds between rounds
+    retention: float = defaults.RETENTION  # finished jobs older than this are pruned
     prune_batch: int = 1000  # rows per DELETE: the table is never locked for long
     prune_budget: float = 0.2  # seconds of pruning per round at most
     stale_after: float = 60.0  # a supervisor silent this long is dropped from the registry
@@ -70,9 +46,8 @@ class MaintenanceSettings:
 class Maintenance:
     """One supervisor's heartbeat and, when it leads a round, the chores."""
 
-    def __init__(self, owner: str, queues: list[str], settings: MaintenanceSettings,
+    def __init__(self, queues: list[str], settings: MaintenanceSettings,
                  clock=time.monotonic) -> None:
-        self.owner = owner
         self.queues = queues
         self.settings = settings
         self.clock = clock
@@ -84,41 +59,32 @@ class Maintenance:
         """Whether a round is due."""
         return now >= self.next_round
 
-    def run_round(self, store: Store, *, children: int, busy: int,
-                  info: dict | None = None) -> None:
-        """Beat, then try to lead this round. Connection errors propagate (the caller's
-        database wrapper handles outages); the next round comes one interval later."""
-        now = self.clock()
-        self.next_round = now + self.settings.interval
-        conn = store.conn
-        conn.execute(_BEAT, {"id": self.owner, "host": self.host, "pid": self.pid,
-                             "queues": self.queues, "children": children, "busy": busy,
-                             "info": orjson.dumps(info or {}).decode()})
-        with conn.transaction():
-            got = conn.execute("SELECT pg_try_advisory_xact_lock(%s)",
-                               (LEADER_LOCK_KEY,)).fetchone()[0]
-            if not got:
-                return
-            rescued = store.rescue_expired()
-            conn.execute(_DROP_STALE, {"stale": self.settings.stale_after})
+    def run_round(self, store: Store, *, children: int, busy: int, info: dict,
+                  may_lead: bool) -> int:
+        """Beat, then (``may_lead``) try to lead this round's chores; returns how many
+        jobs were rescued. Database errors propagate to the caller's wrapper; the next
+        round comes one interval later."""
+        self.next_round = self.clock() + self.settings.interval
+        store.beat(self.host, self.pid, self.queues, children, busy, info)
+        if not may_lead:
+            return 0
+        rescued = store.lead_chores(LEADER_LOCK_KEY, self.settings.stale_after)
+        if rescued is None:
+            return 0
         if rescued:
             lost = sorted({owner for _, owner in rescued if owner})
             log.warning("rescued %d jobs whose lease expired (lost supervisors: %s)",
                         len(rescued), ", ".join(lost) or "?")
-        self._prune(conn)
+        self._prune(store)
+        return len(rescued)
 
-    def _prune(self, conn: psycopg.Connection) -> None:
+    def _prune(self, store: Store) -> None:
         deadline = self.clock() + self.settings.prune_budget
-        params = {"retention": self.settings.retention, "batch": self.settings.prune_batch}
         pruned = 0
         while True:
-            deleted = max(conn.execute(PRUNE, params).rowcount, 0)
+            deleted = store.prune(self.settings.retention, self.settings.prune_batch)
             pruned += deleted
             if deleted < self.settings.prune_batch or self.clock() >= deadline:
                 break
         if pruned:
             log.info("pruned %d finished jobs older than the retention", pruned)
-
-    def leave(self, store: Store) -> None:
-        """Remove this supervisor's row on a clean exit."""
-        store.conn.execute("DELETE FROM supervisor.supervisors WHERE id = %s", (self.owner,))

@@ -1,139 +1,221 @@
-"""Writing outcomes: when (``OutcomeWriter``) and how (one fenced statement per kind).
+"""The outbox: the one owner of every outcome not yet written to the database.
 
-Each group is cleared from the pending set once its statement succeeded, so after a
-lost connection only what was not written is tried again. A statement that fails for
-its data (a result Postgres will not store, say) is retried job by job, and a result
-that cannot be stored becomes a failure of that job instead of wedging the batch.
+Completions, failures, releases (claimed, never started), interrupts (cut off at the
+end of the drain) and progress reports wait here; the outbox decides when they must be
+written and writes them, one fenced statement per kind. Completions usually ride on the
+next claim instead (``take_completions``); a claim that fails hands them back, and a
+claim refused for its data (a result PostgreSQL will not store) marks them to be written
+on their own, where the bad one is found job by job and becomes that job's failure.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections import Counter
+from dataclasses import dataclass, field
 
 import psycopg
 
 from shared import jobs
-from supervisor.db.store import Completion, Failure, Store
-from supervisor.engine.ledger import PendingWrites
+from shared.jobs import ClaimedJob
+from supervisor.db import Completion, Database, Failure, Store
+from supervisor.observe.metrics import SupervisorMetrics
 
-log = logging.getLogger("supervisor.writer")
+log = logging.getLogger("supervisor.outbox")
 
 BATCH = 512  # this many waiting outcomes are written at once, whatever else is due
 CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
+RETRY_AFTER_ERROR = 1.0  # seconds before writes that failed for a bad statement go again
+TEXT_LIMIT = 64 * 1024  # an error message or traceback is cut to this many characters
 
 
-class OutcomeWriter:
-    """Decides when the pending outcomes are written, and writes them.
+def clean_text(value: str | None, limit: int = TEXT_LIMIT) -> str | None:
+    """Make an error message or traceback storable: no NUL bytes (PostgreSQL refuses
+    them in text), bounded length."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    if len(value) > limit:
+        value = value[: limit // 2] + "\n... [truncated] ...\n" + value[-limit // 2:]
+    return value
 
-    Completions usually ride on the next claim (``claimer``); they are written on
-    their own only when no claim will carry them soon. Failures, releases and
-    interruptions are written within ``flush_interval``.
-    """
 
-    def __init__(self, ledger, db, metrics, flush_interval: float,
-                 claim_in_flight: Callable[[], bool]) -> None:
-        self.ledger = ledger
-        self.db = db
+@dataclass
+class PendingWrites:
+    """Outcomes not yet written, grouped by the statement that will write them."""
+
+    completions: list[Completion] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    interrupts: list[Failure] = field(default_factory=list)
+    releases: list[ClaimedJob] = field(default_factory=list)
+    progress: dict[int, tuple[int, dict]] = field(default_factory=dict)
+
+    def count(self) -> int:
+        """Outcomes waiting (progress reports excluded: they never force a write)."""
+        return (len(self.completions) + len(self.failures) + len(self.interrupts)
+                + len(self.releases))
+
+
+class Outbox:
+    """Pending outcomes, when they are due, and the statements that write them."""
+
+    def __init__(self, metrics: SupervisorMetrics, flush_interval: float) -> None:
         self.metrics = metrics
         self.flush_interval = flush_interval
-        self.claim_in_flight = claim_in_flight
+        self.pending = PendingWrites()
+        self.since: float | None = None  # when the oldest unwritten outcome arrived
+        self._solo = False  # completions must be written alone (one was refused)
 
-    def next_flush_at(self) -> float | None:
-        """When pending outcomes must be written (None: nothing pending)."""
-        pending = self.ledger.pending
-        if pending.since is None:
+    # -- recording ----------------------------------------------------------------------
+    def completed(self, job: ClaimedJob, result_json: str | None, now: float) -> None:
+        """The handler returned: the job completes with its result."""
+        self.pending.progress.pop(job.id, None)
+        self.pending.completions.append(Completion(job.id, job.attempt, result_json))
+        self._touch(now)
+
+    def failed(self, job: ClaimedJob, kind: str, message: str, traceback: str | None,
+               retry_delay: float | None, terminal: bool, now: float) -> None:
+        """The attempt failed; a shutdown interruption goes back without counting."""
+        self.pending.progress.pop(job.id, None)
+        failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
+                          clean_text(traceback), retry_delay,
+                          terminal or kind in jobs.TERMINAL_FAILURES)
+        if kind == jobs.FAIL_SHUTDOWN:
+            self.pending.interrupts.append(failure)
+        else:
+            self.pending.failures.append(failure)
+        self._touch(now)
+
+    def released(self, claimed: list[ClaimedJob], now: float) -> None:
+        """Claimed jobs that will not start here: available again, attempt uncounted."""
+        if claimed:
+            self.pending.releases.extend(claimed)
+            self._touch(now)
+
+    def progressed(self, job: ClaimedJob, progress: dict) -> None:
+        """The latest progress of a running job, written with the next write."""
+        self.pending.progress[job.id] = (job.attempt, progress)
+
+    def held_ids(self) -> list[int]:
+        """Jobs whose outcome is still to be written (they are running in the table)."""
+        p = self.pending
+        return ([c.id for c in p.completions] + [f.id for f in p.failures]
+                + [f.id for f in p.interrupts] + [j.id for j in p.releases])
+
+    def count(self) -> int:
+        """Outcomes waiting to be written."""
+        return self.pending.count()
+
+    # -- timing -------------------------------------------------------------------------
+    def next_flush_at(self, claim_in_flight: bool) -> float | None:
+        """When the pending outcomes must be written (None: nothing pending). While a
+        claim is in flight, completions alone may wait a little for it to carry them."""
+        if self.since is None:
             return None
+        pending = self.pending
         if pending.count() >= BATCH:
-            return pending.since
-        only_completions = pending.count() == len(pending.completions)
-        if only_completions and self.claim_in_flight():
-            return pending.since + max(self.flush_interval, CARRY_LIMIT)
-        return pending.since + self.flush_interval
+            return self.since
+        only_completions = pending.count() == len(pending.completions) and not self._solo
+        if only_completions and claim_in_flight:
+            return self.since + max(self.flush_interval, CARRY_LIMIT)
+        return self.since + self.flush_interval
 
-    def due(self, now: float) -> bool:
+    def due(self, now: float, claim_in_flight: bool) -> bool:
         """Whether a write is due now."""
-        at = self.next_flush_at()
+        at = self.next_flush_at(claim_in_flight)
         return at is not None and now >= at
 
-    def flush(self, force: bool = False) -> None:
-        """Write everything pending; what cannot be written (database down) stays
-        pending for the next try. ``force``: this is the last chance, before exit."""
-        pending = self.ledger.pending
-        if pending.count() == 0 and not pending.progress:
-            pending.since = None
+    # -- carrying on a claim ------------------------------------------------------------
+    def take_completions(self) -> list[Completion]:
+        """The completions a claim should carry (none while one must be written alone)."""
+        if self._solo or not self.pending.completions:
+            return []
+        taken, self.pending.completions = self.pending.completions, []
+        if not self.pending.count() and not self.pending.progress:
+            self.since = None  # nothing left to write: no wake-ups for it meanwhile
+        return taken
+
+    def hand_back(self, completions: list[Completion], now: float, *, refused: bool) -> None:
+        """A claim carrying ``completions`` failed: they go back in front. ``refused``:
+        PostgreSQL refused their data, so they are written alone next, job by job."""
+        if not completions:
             return
-        taken = pending.take()
-        fenced = self.db.call(lambda store: write_pending(store, taken), 0)
-        if fenced:
+        self.pending.completions[:0] = completions
+        self._solo = self._solo or refused
+        self._touch(now)
+
+    # -- writing ------------------------------------------------------------------------
+    def flush(self, db: Database, now: float, *, last_chance: bool = False) -> None:
+        """Write everything pending; what cannot be written (database down, a statement
+        failing) stays for the next try. ``last_chance``: the supervisor is exiting."""
+        if not self.pending.count() and not self.pending.progress:
+            self.since = None
+            return
+        fenced = db.call(self._write, None, "writing outcomes")
+        if fenced is None and db.up:
+            # A statement error, not an outage: try again in a while, not every turn.
+            self.since = now + RETRY_AFTER_ERROR - self.flush_interval
+        elif fenced:
             self.metrics.fenced("write", fenced)
-        pending.merge_back(taken)
-        if force and pending.count():
+        if last_chance and self.pending.count():
             log.error("%d finished jobs could not be written before exit; their leases will "
-                      "expire and another supervisor will rerun them", pending.count())
+                      "expire and they will run again", self.pending.count())
 
+    def _write(self, store: Store) -> int:
+        """Each group leaves the outbox once its statement succeeded, so after an error
+        only what was not written is tried again. Returns how many writes were fenced."""
+        pending = self.pending
+        fenced = 0
+        if pending.completions:
+            fenced += self._complete(store, pending.completions)
+            pending.completions = []
+            self._solo = False
+        if pending.failures:
+            fenced += len(store.fail(pending.failures))
+            pending.failures = []
+        if pending.interrupts:
+            fenced += len(store.interrupt(pending.interrupts))
+            pending.interrupts = []
+        if pending.releases:
+            fenced += self._release(store, pending.releases)
+            pending.releases = []
+        if pending.progress:
+            items = [(job_id, attempt) for job_id, (attempt, _) in pending.progress.items()]
+            reports = {job_id: report for job_id, (_, report) in pending.progress.items()}
+            store.renew(items, reports)
+            pending.progress = {}
+        self.since = None
+        return fenced
 
-def write_pending(store: Store, pending: PendingWrites) -> int:
-    """Write everything in ``pending`` and empty it; returns how many writes were fenced
-    off (their lease had moved on). Connection errors propagate with the unwritten rest
-    still in ``pending``."""
-    fenced = 0
-    if pending.completions:
-        fenced += _complete(store, pending.completions)
-        pending.completions = []
-    if pending.failures:
-        fenced += len(store.fail(pending.failures))
-        pending.failures = []
-    if pending.interrupts:
-        fenced += len(store.interrupt(pending.interrupts))
-        pending.interrupts = []
-    if pending.releases:
-        fenced += len(store.release(pending.releases))
-        pending.releases = []
-    if pending.progress:
-        items = [(job_id, attempt) for job_id, (attempt, _) in pending.progress.items()]
-        progress = {job_id: report for job_id, (_, report) in pending.progress.items()}
-        store.renew(items, progress)
-        pending.progress = {}
-    pending.since = None
-    return fenced
+    def _release(self, store: Store, claimed: list[ClaimedJob]) -> int:
+        fenced = set(store.release([(job.id, job.attempt) for job in claimed]))
+        for queue, n in Counter(j.queue for j in claimed if j.id not in fenced).items():
+            self.metrics.released(queue, n)
+        return len(fenced)
 
-
-def _complete(store: Store, completions: list[Completion]) -> int:
-    try:
-        return len(store.complete(completions))
-    except psycopg.DataError:
-        pass
-    fenced = 0
-    unstorable = []
-    for item in completions:
+    @staticmethod
+    def _complete(store: Store, completions: list[Completion]) -> int:
         try:
-            fenced += len(store.complete([item]))
-        except psycopg.DataError as exc:
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            unstorable.append(Failure(item.id, item.attempt, jobs.FAIL_RESULT,
-                                      f"result could not be stored: {message}", None, None, True))
-    if unstorable:
-        log.warning("%d results could not be stored; those jobs are discarded", len(unstorable))
-        fenced += len(store.fail(unstorable))
-    return fenced
+            return len(store.complete(completions))
+        except psycopg.DataError:
+            pass
+        fenced = 0
+        unstorable = []
+        for item in completions:
+            try:
+                fenced += len(store.complete([item]))
+            except psycopg.DataError as exc:
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                unstorable.append(Failure(item.id, item.attempt, jobs.FAIL_RESULT,
+                                          f"result could not be stored: {message}", None, None,
+                                          True))
+        if unstorable:
+            log.warning("%d results could not be stored; those jobs are discarded",
+                        len(unstorable))
+            fenced += len(store.fail(unstorable))
+        return fenced
 
-
-def claim_carrying_completions(store: Store, pending: PendingWrites, queue: str,
-                               kinds: list[str], limit: int) -> list:
-    """Claim for ``queue`` and, in the same statement, write the pending completions.
-
-    Only on success are the completions taken out of ``pending``. If one of them holds
-    a result Postgres refuses, the claim is made alone and the completions are left for
-    ``write_pending``, which sorts out the bad one job by job.
-    """
-    if not pending.completions:
-        return store.claim(queue, kinds, limit)
-    try:
-        _fenced, claimed = store.complete_and_claim(pending.completions, queue, kinds, limit)
-    except psycopg.DataError:
-        return store.claim(queue, kinds, limit)
-    pending.completions = []
-    if pending.count() == 0 and not pending.progress:
-        pending.since = None
-    return claimed
+    def _touch(self, now: float) -> None:
+        if self.since is None:
+            self.since = now

@@ -9,10 +9,13 @@ children can start (times its prefetch), nor more than its token bucket allows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from supervisor.config import RunConfig
 from supervisor.engine.allotment import allot, claim_allowance, pick_queue
 from supervisor.engine.ratelimit import TokenBucket
+
+if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
+    from supervisor.config import RunConfig
 
 
 class Scheduler:

@@ -1,5 +1,6 @@
-"""What the loop does with each outcome the pool reports: book it in the ledger, log
-failures (one line each: job id, kind, attempt, reason) and count it in the metrics."""
+"""What the engine does with each outcome the pool reports: end it in the ledger, put
+its write in the outbox, log failures (one line each: job id, kind, attempt, reason,
+verdict) and count it in the metrics."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterable
 
 from shared import jobs
 from supervisor.engine.ledger import Ledger
+from supervisor.engine.outbox import Outbox
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress
 
@@ -19,22 +21,24 @@ _EXITS = {"recycled": "recycle", "exited": "exited", "killed": "killed",
 
 
 class OutcomeReporter:
-    """Turns pool outcomes into ledger entries, log lines and metric counts."""
+    """Turns pool outcomes into ledger entries, outbox writes, log lines and metrics."""
 
-    def __init__(self, ledger: Ledger, metrics: SupervisorMetrics) -> None:
+    def __init__(self, ledger: Ledger, outbox: Outbox, metrics: SupervisorMetrics) -> None:
         self.ledger = ledger
+        self.outbox = outbox
         self.metrics = metrics
 
     def record(self, outcomes: Iterable[object], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
         for outcome in outcomes:
             if isinstance(outcome, JobDone):
-                self.ledger.done(outcome.job, outcome.result_json, now)
+                self.ledger.ended(outcome.job, "completed")
+                self.outbox.completed(outcome.job, outcome.result_json, now)
                 self.metrics.job_done(outcome.job, outcome.duration)
             elif isinstance(outcome, JobFailed):
                 self._failed(outcome, now)
             elif isinstance(outcome, JobProgress):
-                self.ledger.progressed(outcome.job, outcome.progress)
+                self.outbox.progressed(outcome.job, outcome.progress)
             elif isinstance(outcome, ChildEvent):
                 log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
                           outcome.what, outcome.detail)
@@ -55,7 +59,8 @@ class OutcomeReporter:
         log.log(logging.INFO if shutdown else logging.WARNING,
                 "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind, job.attempt,
                 job.max_attempts, outcome.kind, verdict, outcome.message)
-        self.ledger.failed(job, outcome.kind, outcome.message, outcome.traceback,
+        self.ledger.ended(job, "interrupted" if shutdown else "failed")
+        self.outbox.failed(job, outcome.kind, outcome.message, outcome.traceback,
                            outcome.retry_delay, outcome.terminal, now)
         self.metrics.job_failed(job, outcome.kind, retried=not shutdown and not discarded,
                                 discarded=discarded, duration=outcome.duration)

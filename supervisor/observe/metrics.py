@@ -278,6 +278,15 @@ class SupervisorMetrics:
             "Claimed jobs given back unstarted (drain), attempt not counted.",
             ["queue"],
         )
+        self._rescued = r.counter(
+            "supervisor_jobs_rescued_total",
+            "Jobs this supervisor's maintenance rescued after their lease expired.",
+        )
+        self._reconciled = r.counter(
+            "supervisor_jobs_reconciled_total",
+            "Jobs a lost claim answer left running under this supervisor, given back "
+            "unstarted after the reconnect.",
+        )
         self._duration = r.histogram(
             "supervisor_job_duration_seconds",
             "Run time of a job attempt in a child, completed or failed.",
@@ -368,6 +377,16 @@ class SupervisorMetrics:
         """``n`` claimed jobs of ``queue`` went back to available unstarted."""
         if n:
             self._released.add((queue,), n)
+
+    def rescued(self, n: int) -> None:
+        """Maintenance rescued ``n`` jobs whose lease had expired."""
+        if n:
+            self._rescued.add((), n)
+
+    def reconciled(self, n: int) -> None:
+        """``n`` jobs stranded by a lost claim answer were given back."""
+        if n:
+            self._reconciled.add((), n)
 
     def children(self, busy: int, idle: int) -> None:
         """The pool now has ``busy`` children running a job and ``idle`` ready ones."""

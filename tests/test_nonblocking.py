@@ -5,12 +5,12 @@ import selectors
 import psycopg
 import pytest
 
-from supervisor.db.nonblocking import AsyncQuery, Prepared
+from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def run(query: AsyncQuery, sel: selectors.BaseSelector, statement: Prepared, params: dict):
+def run(query: NonBlockingQuery, sel: selectors.BaseSelector, statement: Prepared, params: dict):
     outcomes = []
     query.send(statement, params, outcomes.append)
     assert query.busy
@@ -25,7 +25,7 @@ def run(query: AsyncQuery, sel: selectors.BaseSelector, statement: Prepared, par
 def runner(dsn):
     sel = selectors.DefaultSelector()
     conn = psycopg.connect(dsn, autocommit=True)
-    yield AsyncQuery(conn, sel), sel, conn
+    yield NonBlockingQuery(conn, sel), sel, conn
     conn.close()
     sel.close()
 

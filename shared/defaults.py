@@ -1,0 +1,25 @@
+"""Every default and constant that more than one module needs, written once.
+
+The parent's config (``supervisor.config``), the pool's settings and the child's config
+all start from these; the CLI's help texts quote them. Times are seconds, sizes bytes.
+"""
+
+# NOTIFY channels. The names are also in the schema's trigger functions (0001).
+NOTIFY_CHANNEL = "supervisor_jobs"  # payload: the queue that got work
+CANCEL_CHANNEL = "supervisor_cancel"  # payload: the id of a job an operator cancelled
+
+# Job states that are still work (not history).
+LIVE_STATES = ("available", "scheduled", "retryable", "running")
+
+HEARTBEAT_INTERVAL = 2.0  # a busy child beats this often
+HEARTBEAT_TIMEOUT = 30.0  # silence beyond this while busy means hung
+BOOT_TIMEOUT = 30.0  # a child must say READY within this
+KILL_GRACE = 5.0  # SIGTERM to a child's group, then SIGKILL after this
+MAX_RESULT_BYTES = 1 << 20  # a result's JSON beyond this fails the job
+MAX_FRAME_BYTES = 64 << 20  # the wire's frame cap
+LEASE_TTL = 30.0  # a claim survives this long without renewal
+GRACE = 25.0  # SIGTERM drain
+POLL_INTERVAL = 1.0
+RETENTION = 7 * 24 * 3600.0  # finished jobs are pruned after this
+MAINTENANCE_INTERVAL = 5.0
+STATEMENT_TIMEOUT = 5.0  # the parent's statements; a hung one must not stall the loop

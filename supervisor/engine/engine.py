@@ -1,0 +1,258 @@
+"""The job engine: everything between the queue table and the pool.
+
+The arbiter turns the loop and calls ``tick(now, pool)`` once per turn, and sleeps until
+``next_deadline()``. Each tick the engine books what the children reported, hands waiting
+jobs to idle children, claims what can start now (carrying finished jobs' completions),
+writes the other outcomes when due, renews leases, polls, promotes due jobs, runs
+maintenance rounds and notices the end of a burst. It never signals or forks anything:
+process supervision is the arbiter's and the pool's.
+
+Database outages are ridden out here. While the database is away nothing that needs it
+is scheduled (the loop sleeps until the next reconnection attempt, it does not spin).
+After a reconnect the engine first writes what it holds, renews its own leases and gives
+back rows that a lost claim answer left running under its name; it takes no part in
+rescuing expired leases for one lease period, so every live supervisor has renewed its
+own jobs before anyone judges them lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import selectors
+import time
+from typing import TYPE_CHECKING
+
+from supervisor.db import Database
+from supervisor.engine.claims import Claimer
+from supervisor.engine.ledger import Ledger
+from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
+from supervisor.engine.outbox import Outbox
+from supervisor.engine.planner import Scheduler
+from supervisor.engine.reporting import OutcomeReporter
+from supervisor.observe.metrics import SupervisorMetrics
+
+if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each tick
+    from supervisor.config import RunConfig
+    from supervisor.pool import Pool
+
+log = logging.getLogger("supervisor.engine")
+
+BURST_CHECK_INTERVAL = 0.1
+
+
+class Engine:
+    """Claims, dispatches, writes and keeps the books for one supervisor."""
+
+    def __init__(self, config: RunConfig, dsn: str, owner: str, queues: list[str],
+                 kinds: list[str], metrics: SupervisorMetrics,
+                 selector: selectors.BaseSelector, *, clock=time.monotonic) -> None:
+        now = clock()
+        self.config = config
+        self.db = db = Database(dsn, owner, config.lease_ttl, selector, clock=clock,
+                                statement_timeout=config.statement_timeout)
+        self.queues = queues
+        self.kinds = kinds
+        self.metrics = metrics
+        self.clock = clock
+        self.planner = Scheduler(config, queues, now)
+        self.ledger = Ledger()
+        self.outbox = Outbox(metrics, config.flush_interval)
+        self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
+                               config.default_timeout, clock)
+        self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
+        self.maintenance = Maintenance(
+            queues, MaintenanceSettings(interval=config.maintenance_interval,
+                                        retention=config.retention), clock)
+        self.next_poll = now
+        self.next_renew = now + config.lease_ttl / 3
+        self.next_burst_check = now
+        self.rescue_hold_until = 0.0
+        self.burst_finished = False  # burst mode: no work left; the arbiter drains
+
+    # -- the loop's calls ---------------------------------------------------------------
+    def open(self) -> None:
+        """Connect to the database; raises ``DatabaseUnavailable`` if it cannot."""
+        self.db.open()
+
+    @property
+    def database_up(self) -> bool:
+        """Whether the database connections are usable now."""
+        return self.db.up
+
+    def tick(self, now: float, pool: Pool) -> None:
+        """Do everything that is due; never blocks longer than one statement."""
+        db = self.db
+        self.reporter.record(pool.take_outcomes(), now)
+        if not db.up and db.maybe_reconnect():
+            self._reconnected(now, pool)
+        self.planner.wake(db.take_notified())
+        self._cancelled(db.take_cancelled(), pool)
+        self.dispatch(pool)
+        if db.up:
+            self._timers(now, pool)
+        in_flight = self.claim_in_flight
+        if self.claimer.accepting and db.up:
+            self.claimer.claim(now, pool.size(), eager=self.outbox.due(now, in_flight))
+            self.dispatch(pool)
+        if db.up and self.outbox.due(now, self.claim_in_flight):
+            self.outbox.flush(db, now)
+        if self.config.burst and self.claimer.accepting:
+            self._check_burst(now, pool)
+
+    def next_deadline(self, now: float, pool: Pool) -> float:
+        """When ``tick`` must run again at the latest (the loop may wake earlier)."""
+        if not self.db.up:
+            retry = self.db.next_retry()
+            return retry if retry is not None else now + 1.0
+        due = [self.next_poll, self.next_renew, self.maintenance.next_round]
+        flush_at = self.outbox.next_flush_at(self.claim_in_flight)
+        if flush_at is not None:
+            due.append(flush_at)
+        token_at = self.planner.next_token_at(now)
+        if token_at is not None:
+            due.append(token_at)
+        if self.config.burst and self.claimer.accepting and pool.busy_count() == 0:
+            due.append(self.next_burst_check)
+        return min(due)
+
+    @property
+    def claim_in_flight(self) -> bool:
+        """A claim was sent and has not been answered."""
+        return self.claimer.in_flight is not None
+
+    def dispatch(self, pool: Pool) -> None:
+        """Hand waiting jobs to idle children, the queue furthest below its share first."""
+        ledger = self.ledger
+        if pool.idle_count() == 0:
+            return
+        if len(self.queues) == 1:  # the common case needs no share arithmetic
+            queue = self.queues[0]
+            while pool.idle_count() > 0 and (job := ledger.pop_waiting(queue)) is not None:
+                if not pool.dispatch(job):
+                    ledger.unpop_waiting(job)
+                    return
+                ledger.started(job)
+            return
+        size = pool.size()
+        while pool.idle_count() > 0:
+            waiting = ledger.waiting_counts()
+            queue = self.planner.next_queue(size, waiting, ledger.running) if waiting else None
+            if queue is None:
+                return
+            job = ledger.pop_waiting(queue)
+            if not pool.dispatch(job):
+                ledger.unpop_waiting(job)
+                return
+            ledger.started(job)
+
+    # -- stopping -----------------------------------------------------------------------
+    def drain(self, now: float) -> int:
+        """Claim nothing more; claimed jobs that have not started go back now (their
+        attempt not counted). Returns how many went back."""
+        self.claimer.accepting = False
+        waiting = self.ledger.take_waiting()
+        self.outbox.released(waiting, now)
+        self.flush(now)
+        return len(waiting)
+
+    def collect(self, pool: Pool, now: float) -> None:
+        """Book what the pool reported since the last tick (used while stopping)."""
+        self.reporter.record(pool.take_outcomes(), now)
+
+    def flush(self, now: float, *, last_chance: bool = False) -> None:
+        """Write every pending outcome now."""
+        self.outbox.flush(self.db, now, last_chance=last_chance)
+
+    def close(self, pool: Pool, now: float) -> None:
+        """Last writes before exit, leave the supervisors' registry, disconnect."""
+        self.collect(pool, now)
+        self.flush(now, last_chance=True)
+        self.db.call(lambda store: store.leave(), None, "leaving the registry")
+        self.db.close()
+
+    def queue_counts(self) -> dict | None:
+        """Per-queue counts of live jobs (None while the database is away)."""
+        return self.db.call(lambda s: s.queue_counts(self.queues), None, "counting jobs")
+
+    # -- what is due --------------------------------------------------------------------
+    def _timers(self, now: float, pool: Pool) -> None:
+        if now >= self.next_poll:
+            # A fixed interval with jitter: no exponential backoff, it costs throughput.
+            self.next_poll = now + self.config.poll_interval * random.uniform(0.8, 1.2)
+            self._poll()
+        if now >= self.next_renew:
+            self.next_renew = now + self.config.lease_ttl / 3
+            self._renew(pool)
+        if self.maintenance.due(now):
+            info = {"kinds": self.kinds}
+            rescued = self.db.call(lambda s: self.maintenance.run_round(
+                s, children=pool.size(), busy=pool.busy_count(), info=info,
+                may_lead=now >= self.rescue_hold_until), 0, "maintenance")
+            if rescued:
+                self.metrics.rescued(rescued)
+
+    def _poll(self) -> None:
+        """Promote due scheduled/retryable jobs and ask which queues hold work."""
+        db = self.db
+        db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
+        with_work = db.call(lambda s: s.queues_with_work(self.queues, self.kinds), None,
+                            "polling for work")
+        if with_work is not None:
+            self.planner.observed(with_work | db.take_notified())
+
+    def _renew(self, pool: Pool) -> None:
+        held = pool.running() + self.ledger.waiting_jobs()
+        if not held:
+            return
+        fenced = self.db.call(lambda s: s.renew([(j.id, j.attempt) for j in held]), None,
+                              "renewing leases")
+        if fenced is None:
+            return
+        self.metrics.renewed(len(held) - len(fenced))
+        if fenced:
+            self.metrics.fenced("renew", len(fenced))
+        for job_id in fenced:
+            # The lease moved on (rescued elsewhere, or cancelled by an operator): stop.
+            log.warning("job %d: lease lost (rescued or cancelled); abandoning it", job_id)
+            pool.cancel(job_id)
+        self.ledger.drop_waiting(set(fenced))
+
+    def _cancelled(self, job_ids: set[int], pool: Pool) -> None:
+        for job_id in job_ids:
+            if pool.cancel(job_id):
+                log.warning("job %d cancelled by an operator: its child is being killed", job_id)
+        self.ledger.drop_waiting(job_ids)
+
+    def _reconnected(self, now: float, pool: Pool) -> None:
+        """Write what we hold, renew our leases, give back what a lost claim answer left
+        under our name; rescue nothing until every live supervisor could renew."""
+        self.rescue_hold_until = now + self.config.lease_ttl
+        self.flush(now)
+        self._renew(pool)
+        held = ([j.id for j in pool.running()] + [j.id for j in self.ledger.waiting_jobs()]
+                + self.outbox.held_ids())
+        returned = self.db.call(lambda s: s.reconcile(held), [], "reconciling claims")
+        if returned:
+            log.warning("%d jobs claimed just before the connection was lost never reached "
+                        "this supervisor; they are available again, attempt not counted",
+                        len(returned))
+            self.metrics.reconciled(len(returned))
+        self.next_poll = now  # look at the queues again right away
+
+    def _check_burst(self, now: float, pool: Pool) -> None:
+        if now < self.next_burst_check:
+            return
+        self.next_burst_check = now + BURST_CHECK_INTERVAL
+        if (pool.busy_count() or not self.ledger.idle() or self.outbox.count()
+                or not self.db.up or self.claim_in_flight):
+            return
+        db = self.db
+        promoted = db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
+        more = promoted or db.call(lambda s: s.has_due_work(self.queues, self.kinds), True,
+                                   "checking for work")
+        if more:
+            self._poll()
+            return
+        log.info("burst: no more work in %s; exiting", ",".join(self.queues))
+        self.burst_finished = True
