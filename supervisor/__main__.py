@@ -1,5 +1,5 @@
 """``python -m supervisor``: the same as the ``supervisor`` console script."""
 
-from supervisor.cli.main import main
+from supervisor.cli import main
 
 main()

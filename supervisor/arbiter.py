@@ -23,11 +23,8 @@ from setproctitle import setproctitle
 
 from shared import jobs
 from supervisor.config import RunConfig
-from supervisor.engine import Engine
-from supervisor.engine.maintenance import make_owner
-from supervisor.observe.httpserver import MetricsServer
-from supervisor.observe.metrics import SupervisorMetrics
-from supervisor.observe.progress import BurstProgress
+from supervisor.engine import Engine, make_owner
+from supervisor.observe import BurstProgress, MetricsServer, SupervisorMetrics
 from supervisor.pool import Pool, PoolHalted
 from supervisor.signals import SignalInbox
 

@@ -15,8 +15,9 @@ import urllib.request
 import pytest
 
 from shared.jobs import FAIL_ERROR, FAIL_SHUTDOWN, FAIL_TIMEOUT, ClaimedJob
+from supervisor.observe.exposition import Registry
 from supervisor.observe.httpserver import CONTENT_TYPE, MAX_REQUEST, MetricsServer
-from supervisor.observe.metrics import Registry, SupervisorMetrics
+from supervisor.observe.metrics import SupervisorMetrics
 
 _SAMPLE = re.compile(
     r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})?'

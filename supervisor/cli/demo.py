@@ -18,7 +18,7 @@ import click
 
 from supervisor.cli.common import dsn_option, open_database, reports_errors
 from supervisor.cli.run import run_supervisor
-from supervisor.observe.logs import configure_logging
+from supervisor.observe import configure_logging
 
 
 def write_png(path: Path, width: int, height: int, grey: bytes) -> None:

@@ -8,7 +8,7 @@ import click
 
 from shared.exitcodes import CLI_USAGE
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
-from supervisor.observe.logs import configure_logging
+from supervisor.observe import configure_logging
 
 
 def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str],
@@ -22,7 +22,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     from supervisor.apps import AppImportError, import_apps
     from supervisor.arbiter import Arbiter
     from supervisor.config import ConfigError, apply_queue_flags, build_config, load_file_settings
-    from supervisor.observe.progress import BurstProgress
+    from supervisor.observe import BurstProgress
     from workers.registry import REGISTRY, queues_of_handlers
 
     try:

@@ -3,12 +3,12 @@
 Door: ``Database`` (connections, outage and reconnect, ``call``), ``Store`` (every SQL
 statement, blocking), ``NonBlockingQuery`` and ``Prepared`` (a statement run without
 stopping the loop), the write records ``Completion`` and ``Failure``, and
-``CONNECTION_ERRORS``. The statements themselves are in ``supervisor.db.sql``.
+``connection_lost``. The statements themselves are in ``supervisor.db.sql``.
 """
 
-from supervisor.db.database import CONNECTION_ERRORS, Database
+from supervisor.db.database import Database, connection_lost
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 from supervisor.db.store import Completion, Failure, Store
 
-__all__ = ["CONNECTION_ERRORS", "Completion", "Database", "Failure", "NonBlockingQuery",
-           "Prepared", "Store"]
+__all__ = ["Completion", "Database", "Failure", "NonBlockingQuery", "Prepared", "Store",
+           "connection_lost"]

@@ -33,8 +33,20 @@ log = logging.getLogger("supervisor.database")
 
 T = TypeVar("T")
 
-# Errors that mean "the connection is gone", as opposed to a bad statement.
-CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# SQLSTATEs that end the session: class 08 (connection exception) and the server going
+# down or not yet accepting (admin/crash shutdown, cannot connect now).
+_SESSION_ENDING = ("08", "57P01", "57P02", "57P03")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is gone (reconnect), as opposed to a
+    statement that failed on a live connection (a timeout, a lock, bad data: retry)."""
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(_SESSION_ENDING)
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
 ERROR_LOG_EVERY = 30.0  # the same failing operation is logged at most this often
 
@@ -81,7 +93,7 @@ class Database:
             work, claims, listen = conns
             listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
             listen.execute(f"LISTEN {CANCEL_CHANNEL}")
-        except (DatabaseUnavailable, *CONNECTION_ERRORS) as exc:
+        except (DatabaseUnavailable, psycopg.Error) as exc:
             for conn in conns:
                 _quietly_close(conn)
             if isinstance(exc, DatabaseUnavailable):
@@ -102,10 +114,11 @@ class Database:
             return default
         try:
             return what(self.store)
-        except CONNECTION_ERRORS as exc:
-            self.lost(exc)
         except psycopg.Error as exc:
-            self.failed(operation, exc)
+            if connection_lost(exc):
+                self.lost(exc)
+            else:
+                self.failed(operation, exc)
         return default
 
     def failed(self, operation: str, exc: BaseException) -> None:

@@ -10,7 +10,7 @@ drop those jobs from its books.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -19,11 +19,13 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
+from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
     CLAIM,
     COMPLETE,
     COMPLETE_AND_CLAIM,
+    COMPLETE_AND_CLAIM_NONBLOCKING,
     DROP_STALE,
     FAIL,
     HAS_DUE_WORK,
@@ -107,6 +109,14 @@ class Store:
         params = self.complete_and_claim_params(items, queue, kinds, limit)
         rows = self.conn.execute(COMPLETE_AND_CLAIM, params, prepare=False).fetchall()
         return self.complete_and_claim_rows(items, rows)
+
+    def send_complete_and_claim(self, runner: NonBlockingQuery, items: Sequence[Completion],
+                                queue: str, kinds: Sequence[str], limit: int,
+                                callback: Callable[[list[tuple] | Exception], None]) -> None:
+        """``complete_and_claim`` without blocking: sent on ``runner``; ``callback``
+        gets the rows (read them with ``complete_and_claim_rows``) or the error."""
+        params = self.complete_and_claim_params(items, queue, kinds, limit)
+        runner.send(COMPLETE_AND_CLAIM_NONBLOCKING, params, callback)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
                                   kinds: Sequence[str], limit: int) -> dict:

@@ -16,13 +16,12 @@ import time
 
 import psycopg
 
-from supervisor.db import CONNECTION_ERRORS, Completion, Database
-from supervisor.db.sql import COMPLETE_AND_CLAIM_NONBLOCKING
+from supervisor.db import Completion, Database, connection_lost
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import resolve_timeout
-from supervisor.observe.metrics import SupervisorMetrics
+from supervisor.observe import SupervisorMetrics
 
 log = logging.getLogger("supervisor.claimer")
 
@@ -62,12 +61,12 @@ class Claimer:
             self.scheduler.unplanned(other, tokens)
         self._last_turn[queue] = next(self._order)
         completions = self.outbox.take_completions()
-        params = self.db.store.complete_and_claim_params(completions, queue, self.kinds, wanted)
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         try:
-            runner.send(COMPLETE_AND_CLAIM_NONBLOCKING, params, lambda outcome: self._answered(
-                queue, wanted, completions, started, outcome))
+            self.db.store.send_complete_and_claim(
+                runner, completions, queue, self.kinds, wanted,
+                lambda outcome: self._answered(queue, wanted, completions, started, outcome))
         except psycopg.Error as exc:
             self._answered(queue, wanted, completions, started, exc)
 
@@ -78,7 +77,7 @@ class Claimer:
             self.scheduler.unplanned(queue, wanted)
             refused = isinstance(outcome, psycopg.DataError) and bool(completions)
             self.outbox.hand_back(completions, self.clock(), refused=refused)
-            if isinstance(outcome, CONNECTION_ERRORS):
+            if connection_lost(outcome):
                 self.db.lost(outcome)
             elif not refused:
                 self.db.failed(f"claim for queue {queue!r}", outcome)

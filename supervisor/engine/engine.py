@@ -30,7 +30,7 @@ from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.reporting import OutcomeReporter
-from supervisor.observe.metrics import SupervisorMetrics
+from supervisor.observe import SupervisorMetrics
 
 if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each tick
     from supervisor.config import RunConfig
@@ -46,11 +46,13 @@ class Engine:
 
     def __init__(self, config: RunConfig, dsn: str, owner: str, queues: list[str],
                  kinds: list[str], metrics: SupervisorMetrics,
-                 selector: selectors.BaseSelector, *, clock=time.monotonic) -> None:
+                 selector: selectors.BaseSelector, *, clock=time.monotonic,
+                 database: Database | None = None) -> None:
         now = clock()
         self.config = config
-        self.db = db = Database(dsn, owner, config.lease_ttl, selector, clock=clock,
-                                statement_timeout=config.statement_timeout)
+        self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
+                                            clock=clock,
+                                            statement_timeout=config.statement_timeout)
         self.queues = queues
         self.kinds = kinds
         self.metrics = metrics

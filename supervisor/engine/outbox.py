@@ -19,7 +19,7 @@ import psycopg
 from shared import jobs
 from shared.jobs import ClaimedJob
 from supervisor.db import Completion, Database, Failure, Store
-from supervisor.observe.metrics import SupervisorMetrics
+from supervisor.observe import SupervisorMetrics
 
 log = logging.getLogger("supervisor.outbox")
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from shared import jobs
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
-from supervisor.observe.metrics import SupervisorMetrics
+from supervisor.observe import SupervisorMetrics
 from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress
 
 log = logging.getLogger("supervisor.jobs")

@@ -1,0 +1,249 @@
+"""Fakes for the engine's unit tests: a store that keeps jobs in memory and records
+every statement, the real ``Database`` wrapped around it (so outage and error handling
+are the real code), a claim connection the test answers by hand, and a pool.
+"""
+
+from __future__ import annotations
+
+import selectors
+from collections import deque
+
+import psycopg
+
+from shared.db import DatabaseUnavailable
+from shared.jobs import ClaimedJob
+from supervisor.config import RunConfig
+from supervisor.db import Database
+from supervisor.engine import Engine
+from supervisor.observe.metrics import SupervisorMetrics
+from supervisor.pool import JobDone, JobFailed
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeConn:
+    def close(self) -> None:
+        pass
+
+
+class FakeStore:
+    """Jobs per queue in memory; ``calls`` lists every statement as (name, payload)."""
+
+    def __init__(self) -> None:
+        self.conn = FakeConn()
+        self.available: dict[str, deque[ClaimedJob]] = {}
+        self.calls: list[tuple[str, object]] = []
+        self.fail_next: dict[str, Exception] = {}  # statement name -> error raised once
+        self.fence: set[int] = set()  # ids whose writes are fenced off
+        self._next_id = 1
+
+    def add(self, queue: str = "default", n: int = 1, kind: str = "k") -> list[int]:
+        ids = []
+        for _ in range(n):
+            job = ClaimedJob(self._next_id, kind, queue, 1, 5, 0, None, "{}")
+            self.available.setdefault(queue, deque()).append(job)
+            ids.append(job.id)
+            self._next_id += 1
+        return ids
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def _record(self, name: str, payload: object = None) -> None:
+        error = self.fail_next.pop(name, None)
+        if error is not None:
+            raise error
+        self.calls.append((name, payload))
+
+    def _fenced(self, ids) -> list[int]:
+        return [i for i in ids if i in self.fence]
+
+    # -- the claim (run through FakeClaims) ----------------------------------------------
+    def send_complete_and_claim(self, runner, completions, queue, kinds, limit, callback):
+        params = {"completions": list(completions), "queue": queue, "limit": limit}
+        runner.send(None, params, callback)
+
+    def take(self, queue: str, limit: int) -> list[ClaimedJob]:
+        jobs = self.available.get(queue, deque())
+        return [jobs.popleft() for _ in range(min(limit, len(jobs)))]
+
+    def complete_and_claim_rows(self, completions, rows):
+        return self._fenced(c.id for c in completions), rows
+
+    # -- blocking statements -----------------------------------------------------------
+    def complete(self, items):
+        self._record("complete", [c.id for c in items])
+        return self._fenced(c.id for c in items)
+
+    def fail(self, items):
+        self._record("fail", [(f.id, f.kind) for f in items])
+        return self._fenced(f.id for f in items)
+
+    def interrupt(self, items):
+        self._record("interrupt", [f.id for f in items])
+        return self._fenced(f.id for f in items)
+
+    def release(self, items):
+        self._record("release", [i for i, _ in items])
+        return self._fenced(i for i, _ in items)
+
+    def renew(self, items, progress=None):
+        self._record("renew", [i for i, _ in items])
+        return self._fenced(i for i, _ in items)
+
+    def reconcile(self, held):
+        self._record("reconcile", sorted(held))
+        return []
+
+    def promote_due(self, limit: int = 1000) -> int:
+        self._record("promote")
+        return 0
+
+    def queues_with_work(self, queues, kinds):
+        self._record("poll")
+        return {q for q in queues if self.available.get(q)}
+
+    def has_due_work(self, queues, kinds) -> bool:
+        self._record("has_due_work")
+        return any(self.available.get(q) for q in queues)
+
+    def beat(self, *args) -> None:
+        self._record("beat")
+
+    def lead_chores(self, key, stale_after):
+        self._record("lead")
+        return []
+
+    def prune(self, retention, batch) -> int:
+        return 0
+
+    def leave(self) -> None:
+        self._record("leave")
+
+    def queue_counts(self, queues):
+        return {}
+
+
+class FakeClaims:
+    """The non-blocking claim connection: ``send`` records, the test answers."""
+
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+        self.conn = FakeConn()
+        self.sent: list[tuple[dict, object]] = []
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.sent)
+
+    def send(self, statement, params, callback) -> None:
+        self.sent.append((params, callback))
+
+    def answer(self) -> list[ClaimedJob]:
+        """The server claims what it has for the oldest sent claim and answers."""
+        params, callback = self.sent.pop(0)
+        claimed = self.store.take(params["queue"], params["limit"])
+        callback(claimed)
+        return claimed
+
+    def fail(self, error: Exception) -> None:
+        _params, callback = self.sent.pop(0)
+        callback(error)
+
+    def abandon(self):
+        if not self.sent:
+            return None
+        _, callback = self.sent.pop(0)
+        return callback
+
+
+class FakeDatabase(Database):
+    """The real Database (call, outage, backoff) over a FakeStore; ``server_up``
+    decides whether (re)connecting works."""
+
+    def __init__(self, store: FakeStore, clock: Clock) -> None:
+        super().__init__("postgresql://app@db.example/app", "me", 30.0,
+                         selectors.DefaultSelector(), statement_timeout=5.0, clock=clock)
+        self.fake_store = store
+        self.server_up = True
+        self.opened = 0
+
+    def open(self) -> None:
+        if not self.server_up:
+            raise DatabaseUnavailable("cannot connect to PostgreSQL at db.example")
+        self.opened += 1
+        self.store = self.fake_store
+        self.store.conn = FakeConn()
+        self.claims = FakeClaims(self.fake_store)
+
+    def break_connection(self) -> None:
+        """The server went away: the next use finds out."""
+        self.lost(psycopg.OperationalError("server closed the connection unexpectedly"))
+
+
+class FakePool:
+    """Children as counters; the test finishes their jobs."""
+
+    def __init__(self, size: int = 2) -> None:
+        self._size = size
+        self.idle = size
+        self.jobs: dict[int, ClaimedJob] = {}
+        self.outcomes: list = []
+        self.cancelled: list[int] = []
+
+    def size(self) -> int:
+        return self._size
+
+    def idle_count(self) -> int:
+        return self.idle
+
+    def busy_count(self) -> int:
+        return len(self.jobs)
+
+    def dispatch(self, job: ClaimedJob) -> bool:
+        if self.idle == 0:
+            return False
+        self.idle -= 1
+        self.jobs[job.id] = job
+        return True
+
+    def running(self) -> list[ClaimedJob]:
+        return list(self.jobs.values())
+
+    def cancel(self, job_id: int) -> bool:
+        self.cancelled.append(job_id)
+        return job_id in self.jobs
+
+    def take_outcomes(self) -> list:
+        taken, self.outcomes = self.outcomes, []
+        return taken
+
+    def finish(self, job_id: int, result: str = '{"ok": true}') -> None:
+        job = self.jobs.pop(job_id)
+        self.idle += 1
+        self.outcomes.append(JobDone(job, result, 0.01))
+
+    def fail(self, job_id: int, kind: str = "error") -> None:
+        job = self.jobs.pop(job_id)
+        self.idle += 1
+        self.outcomes.append(JobFailed(job, kind, "boom", None, None, False, 0.01))
+
+
+def make_engine(*, children: int = 2, queues=("default",), burst: bool = False, **settings):
+    """An engine over fakes: (engine, database, store, pool, clock)."""
+    clock = Clock()
+    store = FakeStore()
+    db = FakeDatabase(store, clock)
+    config = RunConfig(children=children, burst=burst, **settings)
+    engine = Engine(config, db.dsn, "me", list(queues), ["k"], SupervisorMetrics("me"),
+                    db.selector, clock=clock, database=db)
+    engine.open()
+    return engine, db, store, FakePool(children), clock

@@ -1,0 +1,198 @@
+"""The engine's job flow against fakes (store, claim connection, pool, clock), with the
+real Database wrapper so outages and errors take the real code paths."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+from engine_fakes import make_engine
+
+
+def running_two():
+    """An engine whose two children each run one of the queue's jobs."""
+    engine, db, store, pool, clock = make_engine()
+    store.add(n=2)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert pool.busy_count() == 2
+    return engine, db, store, pool, clock
+
+
+def test_claims_only_what_the_idle_children_can_start():
+    engine, db, store, pool, clock = make_engine(children=2)
+    store.add(n=5)
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert params["limit"] == 2 and params["completions"] == []
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert sorted(pool.jobs) == [1, 2]
+    assert not db.claims.sent  # nothing more can start: no claim
+
+
+def test_a_completion_rides_on_the_next_claim_not_a_statement_of_its_own():
+    engine, db, store, pool, clock = running_two()
+    store.add(n=1)
+    pool.finish(1)
+    clock.now += 0.001
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert [c.id for c in params["completions"]] == [1]
+    db.claims.answer()
+    clock.now += 1.0
+    engine.tick(clock.now, pool)
+    assert "complete" not in store.names()
+
+
+def test_a_failure_is_written_within_the_flush_interval():
+    engine, _db, store, pool, clock = running_two()
+    pool.fail(2)
+    engine.tick(clock.now, pool)
+    assert "fail" not in store.names()
+    clock.now += 0.05
+    engine.tick(clock.now, pool)
+    assert ("fail", [(2, "error")]) in store.calls
+
+
+def test_a_result_postgres_refuses_is_written_alone_and_never_carried_again():
+    engine, db, store, pool, clock = running_two()
+    pool.finish(1, result='{"s": "\\u0000"}')
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert [c.id for c in params["completions"]] == [1]
+    db.claims.fail(psycopg.DataError("unsupported Unicode escape sequence"))
+    assert db.up  # a refused value is not an outage
+    clock.now += 0.05
+    engine.tick(clock.now, pool)
+    assert ("complete", [1]) in store.calls
+    assert all(p["completions"] == [] for p, _ in db.claims.sent)
+
+
+def test_drain_releases_claimed_jobs_that_have_not_started():
+    engine, db, store, pool, clock = make_engine(children=1, prefetch=3)
+    store.add(n=3)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert list(pool.jobs) == [1]
+    assert engine.drain(clock.now) == 2
+    assert ("release", [2, 3]) in store.calls
+    store.add(n=5)
+    clock.now += 2.0
+    engine.tick(clock.now, pool)
+    assert not db.claims.sent  # draining: nothing more is claimed
+
+
+def test_a_claim_answered_after_the_drain_began_gives_its_jobs_back():
+    engine, db, store, pool, clock = make_engine(children=2)
+    store.add(n=2)
+    engine.tick(clock.now, pool)
+    assert db.claims.sent
+    engine.drain(clock.now)
+    db.claims.answer()
+    clock.now += 0.05
+    engine.tick(clock.now, pool)
+    assert ("release", [1, 2]) in store.calls
+    assert pool.busy_count() == 0 and engine.ledger.idle()
+
+
+def test_while_the_database_is_away_the_loop_sleeps_until_the_next_reconnect():
+    engine, db, store, pool, clock = running_two()
+    db.break_connection()
+    db.server_up = False
+    calls = len(store.calls)
+    waits = []
+    for _ in range(50):
+        engine.tick(clock.now, pool)
+        wait = engine.next_deadline(clock.now, pool) - clock.now
+        waits.append(wait)
+        clock.now += max(wait, 0.0)
+    assert min(waits) > 0.0, "a zero timeout while down makes the loop spin"
+    assert max(waits) <= 1.0, "back within about a second of the server answering"
+    assert len(store.calls) == calls  # nothing was sent to a database that is away
+
+
+def test_after_an_outage_longer_than_the_lease_it_writes_renews_and_reconciles_first():
+    engine, db, store, pool, clock = running_two()
+    clock.now += 6.0
+    engine.tick(clock.now, pool)  # a maintenance round while up: this one may lead
+    db.break_connection()
+    db.server_up = False
+    pool.finish(1)
+    clock.now += 0.01
+    engine.tick(clock.now, pool)
+    clock.now += 45.0  # longer than the 30 s lease
+    db.server_up = True
+    store.calls.clear()
+    engine.tick(clock.now, pool)
+    names = store.names()
+    assert names[:3] == ["complete", "renew", "reconcile"], names
+    assert ("reconcile", [2]) in store.calls  # job 2 still runs here: it is kept
+    assert "lead" not in names, "no rescue right after our own outage"
+    clock.now += 31.0
+    engine.tick(clock.now, pool)
+    assert "lead" in store.names()
+
+
+@pytest.mark.parametrize("statement", ["beat", "poll", "promote", "renew"])
+def test_a_statement_error_is_logged_and_the_engine_goes_on(statement, caplog):
+    engine, db, store, pool, clock = running_two()
+    store.fail_next[statement] = psycopg.errors.UndefinedTable("relation does not exist")
+    with caplog.at_level(logging.ERROR, logger="supervisor.database"):
+        for _ in range(3):
+            clock.now += 11.0  # every timer is due: poll, renew, maintenance
+            engine.tick(clock.now, pool)
+    assert db.up
+    assert any("failed, will try again" in r.getMessage() for r in caplog.records)
+    assert store.names().count(statement) >= 2  # tried again later
+
+
+def test_a_claim_that_fails_for_its_statement_is_tried_again(caplog):
+    engine, db, store, pool, clock = make_engine()
+    store.add(n=2)
+    engine.tick(clock.now, pool)
+    with caplog.at_level(logging.ERROR, logger="supervisor.database"):
+        db.claims.fail(psycopg.errors.QueryCanceled("canceling statement due to timeout"))
+    assert db.up
+    clock.now += 0.01
+    engine.tick(clock.now, pool)
+    assert db.claims.sent
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert pool.busy_count() == 2
+
+
+def test_operator_cancel_kills_the_running_job_and_drops_a_waiting_one():
+    engine, db, store, pool, clock = make_engine(children=1, prefetch=2)
+    store.add(n=2)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    db.cancelled_jobs.update({1, 2})
+    engine.tick(clock.now, pool)
+    assert sorted(pool.cancelled) == [1, 2]
+    assert engine.ledger.waiting_jobs() == []
+
+
+def test_burst_ends_only_when_nothing_is_held_or_left():
+    engine, db, store, pool, clock = make_engine(burst=True)
+    store.add(n=1)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    clock.now += 0.2
+    engine.tick(clock.now, pool)
+    assert not engine.burst_finished  # a job is running
+    pool.finish(1)
+    clock.now += 0.2
+    engine.tick(clock.now, pool)
+    clock.now += 0.2
+    engine.tick(clock.now, pool)
+    if db.claims.sent:  # the completion rode on a claim: the server answers it
+        db.claims.answer()
+        clock.now += 0.2
+        engine.tick(clock.now, pool)
+    assert engine.burst_finished
