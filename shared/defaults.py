@@ -4,9 +4,11 @@ The parent's config (``supervisor.config``), the pool's settings and the child's
 all start from these; the CLI's help texts quote them. Times are seconds, sizes bytes.
 """
 
-# NOTIFY channels. The names are also in the schema's trigger functions (0001).
+# NOTIFY channels. The names are also in the schema's trigger functions (0001, 0004).
 NOTIFY_CHANNEL = "supervisor_jobs"  # payload: the queue that got work
 CANCEL_CHANNEL = "supervisor_cancel"  # payload: the id of a job an operator cancelled
+SCHEDULED_CHANNEL = "supervisor_scheduled"  # payload: a queue that got a job for later
+PAUSED_CHANNEL = "supervisor_paused"  # payload: a queue that was paused
 
 # Job states that are still work (not history).
 LIVE_STATES = ("available", "scheduled", "retryable", "running")

@@ -132,3 +132,13 @@ def e2e_wait_for(path: str, timeout: float = 30.0) -> str:
 def e2e_nul_result() -> str:
     record("run")
     return "a\x00b"
+
+
+@job(max_attempts=3)
+def e2e_retry_once(delay: float) -> str:
+    record("run")
+    if current_job().attempt == 1:
+        from workers import Retry
+
+        raise Retry(delay=delay)
+    return "second time"

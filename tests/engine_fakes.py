@@ -43,6 +43,7 @@ class FakeStore:
         self.calls: list[tuple[str, object]] = []
         self.fail_next: dict[str, Exception] = {}  # statement name -> error raised once
         self.fence: set[int] = set()  # ids whose writes are fenced off
+        self.paused: set[str] = set()
         self._next_id = 1
 
     def add(self, queue: str = "default", n: int = 1, kind: str = "k") -> list[int]:
@@ -110,6 +111,13 @@ class FakeStore:
     def queues_with_work(self, queues, kinds):
         self._record("poll")
         return {q for q in queues if self.available.get(q)}
+
+    def seconds_until_due(self, queues, kinds):
+        return None
+
+    def paused_queues(self, queues):
+        self._record("paused")
+        return set(self.paused)
 
     def has_due_work(self, queues, kinds) -> bool:
         self._record("has_due_work")

@@ -60,6 +60,7 @@ def test_enqueue_without_schema_says_to_migrate(fresh_dsn):
         assert conn.execute("SELECT to_regclass('supervisor.jobs')").fetchone() == (None,)
 
 
+@pytest.mark.slow
 def test_embedded_default_is_announced_migrated_and_stopped_afterwards():
     import os
     import shutil

@@ -20,6 +20,7 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
+@pytest.mark.slow
 def test_pause_stops_claims_and_resume_lets_them_run(dsn):
     result = invoke("queues", "pause", "default", "--dsn", dsn)
     assert result.exit_code == 0, result.output

@@ -196,3 +196,34 @@ def test_burst_ends_only_when_nothing_is_held_or_left():
         clock.now += 0.2
         engine.tick(clock.now, pool)
     assert engine.burst_finished
+
+
+def test_a_paused_queue_gives_back_what_it_claimed_but_has_not_started():
+    engine, db, store, pool, clock = make_engine(children=1, prefetch=4)
+    store.add(n=4)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert list(pool.jobs) == [1]
+    db.paused_queues.add("default")  # the NOTIFY of the pause
+    engine.tick(clock.now, pool)
+    clock.now += 0.05
+    engine.tick(clock.now, pool)
+    assert ("release", [2, 3, 4]) in store.calls
+    pool.finish(1)
+    engine.tick(clock.now, pool)
+    assert pool.busy_count() == 0
+
+
+def test_a_written_retry_makes_the_engine_look_for_its_due_time_soon():
+    engine, _db, store, pool, clock = running_two()
+    clock.now += 0.5
+    engine.tick(clock.now, pool)
+    polls = store.names().count("poll")
+    pool.fail(1)
+    engine.tick(clock.now, pool)
+    clock.now += 0.05
+    engine.tick(clock.now, pool)  # the failure is written
+    clock.now += 0.06
+    engine.tick(clock.now, pool)
+    assert store.names().count("poll") > polls

@@ -8,6 +8,7 @@ import pytest
 pytestmark = pytest.mark.timeout(90)
 
 
+@pytest.mark.slow
 def test_throwaway_server_restarts_on_the_same_dsn(throwaway_server):
     with psycopg.connect(throwaway_server.dsn, autocommit=True) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -1,9 +1,12 @@
 """Maintenance statements against a real database: the prune stays on its index."""
 
+import pytest
+
 from shared.enqueue import enqueue_many
 from supervisor.db.sql import PRUNE
 
 
+@pytest.mark.slow
 def test_prune_reads_the_finished_index_not_the_table(conn):
     enqueue_many("k", [{"i": i} for i in range(20_000)], conn=conn)
     conn.execute("UPDATE supervisor.jobs SET state = 'completed', "

@@ -7,7 +7,7 @@ from e2e import job_row, read_log, run_burst, wait_until
 
 from shared.enqueue import enqueue, enqueue_many
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # real supervisors: CI lane
 
 FAST = ("-n", "2", "--poll-interval", "0.1")
 

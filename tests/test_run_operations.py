@@ -13,7 +13,7 @@ from e2e import Supervisor, job_row, read_log, run_burst, state_counts, wait_unt
 
 from shared.enqueue import enqueue, enqueue_many
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # real supervisors: CI lane
 
 
 def fast_maintenance(tmp_path, **extra):

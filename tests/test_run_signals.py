@@ -10,7 +10,7 @@ from e2e import Supervisor, job_row, read_log, state_counts, wait_until
 
 from shared.enqueue import enqueue, enqueue_many
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]  # real supervisors: CI lane
 
 
 def started(log, n=1):

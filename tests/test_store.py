@@ -31,6 +31,7 @@ def make_due(conn, job_id):
                  "WHERE id = %s", (job_id,))
 
 
+@pytest.mark.slow
 def test_20k_jobs_claimed_exactly_once_by_four_connections(dsn, conn):
     enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
     claimed: list[list[int]] = [[] for _ in range(4)]

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from shared.db import DatabaseUnavailable, first_line
-from shared.defaults import CANCEL_CHANNEL, NOTIFY_CHANNEL
+from shared.defaults import CANCEL_CHANNEL, NOTIFY_CHANNEL, PAUSED_CHANNEL, SCHEDULED_CHANNEL
 from shared.dsn import describe
 from supervisor.db.connections import open_connection
 from supervisor.db.nonblocking import NonBlockingQuery
@@ -47,6 +47,8 @@ def connection_lost(exc: BaseException) -> bool:
         return False
     sqlstate = getattr(exc, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith(_SESSION_ENDING)
+_CHANNELS = (NOTIFY_CHANNEL, CANCEL_CHANNEL, SCHEDULED_CHANNEL, PAUSED_CHANNEL)
+_NOTIFY, _CANCEL, _SCHEDULED, _PAUSED = (c.encode() for c in _CHANNELS)
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
 ERROR_LOG_EVERY = 30.0  # the same failing operation is logged at most this often
 
@@ -68,7 +70,9 @@ class Database:
         self.claims: NonBlockingQuery | None = None
         self.listen_conn: psycopg.Connection | None = None
         self._listen_fd: int | None = None
-        self.notified_queues: set[str] = set()
+        self.notified_queues: set[str] = set()  # got available work
+        self.scheduled_queues: set[str] = set()  # got work for later
+        self.paused_queues: set[str] = set()
         self.cancelled_jobs: set[int] = set()
         self.down_since: float | None = None
         self.retry_at = 0.0
@@ -91,8 +95,8 @@ class Database:
             for suffix in ("", " claims", " listen"):
                 conns.append(open_connection(self.dsn, name + suffix, timeout))
             work, claims, listen = conns
-            listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            listen.execute(f"LISTEN {CANCEL_CHANNEL}")
+            for channel in _CHANNELS:
+                listen.execute(f"LISTEN {channel}")
         except (DatabaseUnavailable, psycopg.Error) as exc:
             for conn in conns:
                 _quietly_close(conn)
@@ -139,16 +143,31 @@ class Database:
             conn.pgconn.consume_input()
             while (note := conn.pgconn.notifies()) is not None:
                 payload = note.extra.decode("utf-8", "replace")
-                if note.relname == NOTIFY_CHANNEL.encode():
+                channel = note.relname
+                if channel == _NOTIFY:
                     self.notified_queues.add(payload)
-                elif note.relname == CANCEL_CHANNEL.encode() and payload.isdigit():
+                elif channel == _CANCEL and payload.isdigit():
                     self.cancelled_jobs.add(int(payload))
+                elif channel == _SCHEDULED:
+                    self.scheduled_queues.add(payload)
+                elif channel == _PAUSED:
+                    self.paused_queues.add(payload)
         except (psycopg.Error, OSError) as exc:
             self.lost(exc)
 
     def take_notified(self) -> set[str]:
         """Queues named by NOTIFY since the last call."""
         queues, self.notified_queues = self.notified_queues, set()
+        return queues
+
+    def take_scheduled(self) -> set[str]:
+        """Queues that got a job for later (NOTIFY) since the last call."""
+        queues, self.scheduled_queues = self.scheduled_queues, set()
+        return queues
+
+    def take_paused(self) -> set[str]:
+        """Queues paused (NOTIFY) since the last call."""
+        queues, self.paused_queues = self.paused_queues, set()
         return queues
 
     def take_cancelled(self) -> set[int]:

@@ -181,6 +181,20 @@ SELECT EXISTS (
 )
 """
 
+# Seconds until the earliest scheduled or retrying job of these queues is due (negative:
+# already due; NULL: none), so an idle supervisor wakes at that moment, not at its poll.
+NEXT_DUE = """
+SELECT extract(epoch FROM min(run_at) - now())::float8
+FROM supervisor.jobs
+WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
+  AND kind = ANY(%(kinds)s::text[])
+"""
+
+# Which of these queues are paused now.
+PAUSED = """
+SELECT name FROM supervisor.queues WHERE paused AND name = ANY(%(queues)s::text[])
+"""
+
 # Jobs running under this supervisor's name that it does not hold: the answer to a
 # claim was lost with its connection, so nobody will run them. They go back at once,
 # the attempt not counted (they never started).

@@ -31,6 +31,8 @@ from supervisor.db.sql import (
     HAS_DUE_WORK,
     INTERRUPT,
     LEAVE,
+    NEXT_DUE,
+    PAUSED,
     PROMOTE,
     PRUNE,
     QUEUE_COUNTS,
@@ -202,6 +204,20 @@ class Store:
                   "jitter": b.jitter, "ttl": self.lease_ttl}
         rows = self.conn.execute(RESCUE, params).fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    def seconds_until_due(self, queues: Sequence[str], kinds: Sequence[str]) -> float | None:
+        """Seconds until the earliest scheduled or retrying job of ``kinds`` in
+        ``queues`` is due (<= 0: due now), or None when there is none."""
+        if not queues or not kinds:
+            return None
+        row = self.conn.execute(NEXT_DUE, {"queues": list(queues), "kinds": list(kinds)},
+                                prepare=True).fetchone()
+        return None if row is None else row[0]
+
+    def paused_queues(self, queues: Sequence[str]) -> set[str]:
+        """Which of ``queues`` are paused."""
+        rows = self.conn.execute(PAUSED, {"queues": list(queues)}, prepare=True)
+        return {row[0] for row in rows}
 
     def reconcile(self, held: Sequence[int]) -> list[int]:
         """Release jobs running under this supervisor's name that it does not hold (a

@@ -39,6 +39,8 @@ if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each ti
 log = logging.getLogger("supervisor.engine")
 
 BURST_CHECK_INTERVAL = 0.1
+PROMOTE_AGAIN = 0.005  # a job found due during a poll is promoted this soon after
+MIN_POLL_GAP = 0.05  # polls asked for by events (NOTIFY, retries) come no closer than this
 
 
 class Engine:
@@ -67,6 +69,8 @@ class Engine:
             queues, MaintenanceSettings(interval=config.maintenance_interval,
                                         retention=config.retention), clock)
         self.next_poll = now
+        self.last_poll = now - MIN_POLL_GAP
+        self.next_promote: float | None = None  # when the next scheduled/retrying job is due
         self.next_renew = now + config.lease_ttl / 3
         self.next_burst_check = now
         self.rescue_hold_until = 0.0
@@ -89,6 +93,9 @@ class Engine:
         if not db.up and db.maybe_reconnect():
             self._reconnected(now, pool)
         self.planner.wake(db.take_notified())
+        if db.take_scheduled():
+            self._poll_soon(now)
+        self._paused(db.take_paused(), now)
         self._cancelled(db.take_cancelled(), pool)
         self.dispatch(pool)
         if db.up:
@@ -99,6 +106,9 @@ class Engine:
             self.dispatch(pool)
         if db.up and self.outbox.due(now, self.claim_in_flight):
             self.outbox.flush(db, now)
+        if self.outbox.retries_written:
+            self.outbox.retries_written = 0
+            self._poll_soon(now)  # learn when the retries are due, and wake then
         if self.config.burst and self.claimer.accepting:
             self._check_burst(now, pool)
 
@@ -108,6 +118,8 @@ class Engine:
             retry = self.db.next_retry()
             return retry if retry is not None else now + 1.0
         due = [self.next_poll, self.next_renew, self.maintenance.next_round]
+        if self.next_promote is not None:
+            due.append(self.next_promote)
         flush_at = self.outbox.next_flush_at(self.claim_in_flight)
         if flush_at is not None:
             due.append(flush_at)
@@ -182,7 +194,9 @@ class Engine:
         if now >= self.next_poll:
             # A fixed interval with jitter: no exponential backoff, it costs throughput.
             self.next_poll = now + self.config.poll_interval * random.uniform(0.8, 1.2)
-            self._poll()
+            self._poll(now)
+        elif self.next_promote is not None and now >= self.next_promote:
+            self._poll(now)
         if now >= self.next_renew:
             self.next_renew = now + self.config.lease_ttl / 3
             self._renew(pool)
@@ -194,14 +208,35 @@ class Engine:
             if rescued:
                 self.metrics.rescued(rescued)
 
-    def _poll(self) -> None:
-        """Promote due scheduled/retryable jobs and ask which queues hold work."""
-        db = self.db
+    def _poll(self, now: float) -> None:
+        """Promote due scheduled/retryable jobs, ask which queues hold work and when the
+        next job for later is due (the loop wakes then, not at its next poll)."""
+        db, queues, kinds = self.db, self.queues, self.kinds
+        self.last_poll = now
         db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
-        with_work = db.call(lambda s: s.queues_with_work(self.queues, self.kinds), None,
+        with_work = db.call(lambda s: s.queues_with_work(queues, kinds), None,
                             "polling for work")
         if with_work is not None:
             self.planner.observed(with_work | db.take_notified())
+        due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
+        # Due already (it came due while this poll ran): promote it a moment from now.
+        self.next_promote = None if due_in is None else now + max(due_in, PROMOTE_AGAIN)
+        if self.ledger.waiting_counts():
+            # Catches a pause whose NOTIFY was missed (say, while reconnecting).
+            self._paused(db.call(lambda s: s.paused_queues(queues), set(), "polling"), now)
+
+    def _poll_soon(self, now: float) -> None:
+        self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))
+
+    def _paused(self, queues: set[str], now: float) -> None:
+        """Paused queues start nothing more here: what they hold unstarted goes back."""
+        for queue in queues & set(self.queues):
+            self.planner.demand.discard(queue)
+            waiting = self.ledger.take_waiting(queue)
+            if waiting:
+                log.info("queue %s paused: %d claimed jobs that had not started go back",
+                         queue, len(waiting))
+                self.outbox.released(waiting, now)
 
     def _renew(self, pool: Pool) -> None:
         held = pool.running() + self.ledger.waiting_jobs()
@@ -254,7 +289,7 @@ class Engine:
         more = promoted or db.call(lambda s: s.has_due_work(self.queues, self.kinds), True,
                                    "checking for work")
         if more:
-            self._poll()
+            self._poll(now)
             return
         log.info("burst: no more work in %s; exiting", ",".join(self.queues))
         self.burst_finished = True

@@ -50,8 +50,11 @@ class Ledger:
             for queue, queue_jobs in self.waiting.items():
                 self.waiting[queue] = deque(j for j in queue_jobs if j.id not in job_ids)
 
-    def take_waiting(self) -> list[ClaimedJob]:
-        """Every claimed-but-unstarted job, removed (drain: they go back)."""
+    def take_waiting(self, queue: str | None = None) -> list[ClaimedJob]:
+        """Every claimed-but-unstarted job (of ``queue``, or all), removed: they go back
+        (drain, a paused queue)."""
+        if queue is not None:
+            return list(self.waiting.pop(queue, ()))
         taken = self.waiting_jobs()
         self.waiting.clear()
         return taken

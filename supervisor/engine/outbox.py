@@ -66,6 +66,7 @@ class Outbox:
         self.pending = PendingWrites()
         self.since: float | None = None  # when the oldest unwritten outcome arrived
         self._solo = False  # completions must be written alone (one was refused)
+        self.retries_written = 0  # failed attempts written that may be retried later
 
     # -- recording ----------------------------------------------------------------------
     def completed(self, job: ClaimedJob, result_json: str | None, now: float) -> None:
@@ -173,6 +174,7 @@ class Outbox:
             self._solo = False
         if pending.failures:
             fenced += len(store.fail(pending.failures))
+            self.retries_written += sum(not f.terminal for f in pending.failures)
             pending.failures = []
         if pending.interrupts:
             fenced += len(store.interrupt(pending.interrupts))

@@ -1,0 +1,82 @@
+"""A real supervisor wakes for scheduled jobs, retries and pauses when they happen, not
+at its next poll: the poll interval here is 5 s, so a supervisor that waited for it
+would be seconds late."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from e2e import Supervisor, read_log, wait_until
+
+from shared.enqueue import enqueue, enqueue_many
+from supervisor.cli.admin import set_paused
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+POLL = "5"
+
+
+def runs(log):
+    return [r for r in read_log(log) if r["event"] in ("run", "start")]
+
+
+def lateness(dsn: str, job_id: int, started_at: float) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        run_at = conn.execute("SELECT extract(epoch FROM run_at) FROM supervisor.jobs "
+                              "WHERE id = %s", (job_id,)).fetchone()[0]
+    return started_at - float(run_at)
+
+
+def test_a_job_for_later_starts_when_it_is_due_not_at_the_next_poll(dsn, tmp_path):
+    log = tmp_path / "run.log"
+    sup = Supervisor(dsn, "-n", "1", "--poll-interval", POLL, log_path=log)
+    try:
+        sup.wait_for_log("starting 1 children")
+        time.sleep(0.5)  # let the first poll pass: from now on only events wake it
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            late = [enqueue("e2e_noop", {"n": i}, delay=0.8 + 0.4 * i, conn=conn)
+                    for i in range(3)]
+        wait_until(lambda: len(runs(log)) == 3, timeout=20, what="the three jobs to run")
+    finally:
+        sup.stop()
+    by_id = {r["id"]: r["t"] for r in runs(log)}
+    delays = [lateness(dsn, job_id, by_id[job_id]) for job_id in late]
+    assert max(delays) < 1.0, f"started {delays} s after their run_at"
+
+
+def test_a_retry_starts_when_its_delay_is_over(dsn, tmp_path):
+    log = tmp_path / "run.log"
+    sup = Supervisor(dsn, "-n", "1", "--poll-interval", POLL, log_path=log)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            job_id = enqueue("e2e_retry_once", {"delay": 0.6}, conn=conn)
+        wait_until(lambda: len(runs(log)) == 2, timeout=20, what="the retry")
+    finally:
+        sup.stop()
+    first, second = sorted(r["t"] for r in runs(log))
+    gap = timedelta(seconds=second - first).total_seconds()
+    assert gap < 0.6 + 1.0, f"the retry came {gap:.2f} s after the first attempt ({job_id})"
+
+
+def test_pausing_a_queue_starts_none_of_the_jobs_it_had_claimed(dsn, tmp_path):
+    log = tmp_path / "run.log"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        enqueue_many("e2e_sleep", [{"seconds": 0.5}] * 20, conn=conn)
+    sup = Supervisor(dsn, "-n", "1", "--prefetch", "4", log_path=log)
+    try:
+        wait_until(lambda: len(runs(log)) >= 2, what="jobs running")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            set_paused(conn, "default", True)
+        paused_at = time.time()
+        time.sleep(2.0)  # four job lengths: any prefetched job would have started
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            running = conn.execute("SELECT count(*) FROM supervisor.jobs "
+                                   "WHERE state = 'running'").fetchone()[0]
+    finally:
+        sup.stop()
+    started_after = [r for r in runs(log) if r["t"] > paused_at + 0.05]
+    assert started_after == [], f"{len(started_after)} jobs started after the pause"
+    assert running == 0, "claimed jobs of the paused queue were not given back"
