@@ -24,4 +24,6 @@ GRACE = 25.0  # SIGTERM drain
 POLL_INTERVAL = 1.0
 RETENTION = 7 * 24 * 3600.0  # finished jobs are pruned after this
 MAINTENANCE_INTERVAL = 5.0
+METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own
+METRICS_HOST = "127.0.0.1"  # /metrics and /healthz listen on loopback unless told
 STATEMENT_TIMEOUT = 5.0  # the parent's statements; a hung one must not stall the loop

@@ -50,7 +50,7 @@ class Arbiter:
         self.clock = clock
         self.owner = make_owner()
         self.selector = selectors.DefaultSelector()
-        self.metrics = SupervisorMetrics(self.owner)
+        self.metrics = SupervisorMetrics(self.owner, max_kinds=config.metrics_max_kinds)
         self.engine = Engine(config, dsn, self.owner, queues, kinds, self.metrics,
                              self.selector, clock=clock)
         self.pool = Pool(config.pool_settings(), self.selector, clock=clock)
@@ -71,7 +71,7 @@ class Arbiter:
         self.engine.open()
         if self.config.metrics_port is not None:
             self.metrics_server = MetricsServer(self.config.metrics_port, self.metrics.render,
-                                                self.selector)
+                                                self.selector, self.config.metrics_host)
             log.info("metrics on http://%s:%d/metrics", self.metrics_server.host,
                      self.metrics_server.port)
         self.inbox.install(self.selector)
@@ -217,8 +217,16 @@ class Arbiter:
             self.stop_now("end of grace")
 
     # -- display -------------------------------------------------------------------------
+    def _unhealthy(self) -> str | None:
+        if not self.engine.database_up:
+            return "the database does not answer"
+        if self.halt_reason:
+            return f"halted: {self.halt_reason}"
+        return None
+
     def _show(self, now: float) -> None:
         if self.metrics_server is not None:
+            self.metrics_server.report(now, self._unhealthy())
             self.metrics_server.tick(now)
         if now >= self.next_title:
             self.next_title = now + TITLE_INTERVAL

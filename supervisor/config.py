@@ -60,6 +60,8 @@ class RunConfig:
     retention: float = defaults.RETENTION  # seconds finished jobs are kept
     statement_timeout: float = defaults.STATEMENT_TIMEOUT  # the parent's SQL, 0: none
     metrics_port: int | None = None  # serve Prometheus text on this port when set
+    metrics_host: str = defaults.METRICS_HOST
+    metrics_max_kinds: int = defaults.METRICS_MAX_KINDS  # more kinds count as "other"
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
 
     def pool_settings(self) -> PoolSettings:

@@ -208,6 +208,35 @@ def test_supervisor_metrics_start_at_zero_with_database_down():
     assert parse(m.render().decode())["supervisor_database_up"] == "0"
 
 
+def test_kinds_past_the_cap_share_one_label_value_and_the_scrape_stays_small():
+    m = SupervisorMetrics("o", version="1", max_kinds=10)
+    for i in range(2000):
+        job = ClaimedJob(i, f"kind_{i}", "q", 1, 5, 0, None, "{}")
+        m.job_done(job, 0.01)
+        m.job_failed(job, FAIL_ERROR, retried=True, discarded=False, duration=0.01)
+    text = m.render().decode()
+    kinds = set(re.findall(r'kind="([^"]+)"', text))
+    assert kinds == {f"kind_{i}" for i in range(10)} | {"other"}
+    assert 'supervisor_jobs_completed_total{queue="q",kind="other"} 1990' in text
+    assert len(text) < 60_000, len(text)
+
+
+def test_a_child_killed_for_a_timeout_is_one_exit_not_two():
+    from supervisor.engine.ledger import Ledger
+    from supervisor.engine.outbox import Outbox
+    from supervisor.engine.reporting import OutcomeReporter
+    from supervisor.pool import ChildEvent
+
+    m = SupervisorMetrics("o", version="1")
+    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m)
+    reporter.record([ChildEvent(7, 1, "killed", "ran past its 1 s timeout"),
+                     ChildEvent(7, 1, "exited", "killed by SIGTERM"),
+                     ChildEvent(8, 2, "exited", "exited with code 3")], 0.0)
+    text = m.render().decode()
+    assert 'supervisor_children_exits_total{reason="killed"} 1' in text
+    assert 'supervisor_children_exits_total{reason="exited"} 1' in text
+
+
 def test_a_failure_is_retried_or_discarded_not_both():
     with pytest.raises(ValueError):
         SupervisorMetrics("o").job_failed(job(), FAIL_ERROR, retried=True, discarded=True)
@@ -227,6 +256,7 @@ class Loop:
         render = render or self.metrics.render
         self.server = MetricsServer(0, render, self.sel, host="127.0.0.1", **kwargs)
         self.url = f"http://127.0.0.1:{self.server.port}"
+        self.problem = None  # what the loop reports to /healthz each turn
 
     def turn(self, timeout):
         """One loop turn; returns True when the client thread has signalled it is done."""
@@ -234,6 +264,7 @@ class Loop:
         if deadline is not None:
             timeout = max(0.0, min(timeout, deadline - time.monotonic()))
         woken = False
+        self.server.report(time.monotonic(), self.problem)
         for key, mask in self.sel.select(timeout):
             if key.data is self.server:
                 self.server.handle_event(key, mask)
@@ -337,6 +368,21 @@ def test_health_not_found_and_method_not_allowed(loop):
     assert loop.run(lambda: get(loop.url + "/nope"))[0] == 404
     assert loop.run(lambda: get(loop.url + "/metrics", method="POST", data=b"x=1"))[0] == 405
     assert loop.run(lambda: get(loop.url + "/metrics", method="DELETE"))[0] == 405
+
+
+def test_healthz_is_503_with_the_reason_while_the_loop_reports_a_problem(loop):
+    loop.problem = "the database does not answer"
+    status, _, body = loop.run(lambda: get(loop.url + "/healthz"))
+    assert status == 503 and b"the database does not answer" in body
+    loop.problem = None
+    assert loop.run(lambda: get(loop.url + "/healthz"))[0] == 200
+
+
+def test_healthz_fails_when_the_loop_stopped_reporting(loop):
+    now = time.monotonic()
+    loop.server.report(now, None)
+    assert loop.server.health(now + 1.0) is None
+    assert "has not turned" in loop.server.health(now + 60.0)
 
 
 def test_a_silent_client_does_not_block_scrapes_and_is_dropped_at_its_deadline():

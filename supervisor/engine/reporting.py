@@ -27,6 +27,7 @@ class OutcomeReporter:
         self.ledger = ledger
         self.outbox = outbox
         self.metrics = metrics
+        self._killed: set[int] = set()  # children counted at their kill, not again at exit
 
     def record(self, outcomes: Iterable[object], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -42,8 +43,19 @@ class OutcomeReporter:
             elif isinstance(outcome, ChildEvent):
                 log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
                           outcome.what, outcome.detail)
-                if outcome.what in _EXITS:
-                    self.metrics.child_exit(_EXITS[outcome.what])
+                self._child_event(outcome)
+
+    def _child_event(self, event: ChildEvent) -> None:
+        """Count each child's end once: a killed child's later exit is the same end."""
+        if event.what == "killed":
+            if event.pid in self._killed:
+                return
+            self._killed.add(event.pid)
+        elif event.what in ("exited", "recycled", "boot_failed") and event.pid in self._killed:
+            self._killed.discard(event.pid)
+            return
+        if event.what in _EXITS:
+            self.metrics.child_exit(_EXITS[event.what])
 
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job

@@ -21,6 +21,8 @@ import socket
 import time
 from collections.abc import Callable
 
+from shared import defaults
+
 log = logging.getLogger(__name__)
 
 MAX_REQUEST = 8192
@@ -32,7 +34,9 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
+STALE_AFTER = 5.0  # /healthz fails when the loop has not reported for this long
 
 
 class _Client:
@@ -65,7 +69,7 @@ class MetricsServer:
         port: int,
         render: Callable[[], bytes],
         selector: selectors.BaseSelector,
-        host: str = "0.0.0.0",
+        host: str = defaults.METRICS_HOST,
         *,
         timeout: float = 5.0,
     ) -> None:
@@ -73,6 +77,8 @@ class MetricsServer:
         with a one-line message naming the address when it cannot listen there."""
         self._render = render
         self._selector = selector
+        self._reported_at: float | None = None
+        self._problem: str | None = None
         self._timeout = timeout
         self._clients: dict[int, _Client] = {}
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -117,6 +123,19 @@ class MetricsServer:
         if not self._clients:
             return None
         return min(c.deadline for c in self._clients.values())
+
+    def report(self, now: float, problem: str | None) -> None:
+        """The loop turned at ``now``; ``problem`` says what makes it unhealthy (None:
+        healthy). ``/healthz`` answers 200 only while the last report is recent and had
+        no problem, else 503 with the reason."""
+        self._reported_at = now
+        self._problem = problem
+
+    def health(self, now: float) -> str | None:
+        """Why ``/healthz`` fails now, or None."""
+        if self._reported_at is None or now - self._reported_at > STALE_AFTER:
+            return "the supervisor's loop has not turned recently"
+        return self._problem
 
     def tick(self, now: float | None = None) -> None:
         """Close connections that have outlived their deadline at ``now``."""
@@ -212,6 +231,9 @@ class MetricsServer:
                 return 500, b"rendering metrics failed\n", [f"Content-Type: {text}"]
             return 200, body, [f"Content-Type: {CONTENT_TYPE}"]
         if path in (b"/", b"/healthz"):
+            problem = self.health(time.monotonic())
+            if problem is not None:
+                return 503, f"unhealthy: {problem}\n".encode(), [f"Content-Type: {text}"]
             return 200, b"ok: supervisor metrics at /metrics\n", [f"Content-Type: {text}"]
         return 404, b"not found\n", [f"Content-Type: {text}"]
 

@@ -9,10 +9,14 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
+from shared import defaults
 from supervisor.observe.exposition import Registry
 
-# Log-spaced from a millisecond to the ten-minute mark: short jobs and long CPU jobs alike.
-DURATION_BUCKETS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 60, 120, 300, 600)
+OTHER_KIND = "other"  # the label value of every kind past the cap
+
+# Five-fold steps from 5 ms to five minutes: few enough that a label set per kind stays
+# cheap to render, wide enough for short jobs and long CPU jobs alike.
+DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 2.5, 10, 60, 300)
 # Waiting ranges wider than running: a backlog can hold jobs for an hour.
 WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 # One claim statement: sub-millisecond when healthy, seconds when the database suffers.
@@ -35,10 +39,16 @@ class SupervisorMetrics:
     """
 
     def __init__(
-        self, owner: str, version: str | None = None, registry: Registry | None = None
+        self, owner: str, version: str | None = None, registry: Registry | None = None,
+        max_kinds: int = defaults.METRICS_MAX_KINDS,
     ) -> None:
         """``owner`` is this supervisor's lease owner id; ``version`` defaults to the
-        installed package's version."""
+        installed package's version. At most ``max_kinds`` job kinds get a label value
+        of their own; later kinds are counted as ``other`` (0: no kind label values at
+        all, every kind is ``other``), so a deployment with thousands of kinds keeps a
+        scrape small and its render cheap."""
+        self.max_kinds = max_kinds
+        self._kinds: set[str] = set()
         r = self.registry = registry if registry is not None else Registry()
         self._claimed = r.counter(
             "supervisor_jobs_claimed_total", "Jobs claimed from the queue.", ["queue"]
@@ -128,9 +138,17 @@ class SupervisorMetrics:
             for wait in wait_seconds:
                 record(key, wait)
 
+    def _kind(self, kind: str) -> str:
+        if kind in self._kinds:
+            return kind
+        if len(self._kinds) < self.max_kinds:
+            self._kinds.add(kind)
+            return kind
+        return OTHER_KIND
+
     def job_done(self, job: Any, duration: float) -> None:
         """``job``'s handler returned after ``duration`` seconds: completed."""
-        key = (job.queue, job.kind)
+        key = (job.queue, self._kind(job.kind))
         self._completed.add(key)
         self._duration.record(key, duration)
 
@@ -152,8 +170,9 @@ class SupervisorMetrics:
         """
         if retried and discarded:
             raise ValueError("a failed job is retried or discarded, not both")
-        key = (job.queue, job.kind)
-        self._failed.add((job.queue, job.kind, reason))
+        kind = self._kind(job.kind)
+        key = (job.queue, kind)
+        self._failed.add((job.queue, kind, reason))
         if retried:
             self._retried.add(key)
         elif discarded:
