@@ -109,4 +109,13 @@ def ensure_schema(conn: psycopg.Connection) -> int:
             f"the supervisor schema is at version {version}, this code needs {expected}; "
             "run `supervisor migrate`"
         )
+    if version > expected:
+        raise SchemaMissing(newer_schema_message(version, expected))
     return version
+
+
+def newer_schema_message(version: int, expected: int) -> str:
+    """One line for a database migrated by newer code than this (a rolled-back deploy)."""
+    return (f"the supervisor schema is at version {version}, newer than this code "
+            f"(version {expected}): run the pg-supervisor release that migrated it, or a "
+            "later one")

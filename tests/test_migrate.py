@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -66,3 +69,22 @@ def test_plain_sql_insert_fills_every_default(conn):
 def test_args_must_be_an_object(conn):
     with pytest.raises(psycopg.errors.CheckViolation):
         conn.execute("INSERT INTO supervisor.jobs (kind, args) VALUES ('k', '[1]')")
+
+
+def test_a_schema_newer_than_the_code_is_refused_by_run_and_migrate(dsn, tmp_path):
+    from shared.migrate import latest_version
+
+    newer = latest_version() + 1
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO supervisor.migrations (version, name) VALUES (%s, 'future')",
+                     (newer,))
+        with pytest.raises(SchemaMissing, match=f"version {newer}, newer than this code"):
+            ensure_schema(conn)
+    for command in (["migrate"], ["run", "--app", "e2e_handlers", "--burst"]):
+        done = subprocess.run([sys.executable, "-m", "supervisor", *command, "--dsn", dsn],
+                              capture_output=True, text=True, timeout=60,
+                              cwd=str(Path(__file__).parent))
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"version {newer}, newer than this code" in lines[0], lines
+        assert "up to date" not in done.stdout

@@ -25,9 +25,12 @@ def main() -> None:
 @reports_errors
 def migrate_command(dsn: str | None) -> None:
     """Create or upgrade the database schema (idempotent)."""
-    from shared.migrate import current_version, migrate
+    from shared.migrate import current_version, latest_version, migrate, newer_schema_message
 
     with open_database(dsn, check_schema=False) as conn:
+        version, expected = current_version(conn), latest_version()
+        if version is not None and version > expected:
+            raise CliError(newer_schema_message(version, expected))
         applied = migrate(conn)
         if applied:
             for migration in applied:
