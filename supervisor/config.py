@@ -21,13 +21,13 @@ Keys may use dashes or underscores. Unknown keys are an error, not a silent no-o
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from shared import defaults
+from shared.units import parse_duration, parse_number, parse_size, parse_whole
 from supervisor.engine.allotment import QueuePolicy, validate
 from supervisor.pool import PoolSettings
 
@@ -84,22 +84,6 @@ class RunConfig:
 
 _SCALAR_KEYS = {f.name for f in fields(RunConfig)} - {"queue_policies", "queues", "burst"}
 _QUEUE_KEYS = {f.name for f in fields(QueuePolicy)} - {"name"}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
-          "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
-
-
-def parse_size(value: Any, what: str = "size") -> int:
-    """Bytes from an int or a string like ``512MB`` or ``1GiB``."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ConfigError(f"{what}: cannot read {value!r} as a size (try 512MB or 1GiB)")
-    unit = (match.group(2) or "").lower().rstrip("b")
-    return int(float(match.group(1)) * _UNITS[unit])
-
-
 def _norm(key: str) -> str:
     return key.replace("-", "_")
 
@@ -126,9 +110,33 @@ def load_file_settings(config_path: str | None, cwd: Path | None = None) -> dict
     return _section_from_file(pyproject) if pyproject.is_file() else {}
 
 
-def _coerce(key: str, value: Any) -> Any:
-    if key in ("max_memory_per_child", "max_result_bytes"):
-        return None if value is None else parse_size(value, key)
+_SIZE_KEYS = {"max_memory_per_child", "max_result_bytes"}
+_NUMBER_KEYS = {"weight", "max_rate"}  # plain numbers; every other float is a duration
+
+
+def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
+    """``value`` as the type of ``owner``'s field ``key``: whole numbers, numbers,
+    durations (``30s``, ``5m``, ``7d``) and sizes (``512MB``), or ``ConfigError`` naming
+    the setting and what it expects."""
+    kind = {f.name: f.type for f in fields(owner)}[key]
+    name = f"{where}{key}"
+    try:
+        if value is None and "None" in kind:
+            return None
+        if key in _SIZE_KEYS:
+            return parse_size(value, name)
+        if kind.startswith("int"):
+            return parse_whole(value, name)
+        if kind.startswith("float"):
+            if key in _NUMBER_KEYS:
+                return parse_number(value, name)
+            return parse_duration(value, name)
+        if kind.startswith("str") and not isinstance(value, str):
+            raise ValueError(f"{name}: expected text, got {value!r}")
+        if kind == "bool" and not isinstance(value, bool):
+            raise ValueError(f"{name}: expected true or false, got {value!r}")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return value
 
 
@@ -140,14 +148,18 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
     for raw_key, value in table.items():
         key = _norm(raw_key)
         if key == "queues" and isinstance(value, dict):
+            for name, table_of_queue in value.items():
+                if not isinstance(table_of_queue, dict):
+                    raise ConfigError(f"queues.{name}: expected a table of settings, got "
+                                      f"{table_of_queue!r}")
             queue_tables = {name: dict(v) for name, v in value.items()}
         elif key in _SCALAR_KEYS:
-            values[key] = _coerce(key, value)
+            values[key] = _coerce(RunConfig, key, value)
         else:
             raise ConfigError(f"unknown setting {raw_key!r} in the config file")
     for key, value in (overrides or {}).items():
         if value is not None:
-            values[key] = _coerce(key, value) if key in _SCALAR_KEYS else value
+            values[key] = _coerce(RunConfig, key, value) if key in _SCALAR_KEYS else value
     config = replace(config, **values)
 
     policies = {}
@@ -157,7 +169,7 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
             key = _norm(raw_key)
             if key not in _QUEUE_KEYS:
                 raise ConfigError(f"queue {name!r}: unknown setting {raw_key!r}")
-            clean[key] = value
+            clean[key] = _coerce(QueuePolicy, key, value, f"queue {name!r}: ")
         clean.setdefault("prefetch", config.prefetch)
         try:
             policies[name] = validate(QueuePolicy(name=name, **clean))

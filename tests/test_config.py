@@ -2,12 +2,12 @@
 
 import pytest
 
+from shared.units import parse_duration, parse_size
 from supervisor.config import (
     ConfigError,
     apply_queue_flags,
     build_config,
     load_file_settings,
-    parse_size,
 )
 
 
@@ -68,5 +68,45 @@ def test_parse_size():
     assert parse_size("512MB") == 512 * 1000**2
     assert parse_size("1GiB") == 1024**3
     assert parse_size(4096) == 4096
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValueError, match="expected a size"):
         parse_size("lots")
+
+
+def test_parse_duration():
+    assert parse_duration("250ms") == 0.25
+    assert parse_duration("7d") == 7 * 86400
+    assert parse_duration("5") == 5.0 and parse_duration(2) == 2.0
+    for bad in ("soon", "-3s", True, float("inf")):
+        with pytest.raises(ValueError, match="duration"):
+            parse_duration(bad)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('retention = "7d"\n', ("retention", 7 * 86400.0)),
+    ('default_timeout = "5"\n', ("default_timeout", 5.0)),
+    ('grace = "90s"\nkill_grace = "500ms"\n', ("kill_grace", 0.5)),
+    ('max_memory_per_child = "512MB"\n', ("max_memory_per_child", 512 * 1000**2)),
+])
+def test_durations_and_sizes_take_units(tmp_path, text, expected):
+    path = tmp_path / "supervisor.toml"
+    path.write_text(text)
+    key, value = expected
+    assert getattr(build_config(load_file_settings(str(path))), key) == value
+
+
+@pytest.mark.parametrize("text, message", [
+    ('prefetch = "4"\n', "prefetch: expected a whole number, got '4'"),
+    ('max_jobs_per_child = "100"\n', "max_jobs_per_child: expected a whole number"),
+    ("children = 2.5\n", "children: expected a whole number, got 2.5"),
+    ('retention = "a week"\n', "retention: expected seconds or a duration"),
+    ('synchronous_commit = "off"\n', "unknown setting 'synchronous_commit'"),
+    ('metrics_port = "9100"\n', "metrics_port: expected a whole number"),
+    ('[queues.a]\nweight = "3"\n', "queue 'a': weight: expected a number, got '3'"),
+    ('[queues.a]\nmax_workers = true\n', "queue 'a': max_workers: expected a whole number"),
+    ("[queues]\na = 3\n", "queues.a: expected a table of settings"),
+])
+def test_a_setting_of_the_wrong_type_is_one_line_naming_it(tmp_path, text, message):
+    path = tmp_path / "supervisor.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
+        build_config(load_file_settings(str(path)))
