@@ -22,6 +22,7 @@ MAX_FRAME_BYTES = 64 << 20  # the wire's frame cap
 LEASE_TTL = 30.0  # a claim survives this long without renewal
 GRACE = 25.0  # SIGTERM drain
 POLL_INTERVAL = 1.0
+BURST_HORIZON = 60.0  # --burst waits for retries and scheduled jobs due within this
 RETENTION = 7 * 24 * 3600.0  # finished jobs are pruned after this
 MAINTENANCE_INTERVAL = 5.0
 METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own

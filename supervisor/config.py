@@ -46,6 +46,7 @@ class RunConfig:
     lease_ttl: float = defaults.LEASE_TTL
     poll_interval: float = defaults.POLL_INTERVAL
     burst: bool = False
+    burst_horizon: float = defaults.BURST_HORIZON  # --burst waits for jobs due this soon
     boot_timeout: float = defaults.BOOT_TIMEOUT
     heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
     heartbeat_timeout: float = defaults.HEARTBEAT_TIMEOUT

@@ -119,7 +119,10 @@ class FakeStore:
         self._record("paused")
         return set(self.paused)
 
-    def has_due_work(self, queues, kinds) -> bool:
+    def left_for_later(self, queues, kinds):
+        return 0, None
+
+    def has_due_work(self, queues, kinds, horizon=0.0) -> bool:
         self._record("has_due_work")
         return any(self.available.get(q) for q in queues)
 

@@ -80,3 +80,15 @@ def test_pausing_a_queue_starts_none_of_the_jobs_it_had_claimed(dsn, tmp_path):
     started_after = [r for r in runs(log) if r["t"] > paused_at + 0.05]
     assert started_after == [], f"{len(started_after)} jobs started after the pause"
     assert running == 0, "claimed jobs of the paused queue were not given back"
+
+
+def test_burst_waits_for_work_due_within_its_horizon_and_names_what_is_left(dsn, tmp_path):
+    log = tmp_path / "run.log"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        soon = enqueue("e2e_noop", {"n": 1}, delay=1.5, conn=conn)
+        enqueue("e2e_noop", {"n": 2}, delay=3600, conn=conn)
+    sup = Supervisor(dsn, "-n", "1", "--burst", log_path=log)
+    assert sup.wait(30) == 0, sup.err
+    assert [r["id"] for r in runs(log)] == [soon]
+    last = [line for line in sup.err.splitlines() if "burst:" in line][-1]
+    assert "1 jobs are due later than the 60 s horizon" in last, last

@@ -175,10 +175,18 @@ SELECT EXISTS (
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
 ) OR EXISTS (
     SELECT 1 FROM supervisor.jobs j
-    WHERE j.state IN ('scheduled', 'retryable') AND j.run_at <= now()
+    WHERE j.state IN ('scheduled', 'retryable')
+      AND j.run_at <= now() + %(horizon)s * interval '1 second'
       AND j.queue = ANY(%(queues)s::text[]) AND j.kind = ANY(%(kinds)s::text[])
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
 )
+"""
+
+# What a burst leaves for later: jobs due past its horizon.
+LEFT_FOR_LATER = """
+SELECT count(*), min(run_at) FROM supervisor.jobs
+WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
+  AND kind = ANY(%(kinds)s::text[])
 """
 
 # Seconds until the earliest scheduled or retrying job of these queues is due (negative:

@@ -31,6 +31,7 @@ from supervisor.db.sql import (
     HAS_DUE_WORK,
     INTERRUPT,
     LEAVE,
+    LEFT_FOR_LATER,
     NEXT_DUE,
     PAUSED,
     PROMOTE,
@@ -277,15 +278,22 @@ class Store:
                                                      "kinds": list(kinds)}, prepare=True)
         return {row[0] for row in rows}
 
-    def has_due_work(self, queues: Sequence[str], kinds: Sequence[str]) -> bool:
-        """Whether any job of ``kinds`` in ``queues`` could be claimed now or after
-        promotion (available, or scheduled/retryable with run_at passed). Paused queues
-        do not count: burst mode should not wait for a queue nobody may serve."""
+    def has_due_work(self, queues: Sequence[str], kinds: Sequence[str],
+                     horizon: float = 0.0) -> bool:
+        """Whether any job of ``kinds`` in ``queues`` can be claimed now, or is scheduled
+        or retrying and due within ``horizon`` seconds. Paused queues do not count:
+        burst mode should not wait for a queue nobody may serve."""
         if not queues or not kinds:
             return False
-        row = self.conn.execute(HAS_DUE_WORK,
-                                {"queues": list(queues), "kinds": list(kinds)}).fetchone()
+        params = {"queues": list(queues), "kinds": list(kinds), "horizon": horizon}
+        row = self.conn.execute(HAS_DUE_WORK, params).fetchone()
         return bool(row and row[0])
+
+    def left_for_later(self, queues: Sequence[str], kinds: Sequence[str]) -> tuple[int, object]:
+        """(how many, earliest run_at) of scheduled or retrying jobs in ``queues``."""
+        row = self.conn.execute(LEFT_FOR_LATER,
+                                {"queues": list(queues), "kinds": list(kinds)}).fetchone()
+        return (row[0], row[1]) if row else (0, None)
 
     def _failure_params(self, items: Sequence[Failure]) -> dict:
         return {"owner": self.owner, "ids": [f.id for f in items],

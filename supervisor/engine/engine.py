@@ -286,10 +286,15 @@ class Engine:
             return
         db = self.db
         promoted = db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
-        more = promoted or db.call(lambda s: s.has_due_work(self.queues, self.kinds), True,
-                                   "checking for work")
+        horizon = self.config.burst_horizon
+        more = promoted or db.call(lambda s: s.has_due_work(self.queues, self.kinds, horizon),
+                                   True, "checking for work")
         if more:
             self._poll(now)
             return
-        log.info("burst: no more work in %s; exiting", ",".join(self.queues))
+        left, next_at = db.call(lambda s: s.left_for_later(self.queues, self.kinds),
+                                (0, None), "checking for work")
+        later = (f"; {left} jobs are due later than the {horizon:.0f} s horizon, the next at "
+                 f"{next_at:%Y-%m-%d %H:%M:%S %Z}" if left else "")
+        log.info("burst: no more work in %s%s; exiting", ",".join(self.queues), later)
         self.burst_finished = True

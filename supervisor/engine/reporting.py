@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from shared import jobs
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
-from supervisor.observe import SupervisorMetrics
+from supervisor.observe import SupervisorMetrics, job_fields
 from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress
 
 log = logging.getLogger("supervisor.jobs")
@@ -70,7 +70,8 @@ class OutcomeReporter:
             verdict = "will retry"
         log.log(logging.INFO if shutdown else logging.WARNING,
                 "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind, job.attempt,
-                job.max_attempts, outcome.kind, verdict, outcome.message)
+                job.max_attempts, outcome.kind, verdict, outcome.message,
+                extra=job_fields(job, failure=outcome.kind, verdict=verdict))
         self.ledger.ended(job, "interrupted" if shutdown else "failed")
         self.outbox.failed(job, outcome.kind, outcome.message, outcome.traceback,
                            outcome.retry_delay, outcome.terminal, now)

@@ -2,12 +2,14 @@
 
 Door: ``SupervisorMetrics`` (the product's metrics), ``MetricsServer`` (``/metrics``
 served from the parent's own loop), ``BurstProgress`` (the live line of ``--burst``) and
-``configure_logging``.
+``configure_logging`` with ``job_fields`` (a job's id, kind, queue and attempt as keys
+of a JSON log line).
 """
 
 from supervisor.observe.httpserver import MetricsServer
-from supervisor.observe.logs import configure_logging
+from supervisor.observe.logs import configure_logging, job_fields
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.observe.progress import BurstProgress
 
-__all__ = ["BurstProgress", "MetricsServer", "SupervisorMetrics", "configure_logging"]
+__all__ = ["BurstProgress", "MetricsServer", "SupervisorMetrics", "configure_logging",
+           "job_fields"]

@@ -9,6 +9,15 @@ import time
 import orjson
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+# Attributes a log call may attach with ``extra=``; the JSON format makes each a key, so
+# a collector can filter on a job without parsing the message.
+JOB_FIELDS = ("job_id", "kind", "queue", "attempt", "failure", "verdict")
+
+
+def job_fields(job, **more) -> dict:
+    """``extra=`` for a log line about ``job`` (a ``ClaimedJob``)."""
+    return {"job_id": job.id, "kind": job.kind, "queue": job.queue, "attempt": job.attempt,
+            **more}
 
 
 class JsonFormatter(logging.Formatter):
@@ -22,6 +31,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for name in JOB_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                entry[name] = value
         if record.exc_info:
             entry["traceback"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
