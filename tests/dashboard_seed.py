@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -34,7 +35,8 @@ ValueError: cannot open 'missing.png'"""
 def _error(attempt: int, kind: str, message: str, traceback: str | None,
            minutes_ago: int) -> dict:
     return {"attempt": attempt, "kind": kind, "message": message, "traceback": traceback,
-            "at": f"now-{minutes_ago}m", "supervisor": "build-7:4242:3f9c"}
+            "at": (datetime.now(UTC) - timedelta(minutes=minutes_ago)).isoformat(),
+            "supervisor": "build-7:4242:3f9c"}
 
 
 _INSERT = """

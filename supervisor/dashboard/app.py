@@ -148,6 +148,9 @@ def listen(host: str, port: int) -> socket.socket:
 
 def serve(app: Starlette, sock: socket.socket, *, log_level: str = "info") -> None:
     """Serve ``app`` on the bound ``sock`` until SIGINT or SIGTERM."""
+    # A page's request is cheap and its refresh comes again: do not let an open
+    # keep-alive connection hold a shutdown for long.
     config = uvicorn.Config(app, log_level=log_level, access_log=False,
-                            server_header=False, proxy_headers=False)
+                            server_header=False, proxy_headers=False,
+                            timeout_graceful_shutdown=3)
     uvicorn.Server(config).run(sockets=[sock])

@@ -55,9 +55,18 @@ def _since(moment: datetime | None) -> str:
     return f"{_age(delta)} ago" if delta >= 0 else f"in {_age(-delta)}"
 
 
-def _stamp(moment: datetime | None) -> str:
-    if moment is None:
-        return ""
+def _stamp(moment: datetime | str | None) -> str:
+    # Error entries carry their time as JSON text; show it like the columns when it
+    # parses, as it is otherwise.
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return moment
+    if not isinstance(moment, datetime):
+        return "" if moment is None else str(moment)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
