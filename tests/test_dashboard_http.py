@@ -4,6 +4,7 @@ database seeded with jobs in every state (see ``dashboard_seed``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,6 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import orjson
 import psycopg
 import pytest
 from dashboard_seed import TOKEN, XSS, DashboardProcess
@@ -50,7 +50,7 @@ def call(url: str, method: str = "GET", *, headers: dict | None = None,
 
 def api(server, path: str, **kwargs):
     status, _headers, body = call(server.url + path, **kwargs)
-    return status, orjson.loads(body)
+    return status, json.loads(body)  # stdlib: integers of any size, like jsonb
 
 
 def state_of(dsn: str, job_id: int) -> str:
@@ -282,3 +282,26 @@ def test_an_unreachable_database_is_one_line():
     assert done.returncode == 1
     assert done.stderr.startswith("supervisor: error: cannot connect")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_odd_rows_written_by_plain_sql_still_render(dsn, conn):
+    # Producers in any language write these tables: integers past 64 bits, errors that
+    # are not objects, progress that is not an object, a queue name full of markup.
+    job = conn.execute("""
+        INSERT INTO supervisor.jobs (kind, queue, args, state, errors, progress, result)
+        VALUES ('odd', '<i>q</i>', '{"n": 123456789012345678901234567890}', 'running',
+                '["just text", 42, {"message": null}]', '"half"', '[1e400]')
+        RETURNING id""").fetchone()[0]
+    server = DashboardProcess(dsn, None)
+    try:
+        for path in ("/", "/jobs", f"/jobs/{job}", "/jobs?q=odd"):
+            status, _, body = call(server.url + path)
+            assert status == 200, (path, body[:300])
+            assert b"<i>q</i>" not in body
+        status, data = api(server, f"/api/jobs/{job}")
+        assert status == 200 and data["args"] == {"n": 123456789012345678901234567890}
+        status, data = api(server, "/api/jobs")
+        assert status == 200 and data["jobs"][0]["last_error"] is None
+    finally:
+        server.close()

@@ -15,6 +15,7 @@ that rebinds its DNS name to 127.0.0.1 cannot read it.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from supervisor.dashboard.database import DashboardDB, DatabaseDown
 from supervisor.dashboard.queries import NotFound
 from supervisor.dashboard.render import JSONResponse, page
 
+log = logging.getLogger("supervisor.dashboard")
 STATIC = Path(__file__).parent / "static"
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 SECURITY_HEADERS = [
@@ -98,6 +100,13 @@ async def _database_down(request: Request, exc: Exception) -> Response:
     return _error(request, 503, str(exc))
 
 
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    # A bug, not the user's doing: the traceback goes to the log, one line to the page.
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return _error(request, 500, f"the dashboard failed: {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else ''}")
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return _error(request, exc.status_code, str(exc.detail))
@@ -123,7 +132,8 @@ def create_app(dsn: str, settings: Settings, *, host: str = "127.0.0.1") -> Star
         middleware=[Middleware(SecurityHeaders),
                     Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
         exception_handlers={AdminError: _admin_error, Refused: _refused,
-                            DatabaseDown: _database_down, HTTPException: _http_error},
+                            DatabaseDown: _database_down, HTTPException: _http_error,
+                            500: _unexpected},
     )
     app.state.db = db
     app.state.settings = settings
