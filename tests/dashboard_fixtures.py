@@ -7,7 +7,7 @@ from __future__ import annotations
 import pgharness
 import psycopg
 import pytest
-from dashboard_seed import TOKEN, DashboardProcess, seed
+from dashboard_seed import PROXIED_HOST, TOKEN, DashboardProcess, seed
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,9 @@ def acting(seeded):
 
 @pytest.fixture(scope="module")
 def read_only(seeded):
-    """A dashboard over ``seeded`` started without a token."""
-    server = DashboardProcess(seeded[0], None)
+    """A dashboard over ``seeded`` started without a token, answering the Host name
+    ``PROXIED_HOST`` too (as behind a reverse proxy)."""
+    server = DashboardProcess(seeded[0], None, extra_args=("--allowed-host", PROXIED_HOST))
     try:
         yield server
     finally:

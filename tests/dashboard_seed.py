@@ -22,6 +22,7 @@ import orjson
 import psycopg
 
 TOKEN = "operator-token-7f3a"
+PROXIED_HOST = "dash.example.com"  # as a reverse proxy would pass it on
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.title=1">'
 
 _TRACEBACK = """Traceback (most recent call last):

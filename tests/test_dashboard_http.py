@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from dashboard_seed import TOKEN, XSS, DashboardProcess
+from dashboard_seed import PROXIED_HOST, TOKEN, XSS, DashboardProcess
 from markupsafe import escape
 
 from shared.jobs import STATES
@@ -220,6 +220,9 @@ def test_a_foreign_host_header_is_refused(read_only):
     # A page whose DNS name was rebound to 127.0.0.1 sends its own name as Host.
     status, _, _ = call(read_only.url + "/api/queues", headers={"Host": "evil.example"})
     assert status == 400
+    # The name a reverse proxy passes on is answered once named with --allowed-host.
+    status, _, _ = call(read_only.url + "/api/queues", headers={"Host": PROXIED_HOST})
+    assert status == 200
 
 
 @pytest.mark.slow

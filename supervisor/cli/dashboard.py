@@ -11,6 +11,7 @@ from supervisor.cli.common import CliError, dsn_option, open_database, reports_e
 
 EXTRA_MODULES = {"starlette", "uvicorn", "jinja2"}
 INSTALL_HINT = "pip install 'pg-supervisor[dashboard]'"
+MIN_TOKEN = 16
 
 
 @click.command("dashboard")
@@ -20,9 +21,13 @@ INSTALL_HINT = "pip install 'pg-supervisor[dashboard]'"
               help="Port to listen on (0: any free port, printed at start).")
 @click.option("--refresh", type=click.FloatRange(min=0), default=3.0, show_default=True,
               metavar="SECONDS", help="How often pages refresh themselves (0: never).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests for this Host name (a reverse proxy's), "
+                   "when listening on loopback. Repeatable.")
 @dsn_option
 @reports_errors
-def dashboard_command(host: str, port: int, refresh: float, dsn: str | None) -> None:
+def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple[str, ...],
+                      dsn: str | None) -> None:
     """Serve a web dashboard over the queue's database: queues, jobs, supervisors.
     Actions (retry, cancel, pause, resume) need SUPERVISOR_DASHBOARD_TOKEN set here and
     sent by the client; without it the dashboard is read-only."""
@@ -50,6 +55,9 @@ def dashboard_command(host: str, port: int, refresh: float, dsn: str | None) -> 
     if not dashboard.is_loopback(host):
         click.echo(f"supervisor: warning: listening on {host}: anyone who can reach it "
                    "can read job args, results and errors", err=True)
+    if token is not None and len(token) < MIN_TOKEN:
+        click.echo(f"supervisor: warning: {TOKEN_ENV} has {len(token)} characters; "
+                   f"use at least {MIN_TOKEN} random ones", err=True)
     app = dashboard.create_app(url, dashboard.Settings(token=token, refresh=refresh),
-                               host=host)
+                               host=host, allowed_hosts=allowed_hosts)
     dashboard.serve(app, sock)

@@ -122,10 +122,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def create_app(dsn: str, settings: Settings, *, host: str = "127.0.0.1") -> Starlette:
-    """The dashboard app over database ``dsn``, as served on ``host``."""
+def create_app(dsn: str, settings: Settings, *, host: str = "127.0.0.1",
+               allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+    """The dashboard app over database ``dsn``, as served on ``host``. Bound to
+    loopback it answers only loopback Host names plus ``allowed_hosts`` (the name a
+    reverse proxy passes on); bound elsewhere it answers any."""
     db = DashboardDB(dsn)
-    allowed = [*LOOPBACK_NAMES, host] if is_loopback(host) else ["*"]
+    allowed = [*LOOPBACK_NAMES, host, *allowed_hosts] if is_loopback(host) else ["*"]
     app = Starlette(
         routes=[*views.ROUTES, *actions.ROUTES,
                 Mount("/static", StaticFiles(directory=STATIC), name="static")],

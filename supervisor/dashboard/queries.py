@@ -45,6 +45,21 @@ LIMIT %(limit)s
 
 _JOB_EXISTS = "SELECT 1 FROM supervisor.jobs WHERE id = %(id)s"
 
+_QUEUE_NAMES = """
+SELECT name FROM supervisor.queues
+UNION
+SELECT DISTINCT queue FROM supervisor.jobs
+ORDER BY 1
+"""
+
+_STALE = """
+SELECT count(*) FROM supervisor.supervisors
+WHERE heartbeat_at <= now() - %(live)s * interval '1 second'
+"""
+
+_SUPERVISOR_FIELDS = ("id", "host", "pid", "started_at", "heartbeat_at", "queues", "children",
+                      "busy", "heartbeat_age", "uptime")
+
 
 class NotFound(AdminError):
     """The job or page asked for does not exist."""
@@ -68,11 +83,17 @@ def queues(conn: psycopg.Connection) -> list[dict[str, Any]]:
     return admin.queue_stats(conn)
 
 
+def queue_names(conn: psycopg.Connection) -> list[str]:
+    """Every queue name that has jobs or a row in ``supervisor.queues``, sorted."""
+    return [row[0] for row in conn.execute(_QUEUE_NAMES)]
+
+
 def supervisors(conn: psycopg.Connection) -> dict[str, Any]:
     """Live supervisors (host, pid, children, busy, queues, heartbeat age, uptime) and
-    how many registered ones have stopped beating."""
-    data = admin.status(conn)
-    return {"supervisors": data["supervisors"], "stale": data["stale_supervisors"]}
+    how many registered ones have stopped beating. Reads only the supervisors table."""
+    live = [{k: sup[k] for k in _SUPERVISOR_FIELDS} for sup in admin.live_supervisors(conn)]
+    stale = conn.execute(_STALE, {"live": admin.LIVE_AFTER_SECONDS}).fetchone()[0]
+    return {"supervisors": live, "stale": stale}
 
 
 def parse_filters(params: dict[str, str]) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from supervisor.cli.admin_jobs import CANCEL_STATES, RETRY_STATES, parse_job_id
 from supervisor.dashboard import queries
 from supervisor.dashboard.render import JSONResponse, page
 
+REFRESH_HEADER = "x-dashboard-refresh"
+
 
 def _db(request: Request):
     return request.app.state.db
@@ -47,7 +49,11 @@ async def queues_page(request: Request) -> Response:
 async def jobs_page(request: Request) -> Response:
     """``/jobs?queue=&kind=&state=&q=``: jobs newest first, filtered, paged by id."""
     filters, found = await _jobs(request)
-    names = [q["name"] for q in await _db(request).run(queries.queues)]
+    # The filter form sits outside the part a refresh replaces: a refresh (which says
+    # so in a header) skips the pass over the table that lists the queue names.
+    names: list[str] = []
+    if REFRESH_HEADER not in request.headers:
+        names = await _db(request).run(queries.queue_names)
     return page(request, "jobs.html", title="Jobs", states=STATES, queue_names=names,
                 filters=filters, **found)
 

@@ -40,7 +40,7 @@
 
   function refresh() {
     if (document.hidden || busy()) { return; }
-    fetch(window.location.href, { cache: "no-store", headers: { "Accept": "text/html" } })
+    fetch(window.location.href, { cache: "no-store", headers: { "Accept": "text/html", "X-Dashboard-Refresh": "1" } })
       .then(function (response) {
         if (!response.ok) { throw new Error("HTTP " + response.status); }
         return response.text();
