@@ -81,6 +81,7 @@ def _parse_args(text: str) -> dict:
 
 def _attach_commands() -> None:
     # Commands that live in their own modules; each module names one click command.
+    from supervisor.cli.dashboard import dashboard_command
     from supervisor.cli.demo import demo_command
     from supervisor.cli.jobs import jobs_group
     from supervisor.cli.queues import queues_group
@@ -92,6 +93,7 @@ def _attach_commands() -> None:
     main.add_command(status_command)
     main.add_command(jobs_group)
     main.add_command(queues_group)
+    main.add_command(dashboard_command)
 
 
 _attach_commands()

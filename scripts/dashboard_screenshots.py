@@ -1,0 +1,88 @@
+"""Screenshots of the dashboard's main pages into docs/images/ (PNG).
+
+Creates a scratch database on a PostgreSQL server, migrates it, fills it with jobs in
+every state (the same data the browser tests use, tests/dashboard_seed.py), runs the
+real ``supervisor dashboard`` over it with a token, and photographs each page with
+headless Chromium from the Debian packages (never a downloaded browser). The scratch
+database is dropped at the end.
+
+    .venv/bin/python scripts/dashboard_screenshots.py [--server DSN] [--out docs/images]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from dashboard_browser import missing, start_browser  # noqa: E402
+from dashboard_seed import TOKEN, DashboardProcess, seed  # noqa: E402
+
+from shared.migrate import migrate  # noqa: E402
+
+PAGES = [  # (file name, path; {name} is a seeded job id)
+    ("dashboard-queues.png", "/"),
+    ("dashboard-jobs.png", "/jobs"),
+    ("dashboard-jobs-filtered.png", "/jobs?queue=images&state=running"),
+    ("dashboard-job.png", "/jobs/{retryable}"),
+    ("dashboard-job-escaped.png", "/jobs/{discarded}"),
+    ("dashboard-supervisors.png", "/supervisors"),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="a PostgreSQL to create the scratch database on")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images")
+    args = parser.parse_args()
+    if missing():
+        print(f"dashboard_screenshots: {missing()}", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = f"supervisor_shots_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(args.server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = psycopg.conninfo.make_conninfo(args.server, dbname=name)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+            ids = seed(conn)
+        shoot(dsn, ids, args.out)
+    finally:
+        with psycopg.connect(args.server, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+    return 0
+
+
+def shoot(dsn: str, ids: dict[str, int], out: Path) -> None:
+    server = DashboardProcess(dsn, TOKEN, refresh=0)
+    browser = start_browser(1280, 820)
+    try:
+        browser.get(server.url + "/")
+        browser.execute_script("sessionStorage.setItem(arguments[0], arguments[1])",
+                               "supervisor-dashboard-token", TOKEN)
+        for filename, path in PAGES:
+            browser.set_window_size(1280, 820)
+            browser.get(server.url + path.format(**ids))
+            height = browser.execute_script("return document.documentElement.scrollHeight")
+            browser.set_window_size(1280, min(max(height + 140, 820), 1600))
+            browser.execute_async_script(  # shoot once the page's fonts are in
+                "document.fonts.ready.then(() => arguments[arguments.length - 1]())")
+            browser.save_screenshot(str(out / filename))
+            print(out / filename)
+    finally:
+        browser.quit()
+        server.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

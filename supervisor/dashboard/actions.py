@@ -1,0 +1,112 @@
+"""The write side: retry, cancel, pause, resume. Each needs the operator token (see
+``supervisor.dashboard.auth``).
+
+One handler serves a page's form and a script alike. A request under ``/api/``, or one
+that sends ``Authorization``, or one whose body is not a form, gets JSON back; a form
+posted by a page gets a 303 back to the page it came from, naming what was done with a
+fixed ``?done=`` word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from supervisor.cli.admin import AdminError
+from supervisor.cli.admin_jobs import parse_job_id
+from supervisor.dashboard import auth, queries
+from supervisor.dashboard.render import JSONResponse
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+MAX_FORM_BYTES = 16 * 1024  # a token and nothing else is posted
+
+
+def wants_json(request: Request) -> bool:
+    """True when the answer (or refusal) should be JSON rather than a page."""
+    if request.url.path.startswith("/api/") or "authorization" in request.headers:
+        return True
+    return request.method == "POST" and not _is_form(request)
+
+
+def _is_form(request: Request) -> bool:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower() == FORM_TYPE
+
+
+async def _offered_token(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is not None:
+        return auth.bearer(header)
+    if not _is_form(request):
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise AdminError("the posted form is too large", usage=True)
+    values = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
+    return (values.get("token") or [None])[0]
+
+
+async def _act(request: Request, func: Callable[..., Any], *args: Any) -> Any:
+    auth.check(request.app.state.settings.token, await _offered_token(request))
+    return await request.app.state.db.run(func, *args)
+
+
+async def retry_job(request: Request) -> Response:
+    """``POST /jobs/<id>/retry``: a discarded, cancelled or retryable job runs again."""
+    job_id = parse_job_id(request.path_params["job_id"])
+    was = await _act(request, queries.retry, job_id)
+    return _done(request, {"id": job_id, "action": "retry", "was": was, "state": "available"},
+                 f"/jobs/{job_id}?done=retried")
+
+
+async def cancel_job(request: Request) -> Response:
+    """``POST /jobs/<id>/cancel``: an unfinished job ends as cancelled."""
+    job_id = parse_job_id(request.path_params["job_id"])
+    was = await _act(request, queries.cancel, job_id)
+    return _done(request, {"id": job_id, "action": "cancel", "was": was, "state": "cancelled"},
+                 f"/jobs/{job_id}?done=cancelled")
+
+
+async def pause_queue(request: Request) -> Response:
+    """``POST /queues/<name>/pause``: supervisors stop claiming from the queue."""
+    return await _switch(request, paused=True)
+
+
+async def resume_queue(request: Request) -> Response:
+    """``POST /queues/<name>/resume``: supervisors claim from the queue again."""
+    return await _switch(request, paused=False)
+
+
+async def _switch(request: Request, *, paused: bool) -> Response:
+    name = request.path_params["name"]
+    done = await _act(request, queries.set_paused, name, paused)
+    word = "paused" if paused else "resumed"
+    return _done(request, {"action": "pause" if paused else "resume", **done},
+                 f"/?done={word}#queue-{quote(name, safe='')}")
+
+
+def _done(request: Request, data: dict[str, Any], page: str) -> Response:
+    if wants_json(request):
+        return JSONResponse(data)
+    return RedirectResponse(page, status_code=303)
+
+
+ROUTES = [
+    Route(f"{prefix}/jobs/{{job_id}}/retry", retry_job, methods=["POST"])
+    for prefix in ("", "/api")
+] + [
+    Route(f"{prefix}/jobs/{{job_id}}/cancel", cancel_job, methods=["POST"])
+    for prefix in ("", "/api")
+] + [
+    Route(f"{prefix}/queues/{{name:path}}/pause", pause_queue, methods=["POST"])
+    for prefix in ("", "/api")
+] + [
+    Route(f"{prefix}/queues/{{name:path}}/resume", resume_queue, methods=["POST"])
+    for prefix in ("", "/api")
+]

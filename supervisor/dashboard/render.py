@@ -1,0 +1,149 @@
+"""Turning data into responses: the Jinja2 environment (autoescape on for every
+template, so every value from a job reaches the page as text), its filters, and the
+JSON response used by the API.
+
+The navigation is one list, ``NAV``: a page added later (schedules, batches) is one
+entry here, one route and one template.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+from jinja2 import Environment, PackageLoader
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+# (label, path): the pages in the header, in order.
+NAV: list[tuple[str, str]] = [
+    ("Queues", "/"),
+    ("Jobs", "/jobs"),
+    ("Supervisors", "/supervisors"),
+]
+
+# Fixed texts for ?done= after an action: the URL names one, never carries the text.
+NOTICES = {
+    "retried": "Job put back to available: it runs again with a full set of attempts.",
+    "cancelled": "Job cancelled.",
+    "paused": "Queue paused: supervisors stop claiming from it.",
+    "resumed": "Queue resumed: supervisors claim from it again.",
+}
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(float(seconds), 0.0)
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    return f"{hours // 24}d {hours % 24}h"
+
+
+def _since(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    delta = (datetime.now(UTC) - moment).total_seconds()
+    return f"{_age(delta)} ago" if delta >= 0 else f"in {_age(-delta)}"
+
+
+def _stamp(moment: datetime | str | None) -> str:
+    # Error entries carry their time as JSON text; show it like the columns when it
+    # parses, as it is otherwise.
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return moment
+    if not isinstance(moment, datetime):
+        return "" if moment is None else str(moment)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def dumps(value: Any, *, indent: bool = False) -> bytes:
+    """JSON bytes for a page or the API: orjson (datetimes as ISO 8601), falling back to
+    the standard library for what orjson refuses and jsonb may hold (integers past 64
+    bits, written by some producer in plain SQL)."""
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    try:
+        return orjson.dumps(value, option=option)
+    except TypeError:
+        return json.dumps(_finite(value), indent=2 if indent else None, default=_iso,
+                          ensure_ascii=False, allow_nan=False).encode()
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _finite(value: Any) -> Any:
+    # JSON has no infinity; orjson writes null for it, and so do we.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _pretty(value: Any) -> str:
+    return dumps(value, indent=True).decode()
+
+
+def _percent(progress: Any) -> float | None:
+    if not isinstance(progress, dict):
+        return None
+    done, total = progress.get("done"), progress.get("total")
+    if not isinstance(done, int | float) or not isinstance(total, int | float) or total <= 0:
+        return None
+    return max(0.0, min(100.0, 100.0 * done / total))
+
+
+def _rate(per_second: float) -> str:
+    return f"{per_second:.2f}/s" if per_second < 10 else f"{per_second:.0f}/s"
+
+
+ENV = Environment(
+    loader=PackageLoader("supervisor.dashboard", "templates"),
+    autoescape=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.filters.update(
+    age=_age, since=_since, stamp=_stamp, pretty=_pretty, percent=_percent, rate=_rate,
+    pathpart=lambda text: quote(str(text), safe=""),
+    query=lambda params: urlencode({k: v for k, v in params.items() if v not in (None, "")}),
+)
+
+
+def page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+    """Render ``template`` with ``context`` plus what every page shows (navigation,
+    read-only or not, refresh period, a notice after an action)."""
+    settings = request.app.state.settings
+    done = request.query_params.get("done")
+    html = ENV.get_template(template).render(
+        nav=NAV, path=request.url.path, read_only=settings.token is None,
+        refresh=settings.refresh, notice=NOTICES.get(done or ""), **context)
+    return HTMLResponse(html, status_code=status_code)
+
+
+class JSONResponse(Response):
+    """JSON through orjson: datetimes as ISO 8601, jsonb values as they are stored."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)

@@ -1,0 +1,111 @@
+"""The read side: every page and its JSON twin under ``/api/``.
+
+Each view asks ``queries`` for plain data once and hands the same data either to a
+template or to the JSON response, so a script reading ``/api/jobs`` sees what the page
+shows. Errors (bad filters, unknown job, database away) are raised and turned into
+responses by the app's handlers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from shared.jobs import STATES
+from supervisor.cli.admin_jobs import CANCEL_STATES, RETRY_STATES, parse_job_id
+from supervisor.dashboard import queries
+from supervisor.dashboard.render import JSONResponse, page
+
+REFRESH_HEADER = "x-dashboard-refresh"
+
+
+def _db(request: Request):
+    return request.app.state.db
+
+
+async def _overview(request: Request) -> dict[str, Any]:
+    return await _db(request).run(queries.overview)
+
+
+async def _jobs(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
+    filters = queries.parse_filters(dict(request.query_params))
+    return filters, await _db(request).run(queries.jobs, filters)
+
+
+async def _job(request: Request) -> dict[str, Any]:
+    job_id = parse_job_id(request.path_params["job_id"])
+    return await _db(request).run(queries.job, job_id)
+
+
+async def queues_page(request: Request) -> Response:
+    """``/``: every queue with counts by state, rate, oldest waiting job, paused."""
+    return page(request, "queues.html", title="Queues", states=STATES,
+                **await _overview(request))
+
+
+async def jobs_page(request: Request) -> Response:
+    """``/jobs?queue=&kind=&state=&q=``: jobs newest first, filtered, paged by id."""
+    filters, found = await _jobs(request)
+    # The filter form sits outside the part a refresh replaces: a refresh (which says
+    # so in a header) skips the pass over the table that lists the queue names.
+    names: list[str] = []
+    if REFRESH_HEADER not in request.headers:
+        names = await _db(request).run(queries.queue_names)
+    return page(request, "jobs.html", title="Jobs", states=STATES, queue_names=names,
+                filters=filters, **found)
+
+
+async def job_page(request: Request) -> Response:
+    """``/jobs/<id>``: one job's args, result, progress and every error's traceback."""
+    job = await _job(request)
+    return page(request, "job.html", title=f"Job {job['id']}", job=job,
+                can_retry=job["state"] in RETRY_STATES,
+                can_cancel=job["state"] in CANCEL_STATES)
+
+
+async def supervisors_page(request: Request) -> Response:
+    """``/supervisors``: live supervisors with host, pid, busy children and beat."""
+    return page(request, "supervisors.html", title="Supervisors",
+                **await _db(request).run(queries.supervisors))
+
+
+async def api_overview(request: Request) -> Response:
+    """``/api/status``: what ``supervisor status --json`` prints, plus totals."""
+    return JSONResponse(await _overview(request))
+
+
+async def api_queues(request: Request) -> Response:
+    """``/api/queues``: the queues page's data."""
+    return JSONResponse({"queues": await _db(request).run(queries.queues)})
+
+
+async def api_jobs(request: Request) -> Response:
+    """``/api/jobs``: the jobs page's data, same filters; ``next_before`` pages on."""
+    filters, found = await _jobs(request)
+    return JSONResponse({"filters": filters, **found})
+
+
+async def api_job(request: Request) -> Response:
+    """``/api/jobs/<id>``: every column of one job."""
+    return JSONResponse(await _job(request))
+
+
+async def api_supervisors(request: Request) -> Response:
+    """``/api/supervisors``: live supervisors and the count of stale ones."""
+    return JSONResponse(await _db(request).run(queries.supervisors))
+
+
+ROUTES = [
+    Route("/", queues_page, name="queues"),
+    Route("/jobs", jobs_page, name="jobs"),
+    Route("/jobs/{job_id}", job_page, name="job"),
+    Route("/supervisors", supervisors_page, name="supervisors"),
+    Route("/api/status", api_overview),
+    Route("/api/queues", api_queues),
+    Route("/api/jobs", api_jobs),
+    Route("/api/jobs/{job_id}", api_job),
+    Route("/api/supervisors", api_supervisors),
+]

@@ -1,0 +1,179 @@
+"""Jobs in every state, written straight into the contract tables, for the dashboard's
+tests and its screenshots (scripts/dashboard_screenshots.py); and a dashboard process
+to look at them through.
+
+``seed(conn)`` returns the ids it made by name. ``DashboardProcess`` runs the real
+``supervisor dashboard`` command on a free port and reads its address from the line it
+prints at start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+import psycopg
+
+TOKEN = "operator-token-7f3a"
+PROXIED_HOST = "dash.example.com"  # as a reverse proxy would pass it on
+XSS = '<script>document.title="pwned"</script><img src=x onerror="document.title=1">'
+
+_TRACEBACK = """Traceback (most recent call last):
+  File "/srv/app/workers/child.py", line 212, in run_one
+    result = handler(**args)
+  File "/srv/app/images.py", line 41, in resize
+    raise ValueError(f"cannot open {path!r}")
+ValueError: cannot open 'missing.png'"""
+
+
+def _error(attempt: int, kind: str, message: str, traceback: str | None,
+           minutes_ago: int) -> dict:
+    return {"attempt": attempt, "kind": kind, "message": message, "traceback": traceback,
+            "at": (datetime.now(UTC) - timedelta(minutes=minutes_ago)).isoformat(),
+            "supervisor": "build-7:4242:3f9c"}
+
+
+_INSERT = """
+INSERT INTO supervisor.jobs (kind, queue, args, state, priority, attempt, max_attempts,
+    run_at, created_at, attempted_at, finished_at, heartbeat_at, lease_owner,
+    lease_expires_at, progress, errors, result)
+VALUES (%(kind)s, %(queue)s, %(args)s, %(state)s, %(priority)s, %(attempt)s, %(max)s,
+    now() + %(run_in)s * interval '1 second', now() - %(age)s * interval '1 second',
+    CASE WHEN %(attempt)s > 0 THEN now() - %(started)s * interval '1 second' END,
+    CASE WHEN %(state)s IN ('completed', 'discarded', 'cancelled')
+         THEN now() - %(finished)s * interval '1 second' END,
+    CASE WHEN %(state)s = 'running' THEN now() END,
+    CASE WHEN %(state)s = 'running' THEN 'build-7:4242:3f9c' END,
+    CASE WHEN %(state)s = 'running' THEN now() + interval '30 seconds' END,
+    %(progress)s, %(errors)s, %(result)s)
+RETURNING id
+"""
+
+
+def _job(conn: psycopg.Connection, kind: str, queue: str, state: str, *, args=None,
+         attempt=0, max_attempts=5, priority=0, run_in=0.0, age=600.0, started=30.0,
+         finished=5.0, progress=None, errors=(), result=None) -> int:
+    def js(value):
+        return None if value is None else orjson.dumps(value).decode()
+
+    row = conn.execute(_INSERT, {
+        "kind": kind, "queue": queue, "args": js(args or {}), "state": state,
+        "priority": priority, "attempt": attempt, "max": max_attempts, "run_in": run_in,
+        "age": age, "started": started, "finished": finished, "progress": js(progress),
+        "errors": js(list(errors)), "result": js(result)}).fetchone()
+    return row[0]
+
+
+def seed(conn: psycopg.Connection) -> dict[str, int]:
+    """Fill an empty migrated database with jobs in every state over four queues (one
+    paused), and one live supervisor. Returns job ids by name."""
+    ids: dict[str, int] = {}
+    for n in range(6):
+        ids[f"available{n}"] = _job(conn, "resize", "images", "available",
+                                    args={"path": f"photos/{n:03d}.png", "width": 640},
+                                    age=900 - n * 60, run_in=-(900 - n * 60))
+    ids["scheduled"] = _job(conn, "nightly_report", "reports", "scheduled",
+                            args={"day": "2026-11-30"}, run_in=3600)
+    ids["running"] = _job(conn, "resize", "images", "running", attempt=1,
+                          args={"path": "photos/big.tiff", "width": 4096},
+                          progress={"done": 7, "total": 10, "message": "tile 7 of 10"})
+    ids["running2"] = _job(conn, "render_tile", "images", "running", attempt=1,
+                           args={"x": 3, "y": 5}, progress={"done": 2, "total": 8})
+    for n in range(4):
+        ids[f"completed{n}"] = _job(conn, "send_welcome", "email", "completed", attempt=1,
+                                    args={"user_id": 1000 + n},
+                                    result={"sent": True, "message_id": f"m-{n}"},
+                                    finished=5 + n * 7)
+    ids["completed_report"] = _job(conn, "nightly_report", "reports", "completed",
+                                   attempt=1, result={"rows": 18234, "path": "r/1129.csv"})
+    ids["retryable"] = _job(conn, "resize", "images", "retryable", attempt=2, run_in=40,
+                            args={"path": "missing.png", "width": 64},
+                            errors=[_error(1, "error", "ValueError: cannot open 'missing.png'",
+                                           _TRACEBACK, 3),
+                                    _error(2, "timeout", "ran past its timeout of 120s",
+                                           None, 1)])
+    ids["discarded"] = _job(conn, "send_welcome", "email", "discarded", attempt=5,
+                            args={"user_id": 7, "note": XSS},
+                            errors=[_error(a, "error", f"SMTPError: relay refused {XSS}",
+                                           f"Traceback (most recent call last):\n  "
+                                           f"File \"mail.py\", line 9, in send\n"
+                                           f"SMTPError: {XSS}", 10 - a)
+                                    for a in range(1, 6)])
+    ids["discarded_binding"] = _job(conn, "render_tile", "images", "discarded", attempt=1,
+                                    args={"x": 1},
+                                    errors=[_error(1, "binding",
+                                                   "render_tile() missing 1 required "
+                                                   "argument: 'y'", None, 2)])
+    ids["cancelled"] = _job(conn, "render_tile", "images", "cancelled", attempt=1,
+                            args={"x": 9, "y": 9},
+                            errors=[_error(1, "cancelled", "cancelled by operator", None, 4)])
+    conn.execute("INSERT INTO supervisor.queues (name, paused) VALUES ('email', true)")
+    conn.execute("""INSERT INTO supervisor.supervisors
+                        (id, host, pid, started_at, queues, children, busy)
+                    VALUES ('build-7:4242:3f9c', 'build-7', 4242,
+                            now() - interval '3 hours 12 minutes',
+                            '{images,reports,email}', 4, 2)""")
+    return ids
+
+
+class DashboardProcess:
+    """``supervisor dashboard --port 0`` over ``dsn`` in a child process, with
+    ``token`` in its environment (None: read-only). ``url`` is where it listens."""
+
+    def __init__(self, dsn: str, token: str | None, *, refresh: float = 1.0,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "SUPERVISOR_DASHBOARD_TOKEN"}
+        if token is not None:
+            env["SUPERVISOR_DASHBOARD_TOKEN"] = token
+        cmd = [sys.executable, "-m", "supervisor", "dashboard", "--port", "0", "--dsn", dsn,
+               "--refresh", str(refresh), *extra_args]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True,
+                                     cwd=Path(__file__).resolve().parent.parent)
+        self.first_line = self.proc.stderr.readline()
+        match = re.search(r"on (http://\S+/)", self.first_line)
+        if match is None:
+            rest = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            self.close()
+            raise RuntimeError(f"dashboard did not start: {self.first_line}{rest}")
+        self.url = match.group(1).rstrip("/")
+        # Keep reading its log so a chatty server never blocks on a full pipe.
+        self.log: list[str] = []
+        threading.Thread(target=self._drain, daemon=True).start()
+        self._wait_ready()
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            self.log.append(line)
+
+    def _wait_ready(self, timeout: float = 20.0) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/api/queues", timeout=2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.close()
+                    raise RuntimeError("dashboard did not answer") from None
+                time.sleep(0.05)  # polling a condition (the port answers) with a deadline
+
+    def close(self) -> None:
+        """Stop the process (SIGTERM: uvicorn shuts down cleanly) and reap it."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
