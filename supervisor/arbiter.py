@@ -32,7 +32,9 @@ from supervisor.observe.httpserver import MetricsServer
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.observe.progress import BurstProgress
 from supervisor.pool import Pool, PoolHalted
+from supervisor.schedules import Schedules, specs_from_registry
 from supervisor.signals import SignalInbox
+from workers.registry import REGISTRY
 
 log = logging.getLogger("supervisor.arbiter")
 
@@ -74,6 +76,7 @@ class Arbiter:
         self.writer = OutcomeWriter(self.ledger, self.db, self.metrics, config.flush_interval,
                                     lambda: self.claimer.in_flight is not None)
         self.progress = progress
+        self.schedules = Schedules(specs_from_registry(REGISTRY.values()), self.owner, clock=clock)
         self.state = RUNNING
         self.exit_code = 0
         self.halt_reason: str | None = None
@@ -301,6 +304,8 @@ class Arbiter:
             self.db.call(lambda s: self.maintenance.run_round(
                 s, children=self.pool.size(), busy=self.pool.busy_count(),
                 info={"kinds": self.kinds}), None)
+        if now >= (self.schedules.next_due() or float("inf")) and self.db.up:
+            self.db.call(lambda s: self.schedules.fire_due(s.conn), 0)
 
     def _poll(self) -> None:
         """Promote due scheduled/retryable jobs and ask which queues hold work."""
@@ -347,7 +352,8 @@ class Arbiter:
         server = self.metrics_server
         for t in (self.pool.next_deadline(), self.db.next_retry(),
                   server.next_deadline() if server is not None else None,
-                  self.scheduler.next_token_at(now), self.drain_deadline, self.stop_deadline):
+                  self.scheduler.next_token_at(now), self.drain_deadline, self.stop_deadline,
+                  self.schedules.next_due()):
             if t is not None:
                 due.append(t)
         flush_at = self.writer.next_flush_at()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_hourly_schedule_in_a_dst_zone_counts_real_hours():
     spec = make_spec("hourly", "hourly", cron="0 * * * *", timezone=BERLIN)
     slots, total = slots_between(spec, at(2026, 10, 24, 22), at(2026, 10, 25, 4), 100)
     assert total == 6 and len(set(slots)) == 6
-    assert all(b - a == timedelta(hours=1) for a, b in zip(slots, slots[1:], strict=False))
+    assert all(b - a == timedelta(hours=1) for a, b in pairwise(slots))
 
 
 # -- slots ---------------------------------------------------------------------------------
