@@ -12,6 +12,7 @@ whose clocks disagree still agree on the slots.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -63,7 +64,7 @@ class Schedules:
         caller to handle (the next round is then due in ``RETRY_AFTER`` seconds)."""
         if not self.specs:
             return 0
-        now = self.clock()
+        now, wall_now = self.clock(), self.wall()
         self._next_round = now + RETRY_AFTER
         names = list(self.specs)
         if not self._synced:
@@ -79,10 +80,12 @@ class Schedules:
         if len(marks) < len(names):  # a row deleted by hand: declare it again
             store.sync(conn, [self.specs[n] for n in names if n not in marks])
             marks, db_now = store.read_marks(conn, names)
-        self.offset = db_now.timestamp() - self.wall()
+        self.offset = db_now.timestamp() - self.wall()  # read right after the query
         enqueued = 0
         wake = [self._seen_due]
-        for name, (done_until, paused) in marks.items():
+        order = list(marks.items())
+        random.shuffle(order)  # supervisors racing for one round mostly take different rows
+        for name, (done_until, paused) in order:
             spec = self.specs[name]
             due = next_slot(spec, done_until)
             if not paused and due is not None and due <= db_now:
@@ -92,7 +95,7 @@ class Schedules:
                     wake.append(now + RECHECK)
             upcoming = next_slot(spec, db_now)
             if upcoming is not None:
-                wake.append(self._monotonic_at(upcoming, now))
+                wake.append(self._monotonic_at(upcoming, now, wall_now))
         if now >= self._prune_due:
             self._prune_due = now + PRUNE_INTERVAL
             store.prune_fires(conn, names, FIRE_HISTORY)
@@ -100,6 +103,7 @@ class Schedules:
         self._next_round = min(wake)
         return enqueued
 
-    def _monotonic_at(self, instant: datetime, now: float) -> float:
-        """The monotonic time at which the database's clock reads ``instant``."""
-        return now + (instant.timestamp() - self.offset - self.wall()) + WAKE_LATE
+    def _monotonic_at(self, instant: datetime, now: float, wall_now: float) -> float:
+        """The monotonic time at which the database's clock reads ``instant``, given the
+        monotonic and wall clocks read together (``now``, ``wall_now``)."""
+        return now + (instant.timestamp() - self.offset - wall_now) + WAKE_LATE
