@@ -162,6 +162,9 @@ def test_job_decorator_records_the_schedule_and_rejects_bad_ones_at_import():
             @job(name="sched_test_bad", every=5, timezone="Nowhere/Land")
             def bad() -> None: ...
         assert "sched_test_bad" not in REGISTRY
+        with pytest.raises(ScheduleError, match="schedule 'sched_test_args': the handler needs"):
+            @job(name="sched_test_args", every=5)
+            def needs(path: str) -> None: ...
     finally:
         REGISTRY.pop("sched_test_ok", None)
 

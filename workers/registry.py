@@ -16,7 +16,7 @@ from typing import Any
 
 from shared import jobs
 from shared.jobs import Backoff
-from shared.schedules import ScheduleSpec, make_spec
+from shared.schedules import ScheduleError, ScheduleSpec, make_spec
 
 
 class DuplicateKindError(RuntimeError):
@@ -174,6 +174,12 @@ def job(
             schedule = make_spec(kind, kind, cron=cron, every=every, timezone=timezone,
                                  queue=queue, priority=priority, catch_up=catch_up,
                                  overlap=overlap, source="code")
+            try:  # a scheduled job gets no args: a handler that needs some would be discarded
+                inspect.signature(f).bind()
+            except TypeError as exc:
+                raise ScheduleError(f"schedule {kind!r}: the handler needs arguments ({exc}); "
+                                    "give them defaults, or define the schedule in the config "
+                                    "file with args") from None
         existing = REGISTRY.get(kind)
         if existing is not None and not _same_definition(existing.func, f):
             where = f"{existing.func.__module__}.{existing.func.__qualname__}"
