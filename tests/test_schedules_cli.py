@@ -3,9 +3,14 @@ errors for unknown names, no supervisor needed."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import orjson
 import pytest
 from click.testing import CliRunner
+from e2e import ROOT
 
 from shared.schedules import make_spec
 from supervisor.cli.main import main
@@ -66,3 +71,17 @@ def test_unknown_names_are_one_line_usage_errors(dsn, conn, command):
     assert out.exit_code == 2
     assert out.output.count("\n") == 1 and "no schedule named" in out.output
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 0
+
+
+def test_a_bad_schedule_in_an_app_stops_run_with_one_line(tmp_path):
+    (tmp_path / "bad_sched_app.py").write_text(
+        "from workers import job\n\n"
+        "@job(cron='0 25 * * *', timezone='Europe/Berlin')\n"
+        "def nightly():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+           "SUPERVISOR_DSN": "postgresql://nobody@127.0.0.1:1/none"}
+    done = subprocess.run([sys.executable, "-m", "supervisor", "run", "--app", "bad_sched_app"],
+                          env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert done.returncode != 0
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert "schedule 'nightly': invalid cron expression '0 25 * * *': Bad hour" in done.stderr
