@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from datetime import timedelta
 from itertools import pairwise
 
@@ -198,3 +199,14 @@ def test_a_failed_round_is_retried_soon(conn):
     with pytest.raises(psycopg.errors.UndefinedTable):
         schedules.fire_due(conn)
     assert schedules.next_due() == pytest.approx(101.0)
+
+
+def test_a_host_clock_an_hour_off_neither_fires_early_nor_sleeps_an_hour(conn):
+    spec = make_spec("tick", "tick", every=1)
+    for skew in (3600.0, -3600.0):
+        schedules = Schedules([spec], f"sv-{skew}", wall=lambda s=skew: time.time() + s)
+        schedules.fire_due(conn)
+        assert -0.5 <= schedules.next_due() - time.monotonic() <= 1.1
+    late = conn.execute("SELECT count(*) FROM supervisor.schedule_fires"
+                        " WHERE slot > now()").fetchone()[0]
+    assert late == 0
