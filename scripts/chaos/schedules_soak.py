@@ -66,6 +66,7 @@ class Proc:
     ended: float | None = None
 
     def check_ready(self) -> None:
+        """Note the moment its log first says it declared its schedules."""
         if self.ready is None and "schedules: " in self.log_path.read_text(errors="replace"):
             self.ready = time.time()
 
@@ -81,6 +82,7 @@ class Run:
 
 
 def start(dsn: str, workdir: Path, run: Run) -> Proc:
+    """Start one ``supervisor run -n 1`` on this module's schedules."""
     from scripts.chaos.procs import child_env, supervisor_command
 
     log_path = workdir / f"supervisor-{len(run.procs)}.log"
@@ -95,12 +97,14 @@ def start(dsn: str, workdir: Path, run: Run) -> Proc:
 
 
 def kill(proc: Proc) -> None:
+    """SIGKILL a supervisor and note when it died."""
     proc.popen.send_signal(signal.SIGKILL)
     proc.popen.wait(timeout=30)
     proc.ended = time.time()
 
 
 def drive(dsn: str, workdir: Path, args: argparse.Namespace) -> Run:
+    """Run the supervisors for ``--duration`` seconds with kills, restarts and one outage."""
     run = Run()
     live = [start(dsn, workdir, run) for _ in range(args.supervisors)]
     t0 = time.time()
@@ -153,6 +157,7 @@ def drive(dsn: str, workdir: Path, args: argparse.Namespace) -> Run:
 
 
 def check(dsn: str, run: Run, grace: float) -> dict:
+    """Count the fires against the slots; returns the summary."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -202,6 +207,7 @@ def check(dsn: str, run: Run, grace: float) -> dict:
 
 
 def main() -> int:
+    """Parse flags, soak, check, print; 1 on any violation."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=150.0, help="seconds of chaos")
     parser.add_argument("--supervisors", type=int, default=3)
