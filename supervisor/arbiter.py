@@ -26,6 +26,7 @@ from supervisor.config import RunConfig
 from supervisor.engine import Engine, make_owner
 from supervisor.observe import BurstProgress, MetricsServer, SupervisorMetrics
 from supervisor.pool import Pool, PoolHalted
+from supervisor.schedules import Schedules, ScheduleSpec
 from supervisor.signals import SignalInbox
 
 log = logging.getLogger("supervisor.arbiter")
@@ -43,7 +44,7 @@ class Arbiter:
 
     def __init__(self, config: RunConfig, dsn: str, queues: list[str], kinds: list[str],
                  *, app_modules: list[str] | None = None, progress: BurstProgress | None = None,
-                 clock=time.monotonic) -> None:
+                 schedules: list[ScheduleSpec] | None = None, clock=time.monotonic) -> None:
         self.config = config
         self.queues = queues
         self.app_modules = app_modules or []
@@ -51,8 +52,11 @@ class Arbiter:
         self.owner = make_owner()
         self.selector = selectors.DefaultSelector()
         self.metrics = SupervisorMetrics(self.owner, max_kinds=config.metrics_max_kinds)
+        # A batch run (--burst) fires no periodic jobs: it ends when its work is done.
+        fires = Schedules(schedules, self.owner, clock=clock) if schedules and not config.burst \
+            else None
         self.engine = Engine(config, dsn, self.owner, queues, kinds, self.metrics,
-                             self.selector, clock=clock)
+                             self.selector, clock=clock, schedules=fires)
         self.pool = Pool(config.pool_settings(), self.selector, clock=clock)
         self.metrics_server: MetricsServer | None = None
         self.progress = progress

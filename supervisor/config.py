@@ -64,6 +64,7 @@ class RunConfig:
     metrics_host: str = defaults.METRICS_HOST
     metrics_max_kinds: int = defaults.METRICS_MAX_KINDS  # more kinds count as "other"
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
+    schedules: dict[str, Any] = field(default_factory=dict)  # [schedules.NAME] tables, raw
 
     def pool_settings(self) -> PoolSettings:
         """The child pool's part of these settings."""
@@ -83,7 +84,8 @@ class RunConfig:
         return QueuePolicy(name=queue, prefetch=self.prefetch)
 
 
-_SCALAR_KEYS = {f.name for f in fields(RunConfig)} - {"queue_policies", "queues", "burst"}
+_SCALAR_KEYS = {f.name for f in fields(RunConfig)} - {"queue_policies", "queues", "burst",
+                                                      "schedules"}
 _QUEUE_KEYS = {f.name for f in fields(QueuePolicy)} - {"name"}
 def _norm(key: str) -> str:
     return key.replace("-", "_")
@@ -154,6 +156,8 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
                     raise ConfigError(f"queues.{name}: expected a table of settings, got "
                                       f"{table_of_queue!r}")
             queue_tables = {name: dict(v) for name, v in value.items()}
+        elif key == "schedules":
+            values[key] = value  # checked by the schedules room once handlers are loaded
         elif key in _SCALAR_KEYS:
             values[key] = _coerce(RunConfig, key, value)
         else:

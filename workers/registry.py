@@ -16,6 +16,7 @@ from typing import Any
 
 from shared import jobs
 from shared.jobs import Backoff
+from shared.schedules import ScheduleError, ScheduleSpec, make_spec
 
 
 class DuplicateKindError(RuntimeError):
@@ -54,10 +55,12 @@ _ENQUEUE_FIELDS = set(EnqueueOptions.__dataclass_fields__)
 class JobHandle:
     """A registered handler: call it like the function, or enqueue it as a job."""
 
-    def __init__(self, func: Callable[..., Any], kind: str, defaults: JobDefaults) -> None:
+    def __init__(self, func: Callable[..., Any], kind: str, defaults: JobDefaults,
+                 schedule: ScheduleSpec | None = None) -> None:
         self.func = func
         self.kind = kind
         self.defaults = defaults
+        self.schedule = schedule  # from @job(cron=...) or @job(every=...); the parent fires it
         self.signature = inspect.signature(func)
         functools.update_wrapper(self, func)
 
@@ -140,12 +143,22 @@ def job(
     max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS,
     timeout: float | None = None,
     backoff: Backoff | None = None,
+    cron: str | None = None,
+    every: float | None = None,
+    timezone: str | None = None,
+    catch_up: bool = False,
+    overlap: bool = True,
 ) -> Any:
     """Register a handler. Use bare (``@job``) or with options (``@job(queue="images")``).
 
     The kind is the function's name unless ``name`` is given; registering a second
     handler for a kind raises ``DuplicateKindError``. ``timeout`` is the hard limit in
     seconds for one attempt; ``backoff`` shapes the delay between attempts.
+
+    ``cron`` (5 fields, or 6 with seconds first, read in ``timezone``) or ``every``
+    (seconds) also makes it a schedule named after the kind: supervisors that load this
+    module enqueue it once per slot (``catch_up``, ``overlap``: see docs/schedules.md).
+    A bad expression or timezone raises ``ScheduleError`` here, at import.
     """
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
@@ -156,11 +169,22 @@ def job(
 
     def register(f: Callable[..., Any]) -> JobHandle:
         kind = name or f.__name__
+        schedule = None
+        if cron is not None or every is not None or timezone is not None:
+            schedule = make_spec(kind, kind, cron=cron, every=every, timezone=timezone,
+                                 queue=queue, priority=priority, catch_up=catch_up,
+                                 overlap=overlap, source="code")
+            try:  # a scheduled job gets no args: a handler that needs some would be discarded
+                inspect.signature(f).bind()
+            except TypeError as exc:
+                raise ScheduleError(f"schedule {kind!r}: the handler needs arguments ({exc}); "
+                                    "give them defaults, or define the schedule in the config "
+                                    "file with args") from None
         existing = REGISTRY.get(kind)
         if existing is not None and not _same_definition(existing.func, f):
             where = f"{existing.func.__module__}.{existing.func.__qualname__}"
             raise DuplicateKindError(f"job kind {kind!r} is already registered by {where}")
-        handle = JobHandle(f, kind, defaults)
+        handle = JobHandle(f, kind, defaults, schedule)
         REGISTRY[kind] = handle
         return handle
 

@@ -86,6 +86,7 @@ def _attach_commands() -> None:
     from supervisor.cli.jobs import jobs_group
     from supervisor.cli.queues import queues_group
     from supervisor.cli.run import run_command
+    from supervisor.cli.schedules import schedules_group
     from supervisor.cli.status import status_command
 
     main.add_command(run_command)
@@ -94,6 +95,7 @@ def _attach_commands() -> None:
     main.add_command(jobs_group)
     main.add_command(queues_group)
     main.add_command(dashboard_command)
+    main.add_command(schedules_group)
 
 
 _attach_commands()

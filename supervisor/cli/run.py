@@ -23,6 +23,12 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     from supervisor.arbiter import Arbiter
     from supervisor.config import ConfigError, apply_queue_flags, build_config, load_file_settings
     from supervisor.observe import BurstProgress
+    from supervisor.schedules import (
+        ScheduleError,
+        merge_specs,
+        parse_config_schedules,
+        specs_from_registry,
+    )
     from workers.registry import REGISTRY, queues_of_handlers
 
     try:
@@ -36,12 +42,18 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         raise CliError(str(exc)) from None
     if not REGISTRY:
         raise CliError("no job handlers loaded: name the modules that define them with --app")
+    try:
+        schedules = merge_specs(specs_from_registry(REGISTRY.values()),
+                                parse_config_schedules(config.schedules, REGISTRY))
+    except ScheduleError as exc:
+        raise CliError(str(exc), CLI_USAGE) from None
     served = queues or config.queues or queues_of_handlers()
     dsn = resolve_dsn(dsn_option)
     with open_database(dsn):
         pass  # reachable, and the schema is there (the embedded one is migrated)
     meter = BurstProgress(now=time.monotonic()) if progress and config.burst else None
-    arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps, progress=meter)
+    arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps, progress=meter,
+                      schedules=schedules)
     try:
         code = arbiter.run()
     except DatabaseUnavailable as exc:

@@ -35,6 +35,7 @@ from supervisor.observe import SupervisorMetrics
 if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each tick
     from supervisor.config import RunConfig
     from supervisor.pool import Pool
+    from supervisor.schedules import Schedules
 
 log = logging.getLogger("supervisor.engine")
 
@@ -49,7 +50,7 @@ class Engine:
     def __init__(self, config: RunConfig, dsn: str, owner: str, queues: list[str],
                  kinds: list[str], metrics: SupervisorMetrics,
                  selector: selectors.BaseSelector, *, clock=time.monotonic,
-                 database: Database | None = None) -> None:
+                 database: Database | None = None, schedules: Schedules | None = None) -> None:
         now = clock()
         self.config = config
         self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
@@ -68,6 +69,7 @@ class Engine:
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,
                                         retention=config.retention), clock)
+        self.schedules = schedules
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self.next_promote: float | None = None  # when the next scheduled/retrying job is due
@@ -120,6 +122,9 @@ class Engine:
         due = [self.next_poll, self.next_renew, self.maintenance.next_round]
         if self.next_promote is not None:
             due.append(self.next_promote)
+        fire_at = self.schedules.next_due() if self.schedules is not None else None
+        if fire_at is not None:
+            due.append(fire_at)
         flush_at = self.outbox.next_flush_at(self.claim_in_flight)
         if flush_at is not None:
             due.append(flush_at)
@@ -207,6 +212,9 @@ class Engine:
                 may_lead=now >= self.rescue_hold_until), 0, "maintenance")
             if rescued:
                 self.metrics.rescued(rescued)
+        schedules = self.schedules
+        if schedules is not None and now >= (schedules.next_due() or float("inf")):
+            self.db.call(lambda s: schedules.fire_due(s.conn), 0, "firing schedules")
 
     def _poll(self, now: float) -> None:
         """Promote due scheduled/retryable jobs, ask which queues hold work and when the
