@@ -51,14 +51,15 @@ class RunConfig:
     heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
     heartbeat_timeout: float = defaults.HEARTBEAT_TIMEOUT
     kill_grace: float = defaults.KILL_GRACE
-    default_timeout: float | None = None
+    default_timeout: float = defaults.JOB_TIMEOUT  # when row and handler say none; 0: none
     max_jobs_per_child: int | None = None
     max_memory_per_child: int | None = None
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     flush_interval: float = 0.02  # longest a finished job's outcome waits to be batched
     prefetch: int = 1  # default for queues that do not set their own
     maintenance_interval: float = defaults.MAINTENANCE_INTERVAL  # beat, rescue, prune
-    retention: float = defaults.RETENTION  # seconds finished jobs are kept
+    retention: float = defaults.RETENTION  # seconds completed/cancelled jobs are kept
+    discarded_retention: float = defaults.DISCARDED_RETENTION
     statement_timeout: float = defaults.STATEMENT_TIMEOUT  # the parent's SQL, 0: none
     metrics_port: int | None = None  # serve Prometheus text on this port when set
     metrics_host: str = defaults.METRICS_HOST

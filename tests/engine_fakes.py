@@ -133,7 +133,7 @@ class FakeStore:
         self._record("lead")
         return []
 
-    def prune(self, retention, batch) -> int:
+    def prune(self, retention, discarded, batch) -> int:
         return 0
 
     def leave(self) -> None:

@@ -23,3 +23,13 @@ def test_the_handler_wins_over_the_config():
 def test_the_config_applies_when_row_and_handler_are_silent():
     assert resolve_timeout(claimed("pool_noop", None), 9.0) == 9.0
     assert resolve_timeout(claimed("no_such_kind", None), None) is None
+
+
+def test_there_is_a_built_in_hard_timeout_and_zero_disables_it():
+    from supervisor.config import RunConfig
+
+    builtin = RunConfig().default_timeout
+    assert builtin == 3600.0
+    assert resolve_timeout(claimed("pool_noop", None), builtin) == 3600.0
+    assert resolve_timeout(claimed("pool_noop", None), 0.0) is None
+    assert resolve_timeout(claimed("pool_noop", 0.0), builtin) is None

@@ -13,9 +13,22 @@ def test_prune_reads_the_finished_index_not_the_table(conn):
                  "finished_at = now() - (id % 100) * interval '1 day' WHERE id % 4 <> 0")
     conn.execute("ANALYZE supervisor.jobs")
     plan = "\n".join(row[0] for row in conn.execute(
-        "EXPLAIN " + PRUNE, {"retention": 99 * 86400.0, "batch": 1000}))
+        "EXPLAIN " + PRUNE, {"retention": 99 * 86400.0, "discarded": 99 * 86400.0,
+                             "batch": 1000}))
     assert "jobs_finished_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
-    deleted = conn.execute(PRUNE, {"retention": 98.5 * 86400.0, "batch": 1000}).rowcount
+    deleted = conn.execute(PRUNE, {"retention": 98.5 * 86400.0, "discarded": 98.5 * 86400.0,
+                                   "batch": 1000}).rowcount
     assert deleted == 200  # ids ending in 99: finished 99 days ago; younger rows stay
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 19_800
+
+
+def test_discarded_jobs_outlive_completed_ones(conn):
+    from supervisor.db import Store
+
+    ids = enqueue_many("k", [{"i": i} for i in range(4)], conn=conn)
+    conn.execute("UPDATE supervisor.jobs SET finished_at = now() - interval '10 days', "
+                 "state = CASE WHEN id % 2 = 0 THEN 'discarded' ELSE 'completed' END")
+    pruned = Store(conn, "me").prune(retention=7 * 86400.0, discarded=30 * 86400.0, batch=100)
+    left = conn.execute("SELECT state, count(*) FROM supervisor.jobs GROUP BY 1").fetchall()
+    assert pruned == 2 and left == [("discarded", 2)], (ids, left)

@@ -232,6 +232,7 @@ WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state IN ('completed', 'discarded', 'cancelled')
       AND finished_at < now() - %(retention)s * interval '1 second'
+      AND (state <> 'discarded' OR finished_at < now() - %(discarded)s * interval '1 second')
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED))
 """

@@ -246,9 +246,11 @@ class Store:
             self.conn.execute(DROP_STALE, {"stale": stale_after})
         return rescued
 
-    def prune(self, retention: float, batch: int) -> int:
-        """Delete up to ``batch`` finished jobs older than ``retention`` s; how many."""
-        cur = self.conn.execute(PRUNE, {"retention": retention, "batch": batch})
+    def prune(self, retention: float, discarded: float, batch: int) -> int:
+        """Delete up to ``batch`` finished jobs older than ``retention`` s (discarded
+        ones: older than ``discarded`` s); how many."""
+        cur = self.conn.execute(PRUNE, {"retention": min(retention, discarded),
+                                        "discarded": discarded, "batch": batch})
         return max(cur.rowcount, 0)
 
     def leave(self) -> None:

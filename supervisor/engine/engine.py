@@ -68,7 +68,8 @@ class Engine:
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,
-                                        retention=config.retention), clock)
+                                        retention=config.retention,
+                                        discarded_retention=config.discarded_retention), clock)
         self.schedules = schedules
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP

@@ -37,7 +37,8 @@ class MaintenanceSettings:
     """How often and how much housekeeping does."""
 
     interval: float = defaults.MAINTENANCE_INTERVAL  # seconds between rounds
-    retention: float = defaults.RETENTION  # finished jobs older than this are pruned
+    retention: float = defaults.RETENTION  # completed, cancelled jobs older are pruned
+    discarded_retention: float = defaults.DISCARDED_RETENTION
     prune_batch: int = 1000  # rows per DELETE: the table is never locked for long
     prune_budget: float = 0.2  # seconds of pruning per round at most
     stale_after: float = 60.0  # a supervisor silent this long is dropped from the registry
@@ -82,7 +83,9 @@ class Maintenance:
         deadline = self.clock() + self.settings.prune_budget
         pruned = 0
         while True:
-            deleted = store.prune(self.settings.retention, self.settings.prune_batch)
+            settings = self.settings
+            deleted = store.prune(settings.retention, settings.discarded_retention,
+                                  settings.prune_batch)
             pruned += deleted
             if deleted < self.settings.prune_batch or self.clock() >= deadline:
                 break

@@ -9,10 +9,13 @@ from workers.registry import get_handler
 
 
 def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
-    """The hard timeout of ``job``'s attempt in seconds (None: no limit)."""
-    if job.timeout is not None:
-        return job.timeout
-    handle = get_handler(job.kind)
-    if handle is not None and handle.defaults.timeout is not None:
-        return handle.defaults.timeout
-    return configured
+    """The hard timeout of ``job``'s attempt in seconds (None: no limit; a 0 anywhere
+    in the chain disables it)."""
+    timeout = job.timeout
+    if timeout is None:
+        handle = get_handler(job.kind)
+        if handle is not None:
+            timeout = handle.defaults.timeout
+    if timeout is None:
+        timeout = configured
+    return timeout or None
