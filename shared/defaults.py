@@ -25,6 +25,7 @@ POLL_INTERVAL = 1.0
 BURST_HORIZON = 60.0  # --burst waits for retries and scheduled jobs due within this
 RETENTION = 7 * 24 * 3600.0  # completed and cancelled jobs are pruned after this
 DISCARDED_RETENTION = 30 * 24 * 3600.0  # discarded jobs are the evidence: kept longer
+MAX_ATTEMPTS = 20  # attempts of a job whose row and handler say none
 JOB_TIMEOUT = 3600.0  # built-in hard timeout of one attempt; 0 disables it
 MAINTENANCE_INTERVAL = 5.0
 METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own

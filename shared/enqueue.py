@@ -74,7 +74,7 @@ def enqueue(
     *,
     queue: str = jobs.DEFAULT_QUEUE,
     priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS,
+    max_attempts: int | None = None,
     timeout: float | None = None,
     run_at: datetime | None = None,
     delay: float | None = None,
@@ -114,7 +114,7 @@ def enqueue_many(
     *,
     queue: str = jobs.DEFAULT_QUEUE,
     priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS,
+    max_attempts: int | None = None,
     timeout: float | None = None,
     run_at: datetime | None = None,
     delay: float | None = None,
@@ -197,7 +197,8 @@ def _check_options(
         raise ValueError(f"queue must be a str of 1 to {MAX_QUEUE_NAME} characters: {queue!r}")
     if not _is_int(priority) or not -(2**31) <= priority < 2**31:
         raise TypeError(f"priority must be a 32-bit int, not {priority!r}")
-    if not _is_int(max_attempts) or not 1 <= max_attempts < 2**31:
+    if max_attempts is not None and (not _is_int(max_attempts)
+                                     or not 1 <= max_attempts < 2**31):
         raise ValueError(f"max_attempts must be an int of at least 1, not {max_attempts!r}")
     if timeout is not None and (not _is_number(timeout) or not 0 < timeout < math.inf):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
@@ -244,8 +245,10 @@ def _copy_rows(cur, ids, encoded, common, *, explicit_time: bool) -> None:
         return
     columns = "id, kind, queue, args, priority, max_attempts, timeout"
     timeout = common["timeout"]
-    tail = b"\t%d\t%d\t%s" % (common["priority"], common["max_attempts"],
-                                b"\\N" if timeout is None else repr(float(timeout)).encode())
+    attempts = common["max_attempts"]
+    tail = b"\t%d\t%s\t%s" % (common["priority"],
+                               b"\\N" if attempts is None else b"%d" % attempts,
+                               b"\\N" if timeout is None else repr(float(timeout)).encode())
     if explicit_time:  # else state and run_at take their defaults: available, now()
         columns += ", state, run_at"
         tail += b"\t%s\t%s" % (_copy_text(common["state"]),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from shared import defaults
+
 # States of a row in supervisor.jobs.
 AVAILABLE = "available"
 SCHEDULED = "scheduled"
@@ -39,7 +41,7 @@ TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_UNKNOWN_KIND})
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0
-DEFAULT_MAX_ATTEMPTS = 20
+DEFAULT_MAX_ATTEMPTS = defaults.MAX_ATTEMPTS
 
 
 @dataclass(frozen=True)

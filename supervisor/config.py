@@ -51,6 +51,7 @@ class RunConfig:
     heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
     heartbeat_timeout: float = defaults.HEARTBEAT_TIMEOUT
     kill_grace: float = defaults.KILL_GRACE
+    max_attempts: int = defaults.MAX_ATTEMPTS  # when row and handler say none
     default_timeout: float = defaults.JOB_TIMEOUT  # when row and handler say none; 0: none
     max_jobs_per_child: int | None = None
     max_memory_per_child: int | None = None

@@ -11,6 +11,7 @@ import time
 
 import orjson
 
+from shared.jobs import Backoff
 from workers import Discard, current_job, job
 
 
@@ -142,3 +143,9 @@ def e2e_retry_once(delay: float) -> str:
 
         raise Retry(delay=delay)
     return "second time"
+
+
+@job(max_attempts=3, backoff=Backoff(base=0.2, factor=1.0, jitter=0.0))
+def e2e_quick_backoff() -> None:
+    record("run")
+    raise ValueError("again")

@@ -63,7 +63,7 @@ def test_plain_sql_insert_fills_every_default(conn):
         "INSERT INTO supervisor.jobs (kind, queue, args) VALUES ('k', 'q', '{\"a\": 1}') "
         "RETURNING state, priority, attempt, max_attempts, errors, run_at <= now()"
     ).fetchone()
-    assert row == ("available", 0, 0, 20, [], True)
+    assert row == ("available", 0, 0, None, [], True)  # max_attempts: resolved at claim
 
 
 def test_args_must_be_an_object(conn):

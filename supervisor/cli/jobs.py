@@ -59,7 +59,7 @@ def list_command(queue, kind, state, limit, as_json, dsn) -> None:
     now = datetime.now(UTC)
     click.echo(table(
         ["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "PRIO", "WHEN", "LAST ERROR"],
-        [[r["id"], r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts']}",
+        [[r["id"], r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts'] or '-'}",
           r["priority"], _when(r, now), one_line(r["last_error"])] for r in rows],
         right=(0, 4, 5)))
 
@@ -104,7 +104,8 @@ def render_job(row: dict[str, Any]) -> str:
     for name in ("priority", "unique_key", "timeout", "lease_owner"):
         if row[name] is not None:
             lines.append(f"  {name + ':':<17} {row[name]}")
-    lines.append(f"  {'attempt:':<17} {row['attempt']} of {row['max_attempts']}")
+    limit = row["max_attempts"] or "its handler's limit (set at its first claim)"
+    lines.append(f"  {'attempt:':<17} {row['attempt']} of {limit}")
     for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",
                  "finished_at"):
         if row[name] is not None:

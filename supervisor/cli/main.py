@@ -47,7 +47,8 @@ def migrate_command(dsn: str | None) -> None:
 @click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
 @click.option("--delay", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Run no earlier than this many seconds from now.")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="Attempts before the job is discarded (default: its handler's, else 20).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="SECONDS", help="Hard time limit of one attempt.")
 @click.option("--unique-key", default=None,

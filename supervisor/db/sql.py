@@ -13,7 +13,11 @@ CLAIM = """
 UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = now(),
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
-    heartbeat_at = now()
+    heartbeat_at = now(),
+    -- A producer that left max_attempts out gets the handler's (or the config's) now.
+    max_attempts = coalesce(max_attempts, (
+        SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])

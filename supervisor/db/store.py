@@ -86,6 +86,9 @@ class Store:
         self.owner = owner
         self.lease_ttl = float(lease_ttl)
         self.backoff = backoff
+        # For rows that leave max_attempts out: each kind's handler value, else this.
+        self.max_attempts: Mapping[str, int] = {}
+        self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
 
     def reconnect(self, conn: psycopg.Connection) -> None:
         """Use ``conn`` from now on (prepared statements are per connection; psycopg
@@ -134,8 +137,11 @@ class Store:
                 _claimed_jobs([r for r in rows if not r[9]]))
 
     def _claim_params(self, queue: str, kinds: Sequence[str], limit: int) -> dict:
+        attempts = self.max_attempts
         return {"owner": self.owner, "ttl": self.lease_ttl, "queue": queue,
-                "kinds": list(kinds), "limit": limit}
+                "kinds": list(kinds), "limit": limit,
+                "kind_attempts": [attempts.get(kind) for kind in kinds],
+                "default_attempts": self.default_attempts}
 
     def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],

@@ -29,6 +29,7 @@ from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
+from supervisor.engine.policy import handler_max_attempts
 from supervisor.engine.reporting import OutcomeReporter
 from supervisor.observe import SupervisorMetrics
 
@@ -71,6 +72,8 @@ class Engine:
                                         retention=config.retention,
                                         discarded_retention=config.discarded_retention), clock)
         self.schedules = schedules
+        db.store.max_attempts = handler_max_attempts(kinds)
+        db.store.default_attempts = config.max_attempts
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self.next_promote: float | None = None  # when the next scheduled/retrying job is due

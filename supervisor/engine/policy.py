@@ -19,3 +19,26 @@ def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
     if timeout is None:
         timeout = configured
     return timeout or None
+
+
+def handler_max_attempts(kinds: list[str]) -> dict[str, int]:
+    """Each loaded handler's ``@job(max_attempts=...)``: the claim fills it into rows
+    whose producer left the column out."""
+    found = {}
+    for kind in kinds:
+        handle = get_handler(kind)
+        if handle is not None and handle.defaults.max_attempts is not None:
+            found[kind] = handle.defaults.max_attempts
+    return found
+
+
+def retry_delay(job: ClaimedJob, asked: float | None) -> float | None:
+    """Seconds before the next attempt of ``job``: what the handler asked for with
+    ``Retry(delay=...)``, else its kind's ``@job(backoff=...)``, else None (the store's
+    default backoff)."""
+    if asked is not None:
+        return asked
+    handle = get_handler(job.kind)
+    if handle is None or handle.defaults.backoff is None:
+        return None
+    return handle.defaults.backoff.delay(job.attempt)

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from shared import jobs
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
+from supervisor.engine.policy import retry_delay
 from supervisor.observe import SupervisorMetrics, job_fields
 from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress
 
@@ -74,6 +75,6 @@ class OutcomeReporter:
                 extra=job_fields(job, failure=outcome.kind, verdict=verdict))
         self.ledger.ended(job, "interrupted" if shutdown else "failed")
         self.outbox.failed(job, outcome.kind, outcome.message, outcome.traceback,
-                           outcome.retry_delay, outcome.terminal, now)
+                           retry_delay(job, outcome.retry_delay), outcome.terminal, now)
         self.metrics.job_failed(job, outcome.kind, retried=not shutdown and not discarded,
                                 discarded=discarded, duration=outcome.duration)
