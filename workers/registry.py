@@ -29,7 +29,7 @@ class JobDefaults:
 
     queue: str = jobs.DEFAULT_QUEUE
     priority: int = jobs.DEFAULT_PRIORITY
-    max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS
+    max_attempts: int | None = None  # None: the supervisor's config decides, at claim
     timeout: float | None = None
     backoff: Backoff = jobs.DEFAULT_BACKOFF
 
@@ -140,7 +140,7 @@ def job(
     name: str | None = None,
     queue: str = jobs.DEFAULT_QUEUE,
     priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS,
+    max_attempts: int | None = None,
     timeout: float | None = None,
     backoff: Backoff | None = None,
     cron: str | None = None,
@@ -160,7 +160,7 @@ def job(
     module enqueue it once per slot (``catch_up``, ``overlap``: see docs/schedules.md).
     A bad expression or timezone raises ``ScheduleError`` here, at import.
     """
-    if max_attempts < 1:
+    if max_attempts is not None and max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
     if timeout is not None and timeout <= 0:
         raise ValueError("timeout must be positive")
