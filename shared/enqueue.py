@@ -26,6 +26,7 @@ from psycopg import errors as pg_errors
 from shared import jobs
 from shared.db import SchemaMissing, connect
 from shared.dsn import resolve_dsn
+from shared.validation import check_name
 
 MAX_QUEUE_NAME = 255  # the schema's CHECK; keeps the name inside a NOTIFY payload
 _UNIQUE_CONFLICT_ROUNDS = 20  # a key's live job would have to finish 20 times in a row
@@ -195,6 +196,8 @@ def _check_options(
         raise TypeError(f"job kind must be a non-empty str, not {kind!r}")
     if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
         raise ValueError(f"queue must be a str of 1 to {MAX_QUEUE_NAME} characters: {queue!r}")
+    check_name("job kind", kind)
+    check_name("queue", queue)
     if not _is_int(priority) or not -(2**31) <= priority < 2**31:
         raise TypeError(f"priority must be a 32-bit int, not {priority!r}")
     if not _is_int(max_attempts) or not 1 <= max_attempts < 2**31:
