@@ -25,7 +25,8 @@ from psycopg import errors as pg_errors
 
 from shared import jobs
 from shared.db import SchemaMissing, connect
-from shared.dsn import resolve_dsn
+from shared.dsn import describe, dsn_source, is_embedded, resolve_dsn
+from shared.migrate import migrate
 from shared.validation import check_name
 
 MAX_QUEUE_NAME = 255  # the schema's CHECK; keeps the name inside a NOTIFY payload
@@ -320,10 +321,11 @@ def _cursor(conn: psycopg.Connection | None, dsn: str | None) -> Iterator[psycop
         with connection.cursor() as cur:
             yield cur
     except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
+        origin = f", DSN from {dsn_source(dsn)}" if conn is None else ""
         raise SchemaMissing(
-            "the supervisor schema is missing in this database; run `supervisor migrate` "
-            f"({exc.diag.message_primary})"
-        ) from exc
+            f"the supervisor schema is missing in database {describe(connection.info.dsn)}"
+            f"{origin}; run `supervisor migrate` ({exc.diag.message_primary})"
+        ) from None
 
 
 def _cached_connection(dsn: str) -> psycopg.Connection:
@@ -332,5 +334,7 @@ def _cached_connection(dsn: str) -> psycopg.Connection:
         connection = _connections.get(key)
         if connection is None or connection.closed or connection.broken:
             connection = connect(dsn, application_name="supervisor-enqueue")
+            if is_embedded(dsn):  # as in the CLI: the development database migrates itself
+                migrate(connection)
             _connections[key] = connection
         return connection
