@@ -174,6 +174,7 @@ _URI_HEAD = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>.*)$",
 _PASSWORD_PARAM = re.compile(
     r"(?P<key>\bpassword\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE)
 REDACTED = "***"
+_QUOTED = re.compile(r'"([^"]*)"')
 
 
 def dsn_source(explicit: str | None = None) -> str:
@@ -237,9 +238,18 @@ def scrub(message: str, dsn: str) -> str:
     connection string or the token it choked on) with ``dsn`` and its password hidden."""
     if dsn and dsn in message:
         message = message.replace(dsn, redact_text(dsn))
-    for secret in passwords(dsn):
+    secrets = passwords(dsn)
+    for secret in secrets:
         message = message.replace(secret, REDACTED)
-    return message
+
+    def hide_fragment(match: re.Match[str]) -> str:
+        # libpq quotes the token it choked on, which may be a piece of the password.
+        quoted = match.group(1)
+        if len(quoted) >= 3 and any(quoted in secret for secret in secrets):
+            return f'"{REDACTED}"'
+        return match.group(0)
+
+    return _QUOTED.sub(hide_fragment, message)
 
 
 def parse_problem(dsn: str) -> str | None:
