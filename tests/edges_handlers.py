@@ -29,3 +29,17 @@ def edges_sleep(seconds: float) -> str:
 @job(max_attempts=1)
 def edges_fail_escape() -> None:
     raise ValueError("bad \x1b[31mred\x1b[0m\nforged: INFO all good")
+
+
+@job
+def edges_orphan(marker: str) -> None:
+    """Leave a grandchild behind that outlives its parent, then exits."""
+    pid = os.fork()
+    if pid == 0:  # the middle process: fork the orphan-to-be and leave at once
+        if os.fork() == 0:
+            time.sleep(0.3)
+            with open(marker, "w"):
+                pass
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(pid, 0)
