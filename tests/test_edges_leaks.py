@@ -76,7 +76,16 @@ def test_redaction_finds_the_password_parsed_or_not(dsn):
     assert SECRET not in scrub(f'could not parse "{dsn}" near "{SECRET}"', dsn)
 
 
-def test_process_title_hides_the_password_during_start(dsn):
+def test_hide_passwords_covers_both_option_forms():
+    from supervisor.cli.early import _hide
+
+    for arg in (f"--dsn=postgresql://u:{SECRET}@h/db", f"--dsn=host=h password={SECRET}",
+                f"postgresql://u:{SECRET}@h/db", f"host=h password='{SECRET}' port=1"):
+        assert SECRET not in _hide(arg, redact_text), arg
+
+
+@pytest.mark.parametrize("joined", [False, True], ids=["--dsn X", "--dsn=X"])
+def test_process_title_hides_the_password_during_start(dsn, joined):
     """While the app module is being imported (the CLI and its set-up done, the arbiter
     not started), /proc/<pid>/cmdline, which ps shows every user, has no password."""
     with_password = make_conninfo(dsn, password=SECRET)  # trust auth ignores it
@@ -84,8 +93,9 @@ def test_process_title_hides_the_password_during_start(dsn):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(ROOT)]),
                EDGES_GATE=str(gate))
     env.pop("SUPERVISOR_DSN", None)
+    dsn_args = [f"--dsn={with_password}"] if joined else ["--dsn", with_password]
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--app",
-                             "edges_handlers", "--burst", "--dsn", with_password],
+                             "edges_handlers", "--burst", *dsn_args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=str(TESTS_DIR))
     try:

@@ -50,7 +50,7 @@ def hide_passwords(argv: list[str]) -> bool:
         return False
     from shared.dsn import redact_text
 
-    shown = [redact_text(arg) for arg in argv]
+    shown = [_hide(arg, redact_text) for arg in argv]
     if shown == argv:
         return False
     try:
@@ -59,3 +59,11 @@ def hide_passwords(argv: list[str]) -> bool:
         return False
     setproctitle(" ".join(shown))
     return True
+
+
+def _hide(arg: str, redact_text) -> str:
+    # ``--dsn=postgresql://...``: the value starts after the '='.
+    if arg.startswith("--") and "=" in arg:
+        option, value = arg.split("=", 1)
+        return f"{option}={redact_text(value)}"
+    return redact_text(arg)
