@@ -23,12 +23,17 @@ EARLY_SIGNALS = (signal.SIGTERM, signal.SIGQUIT)
 
 
 def _record_early(signum: int, frame: object) -> None:
+    if _early:
+        # A second stop signal before the loop runs: start-up may be stuck (an app
+        # import that hangs), so stop now, as a second TERM does once the loop runs.
+        raise SystemExit(128 + signum)
     _early.append(signum)
 
 
 def record_early(signals: tuple[int, ...] = EARLY_SIGNALS) -> None:
     """Record ``signals`` from now until a ``SignalInbox`` is installed, which receives
-    them. Only signals left at their default disposition are taken. SIGINT is not among
+    them; a second one before then exits at once (code 128 + signal). Only signals left
+    at their default disposition are taken. SIGINT is not among
     the defaults: Python already turns it into KeyboardInterrupt, so Ctrl-C during a
     slow start still interrupts at once."""
     for sig in signals:

@@ -42,6 +42,22 @@ def test_inbox_takes_over_what_was_recorded_early():
             signal.signal(sig, handler)
 
 
+def test_a_second_stop_signal_during_start_up_exits_at_once():
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGQUIT)}
+    try:
+        record_early()
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait_until(lambda: take_early.__globals__["_early"], what="the first record")
+        with pytest.raises(SystemExit) as info:
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait_until(lambda: False, timeout=5, what="the second signal")
+        assert info.value.code == 128 + signal.SIGTERM
+    finally:
+        take_early()
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def _start(gate: Path, dsn: str, prefix: list[str]) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(ROOT)]),
                EDGES_GATE=str(gate), SUPERVISOR_DSN=dsn)
