@@ -28,7 +28,7 @@ def edges_sleep(seconds: float) -> str:
 
 @job(max_attempts=1)
 def edges_fail_escape() -> None:
-    raise ValueError("bad \x1b[31mred\x1b[0m\nforged: INFO all good")
+    raise ValueError("bad \x1b[31mred\x1b[0m \u202etxt.exe")
 
 
 @job

@@ -111,3 +111,17 @@ def test_text_log_lines_escape_messages():
     line = TextFormatter(TEXT_FORMAT).format(record)
     assert "\n" not in line and "\x1b" not in line
     assert "bad \\e[31m\\nforged line" in line
+
+
+@pytest.mark.slow
+def test_a_real_run_logs_a_hostile_error_message_escaped(dsn, conn):
+    from e2e import run_burst
+
+    job_id = enqueue("edges_fail_escape", max_attempts=1, conn=conn)
+    sup = run_burst(dsn, "-n", "1", "--app", "edges_handlers")
+    assert "edges_fail_escape" in sup.err
+    assert "\x1b" not in sup.err and "\u202e" not in sup.err, sup.err
+    assert "bad \\e[31mred\\e[0m \\u202etxt.exe" in sup.err, sup.err
+    shown = invoke("jobs", "show", str(job_id), "--dsn", dsn)
+    assert "\x1b" not in shown.output and "\u202e" not in shown.output
+    assert "bad \\e[31mred" in shown.output
