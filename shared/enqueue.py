@@ -25,7 +25,9 @@ from psycopg import errors as pg_errors
 
 from shared import jobs
 from shared.db import SchemaMissing, connect
-from shared.dsn import resolve_dsn
+from shared.dsn import describe, dsn_source, is_embedded, resolve_dsn
+from shared.migrate import migrate
+from shared.validation import check_name
 
 MAX_QUEUE_NAME = 255  # the schema's CHECK; keeps the name inside a NOTIFY payload
 _UNIQUE_CONFLICT_ROUNDS = 20  # a key's live job would have to finish 20 times in a row
@@ -195,6 +197,8 @@ def _check_options(
         raise TypeError(f"job kind must be a non-empty str, not {kind!r}")
     if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
         raise ValueError(f"queue must be a str of 1 to {MAX_QUEUE_NAME} characters: {queue!r}")
+    check_name("job kind", kind)
+    check_name("queue", queue)
     if not _is_int(priority) or not -(2**31) <= priority < 2**31:
         raise TypeError(f"priority must be a 32-bit int, not {priority!r}")
     if max_attempts is not None and (not _is_int(max_attempts)
@@ -320,10 +324,11 @@ def _cursor(conn: psycopg.Connection | None, dsn: str | None) -> Iterator[psycop
         with connection.cursor() as cur:
             yield cur
     except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
+        origin = f", DSN from {dsn_source(dsn)}" if conn is None else ""
         raise SchemaMissing(
-            "the supervisor schema is missing in this database; run `supervisor migrate` "
-            f"({exc.diag.message_primary})"
-        ) from exc
+            f"the supervisor schema is missing in database {describe(connection.info.dsn)}"
+            f"{origin}; run `supervisor migrate` ({exc.diag.message_primary})"
+        ) from None
 
 
 def _cached_connection(dsn: str) -> psycopg.Connection:
@@ -332,5 +337,7 @@ def _cached_connection(dsn: str) -> psycopg.Connection:
         connection = _connections.get(key)
         if connection is None or connection.closed or connection.broken:
             connection = connect(dsn, application_name="supervisor-enqueue")
+            if is_embedded(dsn):  # as in the CLI: the development database migrates itself
+                migrate(connection)
             _connections[key] = connection
         return connection

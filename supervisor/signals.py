@@ -3,6 +3,12 @@
 The handler appends the signal number to a list; ``signal.set_wakeup_fd`` writes a byte
 to a pipe the loop's selector watches, so a signal wakes ``select()`` at once and is then
 handled in the loop, never inside the handler.
+
+Before the loop exists, ``record_early`` keeps stop signals from being lost. As PID 1 in
+a container (no init), the kernel drops every signal whose disposition is the default,
+so a SIGTERM sent while Python imports and connects would vanish and the container hang
+until its kill timeout. ``supervisor run`` calls it first thing; the inbox takes over
+what it recorded when the arbiter installs it.
 """
 
 from __future__ import annotations
@@ -10,6 +16,36 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+
+# Signals recorded before any SignalInbox was installed (see ``record_early``).
+_early: list[int] = []
+EARLY_SIGNALS = (signal.SIGTERM, signal.SIGQUIT)
+
+
+def _record_early(signum: int, frame: object) -> None:
+    if _early:
+        # A second stop signal before the loop runs: start-up may be stuck (an app
+        # import that hangs), so stop now, as a second TERM does once the loop runs.
+        raise SystemExit(128 + signum)
+    _early.append(signum)
+
+
+def record_early(signals: tuple[int, ...] = EARLY_SIGNALS) -> None:
+    """Record ``signals`` from now until a ``SignalInbox`` is installed, which receives
+    them; a second one before then exits at once (code 128 + signal). Only signals left
+    at their default disposition are taken. SIGINT is not among
+    the defaults: Python already turns it into KeyboardInterrupt, so Ctrl-C during a
+    slow start still interrupts at once."""
+    for sig in signals:
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _record_early)
+
+
+def take_early() -> list[int]:
+    """Signals ``record_early`` recorded and nobody has taken yet, in order."""
+    taken = _early[:]
+    del _early[: len(taken)]
+    return taken
 
 
 class SignalInbox:
@@ -29,6 +65,10 @@ class SignalInbox:
         signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         for sig in self.signals:
             signal.signal(sig, self._record)
+        early = take_early()
+        if early:  # a stop signal came during start-up: handle it on the first turn
+            self.pending[:0] = early
+            os.write(self._write_fd, b"\0")
 
     def _record(self, signum: int, frame: object) -> None:
         self.pending.append(signum)

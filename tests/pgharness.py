@@ -1,8 +1,11 @@
 """Real PostgreSQL for tests: find or start a server, make throwaway databases.
 
-The base server is ``SUPERVISOR_TEST_DSN`` when set; else the local server on
-127.0.0.1:5432 as user ``postgres`` when it answers within a second; else an embedded
-server started once per session in a temporary directory and deleted afterwards.
+The base server is ``SUPERVISOR_TEST_DSN`` when set; else, unless
+``SUPERVISOR_TEST_EMBEDDED=1``, the local server on 127.0.0.1:5432 as user ``postgres``
+when it answers within a second; else an embedded server started once per session in a
+temporary directory and deleted afterwards. The tests create and drop databases on that
+server (names ``supervisor_t_*`` and ``supervisor_tmpl_*``); set
+``SUPERVISOR_TEST_EMBEDDED=1`` to leave a local server alone.
 """
 
 from __future__ import annotations
@@ -118,12 +121,19 @@ class EmbeddedServer:
         shutil.rmtree(self._root, ignore_errors=True)
 
 
+def force_embedded() -> bool:
+    """Whether ``SUPERVISOR_TEST_EMBEDDED`` asks for the embedded server even when a
+    local one answers (``1``, ``true``, ``yes``)."""
+    return os.environ.get("SUPERVISOR_TEST_EMBEDDED", "").strip().lower() in ("1", "true",
+                                                                               "yes")
+
+
 def find_base_dsn() -> tuple[str, EmbeddedServer | None]:
     """The session's base DSN, and the embedded server to close if one was started."""
     configured = os.environ.get("SUPERVISOR_TEST_DSN")
     if configured:
         return configured, None
-    if answers(LOCAL_DSN):
+    if not force_embedded() and answers(LOCAL_DSN):
         return LOCAL_DSN, None
     server = EmbeddedServer()
     return server.dsn, server

@@ -57,7 +57,7 @@ def test_list_filters_limit_and_newest_first(dsn, conn):
     def ids(*args):
         result = invoke("jobs", "list", "--json", "--dsn", dsn, *args)
         assert result.exit_code == 0, result.output
-        return [row["id"] for row in orjson.loads(result.output)]
+        return [row["id"] for row in orjson.loads(result.stdout)]
 
     assert ids() == [d, c, b, a]
     assert ids("--queue", "images") == [c, b, a]

@@ -61,13 +61,13 @@ def test_delay_and_run_at_decide_between_scheduled_and_available(conn):
 
 def test_enqueue_many_returns_ids_in_order_and_keeps_odd_text(conn):
     odd = ["tab\there", "back\\slash", "new\nline", "é ☃ 𝄞", '"quoted"', "\\N"]
-    ids = enqueue_many("k\tind", [{"s": s, "i": i} for i, s in enumerate(odd)],
+    ids = enqueue_many("k\\ind", [{"s": s, "i": i} for i, s in enumerate(odd)],
                        queue="q\\1", timeout=2.0, conn=conn)
     rows = conn.execute("SELECT id, kind, queue, args, timeout FROM supervisor.jobs "
                         "ORDER BY id").fetchall()
     assert [r[0] for r in rows] == ids
     assert [r[3] for r in rows] == [{"s": s, "i": i} for i, s in enumerate(odd)]
-    assert {(r[1], r[2], r[4]) for r in rows} == {("k\tind", "q\\1", 2.0)}
+    assert {(r[1], r[2], r[4]) for r in rows} == {("k\\ind", "q\\1", 2.0)}
     assert enqueue_many("k", [], conn=conn) == []
 
 

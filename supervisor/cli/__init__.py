@@ -3,6 +3,10 @@
 Door: ``main``, the ``supervisor`` command group (the console script's entry point).
 """
 
-from supervisor.cli.main import main
+from supervisor.cli.early import prepare
+
+prepare()  # before the heavy imports below: stop signals, passwords in `ps`
+
+from supervisor.cli.main import main  # noqa: E402
 
 __all__ = ["main"]

@@ -167,9 +167,35 @@ def check_queue_name(name: str) -> str:
 def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, Any]:
     """Pause or resume queue ``name`` (its row in ``supervisor.queues`` is created when
     missing). Supervisors see it at their next claim; resuming wakes them through the
-    schema's trigger. Returns ``{name, paused, was_paused, available}``."""
+    schema's trigger. Returns ``{name, paused, was_paused, available, known}``; ``known``
+    is False when the queue had no row, has no jobs and no live supervisor serves it
+    (a typo, most likely)."""
     check_queue_name(name)
     with conn.transaction():
         was = conn.execute(_SET_PAUSED, {"name": name, "paused": paused}).fetchone()[0]
         available = conn.execute(_WAITING_IN_QUEUE, {"name": name}).fetchone()[0]
-    return {"name": name, "paused": paused, "was_paused": bool(was), "available": available}
+        known = was is not None or available > 0 or _queue_in_use(conn, name)
+    return {"name": name, "paused": paused, "was_paused": bool(was), "available": available,
+            "known": known}
+
+
+_SERVED_OR_HAS_JOBS = """
+SELECT EXISTS (SELECT 1 FROM supervisor.supervisors
+               WHERE %(name)s = ANY(queues)
+                 AND heartbeat_at > now() - %(live)s * interval '1 second')
+    OR EXISTS (SELECT 1 FROM supervisor.jobs WHERE queue = %(name)s)
+"""
+
+
+def _queue_in_use(conn: psycopg.Connection, name: str) -> bool:
+    # Asked only for a name never paused before with nothing waiting. No index leads
+    # with the queue for finished jobs, so a big table is scanned: bound the wait and
+    # assume "in use" (no warning) when it runs out.
+    conn.execute("SET LOCAL statement_timeout = '2s'")
+    try:
+        with conn.transaction():
+            row = conn.execute(_SERVED_OR_HAS_JOBS,
+                               {"name": name, "live": LIVE_AFTER_SECONDS}).fetchone()
+    except psycopg.errors.QueryCanceled:
+        return True
+    return bool(row and row[0])

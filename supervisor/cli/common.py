@@ -23,7 +23,15 @@ import click
 import psycopg
 
 from shared.db import DatabaseUnavailable, SchemaMissing, connect, first_line
-from shared.dsn import EmbeddedUnavailable, is_embedded, resolve_dsn
+from shared.dsn import (
+    ENV_DATABASE_URL,
+    ENV_DSN,
+    EmbeddedUnavailable,
+    describe,
+    dsn_source,
+    is_embedded,
+    resolve_dsn,
+)
 from shared.exitcodes import CLI_ERROR, CLI_USAGE
 
 
@@ -81,17 +89,35 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def open_database(dsn_value: str | None, *, migrate_embedded: bool = True,
-                  check_schema: bool = True) -> Iterator[psycopg.Connection]:
+                  check_schema: bool = True,
+                  source: str | None = None) -> Iterator[psycopg.Connection]:
     """An autocommit connection to the resolved database. The embedded development
     database is migrated on first use (``migrate_embedded``); any other database must
-    have been migrated on purpose, else ``SchemaMissing`` (when ``check_schema``)."""
+    have been migrated on purpose, else ``SchemaMissing`` (when ``check_schema``) naming
+    the database and where its DSN came from (``source``, default: as ``dsn_value``
+    resolves)."""
     from shared.migrate import ensure_schema, migrate
 
+    source = source or dsn_source(dsn_value)
     dsn = resolve_dsn(dsn_value)
     with connect(dsn, application_name="supervisor-cli") as conn:
         if check_schema:
             if migrate_embedded and is_embedded(dsn):
                 migrate(conn)
             else:
-                ensure_schema(conn)
+                try:
+                    ensure_schema(conn)
+                except SchemaMissing as exc:
+                    raise SchemaMissing(schema_missing_message(str(exc), dsn, source)) from None
         yield conn
+
+
+def schema_missing_message(message: str, dsn: str, source: str) -> str:
+    """``message`` prefixed with the database (no password) and where its DSN came
+    from; DATABASE_URL gets a hint, since it often belongs to another application."""
+    where = f"database {describe(dsn)} (DSN from {source})"
+    hint = ""
+    if source == ENV_DATABASE_URL:
+        hint = (f"; if DATABASE_URL is another application's database, set {ENV_DSN} "
+                "or pass --dsn")
+    return f"{where}: {message}{hint}"

@@ -75,7 +75,7 @@ def assemble(dsn: str, ids: list[int], width: int, height: int) -> tuple[bytes, 
 @reports_errors
 def demo_command(children, output, size, tile, max_iter, dsn):
     """Render a Mandelbrot image as a batch of CPU-bound jobs, in burst mode."""
-    from shared.dsn import resolve_dsn
+    from shared.dsn import dsn_source, resolve_dsn
     from workers.demo import DEMO_QUEUE, mandelbrot_tile
 
     configure_logging("warning")
@@ -85,8 +85,9 @@ def demo_command(children, output, size, tile, max_iter, dsn):
         width, height = (int(v) for v in size.lower().split("x"))
     except ValueError:
         raise click.UsageError(f"--size {size!r}: expected WIDTHxHEIGHT, e.g. 960x640") from None
+    source = dsn_source(dsn)
     dsn = resolve_dsn(dsn)
-    with open_database(dsn) as conn:
+    with open_database(dsn, source=source) as conn:
         args = tile_args(width, height, tile, max_iter)
         ids = mandelbrot_tile.options(conn=conn).enqueue_many(args)
     click.echo(f"enqueued {len(ids)} tiles of a {width}x{height} Mandelbrot image", err=True)

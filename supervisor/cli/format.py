@@ -1,13 +1,22 @@
 """Plain-text presentation for the operator commands: aligned columns (numbers to the
-right), humanised ages, one-line messages. Pure functions, no dependency beyond the
-standard library, so any terminal and any ``grep`` can read the output."""
+right), humanised ages, one-line messages. Pure functions, so any terminal and any
+``grep`` can read the output.
+
+Text that came from the database (queue and kind names, error messages, tracebacks)
+may hold control characters: rows inserted by plain SQL skip the enqueue checks. Every
+such string is printed through ``shared.validation.printable`` (``table`` and
+``one_line`` do it themselves), and JSON output through ``json_text``, so nothing we
+print can drive the terminal."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import orjson
+
+from shared.validation import printable
 
 
 def age(seconds: float | None) -> str:
@@ -40,15 +49,16 @@ def one_line(text: str | None, width: int = 60) -> str:
     """The first line of ``text``, cut to ``width`` characters with an ellipsis."""
     if not text:
         return ""
-    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = printable(text.strip().splitlines()[0]) if text.strip() else ""
     return first if len(first) <= width else first[: width - 1] + "…"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
           right: Sequence[int] = ()) -> str:
     """Columns separated by two spaces, padded to the widest cell; the column numbers
-    in ``right`` are right-aligned (numbers). The last column is not padded."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    in ``right`` are right-aligned (numbers). The last column is not padded. Control
+    characters in cells are escaped."""
+    cells = [[str(h) for h in headers], *[[printable(str(c)) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
@@ -65,5 +75,21 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
 
 
 def to_json(value: object) -> str:
-    """``value`` as indented JSON text (orjson: datetimes become ISO 8601)."""
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    """``value`` as indented JSON text (orjson: datetimes become ISO 8601), terminal-safe
+    as ``json_text``."""
+    return _json_safe(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+
+
+def json_text(value: object) -> str:
+    """``value`` as one line of JSON. orjson escapes C0 control characters but writes
+    C1 controls and bidi overrides raw; they can only occur inside JSON strings, where
+    ``\\uXXXX`` means the same, so they are escaped that way."""
+    return _json_safe(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+
+
+def _json_safe(data: bytes) -> str:
+    text = data.decode()
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-import orjson
 
 from shared.exitcodes import CLI_ERROR, CLI_USAGE
 from shared.jobs import FINISHED_STATES, RUNNING, STATES
+from shared.validation import printable
 from supervisor.cli import admin_jobs
 from supervisor.cli.admin import AdminError
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
-from supervisor.cli.format import one_line, since, table, to_json
+from supervisor.cli.format import json_text, one_line, since, table, to_json
 
 
 @contextmanager
@@ -49,9 +49,15 @@ def list_command(queue, kind, state, limit, as_json, dsn) -> None:
         admin_jobs.check_state(state)
         count = _limit(limit)
         with open_database(dsn) as conn:
-            rows = admin_jobs.list_jobs(conn, queue=queue, kind=kind, state=state, limit=count)
+            # One row more than shown tells whether more match.
+            rows = admin_jobs.list_jobs(conn, queue=queue, kind=kind, state=state,
+                                        limit=count + 1)
+    more = len(rows) > count
+    rows = rows[:count]
     if as_json:
-        click.echo(orjson.dumps(rows).decode())
+        click.echo(json_text(rows))
+        if more:  # on stderr, so the JSON on stdout stays one parseable array
+            click.echo(_more_note(count), err=True)
         return
     if not rows:
         click.echo("no jobs match")
@@ -59,9 +65,17 @@ def list_command(queue, kind, state, limit, as_json, dsn) -> None:
     now = datetime.now(UTC)
     click.echo(table(
         ["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "PRIO", "WHEN", "LAST ERROR"],
-        [[r["id"], r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts'] or '-'}",
+        [[r["id"], r["kind"], r["queue"], r["state"],
+          f"{r['attempt']}/{r['max_attempts'] or '-'}",
           r["priority"], _when(r, now), one_line(r["last_error"])] for r in rows],
         right=(0, 4, 5)))
+    if more:
+        click.echo(_more_note(count))
+
+
+def _more_note(count: int) -> str:
+    return (f"(the newest {count} shown; more jobs match: raise --limit, e.g. --limit "
+            f"{count * 10}, or narrow with --queue/--kind/--state)")
 
 
 def _limit(text: str) -> int:
@@ -100,10 +114,11 @@ def show_command(job_id, as_json, dsn) -> None:
 def render_job(row: dict[str, Any]) -> str:
     """One job as labelled lines, then args/result/progress as JSON, then its errors."""
     now = datetime.now(UTC)
-    lines = [f"job {row['id']}: {row['kind']} in queue {row['queue']} is {row['state']}"]
+    lines = [f"job {row['id']}: {printable(row['kind'])} in queue {printable(row['queue'])}"
+             f" is {row['state']}"]
     for name in ("priority", "unique_key", "timeout", "lease_owner"):
         if row[name] is not None:
-            lines.append(f"  {name + ':':<17} {row[name]}")
+            lines.append(f"  {name + ':':<17} {printable(str(row[name]))}")
     limit = row["max_attempts"] or "its handler's limit (set at its first claim)"
     lines.append(f"  {'attempt:':<17} {row['attempt']} of {limit}")
     for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",
@@ -113,17 +128,19 @@ def render_job(row: dict[str, Any]) -> str:
                          f" ({since(row[name], now)})")
     for name in ("args", "progress", "result"):
         if row[name] is not None:
-            body = orjson.dumps(row[name]).decode()
+            body = json_text(row[name])
             if len(body) > 100:  # long values read better indented, one key per line
                 body = "\n    " + to_json(row[name]).replace("\n", "\n    ")
             lines.append(f"  {name + ':':<17} {body}")
     errors = row["errors"] or []
     lines.append(f"  errors:           {len(errors) or 'none'}")
     for err in errors:
-        lines.append(f"  - attempt {err.get('attempt')} {err.get('kind')} at {err.get('at')}"
-                     f" (supervisor {err.get('supervisor') or '-'}): {err.get('message')}")
+        head = (f"  - attempt {err.get('attempt')} {err.get('kind')} at {err.get('at')}"
+                f" (supervisor {err.get('supervisor') or '-'}): {err.get('message')}")
+        lines.append(printable(head))
         if err.get("traceback"):
-            lines.append("    " + err["traceback"].rstrip().replace("\n", "\n    "))
+            trace = printable(str(err["traceback"]).rstrip(), keep_newlines=True)
+            lines.append("    " + trace.replace("\n", "\n    "))
     return "\n".join(lines)
 
 

@@ -5,11 +5,10 @@ NOTIFY trigger: no restart either way."""
 from __future__ import annotations
 
 import click
-import orjson
 
 from supervisor.cli import admin
 from supervisor.cli.common import dsn_option, open_database, reports_errors
-from supervisor.cli.format import age, table
+from supervisor.cli.format import age, json_text, table
 from supervisor.cli.jobs import admin_errors
 
 
@@ -31,7 +30,7 @@ def list_command(as_json: bool, dsn: str | None) -> None:
              "running": q["counts"]["running"], "oldest_available": q["oldest_available"]}
             for q in queues]
     if as_json:
-        click.echo(orjson.dumps(rows).decode())
+        click.echo(json_text(rows))
     elif not rows:
         click.echo("no queues: no jobs yet")
     else:
@@ -49,8 +48,15 @@ def pause_command(queue: str, dsn: str | None) -> None:
     """Stop claiming from QUEUE. Running jobs finish; waiting jobs stay available."""
     with admin_errors(), open_database(dsn) as conn:
         done = admin.set_paused(conn, queue, True)
+    _warn_unknown(done)
     was = "already paused" if done["was_paused"] else "supervisors stop claiming from it"
     click.echo(f"paused queue {queue!r} ({was}; {done['available']} available jobs wait)")
+
+
+def _warn_unknown(done: dict) -> None:
+    if not done["known"]:
+        click.echo(f"supervisor: warning: queue {done['name']!r} has no jobs and no live "
+                   "supervisor serves it (a typo?); its switch is set anyway", err=True)
 
 
 @queues_group.command("resume")
@@ -61,5 +67,6 @@ def resume_command(queue: str, dsn: str | None) -> None:
     """Claim from QUEUE again; supervisors serving it are woken at once."""
     with admin_errors(), open_database(dsn) as conn:
         done = admin.set_paused(conn, queue, False)
+    _warn_unknown(done)
     was = "was paused" if done["was_paused"] else "was not paused"
     click.echo(f"resumed queue {queue!r} ({was}; {done['available']} available jobs)")

@@ -18,9 +18,11 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     or raises ``CliError`` (or a database error ``reports_errors`` knows) with a one-line
     message."""
     from shared.db import DatabaseUnavailable
-    from shared.dsn import resolve_dsn
+    from shared.dsn import dsn_source, resolve_dsn
+    from shared.validation import check_name
     from supervisor.apps import AppImportError, import_apps
     from supervisor.arbiter import Arbiter
+    from supervisor.cli.limits import children_problem
     from supervisor.config import ConfigError, apply_queue_flags, build_config, load_file_settings
     from supervisor.observe import BurstProgress
     from supervisor.schedules import (
@@ -36,6 +38,9 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         config = apply_queue_flags(config, queue_settings)
     except ConfigError as exc:
         raise CliError(str(exc), CLI_USAGE) from None
+    problem = children_problem(config.children)
+    if problem is not None:
+        raise CliError(problem, CLI_USAGE)
     try:
         import_apps(apps)
     except AppImportError as exc:
@@ -48,8 +53,11 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     except ScheduleError as exc:
         raise CliError(str(exc), CLI_USAGE) from None
     served = queues or config.queues or queues_of_handlers()
+    for name in served:
+        check_name("queue", name)
+    warn_unhandled_queues(served, queues_of_handlers())
     dsn = resolve_dsn(dsn_option)
-    with open_database(dsn):
+    with open_database(dsn, source=dsn_source(dsn_option)):
         pass  # reachable, and the schema is there (the embedded one is migrated)
     meter = BurstProgress(now=time.monotonic()) if progress and config.burst else None
     arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps, progress=meter,
@@ -63,6 +71,18 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     if arbiter.halt_reason:
         raise CliError(f"halted: {arbiter.halt_reason}")
     return code
+
+
+def warn_unhandled_queues(served: list[str], handler_queues: list[str]) -> list[str]:
+    """Warn (stderr) about each served queue that no loaded handler names: its jobs run
+    only if their kind has a handler here anyway (enqueued with an explicit queue), so
+    it is most likely a typo. Returns those queues."""
+    strays = [name for name in served if name not in handler_queues]
+    for name in strays:
+        click.echo(f"supervisor: warning: no loaded handler serves queue {name!r} (handlers "
+                   f"name {', '.join(handler_queues) or 'none'}); its jobs run only if "
+                   "their kind has a handler here", err=True)
+    return strays
 
 
 @click.command("run")

@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 import click
-import orjson
 
+from shared.validation import printable
 from supervisor.cli import admin
 from supervisor.cli.common import dsn_option, open_database, reports_errors
-from supervisor.cli.format import age, table
+from supervisor.cli.format import age, json_text, table
 
 # Column order follows a job's life: waiting, in flight, then the finished states.
 _SHORT = {"available": "AVAIL", "scheduled": "SCHED", "running": "RUN", "retryable": "RETRY",
@@ -49,7 +49,7 @@ def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None)
 
 def _render(snapshot: dict[str, Any], as_json: bool) -> str:
     if as_json:
-        return orjson.dumps(snapshot).decode()
+        return json_text(snapshot)
     return render_text(snapshot)
 
 
@@ -58,10 +58,11 @@ def render_text(snapshot: dict[str, Any]) -> str:
     parts = [_queues_table(snapshot["queues"])]
     if snapshot["unserved"]:
         parts.append("waiting with no live supervisor serving the queue: "
-                     + ", ".join(snapshot["unserved"]))
+                     + ", ".join(printable(name) for name in snapshot["unserved"]))
     if snapshot["unhandled"]:
         parts.append("waiting with no handler in any live supervisor: " + ", ".join(
-            f"{u['kind']} (queue {u['queue']})" for u in snapshot["unhandled"]))
+            f"{printable(u['kind'])} (queue {printable(u['queue'])})"
+            for u in snapshot["unhandled"]))
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
     return "\n\n".join(parts)
 

@@ -165,7 +165,10 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
-        return self._fenced("fail", FAIL, params, items)
+        # A job killed because it was cancelled is fenced off by design: its row is
+        # already cancelled (or its lease moved on, which the engine logged).
+        expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}
+        return self._fenced("fail", FAIL, params, items, expected)
 
     def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
         """Give back claimed jobs that never started: available again, the attempt not
@@ -309,15 +312,17 @@ class Store:
                 "messages": [f.message for f in items],
                 "tracebacks": [f.traceback for f in items]}
 
-    def _fenced(self, what: str, sql: str, params: dict, items: Sequence) -> list[int]:
+    def _fenced(self, what: str, sql: str, params: dict, items: Sequence,
+                expected: frozenset[int] | set[int] = frozenset()) -> list[int]:
         written = {row[0] for row in self.conn.execute(sql, params, prepare=False)}
-        return self._report_fenced(what, items, written)
+        return self._report_fenced(what, items, written, expected)
 
     @staticmethod
-    def _report_fenced(what: str, items: Sequence, written: set[int]) -> list[int]:
+    def _report_fenced(what: str, items: Sequence, written: set[int],
+                       expected: frozenset[int] | set[int] = frozenset()) -> list[int]:
         ids = [item[0] if isinstance(item, tuple) else item.id for item in items]
         fenced = [i for i in ids if i not in written]
-        if fenced:
+        if [i for i in fenced if i not in expected]:
             log.warning("%s: %d job(s) fenced off (lease moved on): %s", what, len(fenced),
                         fenced[:20])
         return fenced

@@ -61,10 +61,16 @@ class OutcomeReporter:
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job
         shutdown = outcome.kind == jobs.FAIL_SHUTDOWN
-        discarded = not shutdown and (outcome.terminal or outcome.kind in jobs.TERMINAL_FAILURES
-                                      or job.attempt >= job.max_attempts)
+        # Killed because the row is no longer ours (an operator cancelled it, or the
+        # lease moved on): whatever the row says now stands; nothing retries from here.
+        cancelled = outcome.kind == jobs.FAIL_CANCELLED
+        discarded = not shutdown and not cancelled and (
+            outcome.terminal or outcome.kind in jobs.TERMINAL_FAILURES
+            or job.attempt >= job.max_attempts)
         if shutdown:
             verdict = "goes back (shutdown)"
+        elif cancelled:
+            verdict = "cancelled"
         elif discarded:
             verdict = "discarded"
         else:
@@ -76,5 +82,6 @@ class OutcomeReporter:
         self.ledger.ended(job, "interrupted" if shutdown else "failed")
         self.outbox.failed(job, outcome.kind, outcome.message, outcome.traceback,
                            retry_delay(job, outcome.retry_delay), outcome.terminal, now)
-        self.metrics.job_failed(job, outcome.kind, retried=not shutdown and not discarded,
+        self.metrics.job_failed(job, outcome.kind,
+                                retried=not shutdown and not cancelled and not discarded,
                                 discarded=discarded, duration=outcome.duration)

@@ -8,6 +8,8 @@ import time
 
 import orjson
 
+from shared.validation import printable
+
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 # Attributes a log call may attach with ``extra=``; the JSON format makes each a key, so
 # a collector can filter on a job without parsing the message.
@@ -40,10 +42,19 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry).decode()
 
 
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT`` with control characters in the message escaped: a job's error
+    text or a queue name with ESC or a newline must neither drive the terminal nor
+    forge a log line. A record's own traceback keeps its newlines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
     """Send the ``supervisor`` loggers to stderr at ``level`` in ``fmt`` (text|json)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger("supervisor")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
