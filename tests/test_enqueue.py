@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from shared import enqueue as enqueue_module
 from shared.db import SchemaMissing
 from shared.enqueue import enqueue, enqueue_many
+from shared.producers.pool import producer_pool
 from supervisor.db.store import Completion, Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -99,14 +99,16 @@ def test_caller_transaction_rollback_hides_the_job_and_commit_shows_it(dsn, conn
     assert ids == [committed] and rolled_back not in ids
 
 
-def test_cached_connection_is_reused_per_process(dsn):
+def test_pooled_connection_is_reused_per_process(dsn):
     a = enqueue("k", dsn=dsn)
     b = enqueue("k", dsn=dsn)
     assert b > a
-    cached = [c for (d, pid), c in enqueue_module._connections.items()
-              if d == dsn and pid == os.getpid()]
-    assert len(cached) == 1 and cached[0].autocommit
-    cached[0].close()  # the test database is dropped after the test
+    pool = producer_pool(dsn)
+    assert pool.pid == os.getpid() and pool.opened == 1
+    [idle] = pool._idle
+    assert idle.autocommit
+    pool.close()  # the test database is dropped after the test
+    assert pool.opened == 0
 
 
 def test_missing_schema_is_a_clear_error(fresh_dsn):
