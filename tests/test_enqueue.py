@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from shared.db import SchemaMissing
+from shared.db import SchemaMissing, UnusableConnection
 from shared.enqueue import enqueue, enqueue_many
 from shared.producers.pool import producer_pool
 from supervisor.db.store import Completion, Store
@@ -149,3 +149,35 @@ def test_promotion_notifies(dsn, conn):
         assert _notifications(listener) == []
         assert Store(conn, "me").promote_due() == 1
         assert _notifications(listener) == ["later"]
+
+
+def test_unsupported_closed_and_failed_connections_are_one_line_errors(dsn, conn):
+    with pytest.raises(TypeError, match=r"conn must be a psycopg Connection.*not builtins\.dict"):
+        enqueue("k", conn={"not": "a connection"})
+    with pytest.raises(TypeError, match="conn must be"):
+        enqueue_many("k", [], conn=object())
+    caller = psycopg.connect(dsn)
+    enqueue("k", {"lost": 1}, conn=caller)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        caller.execute("SELECT 1/0")
+    for call in (lambda: enqueue("k", conn=caller), lambda: enqueue_many("k", [{}], conn=caller)):
+        with pytest.raises(UnusableConnection, match=r"failed transaction.*roll it back") as err:
+            call()
+        assert "\n" not in str(err.value)
+    caller.rollback()
+    caller.close()
+    with pytest.raises(UnusableConnection, match="conn is closed"):
+        enqueue("k", conn=caller)
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (0,)
+
+
+def test_async_connection_given_to_the_sync_api_is_refused(dsn):
+    import asyncio
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dsn) as caller:
+            with pytest.raises(TypeError, match="async connection: use enqueue_async"):
+                enqueue("k", conn=caller)
+
+    asyncio.run(main())
+
