@@ -103,18 +103,23 @@ def run_plan(plan: Plan, conn: Any, dsn: str | None, *, atomic: bool) -> Any:
     connection would otherwise commit each statement."""
     if conn is not None:
         raw = sync_connection(conn)
-        return _drive(raw, plan, atomic=atomic and raw.autocommit)
-    with producer_pool(resolve_dsn(dsn)).connection() as raw:
-        return _drive(raw, plan, atomic=atomic)
-
-
-def _drive(raw: psycopg.Connection, plan: Plan, *, atomic: bool) -> Any:
-    try:
         with psycopg.Cursor(raw) as cur:
-            if atomic:
-                with raw.transaction():
-                    return _steps(cur, plan)
-            return _steps(cur, plan)
+            return _drive(cur, plan, atomic=atomic and raw.autocommit)
+    pool = producer_pool(resolve_dsn(dsn))
+    cur = pool.take()
+    try:
+        return _drive(cur, plan, atomic=atomic)
+    finally:
+        pool.give_back(cur)
+
+
+def _drive(cur: psycopg.Cursor, plan: Plan, *, atomic: bool) -> Any:
+    raw = cur.connection
+    try:
+        if atomic:
+            with raw.transaction():
+                return _steps(cur, plan)
+        return _steps(cur, plan)
     except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
         raise missing_schema(exc) from exc
     except psycopg.OperationalError as exc:
@@ -124,7 +129,6 @@ def _drive(raw: psycopg.Connection, plan: Plan, *, atomic: bool) -> Any:
 
 
 def _steps(cur: psycopg.Cursor, plan: Plan) -> Any:
-    utf8 = cur.connection.info.encoding == "utf-8"
     reply = None
     while True:
         try:
@@ -132,6 +136,7 @@ def _steps(cur: psycopg.Cursor, plan: Plan) -> Any:
         except StopIteration as done:
             return done.value
         if type(step) is Copy:
+            utf8 = cur.connection.info.encoding == "utf-8"
             with cur.copy(step.statement) as copy:
                 for chunk in step.chunks:
                     # str is re-encoded by psycopg into a non-UTF-8 client encoding

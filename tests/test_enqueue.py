@@ -106,7 +106,7 @@ def test_pooled_connection_is_reused_per_process(dsn):
     pool = producer_pool(dsn)
     assert pool.pid == os.getpid() and pool.opened == 1
     [idle] = pool._idle
-    assert idle.autocommit
+    assert idle.connection.autocommit
     pool.close()  # the test database is dropped after the test
     assert pool.opened == 0
 

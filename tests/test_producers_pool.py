@@ -34,7 +34,7 @@ def wait_for(condition, timeout: float = 10.0, what: str = "condition") -> None:
 
 
 def pooled_backends(dsn: str) -> set[int]:
-    return {c.info.backend_pid for c in producer_pool(dsn)._idle}
+    return {c.connection.info.backend_pid for c in producer_pool(dsn)._idle}
 
 
 @pytest.mark.slow
@@ -76,13 +76,13 @@ from shared.enqueue import enqueue
 from shared.producers.pool import producer_pool
 dsn = sys.argv[1]
 first = enqueue("k", {"who": "parent"}, dsn=dsn)
-parent_backend = producer_pool(dsn)._idle[0].info.backend_pid
+parent_backend = producer_pool(dsn)._idle[0].connection.info.backend_pid
 read_end, write_end = os.pipe()
 pid = os.fork()
 if pid == 0:
     os.close(read_end)
     child_id = enqueue("k", {"who": "child"}, dsn=dsn)
-    backends = [c.info.backend_pid for c in producer_pool(dsn)._idle]
+    backends = [c.connection.info.backend_pid for c in producer_pool(dsn)._idle]
     os.write(write_end, json.dumps({"id": child_id, "backends": backends}).encode())
     sys.exit(0)  # a normal exit: atexit closes the child's pool, never the parent's
 os.close(write_end)
@@ -90,7 +90,7 @@ with os.fdopen(read_end) as pipe:
     child = json.loads(pipe.read())
 _, status = os.waitpid(pid, 0)
 second = enqueue("k", {"who": "parent again"}, dsn=dsn)
-after = [c.info.backend_pid for c in producer_pool(dsn)._idle]
+after = [c.connection.info.backend_pid for c in producer_pool(dsn)._idle]
 print(json.dumps({"first": first, "parent_backend": parent_backend, "child": child,
                   "status": status, "second": second, "after": after}))
 """

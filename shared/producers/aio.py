@@ -100,7 +100,6 @@ async def _drive(raw: psycopg.AsyncConnection, plan: Plan, *, atomic: bool) -> A
 
 
 async def _steps(cur: psycopg.AsyncCursor, plan: Plan) -> Any:
-    utf8 = cur.connection.info.encoding == "utf-8"
     reply = None
     while True:
         try:
@@ -108,6 +107,7 @@ async def _steps(cur: psycopg.AsyncCursor, plan: Plan) -> Any:
         except StopIteration as done:
             return done.value
         if type(step) is Copy:
+            utf8 = cur.connection.info.encoding == "utf-8"
             async with cur.copy(step.statement) as copy:
                 for chunk in step.chunks:
                     await copy.write(chunk if utf8 else chunk.decode())

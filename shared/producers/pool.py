@@ -50,26 +50,29 @@ def pool_size() -> int:
 
 class ProducerPool:
     """Autocommit connections to one database for one process, handed out one caller at
-    a time, most recently used first (its socket and plan cache are warm)."""
+    a time, most recently used first (its socket and plan cache are warm). Each keeps one
+    cursor for its life: making a cursor per call cost a tenth of a fast enqueue."""
 
     def __init__(self, dsn: str, max_size: int) -> None:
         self.dsn = dsn
         self.max_size = max_size
         self.pid = os.getpid()
         self.opened = 0  # connections alive, idle or lent
-        self._idle: list[psycopg.Connection] = []
+        self._idle: list[psycopg.Cursor] = []
         self._cond = threading.Condition(threading.Lock())
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        """Lend one connection for the ``with`` block."""
-        conn = self._take()
+    def cursor(self) -> Iterator[psycopg.Cursor]:
+        """Lend one connection's cursor for the ``with`` block."""
+        cur = self.take()
         try:
-            yield conn
+            yield cur
         finally:
-            self._give_back(conn)
+            self.give_back(cur)
 
-    def _take(self) -> psycopg.Connection:
+    def take(self) -> psycopg.Cursor:
+        """A cursor on an idle live connection (opened if none is idle and the pool has
+        room, else waited for); every ``take`` needs its ``give_back``."""
         while True:
             with self._cond:
                 while not self._idle and self.opened >= self.max_size:
@@ -77,27 +80,30 @@ class ProducerPool:
                 if not self._idle:
                     self.opened += 1
                     break
-                conn = self._idle.pop()
-            if not looks_dead(conn):
-                return conn
-            self._discard(conn)
+                cur = self._idle.pop()
+            if not looks_dead(cur.connection):
+                return cur
+            self._discard(cur)
         try:
-            return connect(self.dsn, application_name=APPLICATION_NAME)
+            return psycopg.Cursor(connect(self.dsn, application_name=APPLICATION_NAME))
         except BaseException:
             self._forget_one()
             raise
 
-    def _give_back(self, conn: psycopg.Connection) -> None:
+    def give_back(self, cur: psycopg.Cursor) -> None:
+        """Return a cursor from ``take``; a connection left broken or mid-transaction is
+        closed instead of kept."""
+        conn = cur.connection
         if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
-            self._discard(conn)
+            self._discard(cur)
             return
         with self._cond:
-            self._idle.append(conn)
+            self._idle.append(cur)
             self._cond.notify()
 
-    def _discard(self, conn: psycopg.Connection) -> None:
+    def _discard(self, cur: psycopg.Cursor) -> None:
         try:
-            conn.close()
+            cur.connection.close()
         except Exception:
             pass
         self._forget_one()
@@ -111,8 +117,8 @@ class ProducerPool:
         """Close the idle connections (those lent out close when given back)."""
         with self._cond:
             idle, self._idle = self._idle, []
-        for conn in idle:
-            self._discard(conn)
+        for cur in idle:
+            self._discard(cur)
 
 
 _pools: dict[str, ProducerPool] = {}
