@@ -20,15 +20,15 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 
 from shared import jobs
-from shared.db import DatabaseUnavailable, SchemaMissing, first_line
 from shared.dsn import resolve_dsn
 from shared.producers import checks
 from shared.producers.checks import MAX_QUEUE_NAME
-from shared.producers.connections import sync_connection, where
-from shared.producers.plans import Copy, Plan, plan_many, plan_one
+from shared.producers.combine import combiner
+from shared.producers.connections import sync_connection
+from shared.producers.drive import drive
+from shared.producers.plans import Plan, Row, as_plan, plan_many, plan_one
 from shared.producers.pool import producer_pool
 
 __all__ = ["MAX_QUEUE_NAME", "encode_args", "enqueue", "enqueue_many"]
@@ -57,7 +57,9 @@ def enqueue(
     """
     plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
                     timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key)
-    return run_plan(plan, conn, dsn, atomic=False)
+    if conn is None and type(plan) is Row:
+        return combiner(resolve_dsn(dsn)).insert(plan)
+    return run_plan(as_plan(plan), conn, dsn, atomic=False)
 
 
 def enqueue_many(
@@ -104,61 +106,10 @@ def run_plan(plan: Plan, conn: Any, dsn: str | None, *, atomic: bool) -> Any:
     if conn is not None:
         raw = sync_connection(conn)
         with psycopg.Cursor(raw) as cur:
-            return _drive(cur, plan, atomic=atomic and raw.autocommit)
+            return drive(cur, plan, atomic=atomic and raw.autocommit)
     pool = producer_pool(resolve_dsn(dsn))
     cur = pool.take()
     try:
-        return _drive(cur, plan, atomic=atomic)
+        return drive(cur, plan, atomic=atomic)
     finally:
         pool.give_back(cur)
-
-
-def _drive(cur: psycopg.Cursor, plan: Plan, *, atomic: bool) -> Any:
-    raw = cur.connection
-    try:
-        if atomic:
-            with raw.transaction():
-                return _steps(cur, plan)
-        return _steps(cur, plan)
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
-        raise missing_schema(exc) from exc
-    except psycopg.OperationalError as exc:
-        if raw.closed or raw.broken:
-            raise lost_connection(raw, exc) from None
-        raise
-
-
-def _steps(cur: psycopg.Cursor, plan: Plan) -> Any:
-    reply = None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value
-        if type(step) is Copy:
-            utf8 = cur.connection.info.encoding == "utf-8"
-            with cur.copy(step.statement) as copy:
-                for chunk in step.chunks:
-                    # str is re-encoded by psycopg into a non-UTF-8 client encoding
-                    copy.write(chunk if utf8 else chunk.decode())
-            reply = None
-        else:
-            cur.execute(step.query, step.params)
-            reply = cur.fetchall()
-
-
-def missing_schema(exc: psycopg.Error) -> SchemaMissing:
-    """The one-line error for a database without our schema."""
-    return SchemaMissing(
-        "the supervisor schema is missing in this database; run `supervisor migrate` "
-        f"({exc.diag.message_primary})"
-    )
-
-
-def lost_connection(raw: Any, exc: BaseException) -> DatabaseUnavailable:
-    """The one-line error for a connection lost while a statement was on its way: whether
-    the server applied it is unknown (a commit may have been under way)."""
-    return DatabaseUnavailable(
-        f"lost the connection to PostgreSQL at {where(raw)} during enqueue; "
-        f"the job was not confirmed: {first_line(exc)}"
-    )

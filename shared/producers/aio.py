@@ -21,10 +21,10 @@ from psycopg import errors as pg_errors
 
 from shared import jobs
 from shared.dsn import resolve_dsn
-from shared.enqueue import lost_connection, missing_schema
 from shared.producers.aio_pool import async_producer_pool
 from shared.producers.connections import async_connection
-from shared.producers.plans import Copy, Plan, plan_many, plan_one
+from shared.producers.drive import lost_connection, missing_schema
+from shared.producers.plans import Copy, Plan, as_plan, plan_many, plan_one
 
 __all__ = ["enqueue_async", "enqueue_many_async"]
 
@@ -46,7 +46,7 @@ async def enqueue_async(
     """``shared.enqueue.enqueue`` for asyncio: insert one job, return its id."""
     plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
                     timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key)
-    return await run_plan_async(plan, conn, dsn, atomic=False)
+    return await run_plan_async(as_plan(plan), conn, dsn, atomic=False)
 
 
 async def enqueue_many_async(

@@ -39,5 +39,5 @@ def enqueue_on_commit(
     unknown = set(options) - {*_PLAN_OPTIONS, "conn", "dsn"}
     if unknown:
         raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
-    plan_one(kind, args, **{k: v for k, v in options.items() if k in _PLAN_OPTIONS}).close()
+    plan_one(kind, args, **{k: v for k, v in options.items() if k in _PLAN_OPTIONS})
     transaction.on_commit(partial(enqueue, kind, args, **options), using=using)

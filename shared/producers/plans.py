@@ -40,6 +40,28 @@ class Copy(NamedTuple):
 
 Plan = Generator[Execute | Copy, Any, Any]
 
+
+class Row(NamedTuple):
+    """The common job, due now and without a unique key: one plain INSERT, which
+    concurrent callers may share a round trip for (``shared.producers.combine``)."""
+
+    kind: str
+    queue: str
+    args: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+
+
+def as_plan(planned: Row | Plan) -> Plan:
+    """What ``plan_one`` returned, as a plan returning one id."""
+    return _first(_insert_now(planned)) if type(planned) is Row else planned
+
+
+def _first(plan: Plan) -> Plan:
+    ids = yield from plan
+    return ids[0]
+
 _INSERT_ONE = """
 INSERT INTO supervisor.jobs
     (kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key)
@@ -54,10 +76,25 @@ RETURNING id
 
 # The common case, no delay and no key: the column defaults do the rest, and the plan
 # the server caches stays the simplest one.
-_INSERT_NOW = """
+INSERT_NOW = """
 INSERT INTO supervisor.jobs (kind, queue, args, priority, max_attempts, timeout)
 VALUES (%s, %s, %s::jsonb, %s, %s, %s)
 RETURNING id
+"""
+
+# Several Rows in one statement (one round trip, one commit). The CTE is read twice, so
+# PostgreSQL materialises it: each row's id is drawn once and comes back in the order of
+# the arrays, so every caller gets its own job's id.
+INSERT_ROWS = """
+WITH r AS (
+    SELECT nextval('supervisor.jobs_id_seq') AS id, u.*
+    FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::float8[])
+         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, timeout, n)
+), ins AS (
+    INSERT INTO supervisor.jobs (id, kind, queue, args, priority, max_attempts, timeout)
+    SELECT id, kind, queue, args::jsonb, priority, max_attempts, timeout FROM r
+)
+SELECT id FROM r ORDER BY n
 """
 
 _LIVE_BY_KEYS = """
@@ -98,13 +135,14 @@ def plan_one(
     run_at: datetime | None = None,
     delay: float | None = None,
     unique_key: str | None = None,
-) -> Plan:
-    """Check everything, then return the plan inserting one job (it returns the id)."""
+) -> Row | Plan:
+    """Check everything, then return the plan inserting one job (it returns the id), or
+    the ``Row`` that is all the common case needs (``as_plan`` makes it a plan)."""
     check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
     check_unique_key(unique_key)
     encoded = encode_args(kind, args).decode()
     if unique_key is None and run_at is None and not delay:
-        return _insert_now((kind, queue, encoded, priority, max_attempts, timeout))
+        return Row(kind, queue, encoded, priority, max_attempts, timeout)
     params = {
         "kind": kind, "queue": queue, "args": encoded, "priority": priority,
         "max_attempts": max_attempts, "timeout": timeout, "run_at": run_at,
@@ -138,9 +176,22 @@ def plan_many(
     return _insert_many(encoded, keys, common, run_at, float(delay or 0.0))
 
 
-def _insert_now(params: tuple) -> Plan:
-    rows = yield Execute(_INSERT_NOW, params)
-    return rows[0][0]
+def insert_rows(rows: list[Row]) -> Plan:
+    """The plan inserting several Rows in one statement; returns their ids in order."""
+    if len(rows) == 1:
+        return _insert_now(rows[0])
+    return _insert_rows(rows)
+
+
+def _insert_rows(rows: list[Row]) -> Plan:
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    result = yield Execute(INSERT_ROWS, columns)
+    return [row[0] for row in result]
+
+
+def _insert_now(params: Row) -> Plan:
+    rows = yield Execute(INSERT_NOW, params)
+    return [rows[0][0]]
 
 
 def _insert_one(params: dict[str, Any], unique_key: str | None) -> Plan:
