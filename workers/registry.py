@@ -74,7 +74,11 @@ class JobHandle:
 
     def enqueue(self, **args: Any) -> int:
         """Insert one job with ``args`` as its keyword arguments; returns its id."""
-        return BoundJob(self, EnqueueOptions()).enqueue(**args)
+        from shared.enqueue import enqueue
+
+        d = self.defaults  # the hot path of web apps: no BoundJob, no options to resolve
+        return enqueue(self.kind, args, queue=d.queue, priority=d.priority,
+                       max_attempts=d.max_attempts, timeout=d.timeout)
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert many jobs of this kind in one COPY; returns their ids in order."""

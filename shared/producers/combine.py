@@ -24,7 +24,7 @@ import os
 import threading
 
 from shared.db import DatabaseUnavailable
-from shared.producers.drive import drive
+from shared.producers.drive import drive, drive_row
 from shared.producers.plans import Row, insert_rows
 from shared.producers.pool import ProducerPool, producer_pool
 
@@ -118,6 +118,8 @@ class Combiner:
         cur = self.pool.take()
         try:
             self.batches += 1
+            if len(rows) == 1:
+                return [drive_row(cur, rows[0])]
             return drive(cur, insert_rows(rows), atomic=False)
         finally:
             self.pool.give_back(cur)

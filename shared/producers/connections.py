@@ -13,7 +13,7 @@ import select
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ConnStatus, TransactionStatus
 
 from shared.db import UnusableConnection
 from shared.producers import orm
@@ -62,7 +62,7 @@ def check_usable(raw: psycopg.Connection | psycopg.AsyncConnection, label: str) 
         raise UnusableConnection(f"{label} is closed")
     if raw.broken:
         raise UnusableConnection(f"{label} is broken: its link to the server was lost")
-    status = raw.info.transaction_status
+    status = raw.pgconn.transaction_status
     if status == TransactionStatus.INERROR:
         raise UnusableConnection(
             f"{label} is inside a failed transaction (an earlier statement raised); "
@@ -78,12 +78,13 @@ def looks_dead(raw: psycopg.Connection | psycopg.AsyncConnection) -> bool:
     autocommit session without LISTEN gets nothing unasked but the server's goodbye (a
     FATAL message and EOF), so a readable socket means it is gone, known without a round
     trip and before any statement was sent."""
-    if raw.closed or raw.broken:
+    pgconn = raw.pgconn  # read libpq's state directly: this runs on every pooled call
+    if raw.broken or pgconn.status != ConnStatus.OK:
         return True
-    if raw.info.transaction_status != TransactionStatus.IDLE:
+    if pgconn.transaction_status != TransactionStatus.IDLE:
         return True
     try:
-        readable, _, _ = select.select([raw.pgconn.socket], [], [], 0)
+        readable, _, _ = select.select([pgconn.socket], [], [], 0)
     except (OSError, ValueError, psycopg.OperationalError):
         return True
     return bool(readable)

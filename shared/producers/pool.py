@@ -94,7 +94,7 @@ class ProducerPool:
         """Return a cursor from ``take``; a connection left broken or mid-transaction is
         closed instead of kept."""
         conn = cur.connection
-        if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+        if conn.broken or conn.pgconn.transaction_status != TransactionStatus.IDLE:
             self._discard(cur)
             return
         with self._cond:
