@@ -127,3 +127,38 @@ def test_connection_lost_under_a_batch_fails_every_caller_in_it_and_stores_none(
         assert "not confirmed" in str(error) and "\n" not in str(error)
     assert conn.execute("SELECT args->>'n' FROM supervisor.jobs").fetchall() == [("warm",)]
     producer_pool(dsn).close()
+
+
+def test_async_leader_cancelled_mid_send_does_not_fail_its_batch(dsn, conn):
+    import asyncio
+
+    from shared.producers.aio import _drive_once
+    from shared.producers.aio_combine import AsyncCombiner
+    from shared.producers.aio_pool import async_producer_pool
+
+    async def main():
+        pool = async_producer_pool(dsn)
+        combiner = AsyncCombiner(pool, _drive_once, max_leaders=1)
+        with psycopg.connect(dsn) as locker:
+            locker.execute("LOCK TABLE supervisor.jobs IN ACCESS EXCLUSIVE MODE")
+            leader = asyncio.ensure_future(combiner.insert(row("leader")))
+            while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type"
+                               " = 'Lock' AND application_name = 'supervisor-enqueue'"
+                               ).fetchone()[0] != 1:
+                await asyncio.sleep(0.005)  # poll the server, with the loop free to run
+            followers = [asyncio.ensure_future(combiner.insert(row(n))) for n in (1, 2)]
+            while len(combiner._waiting) != 2:
+                await asyncio.sleep(0.005)
+            leader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await leader
+            locker.rollback()
+        ids = await asyncio.gather(*followers)
+        pool.close()
+        return ids, combiner.batches
+
+    ids, batches = asyncio.run(main())
+    stored = dict(conn.execute("SELECT id, args->>'n' FROM supervisor.jobs").fetchall())
+    assert [stored[i] for i in ids] == ["1", "2"]
+    assert "leader" in stored.values()  # its send was shielded: it finished after all
+    assert batches == 2

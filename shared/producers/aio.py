@@ -21,10 +21,11 @@ from psycopg import errors as pg_errors
 
 from shared import jobs
 from shared.dsn import resolve_dsn
+from shared.producers.aio_combine import AsyncCombiner
 from shared.producers.aio_pool import async_producer_pool
 from shared.producers.connections import async_connection
 from shared.producers.drive import lost_connection, missing_schema
-from shared.producers.plans import Copy, Plan, as_plan, plan_many, plan_one
+from shared.producers.plans import Copy, Plan, Row, as_plan, plan_many, plan_one
 
 __all__ = ["enqueue_async", "enqueue_many_async"]
 
@@ -46,6 +47,11 @@ async def enqueue_async(
     """``shared.enqueue.enqueue`` for asyncio: insert one job, return its id."""
     plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
                     timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key)
+    if conn is None and type(plan) is Row:
+        pool = async_producer_pool(resolve_dsn(dsn))
+        if pool.combiner is None:
+            pool.combiner = AsyncCombiner(pool, _drive_once)
+        return await pool.combiner.insert(plan)
     return await run_plan_async(as_plan(plan), conn, dsn, atomic=False)
 
 
@@ -79,18 +85,23 @@ async def run_plan_async(plan: Plan, conn: Any, dsn: str | None, *, atomic: bool
     """Run ``plan`` on the caller's async connection, or on one from the loop's pool."""
     if conn is not None:
         raw = await async_connection(conn)
-        return await _drive(raw, plan, atomic=atomic and raw.autocommit)
-    async with async_producer_pool(resolve_dsn(dsn)).connection() as raw:
-        return await _drive(raw, plan, atomic=atomic)
-
-
-async def _drive(raw: psycopg.AsyncConnection, plan: Plan, *, atomic: bool) -> Any:
-    try:
         async with psycopg.AsyncCursor(raw) as cur:
-            if atomic:
-                async with raw.transaction():
-                    return await _steps(cur, plan)
-            return await _steps(cur, plan)
+            return await _drive(cur, plan, atomic=atomic and raw.autocommit)
+    async with async_producer_pool(resolve_dsn(dsn)).cursor() as cur:
+        return await _drive(cur, plan, atomic=atomic)
+
+
+async def _drive_once(cur: psycopg.AsyncCursor, plan: Plan) -> Any:
+    return await _drive(cur, plan, atomic=False)
+
+
+async def _drive(cur: psycopg.AsyncCursor, plan: Plan, *, atomic: bool) -> Any:
+    raw = cur.connection
+    try:
+        if atomic:
+            async with raw.transaction():
+                return await _steps(cur, plan)
+        return await _steps(cur, plan)
     except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
         raise missing_schema(exc) from exc
     except psycopg.OperationalError as exc:

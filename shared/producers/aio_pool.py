@@ -18,6 +18,7 @@ import os
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -28,53 +29,57 @@ from shared.producers.pool import APPLICATION_NAME, pool_size
 
 
 class AsyncProducerPool:
-    """Autocommit async connections to one database for one event loop."""
+    """Autocommit async connections to one database for one event loop, each with the
+    one cursor it keeps for life; ``combiner`` batches concurrent Rows over them."""
 
     def __init__(self, dsn: str, max_size: int) -> None:
         self.dsn = dsn
         self.max_size = max_size
         self.pid = os.getpid()
         self.opened = 0
-        self._idle: list[psycopg.AsyncConnection] = []
+        self.combiner: Any = None  # an AsyncCombiner, set by shared.producers.aio
+        self._idle: list[psycopg.AsyncCursor] = []
         self._freed = asyncio.Condition()
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        """Lend one connection for the ``async with`` block."""
-        conn = await self._take()
+    async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor]:
+        """Lend one connection's cursor for the ``async with`` block."""
+        cur = await self._take()
         try:
-            yield conn
+            yield cur
         finally:
-            await self._give_back(conn)
+            await self._give_back(cur)
 
-    async def _take(self) -> psycopg.AsyncConnection:
+    async def _take(self) -> psycopg.AsyncCursor:
         while self._idle or self.opened >= self.max_size:
             if not self._idle:
                 async with self._freed:
                     await self._freed.wait_for(
                         lambda: self._idle or self.opened < self.max_size)
                 continue
-            conn = self._idle.pop()
-            if not looks_dead(conn):
-                return conn
-            await self._discard(conn)
+            cur = self._idle.pop()
+            if not looks_dead(cur.connection):
+                return cur
+            await self._discard(cur)
         self.opened += 1
         try:
-            return await connect_async(self.dsn, application_name=APPLICATION_NAME)
+            conn = await connect_async(self.dsn, application_name=APPLICATION_NAME)
         except BaseException:
             self.opened -= 1
             await self._notify()
             raise
+        return psycopg.AsyncCursor(conn)
 
-    async def _give_back(self, conn: psycopg.AsyncConnection) -> None:
-        if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
-            await self._discard(conn)
+    async def _give_back(self, cur: psycopg.AsyncCursor) -> None:
+        conn = cur.connection
+        if conn.broken or conn.pgconn.transaction_status != TransactionStatus.IDLE:
+            await self._discard(cur)
             return
-        self._idle.append(conn)
+        self._idle.append(cur)
         await self._notify()
 
-    async def _discard(self, conn: psycopg.AsyncConnection) -> None:
-        _finish(conn)
+    async def _discard(self, cur: psycopg.AsyncCursor) -> None:
+        _finish(cur.connection)
         self.opened -= 1
         await self._notify()
 
@@ -85,8 +90,8 @@ class AsyncProducerPool:
     def close(self) -> None:
         """Close the idle connections, without needing the loop."""
         idle, self._idle = self._idle, []
-        for conn in idle:
-            _finish(conn)
+        for cur in idle:
+            _finish(cur.connection)
             self.opened -= 1
 
 

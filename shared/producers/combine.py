@@ -31,7 +31,9 @@ from shared.producers.pool import ProducerPool, producer_pool
 MAX_LEADERS = 2  # batches in flight at once per process and database
 
 
-class _Job:
+class Pending:
+    """One caller's Row on its way: taken by a leader, then done with an id or an error."""
+
     __slots__ = ("done", "error", "id", "row", "taken")
 
     def __init__(self, row: Row) -> None:
@@ -51,12 +53,12 @@ class Combiner:
         self.max_leaders = max_leaders
         self.batches = 0  # statements sent, for tests and benchmarks
         self._cond = threading.Condition(threading.Lock())
-        self._waiting: list[_Job] = []
+        self._waiting: list[Pending] = []
         self._leaders = 0
 
     def insert(self, row: Row) -> int:
         """Store ``row`` (committed when this returns) and return its job id."""
-        job = _Job(row)
+        job = Pending(row)
         with self._cond:
             self._waiting.append(job)
             try:
@@ -82,7 +84,7 @@ class Combiner:
             raise job.error
         return job.id
 
-    def _send(self, batch: list[_Job], own: _Job) -> None:
+    def _send(self, batch: list[Pending], own: Pending) -> None:
         try:
             ids = self._run([job.row for job in batch])
         except DatabaseUnavailable as exc:
@@ -106,7 +108,7 @@ class Combiner:
             for job in batch:
                 job.done = True
 
-    def _one_by_one(self, batch: list[_Job]) -> None:
+    def _one_by_one(self, batch: list[Pending]) -> None:
         # The failed statement rolled back whole, so resending each job is safe.
         for job in batch:
             try:
