@@ -122,10 +122,11 @@ def run(dsn: str, jobs: int, runs: int, commit: str):
             # Single calls in small interleaved blocks, so the three see the same load.
             spent = {"plain INSERT": 0.0, "handle.enqueue": 0.0, "enqueue(conn=c)": 0.0}
             block = 100
-            for _ in range(max(1, jobs // block)):
-                for label, work in (("plain INSERT", plain_insert),
-                                    ("handle.enqueue", via_handle),
-                                    ("enqueue(conn=c)", via_conn)):
+            order = [("plain INSERT", plain_insert), ("handle.enqueue", via_handle),
+                     ("enqueue(conn=c)", via_conn)]
+            for turn in range(max(1, jobs // block)):
+                # rotated, so that no method always runs right after the same other one
+                for label, work in order[turn % 3:] + order[:turn % 3]:
                     start = time.perf_counter()
                     work(0, block)
                     spent[label] += time.perf_counter() - start
