@@ -1,6 +1,7 @@
 """A real Django settings module for tests/test_producers_django.py: Django's own
 PostgreSQL backend (psycopg 3) on the test database named by SUPERVISOR_DJANGO_TEST_DSN,
-plus a second alias on the same database for on_commit across connections."""
+plus a second alias on the same database for on_commit across connections, and a SQLite
+one to be refused."""
 
 import os
 
@@ -19,4 +20,8 @@ _database = {
 SECRET_KEY = "tests-only"
 USE_TZ = True
 INSTALLED_APPS: list[str] = []
-DATABASES = {"default": _database, "other": dict(_database)}
+DATABASES = {
+    "default": _database,
+    "other": dict(_database),
+    "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+}

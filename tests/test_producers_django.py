@@ -133,3 +133,17 @@ def test_on_commit_enqueues_after_commit_and_never_after_rollback(watcher, djang
     from shared.producers.pool import producer_pool
 
     producer_pool(django_dsn).close()
+
+
+def test_a_non_postgresql_django_connection_is_refused(watcher, django_dsn):
+    from django.db import connections, transaction
+
+    with pytest.raises(TypeError, match="is sqlite; jobs live in PostgreSQL"):
+        enqueue("never", conn=connections["lite"])
+    with transaction.atomic(using="lite"):  # the on_commit form works with any database
+        enqueue_on_commit("after_lite", using="lite", dsn=django_dsn)
+        assert kinds(watcher) == []
+    assert kinds(watcher) == ["after_lite"]
+    from shared.producers.pool import producer_pool
+
+    producer_pool(django_dsn).close()

@@ -80,6 +80,16 @@ def test_failed_session_and_closed_connection_are_refused(dsn, conn):
     assert kinds(conn) == []
 
 
+def test_an_engine_on_another_driver_is_refused():
+    engine = sqlalchemy.create_engine("sqlite://")
+    try:
+        with engine.connect() as sa, pytest.raises(
+                TypeError, match=r"uses the pysqlite driver; .* needs psycopg 3"):
+            enqueue("never", conn=sa)
+    finally:
+        engine.dispose()
+
+
 def _async_session_for(dsn: str):
     from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
