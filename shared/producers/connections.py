@@ -74,10 +74,13 @@ def check_usable(raw: psycopg.Connection | psycopg.AsyncConnection, label: str) 
 
 def looks_dead(raw: psycopg.Connection | psycopg.AsyncConnection) -> bool:
     """Whether an idle connection of ours was cut by the server (restart, idle kill,
-    failover): closed, broken, or with something to read while it sits idle. An idle
-    autocommit session without LISTEN gets nothing unasked but the server's goodbye (a
-    FATAL message and EOF), so a readable socket means it is gone, known without a round
-    trip and before any statement was sent."""
+    failover): closed, broken, or with something to read while it sits idle. Known
+    without a round trip, by a poll of the socket, before any statement is sent.
+
+    An idle autocommit session that never LISTENs is sent nothing unasked but the
+    server's goodbye (a FATAL message, then EOF), and reading that message does not yet
+    show the EOF, so anything readable counts as dead. The rare harmless exception (a
+    reported setting changed by a reload) costs one reconnect."""
     pgconn = raw.pgconn  # read libpq's state directly: this runs on every pooled call
     if raw.broken or pgconn.status != ConnStatus.OK:
         return True
