@@ -200,3 +200,61 @@ def async_producer_pool_close(loop: asyncio.AbstractEventLoop, dsn: str) -> None
         async_producer_pool(dsn).close()
 
     loop.run_until_complete(close())
+
+
+FORK_MID_SEND_SCRIPT = """
+import json, os, sys, threading, time
+import psycopg
+from shared.enqueue import enqueue
+from shared.producers import combine
+from shared.producers.pool import producer_pool
+dsn = sys.argv[1]
+enqueue("k", {"who": "warm"}, dsn=dsn)
+locker = psycopg.connect(dsn)
+locker.execute("LOCK TABLE supervisor.jobs IN ACCESS EXCLUSIVE MODE")
+done = []
+thread = threading.Thread(target=lambda: done.append(enqueue("k", {"who": "thread"}, dsn=dsn)))
+thread.start()
+watch = psycopg.connect(dsn, autocommit=True)
+deadline = time.monotonic() + 20
+while watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND application_name = 'supervisor-enqueue'").fetchone()[0] != 1:
+    assert time.monotonic() < deadline, "the thread's enqueue never blocked"
+    time.sleep(0.01)
+pid = os.fork()  # while another thread is a leader with a connection lent out
+if pid == 0:
+    state = {"leaders": combine.combiner(dsn)._leaders, "opened": producer_pool(dsn).opened}
+    print(json.dumps(state), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+locker.rollback()
+thread.join(30)
+print(json.dumps({"status": status, "thread_id": done[0],
+                  "after": enqueue("k", {"who": "after"}, dsn=dsn)}))
+"""
+
+
+def test_fork_while_another_thread_is_sending_starts_the_child_clean(dsn, conn):
+    proc = subprocess.run([sys.executable, "-c", FORK_MID_SEND_SCRIPT, dsn], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    child, parent = (json.loads(line) for line in proc.stdout.splitlines())
+    assert child == {"leaders": 0, "opened": 0}  # nothing of the parent's sending state
+    assert parent["status"] == 0
+    who = dict(conn.execute("SELECT id, args->>'who' FROM supervisor.jobs").fetchall())
+    assert who[parent["thread_id"]] == "thread" and who[parent["after"]] == "after"
+
+
+def test_each_event_loop_gets_its_own_connections_closed_with_the_loop(dsn, conn):
+    import gc
+
+    def backends() -> int:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND application_name = 'supervisor-enqueue'"
+                            ).fetchone()[0]
+
+    first = asyncio.run(enqueue_async("k", {"loop": 1}, dsn=dsn))
+    second = asyncio.run(enqueue_async("k", {"loop": 2}, dsn=dsn))  # a new loop works too
+    assert second > first
+    gc.collect()  # the loops are gone: their pools' connections are closed
+    wait_for(lambda: backends() == 0, what="the loops' connections to close")
