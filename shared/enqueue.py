@@ -10,7 +10,7 @@ it each call borrows an autocommit connection from this process's small pool
 never shares its parent's sockets.
 
 The asyncio twins are ``shared.producers.aio.enqueue_async``/``enqueue_many_async``;
-``shared.producers.on_commit.enqueue_on_commit`` waits for a Django commit.
+``shared.producers.orm.enqueue_on_commit`` waits for a Django commit.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ import psycopg
 
 from shared import jobs
 from shared.dsn import resolve_dsn
-from shared.producers import checks
-from shared.producers.checks import MAX_QUEUE_NAME
+from shared.producers import plans
 from shared.producers.combine import combiner
-from shared.producers.connections import sync_connection
-from shared.producers.drive import drive
-from shared.producers.plans import Plan, Row, as_plan, plan_many, plan_one
+from shared.producers.connections import drive, sync_connection
+from shared.producers.plans import MAX_QUEUE_NAME, Plan, Row, as_plan, plan_many, plan_one
 from shared.producers.pool import producer_pool
 
 __all__ = ["MAX_QUEUE_NAME", "encode_args", "enqueue", "enqueue_many"]
@@ -96,7 +94,7 @@ def enqueue_many(
 
 def encode_args(kind: str, args: Mapping[str, Any] | None) -> str:
     """``args`` as JSON object text, or a ``TypeError``/``ValueError`` that says why not."""
-    return checks.encode_args(kind, args).decode()
+    return plans.encode_args(kind, args).decode()
 
 
 def run_plan(plan: Plan, conn: Any, dsn: str | None, *, atomic: bool) -> Any:

@@ -11,7 +11,7 @@ _PRODUCERS = {
     "enqueue_many": "shared.enqueue",
     "enqueue_async": "shared.producers.aio",
     "enqueue_many_async": "shared.producers.aio",
-    "enqueue_on_commit": "shared.producers.on_commit",
+    "enqueue_on_commit": "shared.producers.orm",
 }
 __all__ = list(_PRODUCERS)
 

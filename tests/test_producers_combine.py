@@ -132,8 +132,7 @@ def test_connection_lost_under_a_batch_fails_every_caller_in_it_and_stores_none(
 def test_async_leader_cancelled_mid_send_does_not_fail_its_batch(dsn, conn):
     import asyncio
 
-    from shared.producers.aio import _drive_once
-    from shared.producers.aio_combine import AsyncCombiner
+    from shared.producers.aio import AsyncCombiner, _drive_once
     from shared.producers.aio_pool import async_producer_pool
 
     async def main():

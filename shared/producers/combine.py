@@ -24,7 +24,7 @@ import os
 import threading
 
 from shared.db import DatabaseUnavailable
-from shared.producers.drive import drive, drive_row
+from shared.producers.connections import drive, drive_row
 from shared.producers.plans import Row, insert_rows
 from shared.producers.pool import ProducerPool, producer_pool
 
