@@ -202,6 +202,11 @@ class AsyncCombiner:
                         [job.id] = await self._run([job.row])
                     except Exception as single:
                         job.error = single
+        except BaseException:  # the loop is shutting down under the send
+            for job in batch:
+                job.error = DatabaseUnavailable(
+                    "enqueue interrupted (event loop closing); the job was not confirmed")
+            raise
         else:
             for job, job_id in zip(batch, ids, strict=True):
                 job.id = job_id
