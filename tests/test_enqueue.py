@@ -181,3 +181,12 @@ def test_async_connection_given_to_the_sync_api_is_refused(dsn):
 
     asyncio.run(main())
 
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3"])
+def test_a_bad_pool_size_setting_is_one_line(value, monkeypatch):
+    from shared.producers.pool import ENV_POOL_SIZE, pool_size
+
+    monkeypatch.setenv(ENV_POOL_SIZE, value)
+    with pytest.raises(ValueError, match=f"{ENV_POOL_SIZE} must be an int of at least 1"):
+        pool_size()
