@@ -54,3 +54,31 @@ def first_line(exc: BaseException) -> str:
         if line:
             return line
     return type(exc).__name__
+
+
+class UnusableConnection(RuntimeError):
+    """A connection given as ``conn=`` cannot take a statement now: closed, broken, or
+    inside a transaction that has already failed. The message says which."""
+
+
+async def connect_async(
+    dsn: str,
+    *,
+    autocommit: bool = True,
+    application_name: str = "supervisor",
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+) -> psycopg.AsyncConnection:
+    """``connect`` for asyncio: a psycopg ``AsyncConnection``, or ``DatabaseUnavailable``."""
+    try:
+        return await psycopg.AsyncConnection.connect(
+            dsn,
+            autocommit=autocommit,
+            application_name=application_name,
+            connect_timeout=connect_timeout,
+        )
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {describe(dsn)}: {first_line(exc)}"
+        ) from None
+    except psycopg.ProgrammingError as exc:  # malformed conninfo
+        raise DatabaseUnavailable(f"invalid database DSN: {first_line(exc)}") from None

@@ -1,16 +1,26 @@
 """The parent process: CLI, main loop, claims, the pool of children, scheduling and
 maintenance. Producers without handler code use ``supervisor.enqueue`` and
-``supervisor.enqueue_many`` (the same functions as ``shared.enqueue``)."""
+``supervisor.enqueue_many`` (the same functions as ``shared.enqueue``), their asyncio
+twins ``supervisor.enqueue_async`` and ``supervisor.enqueue_many_async``, and
+``supervisor.enqueue_on_commit`` (after a Django transaction commits)."""
 
 from typing import Any
 
-__all__ = ["enqueue", "enqueue_many"]
+_PRODUCERS = {
+    "enqueue": "shared.enqueue",
+    "enqueue_many": "shared.enqueue",
+    "enqueue_async": "shared.producers.aio",
+    "enqueue_many_async": "shared.producers.aio",
+    "enqueue_on_commit": "shared.producers.orm",
+}
+__all__ = list(_PRODUCERS)
 
 
 def __getattr__(name: str) -> Any:
     # Loaded on first use so that `import supervisor.<module>` stays light.
-    if name in __all__:
-        from shared import enqueue as _enqueue
+    module = _PRODUCERS.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(_enqueue, name)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'supervisor' has no attribute {name!r}")

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from shared import enqueue as enqueue_module
-from shared.db import SchemaMissing
+from shared.db import SchemaMissing, UnusableConnection
 from shared.enqueue import enqueue, enqueue_many
+from shared.producers.pool import producer_pool
 from supervisor.db.store import Completion, Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -99,14 +99,16 @@ def test_caller_transaction_rollback_hides_the_job_and_commit_shows_it(dsn, conn
     assert ids == [committed] and rolled_back not in ids
 
 
-def test_cached_connection_is_reused_per_process(dsn):
+def test_pooled_connection_is_reused_per_process(dsn):
     a = enqueue("k", dsn=dsn)
     b = enqueue("k", dsn=dsn)
     assert b > a
-    cached = [c for (d, pid), c in enqueue_module._connections.items()
-              if d == dsn and pid == os.getpid()]
-    assert len(cached) == 1 and cached[0].autocommit
-    cached[0].close()  # the test database is dropped after the test
+    pool = producer_pool(dsn)
+    assert pool.pid == os.getpid() and pool.opened == 1
+    [idle] = pool._idle
+    assert idle.connection.autocommit
+    pool.close()  # the test database is dropped after the test
+    assert pool.opened == 0
 
 
 def test_missing_schema_is_a_clear_error(fresh_dsn):
@@ -147,3 +149,44 @@ def test_promotion_notifies(dsn, conn):
         assert _notifications(listener) == []
         assert Store(conn, "me").promote_due() == 1
         assert _notifications(listener) == ["later"]
+
+
+def test_unsupported_closed_and_failed_connections_are_one_line_errors(dsn, conn):
+    with pytest.raises(TypeError, match=r"conn must be a psycopg Connection.*not builtins\.dict"):
+        enqueue("k", conn={"not": "a connection"})
+    with pytest.raises(TypeError, match="conn must be"):
+        enqueue_many("k", [], conn=object())
+    caller = psycopg.connect(dsn)
+    enqueue("k", {"lost": 1}, conn=caller)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        caller.execute("SELECT 1/0")
+    for call in (lambda: enqueue("k", conn=caller), lambda: enqueue_many("k", [{}], conn=caller)):
+        with pytest.raises(UnusableConnection, match=r"failed transaction.*roll it back") as err:
+            call()
+        assert "\n" not in str(err.value)
+    caller.rollback()
+    caller.close()
+    with pytest.raises(UnusableConnection, match="conn is closed"):
+        enqueue("k", conn=caller)
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (0,)
+
+
+def test_async_connection_given_to_the_sync_api_is_refused(dsn):
+    import asyncio
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dsn) as caller:
+            with pytest.raises(TypeError, match="async connection: use enqueue_async"):
+                enqueue("k", conn=caller)
+
+    asyncio.run(main())
+
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3"])
+def test_a_bad_pool_size_setting_is_one_line(value, monkeypatch):
+    from shared.producers.pool import ENV_POOL_SIZE, pool_size
+
+    monkeypatch.setenv(ENV_POOL_SIZE, value)
+    with pytest.raises(ValueError, match=f"{ENV_POOL_SIZE} must be an int of at least 1"):
+        pool_size()

@@ -77,11 +77,27 @@ class JobHandle:
 
     def enqueue(self, **args: Any) -> int:
         """Insert one job with ``args`` as its keyword arguments; returns its id."""
-        return BoundJob(self, EnqueueOptions()).enqueue(**args)
+        from shared.enqueue import enqueue
+
+        d = self.defaults  # the hot path of web apps: no BoundJob, no options to resolve
+        return enqueue(self.kind, args, queue=d.queue, priority=d.priority,
+                       max_attempts=d.max_attempts, timeout=d.timeout)
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert many jobs of this kind in one COPY; returns their ids in order."""
         return BoundJob(self, EnqueueOptions()).enqueue_many(args_list)
+
+    async def enqueue_async(self, **args: Any) -> int:
+        """``enqueue`` for asyncio (``conn=`` an async connection, if any)."""
+        return await BoundJob(self, EnqueueOptions()).enqueue_async(**args)
+
+    async def enqueue_many_async(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
+        """``enqueue_many`` for asyncio."""
+        return await BoundJob(self, EnqueueOptions()).enqueue_many_async(args_list)
+
+    def enqueue_on_commit(self, **args: Any) -> None:
+        """Enqueue once Django's current transaction on its default database commits."""
+        BoundJob(self, EnqueueOptions()).enqueue_on_commit(**args)
 
 
 class BoundJob:
@@ -122,6 +138,26 @@ class BoundJob:
         from shared.enqueue import enqueue_many
 
         return enqueue_many(self.handle.kind, list(args_list), **self._resolved())
+
+    async def enqueue_async(self, **args: Any) -> int:
+        """``enqueue`` for asyncio: awaits the insert on an async connection."""
+        from shared.producers.aio import enqueue_async
+
+        return await enqueue_async(self.handle.kind, args, **self._resolved())
+
+    async def enqueue_many_async(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
+        """``enqueue_many`` for asyncio."""
+        from shared.producers.aio import enqueue_many_async
+
+        return await enqueue_many_async(self.handle.kind, list(args_list), **self._resolved())
+
+    def enqueue_on_commit(self, **args: Any) -> None:
+        """Enqueue once Django's current transaction on its default database commits (at
+        once outside a transaction; never if it rolls back). Returns nothing: the id
+        exists only after the commit."""
+        from shared.producers.orm import enqueue_on_commit
+
+        enqueue_on_commit(self.handle.kind, args, **self._resolved())
 
 
 def _make_options(options: Mapping[str, Any]) -> EnqueueOptions:
