@@ -81,31 +81,34 @@ class Store:
         prepares again on the new one by itself)."""
         self.conn = conn
 
-    def claim(self, queue: str, kinds: Sequence[str], limit: int) -> list[ClaimedJob]:
+    def claim(self, queue: str, kinds: Sequence[str], limit: int,
+              aging: float = 0.0) -> list[ClaimedJob]:
         """Claim up to ``limit`` available, due jobs of ``kinds`` in ``queue`` (none if
-        the queue is paused), in claim order: priority, then run_at, then id."""
+        the queue is paused), in claim order: priority (one step more urgent per
+        ``aging`` seconds waited, when > 0), then run_at, then id."""
         if limit <= 0 or not kinds:
             return []
-        rows = self.conn.execute(CLAIM, self._claim_params(queue, kinds, limit),
+        rows = self.conn.execute(CLAIM, self._claim_params(queue, kinds, limit, aging),
                                  prepare=True).fetchall()
         return _claimed_jobs(rows)
 
     def complete_and_claim(self, items: Sequence[Completion], queue: str,
-                           kinds: Sequence[str], limit: int) -> tuple[list[int], list[ClaimedJob]]:
+                           kinds: Sequence[str], limit: int,
+                           aging: float = 0.0) -> tuple[list[int], list[ClaimedJob]]:
         """``complete(items)`` and ``claim(queue, kinds, limit)`` in one statement;
         returns (fenced-off ids, claimed jobs)."""
         if not items:
-            return [], self.claim(queue, kinds, limit)
+            return [], self.claim(queue, kinds, limit, aging)
         if limit <= 0 or not kinds:
             return self.complete(items), []
-        params = self.complete_and_claim_params(items, queue, kinds, limit)
+        params = self.complete_and_claim_params(items, queue, kinds, limit, aging)
         rows = self.conn.execute(COMPLETE_AND_CLAIM, params, prepare=False).fetchall()
         return self.complete_and_claim_rows(items, rows)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
-                                  kinds: Sequence[str], limit: int) -> dict:
+                                  kinds: Sequence[str], limit: int, aging: float = 0.0) -> dict:
         """Parameters of ``COMPLETE_AND_CLAIM`` (for running it without blocking)."""
-        return self._claim_params(queue, kinds, limit) | self._complete_params(items)
+        return self._claim_params(queue, kinds, limit, aging) | self._complete_params(items)
 
     def complete_and_claim_rows(self, items: Sequence[Completion],
                                 rows: list) -> tuple[list[int], list[ClaimedJob]]:
@@ -114,9 +117,10 @@ class Store:
         return (self._report_fenced("complete", items, written),
                 _claimed_jobs([r for r in rows if not r[9]]))
 
-    def _claim_params(self, queue: str, kinds: Sequence[str], limit: int) -> dict:
+    def _claim_params(self, queue: str, kinds: Sequence[str], limit: int,
+                      aging: float = 0.0) -> dict:
         return {"owner": self.owner, "ttl": self.lease_ttl, "queue": queue,
-                "kinds": list(kinds), "limit": limit}
+                "kinds": list(kinds), "limit": limit, "aging": float(aging)}
 
     def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],

@@ -71,7 +71,8 @@ class Claimer:
         completions, pending.completions = pending.completions, []
         if not pending.count() and not pending.progress:
             pending.since = None  # nothing left to flush: no busy wake-ups meanwhile
-        params = self.db.store.complete_and_claim_params(completions, queue, self.kinds, wanted)
+        params = self.db.store.complete_and_claim_params(completions, queue, self.kinds, wanted,
+                                                         self.scheduler.aging(queue))
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         try:
@@ -83,7 +84,7 @@ class Claimer:
     def _claim_inline(self, queue: str, wanted: int) -> None:
         started = time.perf_counter()
         claimed = self.db.call(lambda s: claim_carrying_completions(
-            s, self.ledger.pending, queue, self.kinds, wanted), None)
+            s, self.ledger.pending, queue, self.kinds, wanted, self.scheduler.aging(queue)), None)
         if claimed is None:
             self.scheduler.unplanned(queue, wanted)
             return

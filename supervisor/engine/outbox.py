@@ -120,7 +120,7 @@ def _complete(store: Store, completions: list[Completion]) -> int:
 
 
 def claim_carrying_completions(store: Store, pending: PendingWrites, queue: str,
-                               kinds: list[str], limit: int) -> list:
+                               kinds: list[str], limit: int, aging: float = 0.0) -> list:
     """Claim for ``queue`` and, in the same statement, write the pending completions.
 
     Only on success are the completions taken out of ``pending``. If one of them holds
@@ -128,11 +128,12 @@ def claim_carrying_completions(store: Store, pending: PendingWrites, queue: str,
     ``write_pending``, which sorts out the bad one job by job.
     """
     if not pending.completions:
-        return store.claim(queue, kinds, limit)
+        return store.claim(queue, kinds, limit, aging)
     try:
-        _fenced, claimed = store.complete_and_claim(pending.completions, queue, kinds, limit)
+        _fenced, claimed = store.complete_and_claim(pending.completions, queue, kinds, limit,
+                                                    aging)
     except psycopg.DataError:
-        return store.claim(queue, kinds, limit)
+        return store.claim(queue, kinds, limit, aging)
     pending.completions = []
     if pending.count() == 0 and not pending.progress:
         pending.since = None
