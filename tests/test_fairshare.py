@@ -10,8 +10,9 @@ import itertools
 import random
 
 import pytest
-from fairsim import Simulation
+from fairsim import Clock, Simulation
 
+from supervisor.config import RunConfig
 from supervisor.engine.allotment import (
     Deficits,
     QueuePolicy,
@@ -20,6 +21,7 @@ from supervisor.engine.allotment import (
     shares,
     validate,
 )
+from supervisor.engine.planner import CLAIM_HOLD, Scheduler
 
 EQUAL = {"a": 0.25, "b": 0.25, "c": 0.25, "d": 0.25, "e": 0.25}
 UNEQUAL = {"a": 0.1, "b": 0.5, "c": 0.3, "d": 0.2, "e": 1.0}
@@ -199,3 +201,19 @@ def test_a_rate_limited_queue_leaves_its_unused_share_to_the_others():
     assert sim.started["a"] <= 2.0 * 100 + 1  # rate, plus the bucket's one token
     assert sim.started["a"] >= 2.0 * 100 * 0.95
     assert sum(sim.busy.values()) >= 0.95 * 4 * 100  # the pool stays busy
+
+
+def test_a_child_kept_for_a_claim_is_lent_once_the_claim_is_late():
+    """If the claim a free child waits for does not come (database away), the child
+    goes to a queue at its share after CLAIM_HOLD, and the loop is woken for it."""
+    clock = Clock()
+    config = RunConfig(children=2, queue_policies=policies({"a": {}, "b": {}}))
+    scheduler = Scheduler(config, ["a", "b"], 0.0, clock=clock)
+    scheduler.observed({"a", "b"})
+    # a holds nothing and is owed its child; b holds one and has one more claimed.
+    assert scheduler.next_queue(2, {"b": 1}, {"b": 1}) is None
+    assert scheduler.next_token_at(0.0) == pytest.approx(CLAIM_HOLD)
+    clock.now = CLAIM_HOLD / 2
+    assert scheduler.next_queue(2, {"b": 1}, {"b": 1}) is None
+    clock.now = CLAIM_HOLD + 0.01
+    assert scheduler.next_queue(2, {"b": 1}, {"b": 1}) == "b"

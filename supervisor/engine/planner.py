@@ -161,15 +161,15 @@ class Scheduler:
         less. Otherwise a queue of short jobs, which frees its child before its next
         claim is back, would lose that child at every job."""
         coming = set()
+        short_since = {}
         for queue in self.demand:
             short = waiting.get(queue, 0) == 0 and targets.get(queue, 0) > running.get(queue, 0)
             bucket = self.buckets.get(queue)
             if short and (bucket is None or queue in self._claiming or bucket.available(now)):
-                since = self._short_since.setdefault(queue, now)
+                since = short_since[queue] = self._short_since.get(queue, now)
                 if now - since <= CLAIM_HOLD:
                     coming.add(queue)
-            else:
-                self._short_since.pop(queue, None)
+        self._short_since = short_since
         return coming
 
     def aging(self, queue: str) -> float:
@@ -179,8 +179,10 @@ class Scheduler:
         return policy.aging if policy is not None else 0.0
 
     def next_token_at(self, now: float) -> float | None:
-        """When a rate-limited queue with demand gets its next token (for the loop's
-        timeout), or None."""
+        """When the scheduler next needs the loop (for its timeout): a rate-limited
+        queue with demand gets its next token, or a child kept for a claim stops
+        waiting for it. None if neither."""
         times = [b.next_token_at(now) for q, b in self.buckets.items() if q in self.demand]
+        times.extend(since + CLAIM_HOLD for since in self._short_since.values())
         due = [t for t in times if t > now]
         return min(due) if due else None
