@@ -120,6 +120,7 @@ class Deficits:
         self.owed: dict[str, float] = {}
         self._at = now
         self._share: dict[str, float] = {}
+        self._source: Mapping[str, float] | None = None
         self._running: dict[str, int] = {}
         self._busy = 0.0  # decayed child-seconds used, and starts: the mean job length
         self._starts = 0.0
@@ -131,10 +132,12 @@ class Deficits:
         if dt > 0:
             self._account(dt)
             self._at = now
-        self._share = {q: s for q, s in share.items() if s > _EPS}
-        self._running = {q: n for q, n in running.items() if n > 0}
-        for q in [q for q in self.owed if q not in self._share]:
-            del self.owed[q]
+        if share is not self._source:  # the planner hands the same dict until it changes
+            self._source = share
+            self._share = {q: s for q, s in share.items() if s > _EPS}
+            for q in [q for q in self.owed if q not in self._share]:
+                del self.owed[q]
+        self._running = dict(running)
 
     def started(self, count: int = 1) -> None:
         """A job (or ``count``) went to a child: feeds the mean job length estimate."""

@@ -80,9 +80,12 @@ class Scheduler:
         return apportion(self.shares(pool_size, waiting, now), self.deficits.owed)
 
     def advance(self, now: float, pool_size: int, running: Mapping[str, int],
-                waiting: Mapping[str, int] | None = None) -> None:
-        """Bring the fair-share book up to ``now`` (children held per queue: ``running``)."""
-        self.deficits.advance(now, self.shares(pool_size, waiting, now), running)
+                waiting: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Bring the fair-share book up to ``now`` (children held per queue: ``running``);
+        returns the allotment it gives (``targets``)."""
+        share = self.shares(pool_size, waiting, now)
+        self.deficits.advance(now, share, running)
+        return apportion(share, self.deficits.owed)
 
     def caps(self, pool_size: int) -> dict[str, int]:
         """The most children each queue may hold."""
@@ -99,8 +102,7 @@ class Scheduler:
         ``eager`` (outcomes are waiting to be written anyway) lifts that rule.
         """
         running = {q: n - waiting.get(q, 0) for q, n in outstanding.items()}
-        self.advance(now, pool_size, running, waiting)
-        targets = self.targets(pool_size, waiting, now)
+        targets = self.advance(now, pool_size, running, waiting)
         plans = []
         for queue in self.queues:
             if queue not in self.demand:
@@ -145,8 +147,7 @@ class Scheduler:
         """The queue whose waiting job should go to the next idle child (the caller gives
         it one: that start is counted for the mean job length)."""
         now = self.clock() if now is None else now
-        self.advance(now, pool_size, running, waiting)
-        targets = self.targets(pool_size, waiting, now)
+        targets = self.advance(now, pool_size, running, waiting)
         coming = self._claims_coming(now, targets, waiting, running)
         queue = pick_queue(waiting, running, targets, self.caps(pool_size),
                            self.deficits.owed, coming)
