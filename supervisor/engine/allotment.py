@@ -143,6 +143,13 @@ class Deficits:
         """A job (or ``count``) went to a child: feeds the mean job length estimate."""
         self._starts += count
 
+    def ranks(self) -> dict[str, float]:
+        """The balances rounded to a sixteenth of the horizon, for ordering queues: a
+        queue is not preferred for being owed a millisecond more, which would swap the
+        spare child back and forth between claims."""
+        step = self.horizon() / 16
+        return {q: round(v / step) for q, v in self.owed.items()}
+
     def horizon(self) -> float:
         """The largest balance kept, in child-seconds: a few mean job lengths."""
         length = self._busy / self._starts if self._starts >= 1 else 0.0

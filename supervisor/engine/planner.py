@@ -77,7 +77,7 @@ class Scheduler:
                 now: float | None = None) -> dict[str, int]:
         """Children allotted to each queue now: the shares rounded, the spare children to
         the queues owed the most."""
-        return apportion(self.shares(pool_size, waiting, now), self.deficits.owed)
+        return apportion(self.shares(pool_size, waiting, now), self.deficits.ranks())
 
     def advance(self, now: float, pool_size: int, running: Mapping[str, int],
                 waiting: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -85,7 +85,7 @@ class Scheduler:
         returns the allotment it gives (``targets``)."""
         share = self.shares(pool_size, waiting, now)
         self.deficits.advance(now, share, running)
-        return apportion(share, self.deficits.owed)
+        return apportion(share, self.deficits.ranks())
 
     def caps(self, pool_size: int) -> dict[str, int]:
         """The most children each queue may hold."""
@@ -150,7 +150,7 @@ class Scheduler:
         targets = self.advance(now, pool_size, running, waiting)
         coming = self._claims_coming(now, targets, waiting, running)
         queue = pick_queue(waiting, running, targets, self.caps(pool_size),
-                           self.deficits.owed, coming)
+                           self.deficits.ranks(), coming)
         if queue is not None:
             self.deficits.started()
         return queue
