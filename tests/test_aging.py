@@ -1,7 +1,7 @@
 """Priority aging in the claim, against real PostgreSQL: the order it gives, that it
-matches the rule job for job, that a queue without aging keeps the plain index plan,
-and, with a real supervisor, that a steady stream of urgent jobs no longer starves an
-old one."""
+matches the rule job for job, its plan, that a queue without aging keeps the plain
+claim, and, with a real supervisor, that a steady stream of urgent jobs no longer
+starves an old one."""
 
 from __future__ import annotations
 
@@ -14,9 +14,15 @@ import pytest
 from e2e import Supervisor, read_log, wait_until
 
 from shared.enqueue import enqueue, enqueue_many
-from supervisor.db.nonblocking import Prepared
-from supervisor.db.sql import CLAIM
-from supervisor.db.store import Store
+from supervisor.db.sql import (
+    CLAIM,
+    CLAIM_AGED,
+    COMPLETE_AND_CLAIM,
+    COMPLETE_AND_CLAIM_AGED,
+    COMPLETE_AND_CLAIM_NONBLOCKING,
+    claim_statements,
+)
+from supervisor.db.store import Completion, Store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,6 +51,22 @@ def test_not_old_enough_or_aging_off_keeps_the_stored_priority(conn):
     set_age(conn, old, 100_000)
     assert [j.id for j in store.claim("default", ["k"], 1, aging=0)] == [fresh]
     assert [j.id for j in store.claim("default", ["k"], 1, aging=0)] == [old]
+
+
+def test_complete_and_claim_ages_too(conn):
+    first = enqueue("k", conn=conn)
+    store = Store(conn, "me")
+    [job] = store.claim("default", ["k"], 1, aging=60)
+    fresh = enqueue("k", priority=0, conn=conn)
+    old = enqueue("k", priority=3, conn=conn)
+    set_age(conn, old, 200)  # 3 - floor(200 / 60) = 0, and older than fresh
+    fenced, claimed = store.complete_and_claim([Completion(first, job.attempt, None)],
+                                               "default", ["k"], 1, aging=60)
+    assert fenced == [] and [j.id for j in claimed] == [old]
+    assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                        (first,)).fetchone()[0] == "completed"
+    assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                        (fresh,)).fetchone()[0] == "available"
 
 
 def test_aged_claim_respects_kinds_pause_and_due_time(conn):
@@ -88,41 +110,34 @@ def test_aged_claim_order_matches_the_rule_job_for_job(conn, limit):
     assert flat == expected
 
 
-def plan(conn, aging):
+def plan(conn, sql, **extra):
     params = {"owner": "me", "ttl": 30.0, "queue": "default", "kinds": ["noop"],
-              "limit": 512, "aging": aging}
-    return "\n".join(r[0] for r in conn.execute("EXPLAIN " + CLAIM, params))
+              "limit": 512, **extra}
+    return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
 
 
-def test_claim_plans_use_the_indexes_with_and_without_aging(conn):
+def test_aged_claim_plan_uses_the_indexes_after_analyze(conn):
+    """The plan on a 20k-row analyzed table: the loose scan over priority levels and the
+    ordered head come from the partial claim index, the final lock from the primary
+    key; nothing scans the table."""
     enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
     enqueue_many("other", [{}] * 500, queue="q2", conn=conn)
     conn.execute("UPDATE supervisor.jobs SET priority = id % 5")
     conn.execute("ANALYZE supervisor.jobs")
-    off = plan(conn, 0.0)
-    assert "jobs_available_idx" in off and "Seq Scan" not in off, off
-    assert "One-Time Filter: false" in off  # the aging branch is cut at plan time
-    on = plan(conn, 60.0)
-    assert "Seq Scan" not in on, on
-    assert "jobs_available_idx" in on and "jobs_pkey" in on, on
-    assert "Recursive Union" in on  # the loose scan over priority levels
+    aged = plan(conn, CLAIM_AGED, aging=60.0)
+    assert "Seq Scan" not in aged, aged
+    assert "Recursive Union" in aged, aged
+    assert "Index Only Scan using jobs_available_idx" in aged, aged
+    assert "Index Scan using jobs_pkey" in aged, aged
+    plain = plan(conn, CLAIM)  # a queue without aging: the statement as it always was
+    assert "jobs_available_idx" in plain and "Seq Scan" not in plain, plain
+    assert "Recursive Union" not in plain
 
 
-def test_generic_plan_never_runs_the_aging_branch_when_off(conn):
-    """A prepared claim may run from a generic plan, where the aging interval is unknown
-    at plan time: then the branch is gated at run time and never executed."""
-    enqueue_many("noop", [{}] * 50, conn=conn)
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    prepared = Prepared(CLAIM)
-    conn.execute("PREPARE claim AS " + prepared.sql.decode())
-    literal = {"owner": "'me'", "ttl": "30.0", "queue": "'default'",
-               "kinds": "ARRAY['noop']", "limit": "5", "aging": "0"}
-    args = ", ".join(literal[name] for name in prepared.names)
-    text = "\n".join(r[0] for r in conn.execute(
-        f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE claim({args})"))
-    assert "One-Time Filter: false" not in text, text  # generic indeed
-    assert "Recursive Union (never executed)" in text, text
-    assert "Update on jobs (actual time" in text, text
+def test_aging_off_runs_the_plain_claim():
+    assert claim_statements(0) == (CLAIM, COMPLETE_AND_CLAIM, COMPLETE_AND_CLAIM_NONBLOCKING)
+    assert claim_statements(0.5)[0] is CLAIM_AGED
+    assert "aging" not in CLAIM and "aging" in COMPLETE_AND_CLAIM_AGED
 
 
 # -- a real supervisor --------------------------------------------------------------

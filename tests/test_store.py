@@ -243,8 +243,7 @@ def test_claim_plan_uses_the_index_after_analyze(conn):
     conn.execute("ANALYZE supervisor.jobs")
     from supervisor.db.sql import CLAIM
 
-    params = {"owner": "me", "ttl": 30.0, "queue": "default", "kinds": ["noop"], "limit": 512,
-              "aging": 0.0}
+    params = {"owner": "me", "ttl": 30.0, "queue": "default", "kinds": ["noop"], "limit": 512}
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + CLAIM, params))
     assert "jobs_available_idx" in plan
     assert "Seq Scan on jobs" not in plan, plan

@@ -1,4 +1,4 @@
-"""What priority aging costs a claim: the claim statement with ``aging`` 0 and 60 s on a
+"""What priority aging costs a claim: the claim with ``aging`` 0 (the plain CLAIM) and 60 s on a
 20k-job queue spread over 5 priority levels with ages up to 10 minutes (so the aged
 branch has work), batches of 1, 16 and 512, run alternately, each inside a transaction
 that is rolled back so every run sees the same table. Prints the median time per claim.
@@ -16,7 +16,7 @@ import psycopg
 from common import DEFAULT_DSN, drop_database, scratch_database
 
 from shared.enqueue import enqueue_many
-from supervisor.db.sql import CLAIM
+from supervisor.db.sql import claim_statements
 
 
 def main() -> None:
@@ -39,7 +39,8 @@ def main() -> None:
                         params = {"owner": "bench", "ttl": 30.0, "queue": "default",
                                   "kinds": ["noop"], "limit": batch, "aging": aging}
                         started = time.perf_counter()
-                        rows = conn.execute(CLAIM, params, prepare=True).fetchall()
+                        rows = conn.execute(claim_statements(aging)[0], params,
+                                            prepare=True).fetchall()
                         times[aging].append(time.perf_counter() - started)
                         conn.rollback()
                         assert len(rows) == batch

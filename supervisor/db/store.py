@@ -19,9 +19,7 @@ import psycopg
 from shared import jobs
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db.sql import (
-    CLAIM,
     COMPLETE,
-    COMPLETE_AND_CLAIM,
     FAIL,
     HAS_DUE_WORK,
     INTERRUPT,
@@ -32,6 +30,7 @@ from supervisor.db.sql import (
     RELEASE,
     RENEW,
     RESCUE,
+    claim_statements,
 )
 
 log = logging.getLogger("supervisor.store")
@@ -88,7 +87,8 @@ class Store:
         ``aging`` seconds waited, when > 0), then run_at, then id."""
         if limit <= 0 or not kinds:
             return []
-        rows = self.conn.execute(CLAIM, self._claim_params(queue, kinds, limit, aging),
+        rows = self.conn.execute(claim_statements(aging)[0],
+                                 self._claim_params(queue, kinds, limit, aging),
                                  prepare=True).fetchall()
         return _claimed_jobs(rows)
 
@@ -102,7 +102,7 @@ class Store:
         if limit <= 0 or not kinds:
             return self.complete(items), []
         params = self.complete_and_claim_params(items, queue, kinds, limit, aging)
-        rows = self.conn.execute(COMPLETE_AND_CLAIM, params, prepare=False).fetchall()
+        rows = self.conn.execute(claim_statements(aging)[1], params, prepare=False).fetchall()
         return self.complete_and_claim_rows(items, rows)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,

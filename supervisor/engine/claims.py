@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 
 from supervisor.db.database import CONNECTION_ERRORS, Database
-from supervisor.db.sql import COMPLETE_AND_CLAIM_NONBLOCKING
+from supervisor.db.sql import claim_statements
 from supervisor.db.store import Completion
 from supervisor.engine.ledger import Ledger, PendingWrites
 from supervisor.engine.outbox import claim_carrying_completions, write_pending
@@ -71,12 +71,13 @@ class Claimer:
         completions, pending.completions = pending.completions, []
         if not pending.count() and not pending.progress:
             pending.since = None  # nothing left to flush: no busy wake-ups meanwhile
+        aging = self.scheduler.aging(queue)
         params = self.db.store.complete_and_claim_params(completions, queue, self.kinds, wanted,
-                                                         self.scheduler.aging(queue))
+                                                         aging)
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         try:
-            fast.send(COMPLETE_AND_CLAIM_NONBLOCKING, params, lambda outcome: self._answered(
+            fast.send(claim_statements(aging)[2], params, lambda outcome: self._answered(
                 queue, wanted, completions, started, outcome))
         except psycopg.Error as exc:
             self._answered(queue, wanted, completions, started, exc)
