@@ -116,10 +116,17 @@ def test_a_free_child_waits_for_the_claim_of_the_queue_owed_most():
     assert pick_queue({"b": 3}, {"a": 0, "b": 2}, targets, caps, owed) == "b"
 
 
-def test_validate_rejects_negative_aging():
-    with pytest.raises(ValueError, match="aging"):
+def test_validate_rejects_negative_aging_and_values_that_are_not_numbers():
+    with pytest.raises(ValueError, match="aging must be >= 0"):
         validate(QueuePolicy(name="q", aging=-1))
     assert validate(QueuePolicy(name="q", aging=30)).aging == 30
+    # A string from a config file is a one-line error, not a TypeError from a comparison.
+    with pytest.raises(ValueError, match="aging must be a number"):
+        validate(QueuePolicy(name="q", aging="soon"))
+    with pytest.raises(ValueError, match="min_workers must be a whole number"):
+        validate(QueuePolicy(name="q", min_workers=1.5))
+    with pytest.raises(ValueError, match="weight must be a number"):
+        validate(QueuePolicy(name="q", weight=float("nan")))
 
 
 # -- over simulated time ---------------------------------------------------------------

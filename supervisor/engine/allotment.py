@@ -210,23 +210,30 @@ def pick_queue(
     return None if best is None or not best[4] else best[3]
 
 
+def _number(value: object, whole: bool = False) -> bool:
+    kinds = int if whole else (int, float)
+    return isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def validate(policy: QueuePolicy) -> QueuePolicy:
     """Raise ``ValueError`` naming the queue and setting when a policy is unusable."""
+    checks = [  # (setting, value, whole number?, allowed, what it must be)
+        ("max_workers", policy.max_workers, True, lambda v: v >= 0, ">= 0"),
+        ("min_workers", policy.min_workers, True, lambda v: v >= 0, ">= 0"),
+        ("weight", policy.weight, False, lambda v: v > 0, "> 0"),
+        ("max_rate", policy.max_rate, False, lambda v: v > 0, "> 0"),
+        ("burst", policy.burst, True, lambda v: v >= 1, ">= 1"),
+        ("prefetch", policy.prefetch, True, lambda v: v >= 1, ">= 1"),
+        ("aging", policy.aging, False, lambda v: v >= 0, ">= 0 seconds (0: off)"),
+    ]
     problems = []
-    if policy.max_workers is not None and policy.max_workers < 0:
-        problems.append("max_workers must be >= 0")
-    if policy.min_workers < 0:
-        problems.append("min_workers must be >= 0")
-    if not policy.weight > 0 or math.isinf(policy.weight):
-        problems.append("weight must be > 0")
-    if policy.max_rate is not None and policy.max_rate <= 0:
-        problems.append("max_rate must be > 0")
-    if policy.burst is not None and policy.burst < 1:
-        problems.append("burst must be >= 1")
-    if policy.prefetch < 1:
-        problems.append("prefetch must be >= 1")
-    if not policy.aging >= 0 or math.isinf(policy.aging):
-        problems.append("aging must be >= 0 seconds (0: off)")
+    for name, value, whole, allowed, rule in checks:
+        if value is None and name in ("max_workers", "max_rate", "burst"):
+            continue
+        if not _number(value, whole):
+            problems.append(f"{name} must be a {'whole ' if whole else ''}number {rule}")
+        elif not allowed(value):
+            problems.append(f"{name} must be {rule}")
     if problems:
         raise ValueError(f"queue {policy.name!r}: " + "; ".join(problems))
     return policy
