@@ -196,16 +196,23 @@ def apply_queue_flags(config: RunConfig, flags: list[str]) -> RunConfig:
         if not name or not eq or key not in _QUEUE_KEYS:
             raise ConfigError(f"--queue-setting {flag!r}: expected QUEUE.KEY=VALUE with KEY one "
                               f"of {', '.join(sorted(_QUEUE_KEYS))}")
-        try:
-            value: Any = float(raw) if key in ("weight", "max_rate") else int(raw)
-        except ValueError:
-            raise ConfigError(f"--queue-setting {flag!r}: {raw!r} is not a number") from None
+        value = _coerce(QueuePolicy, key, _number_or_text(raw), f"--queue-setting {name}.")
         try:
             policy = replace(config.policy(name), **{key: value})
             config.queue_policies[name] = validate(policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     return config
+
+
+def _number_or_text(raw: str) -> Any:
+    """A flag's text as the number it spells, else as text (a duration like ``30s``)."""
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
 
 
 def _check(config: RunConfig) -> None:

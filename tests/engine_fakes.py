@@ -68,7 +68,8 @@ class FakeStore:
         return [i for i in ids if i in self.fence]
 
     # -- the claim (run through FakeClaims) ----------------------------------------------
-    def send_complete_and_claim(self, runner, completions, queue, kinds, limit, callback):
+    def send_complete_and_claim(self, runner, completions, queue, kinds, limit, callback,
+                                aging=0.0):
         params = {"completions": list(completions), "queue": queue, "limit": limit}
         runner.send(None, params, callback)
 

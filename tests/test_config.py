@@ -60,8 +60,9 @@ def test_bad_queue_flag():
     config = build_config({})
     with pytest.raises(ConfigError, match=r"QUEUE\.KEY=VALUE"):
         apply_queue_flags(config, ["images-max_rate=3"])
-    with pytest.raises(ConfigError, match="not a number"):
+    with pytest.raises(ConfigError, match=r"images\.max_rate: expected a number, got 'fast'"):
         apply_queue_flags(config, ["images.max_rate=fast"])
+    assert apply_queue_flags(config, ["images.aging=30s"]).policy("images").aging == 30.0
 
 
 def test_parse_size():

@@ -1,6 +1,7 @@
 """Scheduling through a real supervisor: weights, minimums, rate limits, paused queues,
 two supervisors on one database, and a database restart mid-run."""
 
+import signal
 from collections import Counter
 
 import psycopg
@@ -10,7 +11,7 @@ from e2e import Supervisor, job_row, read_log, run_burst, state_counts, wait_unt
 from shared.enqueue import enqueue, enqueue_many
 from shared.migrate import migrate
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # real supervisors: CI lane
 
 
 def max_concurrency(records, queue):
@@ -40,6 +41,46 @@ def test_weights_3_to_1_share_a_saturated_pool(dsn, tmp_path):
     assert max_concurrency(read_log(log), "weighted_a") <= 4
 
 
+def test_weights_3_1_1_with_a_minimum_share_completions_on_4_children(dsn, tmp_path):
+    """Issue 18's held-out check: b (weight 1) used to run nothing at all.
+
+    Expected shares, from the rule in docs/operations.md: c's minimum of 1 child comes
+    first; the 3 children left are shared 3:1:1 by all three queues (c too), so a holds
+    1.8 children, b 0.6 and c 0.6 + 1 = 1.6 on average. With jobs of one length,
+    completions follow child-time: a 1.8/4 = 0.45, b 0.6/4 = 0.15, c 1.6/4 = 0.40.
+    """
+    expected = {"fair_a": 0.45, "fair_b": 0.15, "fair_c": 0.40}
+    log = tmp_path / "runs.log"
+    config = tmp_path / "supervisor.toml"
+    config.write_text("[queues.fair_a]\nweight = 3\n[queues.fair_b]\nweight = 1\n"
+                      "[queues.fair_c]\nweight = 1\nmin_workers = 1\n")
+    # 4 children at 0.25 s: 16 jobs/s, 200 counted in about 12.5 s; a needs 0.45 of
+    # them (90) plus the warm-up, so 150 per queue keeps all three busy to the end.
+    for queue in expected:
+        enqueue_many("e2e_sleep", [{"seconds": 0.25}] * 150, queue=queue, dsn=dsn)
+    sup = Supervisor(dsn, "-n", "4", "--config", str(config),
+                     *(arg for q in expected for arg in ("-q", q)), log_path=log)
+    try:
+        def ends():
+            return [r for r in read_log(log) if r["event"] == "end"]
+
+        # The first second (children booting, first claims) is left out of the count.
+        first = wait_until(lambda: read_log(log), what="the first start")[0]["t"]
+        wait_until(lambda: len([r for r in ends() if r["t"] > first + 1.0]) >= 200,
+                   timeout=60, what="200 completions")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(30) == 0, sup.err
+    finally:
+        sup.stop()
+    counted = sorted((r for r in ends() if r["t"] > first + 1.0), key=lambda r: r["t"])[:200]
+    got = Counter(r["queue"] for r in counted)
+    left = {q: 150 - n for q, n in Counter(r["queue"] for r in ends()).items()}
+    assert min(left.values()) > 0, left  # every queue had work all along
+    shares = {q: got[q] / len(counted) for q in expected}
+    for queue, want in expected.items():
+        assert abs(shares[queue] - want) <= 0.05, (shares, got)
+
+
 def test_min_workers_is_honoured_against_a_heavy_weight(dsn, tmp_path):
     log = tmp_path / "runs.log"
     config = tmp_path / "supervisor.toml"
@@ -52,7 +93,10 @@ def test_min_workers_is_honoured_against_a_heavy_weight(dsn, tmp_path):
     b_first = min(r["t"] for r in records if r["queue"] == "weighted_b")
     a_last = max(r["t"] for r in records if r["queue"] == "weighted_a")
     assert b_first < a_last  # b did not wait for a to drain
-    assert max_concurrency(records, "weighted_b") == 2
+    # b's share is its minimum of 2 plus 1/101 of the other 2 children (docs/operations.md:
+    # a minimum queue joins the overflow), and a queue served late at start-up is given
+    # the spare child to catch up, so b may briefly hold 3; it always reaches its 2.
+    assert max_concurrency(records, "weighted_b") >= 2
 
 
 def test_rate_limit_starts_no_more_than_rate_plus_burst(dsn, tmp_path):

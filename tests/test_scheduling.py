@@ -73,7 +73,9 @@ def test_allotment_never_exceeds_pool():
     p = policies(a={"min_workers": 5}, b={"min_workers": 5}, c={"weight": 2})
     t = allot(p, {"a", "b", "c"}, 7)
     assert sum(t.values()) == 7
-    assert t["a"] == 5 and t["b"] == 2
+    # Minimums that oversubscribe the pool are scaled alike (3.5 each), not served in
+    # name order; the half child goes to whichever is owed it (see test_fairshare).
+    assert sorted([t["a"], t["b"]]) == [3, 4] and t["c"] == 0
 
 
 def test_claim_allowance_uses_prefetch():

@@ -22,10 +22,7 @@ from shared.jobs import Backoff, ClaimedJob
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
-    CLAIM,
     COMPLETE,
-    COMPLETE_AND_CLAIM,
-    COMPLETE_AND_CLAIM_NONBLOCKING,
     DROP_STALE,
     FAIL,
     HAS_DUE_WORK,
@@ -43,6 +40,7 @@ from supervisor.db.sql import (
     RENEW,
     RESCUE,
     TRY_LEAD,
+    claim_statements,
 )
 
 log = logging.getLogger("supervisor.store")
@@ -95,39 +93,44 @@ class Store:
         prepares again on the new one by itself)."""
         self.conn = conn
 
-    def claim(self, queue: str, kinds: Sequence[str], limit: int) -> list[ClaimedJob]:
+    def claim(self, queue: str, kinds: Sequence[str], limit: int,
+              aging: float = 0.0) -> list[ClaimedJob]:
         """Claim up to ``limit`` available, due jobs of ``kinds`` in ``queue`` (none if
-        the queue is paused), in claim order: priority, then run_at, then id."""
+        the queue is paused), in claim order: priority (one step more urgent per
+        ``aging`` seconds waited, when > 0), then run_at, then id."""
         if limit <= 0 or not kinds:
             return []
-        rows = self.conn.execute(CLAIM, self._claim_params(queue, kinds, limit),
+        rows = self.conn.execute(claim_statements(aging)[0],
+                                 self._claim_params(queue, kinds, limit, aging),
                                  prepare=True).fetchall()
         return _claimed_jobs(rows)
 
     def complete_and_claim(self, items: Sequence[Completion], queue: str,
-                           kinds: Sequence[str], limit: int) -> tuple[list[int], list[ClaimedJob]]:
+                           kinds: Sequence[str], limit: int,
+                           aging: float = 0.0) -> tuple[list[int], list[ClaimedJob]]:
         """``complete(items)`` and ``claim(queue, kinds, limit)`` in one statement;
         returns (fenced-off ids, claimed jobs)."""
         if not items:
-            return [], self.claim(queue, kinds, limit)
+            return [], self.claim(queue, kinds, limit, aging)
         if limit <= 0 or not kinds:
             return self.complete(items), []
-        params = self.complete_and_claim_params(items, queue, kinds, limit)
-        rows = self.conn.execute(COMPLETE_AND_CLAIM, params, prepare=False).fetchall()
+        params = self.complete_and_claim_params(items, queue, kinds, limit, aging)
+        rows = self.conn.execute(claim_statements(aging)[1], params, prepare=False).fetchall()
         return self.complete_and_claim_rows(items, rows)
 
     def send_complete_and_claim(self, runner: NonBlockingQuery, items: Sequence[Completion],
                                 queue: str, kinds: Sequence[str], limit: int,
-                                callback: Callable[[list[tuple] | Exception], None]) -> None:
+                                callback: Callable[[list[tuple] | Exception], None],
+                                aging: float = 0.0) -> None:
         """``complete_and_claim`` without blocking: sent on ``runner``; ``callback``
         gets the rows (read them with ``complete_and_claim_rows``) or the error."""
-        params = self.complete_and_claim_params(items, queue, kinds, limit)
-        runner.send(COMPLETE_AND_CLAIM_NONBLOCKING, params, callback)
+        params = self.complete_and_claim_params(items, queue, kinds, limit, aging)
+        runner.send(claim_statements(aging)[2], params, callback)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
-                                  kinds: Sequence[str], limit: int) -> dict:
+                                  kinds: Sequence[str], limit: int, aging: float = 0.0) -> dict:
         """Parameters of ``COMPLETE_AND_CLAIM`` (for running it without blocking)."""
-        return self._claim_params(queue, kinds, limit) | self._complete_params(items)
+        return self._claim_params(queue, kinds, limit, aging) | self._complete_params(items)
 
     def complete_and_claim_rows(self, items: Sequence[Completion],
                                 rows: list) -> tuple[list[int], list[ClaimedJob]]:
@@ -136,10 +139,11 @@ class Store:
         return (self._report_fenced("complete", items, written),
                 _claimed_jobs([r for r in rows if not r[9]]))
 
-    def _claim_params(self, queue: str, kinds: Sequence[str], limit: int) -> dict:
+    def _claim_params(self, queue: str, kinds: Sequence[str], limit: int,
+                      aging: float = 0.0) -> dict:
         attempts = self.max_attempts
         return {"owner": self.owner, "ttl": self.lease_ttl, "queue": queue,
-                "kinds": list(kinds), "limit": limit,
+                "kinds": list(kinds), "limit": limit, "aging": float(aging),
                 "kind_attempts": [attempts.get(kind) for kind in kinds],
                 "default_attempts": self.default_attempts}
 

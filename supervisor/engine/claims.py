@@ -66,7 +66,8 @@ class Claimer:
         try:
             self.db.store.send_complete_and_claim(
                 runner, completions, queue, self.kinds, wanted,
-                lambda outcome: self._answered(queue, wanted, completions, started, outcome))
+                lambda outcome: self._answered(queue, wanted, completions, started, outcome),
+                self.scheduler.aging(queue))
         except psycopg.Error as exc:
             self._answered(queue, wanted, completions, started, exc)
 

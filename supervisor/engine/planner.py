@@ -1,35 +1,49 @@
 """Which queues to claim from, how many, and whose waiting job goes to a free child.
 
-The scheduler keeps per-queue demand (does this queue probably have work?) and rate
-limit buckets, and turns them with the allotment arithmetic of ``overflow`` into claim
-sizes. Permits are taken before a claim: a queue never claims more than its allotted
-children can start (times its prefetch), nor more than its token bucket allows.
+The scheduler keeps per-queue demand (does this queue probably have work?), rate limit
+buckets and the fair-share book (``allotment.Deficits``), and turns them with the
+allotment arithmetic into claim sizes and a dispatch order. Permits are taken before a
+claim: a queue never claims more than its allotted children can start (times its
+prefetch), nor more than its token bucket allows. The allotment moves with time: where
+shares are fractions of a child, the spare children go to the queues owed the most, so
+a queue whose turn it is finds room to claim, and its claimed jobs go first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from supervisor.engine.allotment import allot, claim_allowance, pick_queue
+from supervisor.engine.allotment import Deficits, apportion, claim_allowance, pick_queue, shares
 from supervisor.engine.ratelimit import TokenBucket
 
 if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
     from supervisor.config import RunConfig
 
+# How long a free child may wait for the claim of a queue owed children (the claim's
+# round trip, normally a few ms) before it is lent to a queue already at its share. It
+# bounds the wait when that claim cannot come (database away, claims failing).
+CLAIM_HOLD = 0.25
+
 
 class Scheduler:
     """Claim sizes and dispatch order for the queues one supervisor serves."""
 
-    def __init__(self, config: RunConfig, queues: Sequence[str], now: float) -> None:
+    def __init__(self, config: RunConfig, queues: Sequence[str], now: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self.clock = clock
         self.queues = list(queues)
         self.policies = {q: config.policy(q) for q in self.queues}
         # Queues known to hold work: set from the database's answer on each poll, added
         # to by NOTIFY, and cleared per queue when a claim comes back short.
         self.demand: set[str] = set()
-        self._targets_key: tuple[int, frozenset[str]] | None = None
-        self._targets: dict[str, int] = {}
+        self.deficits = Deficits(now)
+        self._short_since: dict[str, float] = {}  # queues below their allotment, since
+        self._claiming: set[str] = set()  # planned claims not yet answered
+        self._shares_key: tuple[int, frozenset[str]] | None = None
+        self._shares: dict[str, float] = {}
         self.buckets = {
             q: TokenBucket(p.max_rate, p.burst, now)
             for q, p in self.policies.items()
@@ -44,14 +58,37 @@ class Scheduler:
         """The database's answer to which queues hold due work now (a poll)."""
         self.demand = {q for q in with_work if q in self.policies}
 
-    def targets(self, pool_size: int) -> dict[str, int]:
-        """Children allotted to each queue now (recomputed only when demand or the pool
-        size changed: the loop asks every turn)."""
-        key = (pool_size, frozenset(self.demand))
-        if key != self._targets_key:
-            self._targets_key = key
-            self._targets = allot(self.policies, self.demand, pool_size)
-        return self._targets
+    def shares(self, pool_size: int, waiting: Mapping[str, int] | None = None,
+               now: float | None = None) -> dict[str, float]:
+        """Each queue's share of the pool in children, fractions allowed. Shared among
+        the queues with demand (a queue holding claimed jobs keeps its demand until they
+        have started), less those a rate limit holds back for now: their share goes to
+        the others until their next token."""
+        now = self.clock() if now is None else now
+        waiting = waiting or {}
+        demand = self.demand.union(q for q, n in waiting.items() if n > 0 and q in self.policies)
+        throttled = {q for q, bucket in self.buckets.items()
+                     if q in demand and not waiting.get(q) and q not in self._claiming
+                     and bucket.available(now) < 1}
+        key = (pool_size, frozenset(demand - throttled))
+        if key != self._shares_key:  # the loop asks every turn; demand rarely changes
+            self._shares_key = key
+            self._shares = shares(self.policies, key[1], pool_size)
+        return self._shares
+
+    def targets(self, pool_size: int, waiting: Mapping[str, int] | None = None,
+                now: float | None = None) -> dict[str, int]:
+        """Children allotted to each queue now: the shares rounded, the spare children to
+        the queues owed the most."""
+        return apportion(self.shares(pool_size, waiting, now), self.deficits.ranks())
+
+    def advance(self, now: float, pool_size: int, running: Mapping[str, int],
+                waiting: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Bring the fair-share book up to ``now`` (children held per queue: ``running``);
+        returns the allotment it gives (``targets``)."""
+        share = self.shares(pool_size, waiting, now)
+        self.deficits.advance(now, share, running)
+        return apportion(share, self.deficits.ranks())
 
     def caps(self, pool_size: int) -> dict[str, int]:
         """The most children each queue may hold."""
@@ -67,7 +104,8 @@ class Scheduler:
         least half its window, so short jobs are claimed in batches, not one by one;
         ``eager`` (outcomes are waiting to be written anyway) lifts that rule.
         """
-        targets = self.targets(pool_size)
+        running = {q: n - waiting.get(q, 0) for q, n in outstanding.items()}
+        targets = self.advance(now, pool_size, running, waiting)
         plans = []
         for queue in self.queues:
             if queue not in self.demand:
@@ -85,11 +123,13 @@ class Scheduler:
                 if allowance <= 0:
                     continue
             plans.append((queue, allowance))
+        self._claiming.update(queue for queue, _ in plans)
         return plans
 
     def claimed(self, queue: str, asked: int, got: int) -> None:
         """Record a claim's result: refund unused tokens; a short claim means the queue is
         empty for now (until a NOTIFY or the next poll)."""
+        self._claiming.discard(queue)
         if got < asked:
             self.demand.discard(queue)
             bucket = self.buckets.get(queue)
@@ -98,19 +138,55 @@ class Scheduler:
 
     def unplanned(self, queue: str, tokens: int) -> None:
         """A planned claim was not made after all: give its rate-limit tokens back."""
+        self._claiming.discard(queue)
         bucket = self.buckets.get(queue)
         if bucket is not None:
             bucket.refund(tokens)
 
     def next_queue(
-        self, pool_size: int, waiting: Mapping[str, int], running: Mapping[str, int]
+        self, pool_size: int, waiting: Mapping[str, int], running: Mapping[str, int],
+        now: float | None = None,
     ) -> str | None:
-        """The queue whose waiting job should go to the next idle child."""
-        return pick_queue(waiting, running, self.targets(pool_size), self.caps(pool_size))
+        """The queue whose waiting job should go to the next idle child (the caller gives
+        it one: that start is counted for the mean job length)."""
+        now = self.clock() if now is None else now
+        targets = self.advance(now, pool_size, running, waiting)
+        coming = self._claims_coming(now, targets, waiting, running)
+        queue = pick_queue(waiting, running, targets, self.caps(pool_size),
+                           self.deficits.ranks(), coming)
+        if queue is not None:
+            self.deficits.started()
+        return queue
+
+    def _claims_coming(self, now: float, targets: Mapping[str, int],
+                       waiting: Mapping[str, int], running: Mapping[str, int]) -> set[str]:
+        """Queues below their allotment, holding no job, about to claim: a free child may
+        wait for their jobs (for at most ``CLAIM_HOLD``) rather than go to a queue owed
+        less. Otherwise a queue of short jobs, which frees its child before its next
+        claim is back, would lose that child at every job."""
+        coming = set()
+        short_since = {}
+        for queue in self.demand:
+            short = waiting.get(queue, 0) == 0 and targets.get(queue, 0) > running.get(queue, 0)
+            bucket = self.buckets.get(queue)
+            if short and (bucket is None or queue in self._claiming or bucket.available(now)):
+                since = short_since[queue] = self._short_since.get(queue, now)
+                if now - since <= CLAIM_HOLD:
+                    coming.add(queue)
+        self._short_since = short_since
+        return coming
+
+    def aging(self, queue: str) -> float:
+        """Seconds of waiting per priority step of ``queue``'s jobs (0: no aging), for
+        its claims."""
+        policy = self.policies.get(queue)
+        return policy.aging if policy is not None else 0.0
 
     def next_token_at(self, now: float) -> float | None:
-        """When a rate-limited queue with demand gets its next token (for the loop's
-        timeout), or None."""
+        """When the scheduler next needs the loop (for its timeout): a rate-limited
+        queue with demand gets its next token, or a child kept for a claim stops
+        waiting for it. None if neither."""
         times = [b.next_token_at(now) for q, b in self.buckets.items() if q in self.demand]
+        times.extend(since + CLAIM_HOLD for since in self._short_since.values())
         due = [t for t in times if t > now]
         return min(due) if due else None

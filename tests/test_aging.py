@@ -1,0 +1,207 @@
+"""Priority aging in the claim, against real PostgreSQL: the order it gives, that it
+matches the rule job for job, its plan, that a queue without aging keeps the plain
+claim, and, with a real supervisor, that a steady stream of urgent jobs no longer
+starves an old one."""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+
+import psycopg
+import pytest
+from e2e import Supervisor, read_log, wait_until
+
+from shared.enqueue import enqueue, enqueue_many
+from supervisor.db.sql import (
+    CLAIM,
+    CLAIM_AGED,
+    COMPLETE_AND_CLAIM,
+    COMPLETE_AND_CLAIM_AGED,
+    COMPLETE_AND_CLAIM_NONBLOCKING,
+    claim_statements,
+)
+from supervisor.db.store import Completion, Store
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def set_age(conn, job_id, seconds):
+    conn.execute("UPDATE supervisor.jobs SET run_at = now() - %s * interval '1 second' "
+                 "WHERE id = %s", (seconds, job_id))
+
+
+def test_an_old_job_gains_one_step_per_interval(conn):
+    fresh = enqueue("k", priority=0, conn=conn)
+    old = enqueue("k", priority=5, conn=conn)
+    set_age(conn, old, 330)  # 5 - floor(330 / 60) = 0: ties with fresh, and is older
+    store = Store(conn, "me")
+    assert [j.id for j in store.claim("default", ["k"], 1, aging=60)] == [old]
+    assert [j.id for j in store.claim("default", ["k"], 1, aging=60)] == [fresh]
+
+
+def test_not_old_enough_or_aging_off_keeps_the_stored_priority(conn):
+    fresh = enqueue("k", priority=0, conn=conn)
+    old = enqueue("k", priority=5, conn=conn)
+    set_age(conn, old, 250)  # 5 - floor(250 / 60) = 1: still behind priority 0
+    store = Store(conn, "me")
+    assert [j.id for j in store.claim("default", ["k"], 1, aging=60)] == [fresh]
+    store.release([(fresh, 1)])
+    set_age(conn, old, 100_000)
+    assert [j.id for j in store.claim("default", ["k"], 1, aging=0)] == [fresh]
+    assert [j.id for j in store.claim("default", ["k"], 1, aging=0)] == [old]
+
+
+def test_complete_and_claim_ages_too(conn):
+    first = enqueue("k", conn=conn)
+    store = Store(conn, "me")
+    [job] = store.claim("default", ["k"], 1, aging=60)
+    fresh = enqueue("k", priority=0, conn=conn)
+    old = enqueue("k", priority=3, conn=conn)
+    set_age(conn, old, 200)  # 3 - floor(200 / 60) = 0, and older than fresh
+    fenced, claimed = store.complete_and_claim([Completion(first, job.attempt, None)],
+                                               "default", ["k"], 1, aging=60)
+    assert fenced == [] and [j.id for j in claimed] == [old]
+    assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                        (first,)).fetchone()[0] == "completed"
+    assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                        (fresh,)).fetchone()[0] == "available"
+
+
+def test_aged_claim_respects_kinds_pause_and_due_time(conn):
+    other_kind = enqueue("other", priority=9, conn=conn)
+    later = enqueue("k", priority=9, delay=3600, conn=conn)
+    set_age(conn, other_kind, 10_000)
+    store = Store(conn, "me")
+    assert store.claim("default", ["k"], 10, aging=1) == []  # later is not due
+    mine = enqueue("k", priority=9, conn=conn)
+    set_age(conn, mine, 10_000)
+    conn.execute("INSERT INTO supervisor.queues (name, paused) VALUES ('default', true)")
+    assert store.claim("default", ["k"], 10, aging=1) == []
+    conn.execute("UPDATE supervisor.queues SET paused = false")
+    assert [j.id for j in store.claim("default", ["k"], 10, aging=1)] == [mine]
+    assert later not in {j.id for j in store.claim("default", ["k", "other"], 10, aging=1)}
+
+
+@pytest.mark.parametrize("limit", [1, 7, 64])
+def test_aged_claim_order_matches_the_rule_job_for_job(conn, limit):
+    """400 jobs over 6 priority levels and many ages: every claim returns exactly the
+    next ``limit`` jobs by (priority - floor(waited / aging), run_at, id)."""
+    rnd = random.Random(limit)
+    aging = 10.0
+    ids = enqueue_many("k", [{}] * 400, conn=conn)
+    jobs = {}
+    for job_id in ids:
+        priority = rnd.randrange(6)
+        # Ages half-way between steps, so the second or two the test takes cannot
+        # move a job across a step boundary.
+        age = (rnd.randrange(8) + 0.5) * aging
+        conn.execute("UPDATE supervisor.jobs SET priority = %s, "
+                     "run_at = now() - %s * interval '1 second' WHERE id = %s",
+                     (priority, age, job_id))
+        jobs[job_id] = (priority - math.floor(age / aging), -age, job_id)
+    expected = sorted(jobs, key=jobs.get)
+    store = Store(conn, "me")
+    got = []
+    while batch := store.claim("default", ["k"], limit, aging=aging):
+        got.append(sorted((j.id for j in batch), key=jobs.get))
+    flat = [job_id for batch in got for job_id in batch]
+    assert flat == expected
+
+
+def plan(conn, sql, aging=0.0):
+    from supervisor.db import Store
+
+    params = Store(conn, "me")._claim_params("default", ["noop"], 512, aging)
+    return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
+
+
+def test_aged_claim_plan_uses_the_indexes_after_analyze(conn):
+    """The plan on a 20k-row analyzed table: the loose scan over priority levels and the
+    ordered head come from the partial claim index, the final lock from the primary
+    key; nothing scans the table."""
+    enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
+    enqueue_many("other", [{}] * 500, queue="q2", conn=conn)
+    conn.execute("UPDATE supervisor.jobs SET priority = id % 5")
+    conn.execute("ANALYZE supervisor.jobs")
+    aged = plan(conn, CLAIM_AGED, aging=60.0)
+    assert "Seq Scan" not in aged, aged
+    assert "Recursive Union" in aged, aged
+    assert "Index Only Scan using jobs_available_idx" in aged, aged
+    assert "Index Scan using jobs_pkey" in aged, aged
+    plain = plan(conn, CLAIM)  # a queue without aging: the statement as it always was
+    assert "jobs_available_idx" in plain and "Seq Scan" not in plain, plain
+    assert "Recursive Union" not in plain
+
+
+def test_aging_off_runs_the_plain_claim():
+    assert claim_statements(0) == (CLAIM, COMPLETE_AND_CLAIM, COMPLETE_AND_CLAIM_NONBLOCKING)
+    assert claim_statements(0.5)[0] is CLAIM_AGED
+    assert "aging" not in CLAIM and "aging" in COMPLETE_AND_CLAIM_AGED
+
+
+# -- a real supervisor --------------------------------------------------------------
+
+URGENT_BACKLOG = 6  # priority-0 jobs kept waiting: 0.3 s of work for 2 children
+JOB = 0.1
+AGING = 0.5
+# Five steps from priority 5 to 0 take 5 * AGING; one more step covers the urgent jobs,
+# which age too while they wait their ~0.3 s; then one claim and one job length.
+BOUND = 6 * AGING + 1.0
+
+
+def starve_test(dsn, tmp_path, aging, watch_for):
+    """Run -n 2 under a steady stream of priority-0 jobs, with one priority-5 job
+    enqueued at the start; returns (seconds until it started or None, urgent starts)."""
+    log = tmp_path / "runs.log"
+    config = tmp_path / "supervisor.toml"
+    config.write_text(f"[queues.default]\naging = {aging}\n")
+    enqueue_many("e2e_sleep", [{"seconds": JOB}] * URGENT_BACKLOG, dsn=dsn)
+    sup = Supervisor(dsn, "-n", "2", "--config", str(config), log_path=log)
+    conn = psycopg.connect(dsn, autocommit=True)
+    try:
+        wait_until(lambda: read_log(log), what="the first start")
+        lone = enqueue("e2e_sleep", {"seconds": JOB}, priority=5, conn=conn)
+        enqueued = conn.execute("SELECT extract(epoch FROM run_at) FROM supervisor.jobs "
+                                "WHERE id = %s", (lone,)).fetchone()[0]
+
+        def top_up_then_check():
+            waiting = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state = "
+                                   "'available' AND priority = 0").fetchone()[0]
+            if waiting < URGENT_BACKLOG:
+                enqueue_many("e2e_sleep", [{"seconds": JOB}] * (URGENT_BACKLOG - waiting),
+                             conn=conn)
+            started = [r for r in read_log(log) if r["id"] == lone and r["event"] == "start"]
+            return started[0]["t"] if started else None
+
+        try:
+            started_at = wait_until(top_up_then_check, timeout=watch_for,
+                                    interval=0.02, what="the priority-5 job")
+        except AssertionError:
+            started_at = None
+        urgent = [r for r in read_log(log) if r["event"] == "start" and r["id"] != lone
+                  and r["t"] >= float(enqueued)]
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(30) == 0, sup.err
+    finally:
+        sup.stop()
+        conn.close()
+    waited = None if started_at is None else started_at - float(enqueued)
+    return waited, urgent
+
+
+@pytest.mark.slow
+def test_with_aging_a_low_priority_job_starts_within_its_bound(dsn, tmp_path):
+    waited, urgent = starve_test(dsn, tmp_path, AGING, watch_for=BOUND + 5)
+    assert waited is not None and waited <= BOUND, waited
+    assert waited >= 4 * AGING  # it did wait its turn: aging, not a free child
+    # The stream kept both children busy the whole time.
+    assert len(urgent) >= 0.7 * 2 * waited / JOB, len(urgent)
+
+
+@pytest.mark.slow
+def test_without_aging_the_stream_starves_it(dsn, tmp_path):
+    waited, urgent = starve_test(dsn, tmp_path, 0, watch_for=BOUND + 1)
+    assert waited is None
+    assert len(urgent) >= 0.7 * 2 * (BOUND + 1) / JOB, len(urgent)
