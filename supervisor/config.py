@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.engine.allotment import QueuePolicy, validate
-from supervisor.pool.childproc import PoolSettings
+from supervisor.pool import PoolSettings
 
 
 class ConfigError(ValueError):

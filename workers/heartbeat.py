@@ -94,6 +94,4 @@ class Heartbeat:
                 self._seen_seq = 0
             seq, progress = context.take_progress(self._seen_seq)
             self._seen_seq = seq
-            body = {"job": job_id} if progress is None else {"job": job_id,
-                                                            "progress": progress}
-            self._write(wire.encode(wire.HEARTBEAT, body))
+            self._write(wire.Heartbeat(job_id, progress).encode())
