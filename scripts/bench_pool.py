@@ -62,9 +62,15 @@ def _raw_child(rfd: int, wfd: int) -> None:
             os.write(wfd, HEADER.pack(1, 4, 0, len(body)) + body)
 
 
-def bench_raw(jobs: int, children: int) -> tuple[float, float]:
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def bench_raw(jobs: int, children: int) -> tuple[float, float, float]:
     """Round trips/s of a hand-written selectors ping-pong with forked children, and
-    the parent's CPU per round trip (µs)."""
+    the parent's and the children's CPU per round trip (µs)."""
+    k0 = _children_cpu()
     sel = selectors.DefaultSelector()
     kids = []
     for _ in range(children):
@@ -110,14 +116,16 @@ def bench_raw(jobs: int, children: int) -> tuple[float, float]:
         os.close(r)
         os.waitpid(pid, 0)
     sel.close()
-    return jobs / elapsed, cpu / jobs * 1e6
+    return jobs / elapsed, cpu / jobs * 1e6, (_children_cpu() - k0) / jobs * 1e6
 
 
 # -- through the pool ----------------------------------------------------------------------
 
-def bench_pool(jobs: int, children: int) -> tuple[float, float]:
+def bench_pool(jobs: int, children: int) -> tuple[float, float, float]:
     """Round trips/s of no-op jobs through ``Pool``, driven like the parent loop, and
-    the parent's CPU per job (µs)."""
+    the parent's and the children's CPU per job (µs; the children's includes their
+    boot, a few ms)."""
+    k0 = _children_cpu()
     sel = selectors.DefaultSelector()
     pool = Pool(PoolSettings(size=children), sel)
     pool.start()
@@ -155,7 +163,7 @@ def bench_pool(jobs: int, children: int) -> tuple[float, float]:
         sel.select(0.05)
         pool.reap()
     sel.close()
-    return jobs / elapsed, cpu / jobs * 1e6
+    return jobs / elapsed, cpu / jobs * 1e6, (_children_cpu() - k0) / jobs * 1e6
 
 
 def machine() -> str:
@@ -191,15 +199,17 @@ def main() -> None:
         profiler.stop()
         print(profiler.output_text(unicode=False, color=False, show_all=False))
         return
-    raw, pooled, raw_cpu, pool_cpu = [], [], [], []
+    raw, pooled, raw_cpu, pool_cpu, raw_kids, pool_kids = [], [], [], [], [], []
     for _ in range(args.runs):
         # Interleaved, so that load from elsewhere on the machine hits both alike.
-        rate, cpu = bench_raw(args.jobs, args.children)
+        rate, cpu, kids = bench_raw(args.jobs, args.children)
         raw.append(rate)
         raw_cpu.append(cpu)
-        rate, cpu = bench_pool(args.jobs, args.children)
+        raw_kids.append(kids)
+        rate, cpu, kids = bench_pool(args.jobs, args.children)
         pooled.append(rate)
         pool_cpu.append(cpu)
+        pool_kids.append(kids)
     r, p = statistics.median(raw), statistics.median(pooled)
     print(f"machine: {machine()}")
     print(f"command: python scripts/bench_pool.py --jobs {args.jobs} "
@@ -215,10 +225,12 @@ def main() -> None:
     print(f"| ratio pool / raw (median of the paired runs) | {statistics.median(pairs):.2f} | "
           + ", ".join(f"{x:.2f}" for x in pairs) + " |")
     print()
-    print("| parent CPU per round trip (µs, median) | raw | Pool |")
+    print(f"| CPU per round trip (µs, median of {args.runs}) | raw | Pool |")
     print("|---|---|---|")
-    print(f"| median of {args.runs} | {statistics.median(raw_cpu):.1f} | "
+    print(f"| parent | {statistics.median(raw_cpu):.1f} | "
           f"{statistics.median(pool_cpu):.1f} |")
+    print(f"| children (all of them, per round trip) | {statistics.median(raw_kids):.1f} | "
+          f"{statistics.median(pool_kids):.1f} |")
 
 
 if __name__ == "__main__":

@@ -191,3 +191,30 @@ def test_close_reports_the_job_with_the_kill_s_kind_or_as_crashed():
     other.child.close(NOW, other.outcomes, "child 42 exited with code 3")
     (failed,) = other.outcomes
     assert (failed.kind, failed.message) == ("crashed", "child 42 exited with code 3")
+
+
+def test_an_answer_for_a_job_it_was_not_given_is_dropped_with_a_warning(caplog):
+    rig = busy()
+    with caplog.at_level(logging.WARNING, logger="test.child"):
+        seen = rig.says(wire.Done(99, b'"stray"'), wire.Failed(98, "error", "stray"))
+    assert seen == GOT_DATA and rig.outcomes == []
+    assert rig.child.job is not None and rig.child.jobs_done == 0
+    assert "job 99 while running job 1" in caplog.text
+    assert rig.says(wire.Done(1, b'"mine"')) == GOT_DATA | ANSWERED
+
+
+def test_a_heartbeat_for_another_job_is_no_sign_of_life():
+    rig = busy()
+    rig.says(wire.Heartbeat(99), now=NOW + 4)
+    assert rig.child.beat_deadline == NOW + 5.0
+
+
+def test_a_job_whose_run_frame_would_be_over_the_cap_is_not_sent():
+    rig = Rig(max_frame_bytes=100)
+    rig.says(wire.Ready(42, 3))
+    big = ClaimedJob(1, "pool_noop", "q", 1, 5, 0, None, '{"a": "' + "é" * 100 + '"}')
+    assert not rig.child.run(big, NOW)
+    assert rig.child.job is None and 11 not in rig.os.written
+    failed = rig.child.too_large(big)
+    assert (failed.kind, failed.terminal) == ("args", True)
+    assert "209 bytes" in failed.message and "100-byte" in failed.message

@@ -399,3 +399,14 @@ def test_reaped_children_leave_no_fd_or_selector_key_behind():
         h.exits(pid, signalled(signal.SIGKILL))
         assert fds <= h.os.closed
         assert not fds & set(h.sel.keys)
+
+
+def test_args_too_large_for_a_frame_fail_at_once_and_the_child_stays_idle():
+    h = started(size=1, max_frame_bytes=200)
+    big = ClaimedJob(1, "pool_noop", "default", 1, 5, 0, None, '{"a": "' + "x" * 300 + '"}')
+    assert h.pool.dispatch(big)
+    (failed,) = h.take(JobFailed)
+    assert (failed.job.id, failed.kind, failed.terminal) == (1, "args", True)
+    assert h.pool.idle_count() == 1 and h.pool.busy_count() == 0
+    assert h.sent(h.pids()[0]) == []
+    assert h.pool.dispatch(job(2)) and h.pool.busy_count() == 1

@@ -24,9 +24,11 @@ from shared.exitcodes import (
     CHILD_IMPORT_ERROR,
     CHILD_OK,
     CHILD_PARENT_GONE,
+    CHILD_PIPE_LOST,
     CHILD_RECYCLE,
 )
 from shared.jobs import (
+    FAIL_ARGS,
     FAIL_BINDING,
     FAIL_DISCARD,
     FAIL_ERROR,
@@ -38,6 +40,7 @@ from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
+from workers.jobpipe import JobPipe
 from workers.outcomes import Discard, Retry
 from workers.registry import get_handler
 
@@ -101,6 +104,13 @@ def _print_to_stderr(exc: BaseException) -> None:
         pass
 
 
+def _say(message: str) -> None:
+    try:
+        wire.write_all(2, f"supervisor child {os.getpid()}: {message}\n".encode())
+    except OSError:
+        pass
+
+
 def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> None:
     _print_to_stderr(exc)
     message = _one_line(exc)
@@ -121,36 +131,47 @@ class JobRunner:
         self.config = config
         self.jobs_done = 0
         self._checkers: dict[str, ArgsChecker] = {}
-        fd = config.write_fd
-        self.heartbeat = Heartbeat(lambda data: wire.write_all(fd, data),
-                                   config.heartbeat_interval, config.worker_no)
+        self.pipe = JobPipe(config.read_fd, config.write_fd)
+        self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
 
     def serve(self) -> int:
         """Say READY, then answer jobs until told to stop. Returns the exit code."""
         config = self.config
+        pipe = self.pipe
+        pipe.guard_forks()
         self.heartbeat.start()
         self.heartbeat.write(wire.Ready(os.getpid(), config.worker_no).encode())
-        reader = wire.BlockingReader(config.read_fd, config.max_frame_bytes)
+        reader = wire.BlockingReader(pipe.read_fd, config.max_frame_bytes)
         lock = self.heartbeat.lock
-        write_fd = config.write_fd
+        write_fd = pipe.write_fd
         limited = config.max_jobs is not None or config.max_memory is not None
         decode_run = wire.Run.decode
         while True:
-            frame = reader.next()
+            try:
+                frame = reader.next()
+            except OSError:
+                return CHILD_PIPE_LOST
             if frame is None or frame.type == wire.STOP:
                 return CHILD_OK
             if frame.type != wire.RUN:
                 continue
             answer = self.run_job(decode_run(frame))
+            if pipe.detached:
+                os._exit(CHILD_OK)  # a copy its handler forked: it never answers
             self.jobs_done += 1
-            last = limited and self._should_recycle()
+            read_ok, write_ok = pipe.intact()
+            if not write_ok:
+                _say("the handler closed or replaced the pipe to the parent; "
+                     "its job cannot be answered")
+                return CHILD_PIPE_LOST
+            last = not read_ok or (limited and self._should_recycle())
             answer.last = last
             data = answer.encode()
             with lock:
                 self.heartbeat.end()
                 wire.write_all(write_fd, data)
             if last:
-                return CHILD_RECYCLE
+                return CHILD_RECYCLE if read_ok else CHILD_PIPE_LOST
 
     def _should_recycle(self) -> bool:
         config = self.config
@@ -163,6 +184,8 @@ class JobRunner:
         job_id = run.id
         kind = run.kind
         args = run.args
+        if run.args_error is not None:
+            return wire.Failed(job_id, FAIL_ARGS, run.args_error)
         handle = get_handler(kind)
         if handle is None:
             return wire.Failed(job_id, FAIL_UNKNOWN_KIND,

@@ -4,12 +4,10 @@ The pool is event-driven and never blocks: the parent loop feeds it readable and
 writable fds (``handle_event``), SIGCHLD (``reap``) and the passage of time (``tick`` at
 ``next_deadline()``), hands it jobs (``dispatch``) and collects what happened
 (``take_outcomes``). It is only policy: which child gets a job, when one is stopped,
-killed, replaced or retired, and when forking must stop. Each child's pipes, frames and
-deadlines are its ``ChildProcess``'s; the pool knows nothing of the database. One job
-is in flight per child and goes only to an idle child.
-
-Every OS call goes through ``supervisor.pool.oscalls.OsCalls`` and time comes from an
-injected monotonic clock, so the policy here is tested with fakes.
+killed, replaced or retired, when forking must stop. Each child's pipes, frames and
+deadlines are its ``ChildProcess``'s. One job is in flight per child, sent only to an
+idle one. Every OS call goes through ``OsCalls`` and time comes from an injected
+monotonic clock, so the policy is tested with fakes; nothing here touches the database.
 """
 
 from __future__ import annotations
@@ -165,11 +163,15 @@ class Pool:
 
     def dispatch(self, job: jobs.ClaimedJob) -> bool:
         """Send ``job`` to an idle child and arm its timeout (``job.timeout``, already
-        resolved; None or 0: none) and heartbeat deadline. False if no child is idle."""
+        resolved; None or 0: none) and heartbeat deadline. False if no child is idle.
+        Args too large for a RUN frame fail the job at once (kind ``args``)."""
         if not self._idle:
             return False
-        child = self._idle.popleft()
-        child.run(job, self._clock())
+        child = self._idle[0]
+        if not child.run(job, self._clock()):
+            self._outcomes.append(child.too_large(job))
+            return True
+        self._idle.popleft()
         self._in_flight[job.id] = child
         due = child.deadline()  # the sooner of its timeout and its first heartbeat
         if self._due is None or due < self._due:

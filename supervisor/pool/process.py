@@ -17,7 +17,7 @@ import signal
 from functools import partial
 
 from shared import wire
-from shared.jobs import FAIL_CRASHED, TERMINAL_FAILURES, ClaimedJob
+from shared.jobs import FAIL_ARGS, FAIL_CRASHED, TERMINAL_FAILURES, ClaimedJob
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import JobDone, JobFailed, JobProgress
 from supervisor.pool.settings import PoolSettings
@@ -60,6 +60,7 @@ class ChildProcess:
 
     __slots__ = (
         "_log",
+        "_max_frame",
         "_os",
         "_sel",
         "_settings",
@@ -126,6 +127,7 @@ class ChildProcess:
         self.write_registered = False
         self.jobs_done = 0
         self._settings = settings
+        self._max_frame = wire.HEADER_SIZE + settings.max_frame_bytes  # a whole frame
         self._os = oscalls
         self._sel = selector
         self._tag = tag  # the selector key's data: the loop hands the event to the pool
@@ -168,9 +170,14 @@ class ChildProcess:
 
     # -- sending ---------------------------------------------------------------
 
-    def run(self, job: ClaimedJob, now: float) -> None:
+    def run(self, job: ClaimedJob, now: float) -> bool:
         """Send ``job`` and arm its deadlines: its timeout (already resolved; None or
-        0: none) and the first heartbeat's."""
+        0: none) and the first heartbeat's. False, and nothing sent or changed, if its
+        RUN frame would be over the frame cap (the job's args are too large)."""
+        data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
+                         job.args_json)
+        if len(data) > self._max_frame:
+            return False
         timeout = job.timeout
         self.state = BUSY
         self.job = job
@@ -178,8 +185,14 @@ class ChildProcess:
         self.timeout = timeout
         self.job_deadline = now + timeout if timeout else None
         self.beat_deadline = now + self._settings.heartbeat_timeout
-        self.send(_pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                            job.args_json))
+        self.send(data)
+        return True
+
+    def too_large(self, job: ClaimedJob) -> JobFailed:
+        """The failure of a job whose args cannot fit in a RUN frame."""
+        return JobFailed(job, FAIL_ARGS, f"args are {len(job.args_json.encode())} bytes of "
+                         f"JSON; a RUN frame holds at most {self._settings.max_frame_bytes}"
+                         "-byte bodies", None, None, True, 0.0)
 
     def stop(self, now: float, *, told: bool = True) -> None:
         """Send STOP (``told=False``: its last answer said it leaves anyway): the child
@@ -304,10 +317,14 @@ class ChildProcess:
             return 0
         duration = now - self.job_started
         if frame.type == _DONE:
-            _job_id, result = _unpack_done(frame)
+            job_id, result = _unpack_done(frame)
+            if job_id != job.id:
+                return self._stray(job_id)
             outcomes.append(JobDone(job, result, duration))
         else:
             answer = _decode_failed(frame)
+            if answer.job != job.id:
+                return self._stray(answer.job)
             kind = answer.kind
             outcomes.append(JobFailed(job, kind, answer.message, answer.traceback,
                                       answer.retry_delay, kind in TERMINAL_FAILURES,
@@ -318,13 +335,21 @@ class ChildProcess:
         self.jobs_done += 1
         return ANSWERED | LAST if frame.flags & _FLAG_LAST else ANSWERED
 
+    def _stray(self, job_id: int) -> int:
+        # Not the job this child was given (a copy its handler forked, say): drop it.
+        self._log.warning("%s answered for job %d while running job %d: answer dropped",
+                          self.describe(), job_id, self.job.id)
+        return 0
+
     def _on_heartbeat(self, frame: wire.Frame, now: float, outcomes: list) -> None:
         job = self.job
         if job is None:
             return
-        self.beat_deadline = now + self._settings.heartbeat_timeout
         beat = wire.Heartbeat.decode(frame)
-        if beat.progress is not None and beat.job == job.id:
+        if beat.job != job.id:
+            return  # not a sign of life of this job
+        self.beat_deadline = now + self._settings.heartbeat_timeout
+        if beat.progress is not None:
             outcomes.append(JobProgress(job, beat.progress))
 
     def _broke(self, exc: Exception) -> int:
