@@ -86,7 +86,7 @@ def test_progress_json_cannot_hold_is_refused_in_the_handler(make_driver):
 def test_the_title_shows_the_job_long_before_the_first_heartbeat(make_driver):
     d = make_driver(heartbeat_interval=5.0, heartbeat_timeout=30.0)
     pid = int(d.run("pool_pid").result_json)
-    job = d.job("pool_sleep", '{"seconds": 3}')
+    job = d.job("pool_sleep", '{"seconds": 1.2}')
     assert d.pool.dispatch(job)
     wanted = f"supervisor: worker 1 job {job.id} pool_sleep (attempt 1)"
     d.until(lambda: cmdline(pid) == wanted, timeout=1.0)

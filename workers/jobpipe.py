@@ -88,9 +88,9 @@ class JobPipe:
         try:
             read_ok, write_ok = self.intact()
             if read_ok:
-                os.dup2(null, self.read_fd)
+                os.dup2(null, self.read_fd, inheritable=False)
             if write_ok:
-                os.dup2(null, self.write_fd)
+                os.dup2(null, self.write_fd, inheritable=False)
         except OSError:
             pass
         finally:
