@@ -111,12 +111,3 @@ def wait_gone(pids, timeout: float = 10.0) -> None:
 def cmdline(pid: int) -> str:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         return f.read().replace(b"\0", b" ").decode().strip()
-
-
-
-def until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until it holds, or fail after ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.005)

@@ -119,9 +119,10 @@ def pool_fds():
 
 
 @job(name="pool_fork_and_return")
-def pool_fork_and_return(seconds: float = 0.3):
+def pool_fork_and_return(seconds: float = 0.3, copy_seconds: float = 0.0):
     # The copy returns into the child runtime as if it were the handler itself.
     if os.fork() == 0:
+        time.sleep(copy_seconds)
         return {"by": "copy", "pid": os.getpid()}
     time.sleep(seconds)
     return {"by": "original", "pid": os.getpid()}

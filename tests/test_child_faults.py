@@ -35,6 +35,18 @@ def test_a_forked_copy_that_returns_never_answers(make_driver):
     assert set(answers_per_job(d).values()) == {1}
 
 
+def test_a_forked_copy_that_returns_late_never_answers_for_the_next_job(make_driver):
+    d = make_driver()
+    pid = d.run("pool_pid").result_json
+    out = d.run("pool_fork_and_return", '{"seconds": 0, "copy_seconds": 0.2}')
+    assert orjson.loads(out.result_json) == {"by": "original", "pid": int(pid)}
+    # Jobs that run while the copy wakes up and returns get their own results.
+    for n in range(8):
+        nxt = d.run("pool_sleep", '{"seconds": 0.05}')
+        assert isinstance(nxt, JobDone) and nxt.result_json == "0.05", (n, nxt)
+    assert set(answers_per_job(d).values()) == {1}
+
+
 @pytest.mark.parametrize(("args", "problem"), [
     ('{"value": 1e400}', "infinity"),
     ('{"value": ' + "[" * 2000 + "]" * 2000 + "}", "depth"),
