@@ -62,8 +62,15 @@ def _raw_child(rfd: int, wfd: int) -> None:
             os.write(wfd, HEADER.pack(1, 4, 0, len(body)) + body)
 
 
-def bench_raw(jobs: int, children: int) -> float:
-    """Round trips/s of a hand-written selectors ping-pong with forked children."""
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def bench_raw(jobs: int, children: int) -> tuple[float, float, float]:
+    """Round trips/s of a hand-written selectors ping-pong with forked children, and
+    the parent's and the children's CPU per round trip (µs)."""
+    k0 = _children_cpu()
     sel = selectors.DefaultSelector()
     kids = []
     for _ in range(children):
@@ -89,6 +96,7 @@ def bench_raw(jobs: int, children: int) -> float:
 
     sent = done = 0
     t0 = time.perf_counter()
+    c0 = time.process_time()
     for _pid, _r, w in kids:
         send(w, sent)
         sent += 1
@@ -102,18 +110,22 @@ def bench_raw(jobs: int, children: int) -> float:
                 send(key.data, sent)
                 sent += 1
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     for pid, r, w in kids:
         os.close(w)
         os.close(r)
         os.waitpid(pid, 0)
     sel.close()
-    return jobs / elapsed
+    return jobs / elapsed, cpu / jobs * 1e6, (_children_cpu() - k0) / jobs * 1e6
 
 
 # -- through the pool ----------------------------------------------------------------------
 
-def bench_pool(jobs: int, children: int) -> float:
-    """Round trips/s of no-op jobs through ``Pool``, driven like the parent loop."""
+def bench_pool(jobs: int, children: int) -> tuple[float, float, float]:
+    """Round trips/s of no-op jobs through ``Pool``, driven like the parent loop, and
+    the parent's and the children's CPU per job (µs; the children's includes their
+    boot, a few ms)."""
+    k0 = _children_cpu()
     sel = selectors.DefaultSelector()
     pool = Pool(PoolSettings(size=children), sel)
     pool.start()
@@ -126,6 +138,7 @@ def bench_pool(jobs: int, children: int) -> float:
     queue.reverse()
     done = failed = 0
     t0 = time.perf_counter()
+    c0 = time.process_time()
     while done + failed < jobs:
         while queue and pool.idle_count():
             pool.dispatch(queue.pop())
@@ -142,6 +155,7 @@ def bench_pool(jobs: int, children: int) -> float:
             elif isinstance(outcome, JobFailed):
                 failed += 1
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     if failed:
         raise SystemExit(f"{failed} no-op jobs failed")
     pool.stop()
@@ -149,7 +163,7 @@ def bench_pool(jobs: int, children: int) -> float:
         sel.select(0.05)
         pool.reap()
     sel.close()
-    return jobs / elapsed
+    return jobs / elapsed, cpu / jobs * 1e6, (_children_cpu() - k0) / jobs * 1e6
 
 
 def machine() -> str:
@@ -185,11 +199,17 @@ def main() -> None:
         profiler.stop()
         print(profiler.output_text(unicode=False, color=False, show_all=False))
         return
-    raw, pooled = [], []
+    raw, pooled, raw_cpu, pool_cpu, raw_kids, pool_kids = [], [], [], [], [], []
     for _ in range(args.runs):
         # Interleaved, so that load from elsewhere on the machine hits both alike.
-        raw.append(bench_raw(args.jobs, args.children))
-        pooled.append(bench_pool(args.jobs, args.children))
+        rate, cpu, kids = bench_raw(args.jobs, args.children)
+        raw.append(rate)
+        raw_cpu.append(cpu)
+        raw_kids.append(kids)
+        rate, cpu, kids = bench_pool(args.jobs, args.children)
+        pooled.append(rate)
+        pool_cpu.append(cpu)
+        pool_kids.append(kids)
     r, p = statistics.median(raw), statistics.median(pooled)
     print(f"machine: {machine()}")
     print(f"command: python scripts/bench_pool.py --jobs {args.jobs} "
@@ -204,6 +224,13 @@ def main() -> None:
     pairs = [q / w for q, w in zip(pooled, raw, strict=True)]
     print(f"| ratio pool / raw (median of the paired runs) | {statistics.median(pairs):.2f} | "
           + ", ".join(f"{x:.2f}" for x in pairs) + " |")
+    print()
+    print(f"| CPU per round trip (µs, median of {args.runs}) | raw | Pool |")
+    print("|---|---|---|")
+    print(f"| parent | {statistics.median(raw_cpu):.1f} | "
+          f"{statistics.median(pool_cpu):.1f} |")
+    print(f"| children (all of them, per round trip) | {statistics.median(raw_kids):.1f} | "
+          f"{statistics.median(pool_kids):.1f} |")
 
 
 if __name__ == "__main__":

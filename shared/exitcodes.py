@@ -10,6 +10,7 @@ CHILD_RECYCLE = 64  # left on purpose after its job: max jobs or memory reached
 CHILD_BOOT_ERROR = 65  # post-fork setup failed; a crash loop of these halts the pool
 CHILD_IMPORT_ERROR = 66  # a handler module failed to import in the child
 CHILD_PARENT_GONE = 67  # the parent died before or while the child booted
+CHILD_PIPE_LOST = 68  # a handler closed or replaced the child's pipe to the parent
 
 CHILD_EXIT_NAMES = {
     CHILD_OK: "ok",
@@ -17,6 +18,7 @@ CHILD_EXIT_NAMES = {
     CHILD_BOOT_ERROR: "boot error",
     CHILD_IMPORT_ERROR: "import error",
     CHILD_PARENT_GONE: "parent gone",
+    CHILD_PIPE_LOST: "a handler closed its job pipe",
 }
 
 # The command line.

@@ -27,6 +27,7 @@ FAIL_ERROR = "error"  # the handler raised
 FAIL_DISCARD = "discard"  # the handler raised workers.Discard: terminal
 FAIL_RETRY = "retry"  # the handler raised workers.Retry: retry at a chosen time
 FAIL_BINDING = "binding"  # args do not fit the handler's signature: terminal
+FAIL_ARGS = "args"  # args cannot reach the handler (unparsable here, over the frame cap): terminal
 FAIL_UNKNOWN_KIND = "unknown_kind"  # no handler in this child for the kind: terminal
 FAIL_RESULT = "result"  # result not serializable or too large
 FAIL_CRASHED = "crashed"  # the child died (signal, os._exit, OOM kill)
@@ -37,7 +38,7 @@ FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
 FAIL_LEASE_EXPIRED = "lease_expired"  # its supervisor vanished; rescued by maintenance
 
 # Failures that retrying cannot mend: the job is discarded at once.
-TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_UNKNOWN_KIND})
+TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_ARGS, FAIL_UNKNOWN_KIND})
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0

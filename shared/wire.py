@@ -1,243 +1,319 @@
-"""The wire protocol between the parent and its children: length-prefixed frames.
+"""The messages the parent and its children exchange: one small class per frame type.
 
-A frame is a fixed 7-byte header followed by a body::
+Parent to child: ``Run`` (one job) and ``Stop``. Child to parent: ``Ready``,
+``Heartbeat``, ``Done``, ``Failed`` and ``BootError``. Each class has ``encode()``, which
+returns a whole frame, and ``decode(frame)``, which raises ``ProtocolError`` for a body
+that does not fit the type. The framing itself (header, size cap, readers, writers) is
+``shared.frames``; its names are re-exported here, so ``shared.wire`` is the one door.
 
-    version (u8) | message type (u8) | flags (u8) | body length (u32, network order)
+Two bodies are shaped for the parent's per-job path, where it never parses what it
+only carries:
 
-Bodies are orjson documents, except DONE, whose body is the handler's result as JSON
-text: the parent hands it to the store as it came, without decoding it. That is also
-why "this was my last answer" travels as a header flag (``FLAG_LAST``) rather than as a
-key in the body. The size cap is checked against the header, before any of the body is
-read, so a corrupt length cannot make the parent buffer gigabytes.
+- ``Run`` embeds the job's args as the JSON text the database gave (``orjson.Fragment``)
+  and puts them last. If the child cannot parse them (PostgreSQL accepts numbers and
+  depths orjson refuses) the rest of the body still names the job, so the job fails
+  with an ``args`` error instead of the child dying (``Run.args_error``).
+- ``Done`` is the job id as 8 bytes followed by the handler's result as JSON text,
+  which the parent hands to the store as it came.
 
-The parent uses ``FrameReader`` (fed whatever a non-blocking read returned) and
-``FrameWriter`` (queues bytes, writes what the pipe takes). The child uses the blocking
-``BlockingReader`` and ``write_all``.
+Every answer names its job, so the parent can drop one for a job it did not give.
 """
 
 from __future__ import annotations
 
-import os
 import struct
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import orjson
 
-VERSION = 1
+from shared.frames import (
+    BOOT_ERROR,
+    DEFAULT_MAX_BODY,
+    DONE,
+    FAILED,
+    FLAG_LAST,
+    HEADER,
+    HEADER_SIZE,
+    HEARTBEAT,
+    READY,
+    RUN,
+    STOP,
+    TYPE_NAMES,
+    VERSION,
+    BlockingReader,
+    Frame,
+    FrameReader,
+    FrameWriter,
+    ProtocolError,
+    encode,
+    encode_raw,
+    write_all,
+)
 
-# Message types. Parent to child: RUN, STOP. Child to parent: the rest.
-READY = 1  # the child booted: {"pid", "worker"}
-RUN = 2  # run one job: {"id", "kind", "queue", "attempt", "max_attempts", "args"}
-HEARTBEAT = 3  # still alive: {"job"} and optionally {"progress"}
-DONE = 4  # the job's result, as JSON text
-FAILED = 5  # {"job", "kind", "message", "traceback", "retry_delay"}
-STOP = 6  # finish and exit (empty body)
-BOOT_ERROR = 7  # the child could not boot: {"kind", "message"}; it exits right after
-
-TYPE_NAMES = {
-    READY: "READY",
-    RUN: "RUN",
-    HEARTBEAT: "HEARTBEAT",
-    DONE: "DONE",
-    FAILED: "FAILED",
-    STOP: "STOP",
-    BOOT_ERROR: "BOOT_ERROR",
-}
-
-# Header flags.
-FLAG_LAST = 0x01  # the child exits right after this answer: never dispatch to it again
-
-HEADER = struct.Struct("!BBBI")
-HEADER_SIZE = HEADER.size
-DEFAULT_MAX_BODY = 64 << 20
+__all__ = [
+    "BOOT_ERROR", "DEFAULT_MAX_BODY", "DONE", "FAILED", "FLAG_LAST", "HEADER",
+    "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "STOP", "TYPE_NAMES", "VERSION",
+    "BlockingReader", "BootError", "Done", "Failed", "Frame", "FrameReader",
+    "FrameWriter", "Heartbeat", "Message", "ProtocolError", "Ready", "Run", "Stop",
+    "decode", "encode", "encode_raw", "write_all",
+]
 
 _pack_header = HEADER.pack
-_unpack_header = HEADER.unpack_from
 _dumps = orjson.dumps
+_loads = orjson.loads
 _Fragment = orjson.Fragment
-_tuple_new = tuple.__new__
+_JSONDecodeError = orjson.JSONDecodeError
+_JOB_ID = struct.Struct("!q")  # Done's job id, ahead of the result text
+_pack_id = _JOB_ID.pack
+_unpack_id = _JOB_ID.unpack_from
+_ID_SIZE = _JOB_ID.size
+# orjson writes keys in order and without spaces, and Run puts "args" last: the first
+# ',"args":' is the start of the args (inside a string the quote would be escaped).
+_ARGS_KEY = b',"args":'
 
 
-class ProtocolError(Exception):
-    """A frame that cannot be trusted: wrong version, unknown type, or a body over the
-    cap. The peer is broken; the connection (and the child) must be given up."""
+def _body(frame: Frame, mtype: int) -> dict[str, Any]:
+    """The frame's body as a JSON object, or ProtocolError."""
+    try:
+        body = _loads(frame.body) if frame.body else {}
+    except _JSONDecodeError as exc:
+        raise ProtocolError(f"{TYPE_NAMES[mtype]} body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{TYPE_NAMES[mtype]} body is not a JSON object")
+    return body
 
 
-class Frame(NamedTuple):
-    """One received frame. ``body`` is raw bytes; decode with ``frame.json()``."""
-
-    type: int
-    flags: int
-    body: bytes
-
-    def json(self) -> Any:
-        """The body decoded as JSON (an empty body decodes to an empty dict)."""
-        return orjson.loads(self.body) if self.body else {}
-
-    @property
-    def last(self) -> bool:
-        """True if the sender exits right after this frame."""
-        return bool(self.flags & FLAG_LAST)
+def _missing(mtype: int, exc: Exception) -> ProtocolError:
+    return ProtocolError(f"{TYPE_NAMES[mtype]} body lacks {exc}")
 
 
-def encode(mtype: int, body: Any = None, flags: int = 0) -> bytes:
-    """One frame with ``body`` serialized by orjson (None means an empty body)."""
-    data = b"" if body is None else _dumps(body)
-    return _pack_header(VERSION, mtype, flags, len(data)) + data
+@dataclass(slots=True)
+class Ready:
+    """The child booted and takes jobs from now on."""
 
+    TYPE: ClassVar[int] = READY
+    pid: int
+    worker: int
 
-def encode_raw(mtype: int, data: bytes, flags: int = 0) -> bytes:
-    """One frame whose body is already-encoded bytes (DONE carries result JSON)."""
-    return _pack_header(VERSION, mtype, flags, len(data)) + data
+    def encode(self) -> bytes:
+        """This message as one frame."""
+        return encode(READY, {"pid": self.pid, "worker": self.worker})
 
-
-def encode_run(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
-               args_json: str) -> bytes:
-    """A RUN frame. ``args_json`` is embedded as it is (orjson.Fragment): the parent
-    never decodes a job's args, only the child does."""
-    data = _dumps({
-        "id": job_id,
-        "kind": kind,
-        "queue": queue,
-        "attempt": attempt,
-        "max_attempts": max_attempts,
-        "args": _Fragment(args_json),
-    })
-    return _pack_header(VERSION, RUN, 0, len(data)) + data
-
-
-class FrameReader:
-    """Incremental decoder for a non-blocking pipe: ``feed`` it whatever ``read``
-    returned and get back the complete frames so far."""
-
-    __slots__ = ("_buf", "max_body")
-
-    def __init__(self, max_body: int = DEFAULT_MAX_BODY) -> None:
-        self._buf = b""
-        self.max_body = max_body
-
-    @property
-    def pending(self) -> int:
-        """Bytes received that do not make a whole frame yet."""
-        return len(self._buf)
-
-    def feed(self, data: bytes) -> list[Frame]:
-        """Add received bytes; return every frame they complete, in order."""
-        if not self._buf and len(data) >= HEADER_SIZE:
-            # The common case on a pipe: exactly one whole frame per read.
-            version, mtype, flags, length = _unpack_header(data)
-            if (len(data) == HEADER_SIZE + length and version == VERSION
-                    and mtype in TYPE_NAMES and length <= self.max_body):
-                return [_tuple_new(Frame, (mtype, flags, data[HEADER_SIZE:]))]
-        buf = self._buf + data if self._buf else data
-        frames: list[Frame] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= HEADER_SIZE:
-            version, mtype, flags, length = _unpack_header(buf, pos)
-            if version != VERSION:
-                raise ProtocolError(f"wire version {version}, expected {VERSION}")
-            if mtype not in TYPE_NAMES:
-                raise ProtocolError(f"unknown message type {mtype}")
-            if length > self.max_body:
-                raise ProtocolError(
-                    f"{TYPE_NAMES[mtype]} frame of {length} bytes is over the "
-                    f"{self.max_body}-byte cap")
-            start = pos + HEADER_SIZE
-            if end - start < length:
-                break
-            pos = start + length
-            frames.append(Frame(mtype, flags, buf[start:pos]))
-        self._buf = buf[pos:] if pos < end else b""
-        return frames
-
-
-class FrameWriter:
-    """Outgoing bytes for one non-blocking pipe. The parent never blocks on a child:
-    ``send`` writes what the pipe takes now and keeps the rest; ``flush`` continues
-    when the selector says the pipe is writable again."""
-
-    __slots__ = ("_chunks", "_size")
-
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-        self._size = 0
-
-    @property
-    def wants_write(self) -> bool:
-        """True while bytes are waiting for the pipe to become writable."""
-        return self._size > 0
-
-    @property
-    def pending(self) -> int:
-        """Bytes queued and not yet written."""
-        return self._size
-
-    def send(self, data: bytes, write: Callable[[bytes], int]) -> bool:
-        """Queue ``data`` and write as much as possible. True if all of it went out."""
-        if self._size:
-            self._chunks.append(data)
-            self._size += len(data)
-            return self.flush(write)
+    @classmethod
+    def decode(cls, frame: Frame) -> Ready:
+        """The message a READY frame carries."""
+        body = _body(frame, READY)
         try:
-            n = write(data)
-        except BlockingIOError:
-            n = 0
-        if n == len(data):
-            return True
-        rest = data[n:]
-        self._chunks.append(rest)
-        self._size = len(rest)
-        return False
+            return cls(body["pid"], body["worker"])
+        except KeyError as exc:
+            raise _missing(READY, exc) from None
 
-    def flush(self, write: Callable[[bytes], int]) -> bool:
-        """Write queued bytes until the pipe is full. True when nothing is left."""
-        while self._chunks:
-            chunk = self._chunks[0]
+
+@dataclass(slots=True)
+class Run:
+    """Run one job. The parent fills ``args_json`` (the args as JSON text, never decoded
+    in the parent); the child gets ``args`` decoded, or ``args_error`` saying why they
+    could not be (then ``args`` is None and the job must fail, not the child)."""
+
+    TYPE: ClassVar[int] = RUN
+    id: int
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    args_json: str | None = None
+    args: Any = None
+    args_error: str | None = None
+
+    @staticmethod
+    def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
+             args_json: str) -> bytes:
+        """A RUN frame from its fields, without building the object (the parent's
+        per-job path)."""
+        data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
+                       "max_attempts": max_attempts, "args": _Fragment(args_json)})
+        return _pack_header(VERSION, RUN, 0, len(data)) + data
+
+    def encode(self) -> bytes:
+        """This message as one frame (``args_json`` if set, else ``args`` encoded)."""
+        args_json = self.args_json if self.args_json is not None else _dumps(self.args)
+        return Run.pack(self.id, self.kind, self.queue, self.attempt, self.max_attempts,
+                        args_json)
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Run:
+        """The job a RUN frame carries, with its args decoded if they can be."""
+        try:
+            body = _loads(frame.body)
+            args_error = None
+        except _JSONDecodeError as exc:
+            body, args_error = cls._split(frame.body, exc)
+        if not isinstance(body, dict):
+            raise ProtocolError("RUN body is not a JSON object")
+        try:
+            return cls(body["id"], body["kind"], body["queue"], body["attempt"],
+                       body["max_attempts"], None, body.get("args"), args_error)
+        except KeyError as exc:
+            raise _missing(RUN, exc) from None
+
+    @staticmethod
+    def _split(data: bytes, exc: Exception) -> tuple[dict[str, Any], str]:
+        # The whole body did not parse: if the job's part does, only its args are bad.
+        at = data.find(_ARGS_KEY)
+        meta = None
+        if at >= 0:
             try:
-                n = write(chunk)
-            except BlockingIOError:
-                return False
-            self._size -= n
-            if n < len(chunk):
-                self._chunks[0] = chunk[n:]
-                return False
-            self._chunks.pop(0)
-        return True
-
-    def clear(self) -> None:
-        """Drop everything queued (the peer is gone)."""
-        self._chunks.clear()
-        self._size = 0
+                meta = _loads(data[:at] + b"}")
+            except _JSONDecodeError:
+                meta = None
+        if not isinstance(meta, dict):
+            raise ProtocolError(f"RUN body is not JSON: {exc}") from None
+        try:
+            _loads(data[at + len(_ARGS_KEY):-1])
+        except _JSONDecodeError as args_exc:
+            exc = args_exc  # its position counts from the start of the args
+        return meta, f"args cannot be decoded: {exc}"
 
 
-class BlockingReader:
-    """Frames from a blocking fd, for the child: ``next()`` returns a frame, or None
-    at end of file (the parent is gone)."""
+@dataclass(slots=True)
+class Heartbeat:
+    """Still alive, running ``job``; ``progress`` is its latest report, if new."""
 
-    def __init__(self, fd: int, max_body: int = DEFAULT_MAX_BODY, chunk: int = 65536) -> None:
-        self.fd = fd
-        self._reader = FrameReader(max_body)
-        self._ready: list[Frame] = []
-        self._chunk = chunk
+    TYPE: ClassVar[int] = HEARTBEAT
+    job: int
+    progress: dict[str, Any] | None = None
 
-    def next(self) -> Frame | None:
-        """The next frame; blocks until one is complete. None at end of file."""
-        while not self._ready:
-            data = os.read(self.fd, self._chunk)
-            if not data:
-                return None
-            self._ready = self._reader.feed(data)
-        return self._ready.pop(0)
+    def encode(self) -> bytes:
+        """This message as one frame. Raises ``TypeError`` if progress cannot be
+        encoded as JSON."""
+        if self.progress is None:
+            return encode(HEARTBEAT, {"job": self.job})
+        return encode(HEARTBEAT, {"job": self.job, "progress": self.progress})
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Heartbeat:
+        """The message a HEARTBEAT frame carries."""
+        body = _body(frame, HEARTBEAT)
+        try:
+            return cls(body["job"], body.get("progress"))
+        except KeyError as exc:
+            raise _missing(HEARTBEAT, exc) from None
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` to a blocking fd."""
-    n = os.write(fd, data)
-    if n == len(data):
-        return
-    view = memoryview(data)[n:]
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+@dataclass(slots=True)
+class Done:
+    """``job`` returned; ``result`` is its value as JSON bytes, which the parent stores
+    without decoding. ``last``: the child exits right after this answer."""
+
+    TYPE: ClassVar[int] = DONE
+    job: int
+    result: bytes
+    last: bool = False
+
+    def encode(self) -> bytes:
+        """This message as one frame."""
+        return Done.pack(self.job, self.result, self.last)
+
+    @staticmethod
+    def pack(job_id: int, result: bytes, last: bool = False) -> bytes:
+        """A DONE frame from its fields (the child's per-job path)."""
+        return (_pack_header(VERSION, DONE, FLAG_LAST if last else 0,
+                             _ID_SIZE + len(result)) + _pack_id(job_id) + result)
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Done:
+        """The message a DONE frame carries."""
+        job_id, result = Done.unpack(frame)
+        return cls(job_id, result.encode(), bool(frame.flags & FLAG_LAST))
+
+    @staticmethod
+    def unpack(frame: Frame) -> tuple[int, str]:
+        """(job id, result text) of a DONE frame, without building the object (the
+        parent's per-job path: the text goes to the store as it is)."""
+        body = frame.body
+        try:
+            return _unpack_id(body)[0], body[_ID_SIZE:].decode()
+        except (struct.error, UnicodeDecodeError):
+            raise ProtocolError("DONE body is not a job id and UTF-8 JSON text") from None
+
+
+@dataclass(slots=True)
+class Failed:
+    """``job``'s attempt failed in the child: ``kind`` is one of ``shared.jobs.FAIL_*``;
+    ``retry_delay`` is a handler's own choice for a ``Retry``. ``last``: the child exits
+    right after this answer."""
+
+    TYPE: ClassVar[int] = FAILED
+    job: int
+    kind: str
+    message: str
+    traceback: str | None = None
+    retry_delay: float | None = None
+    last: bool = False
+
+    def encode(self) -> bytes:
+        """This message as one frame."""
+        return encode(FAILED, {"job": self.job, "kind": self.kind, "message": self.message,
+                               "traceback": self.traceback, "retry_delay": self.retry_delay},
+                      FLAG_LAST if self.last else 0)
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Failed:
+        """The message a FAILED frame carries."""
+        body = _body(frame, FAILED)
+        try:
+            return cls(body["job"], body["kind"], body.get("message") or "",
+                       body.get("traceback"), body.get("retry_delay"),
+                       bool(frame.flags & FLAG_LAST))
+        except KeyError as exc:
+            raise _missing(FAILED, exc) from None
+
+
+@dataclass(slots=True)
+class Stop:
+    """Finish and exit (sent to an idle child, or after its job)."""
+
+    TYPE: ClassVar[int] = STOP
+
+    def encode(self) -> bytes:
+        """This message as one frame (an empty body)."""
+        return _STOP_FRAME
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Stop:
+        """The message a STOP frame carries (nothing)."""
+        return cls()
+
+
+_STOP_FRAME = encode(STOP)
+
+
+@dataclass(slots=True)
+class BootError:
+    """The child could not boot (``kind``: boot or import) and exits right after."""
+
+    TYPE: ClassVar[int] = BOOT_ERROR
+    kind: str
+    message: str
+
+    def encode(self) -> bytes:
+        """This message as one frame."""
+        return encode(BOOT_ERROR, {"kind": self.kind, "message": self.message})
+
+    @classmethod
+    def decode(cls, frame: Frame) -> BootError:
+        """The message a BOOT_ERROR frame carries."""
+        body = _body(frame, BOOT_ERROR)
+        return cls(str(body.get("kind")), str(body.get("message")))
+
+
+Message = Ready | Run | Heartbeat | Done | Failed | Stop | BootError
+
+_CLASSES: dict[int, Any] = {cls.TYPE: cls for cls in
+                            (Ready, Run, Heartbeat, Done, Failed, Stop, BootError)}
+
+
+def decode(frame: Frame) -> Message:
+    """The typed message of any frame."""
+    return _CLASSES[frame.type].decode(frame)

@@ -139,7 +139,7 @@ class Harness:
 
     def ready(self, *pids: int) -> None:
         for pid in pids or self.pids():
-            self.says(pid, wire.encode(wire.READY, {"pid": pid, "worker": 0}))
+            self.says(pid, wire.Ready(pid, 0).encode())
 
     def exits(self, pid: int, status: int) -> None:
         self.os.exits.append((pid, status))

@@ -116,3 +116,59 @@ def pool_pid():
 @job(name="pool_fds")
 def pool_fds():
     return sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+
+
+@job(name="pool_fork_and_return")
+def pool_fork_and_return(seconds: float = 0.3, copy_seconds: float = 0.0):
+    # The copy returns into the child runtime as if it were the handler itself.
+    if os.fork() == 0:
+        time.sleep(copy_seconds)
+        return {"by": "copy", "pid": os.getpid()}
+    time.sleep(seconds)
+    return {"by": "original", "pid": os.getpid()}
+
+
+def _pipe_fds(mode: int) -> list[int]:
+    """This process's pipe fds above stdio opened for reading (0) or writing (1)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                flags = next(int(line.split()[1], 8) for line in f if line.startswith("flags"))
+        except (OSError, StopIteration):
+            continue
+        if fd > 2 and target.startswith("pipe:") and flags & 3 == mode:
+            found.append(fd)
+    return found
+
+
+@job(name="pool_close_fds")
+def pool_close_fds(which: str = "low"):
+    if which == "low":
+        os.closerange(0, 11)
+    elif which == "read":  # the job pipe the RUN frames come on
+        for fd in _pipe_fds(0):
+            os.close(fd)
+    elif which == "write-replaced":  # the answer pipe, its number reused by a file
+        for fd in _pipe_fds(1):
+            os.close(fd)
+            taken = os.open(os.devnull, os.O_WRONLY)
+            if taken != fd:
+                os.dup2(taken, fd)
+                os.close(taken)
+    return which
+
+
+@job(name="pool_bad_progress")
+def pool_bad_progress(catch: bool = True):
+    from decimal import Decimal
+
+    if not catch:
+        current_job().progress(Decimal("1.5"))
+    try:
+        current_job().progress(Decimal("1.5"), 3)
+    except TypeError as exc:
+        return f"refused: {exc}"
+    return "accepted"

@@ -62,7 +62,7 @@ def test_done_reports_result_text_and_frees_the_child():
     h = started(size=1)
     h.pool.dispatch(job(1))
     h.clock.now += 0.25
-    h.says(h.pids()[0], wire.encode_raw(wire.DONE, b'{"ok":true}'))
+    h.says(h.pids()[0], wire.Done(1, b'{"ok":true}').encode())
     (done,) = h.take(JobDone)
     assert done.result_json == '{"ok":true}' and done.duration == pytest.approx(0.25)
     assert h.pool.idle_count() == 1 and h.pool.running() == []
@@ -72,11 +72,9 @@ def test_failed_from_child_keeps_kind_traceback_and_terminality():
     h = started(size=1)
     pid = h.pids()[0]
     h.pool.dispatch(job(1))
-    h.says(pid, wire.encode(wire.FAILED, {"job": 1, "kind": "binding", "message": "bad",
-                                          "traceback": None, "retry_delay": None}))
+    h.says(pid, wire.Failed(1, "binding", "bad").encode())
     h.pool.dispatch(job(2))
-    h.says(pid, wire.encode(wire.FAILED, {"job": 2, "kind": "retry", "message": "later",
-                                          "traceback": "tb", "retry_delay": 7.5}))
+    h.says(pid, wire.Failed(2, "retry", "later", "tb", 7.5).encode())
     first, second = h.take(JobFailed)
     assert (first.kind, first.terminal) == ("binding", True)
     assert (second.kind, second.terminal, second.retry_delay) == ("retry", False, 7.5)
@@ -131,7 +129,7 @@ def test_heartbeats_extend_the_deadline_and_silence_means_hung():
     h.pool.dispatch(job(1))
     for _ in range(4):
         h.clock.now += 4.0
-        h.says(pid, wire.encode(wire.HEARTBEAT, {"job": 1}))
+        h.says(pid, wire.Heartbeat(1).encode())
         h.pool.tick()
     assert h.signals_to(pid) == []
     h.advance(5.1)
@@ -145,8 +143,8 @@ def test_progress_arrives_as_job_progress_for_the_running_job_only():
     h = started(size=1)
     pid = h.pids()[0]
     h.pool.dispatch(job(1))
-    h.says(pid, wire.encode(wire.HEARTBEAT, {"job": 1, "progress": {"done": 1, "total": 3}}))
-    h.says(pid, wire.encode(wire.HEARTBEAT, {"job": 99, "progress": {"done": 2}}))
+    h.says(pid, wire.Heartbeat(1, {"done": 1, "total": 3}).encode())
+    h.says(pid, wire.Heartbeat(99, {"done": 2}).encode())
     (progress,) = h.take(JobProgress)
     assert progress.job.id == 1 and progress.progress == {"done": 1, "total": 3}
 
@@ -155,7 +153,7 @@ def test_last_answer_means_no_more_dispatch_and_recycle_is_not_a_crash():
     h = started(size=1)
     pid = h.pids()[0]
     h.pool.dispatch(job(1))
-    h.says(pid, wire.encode_raw(wire.DONE, b"1", wire.FLAG_LAST))
+    h.says(pid, wire.Done(1, b"1", last=True).encode())
     assert h.pool.idle_count() == 0
     assert len(h.pids()) == 1
     h.pool.tick()  # forks the replacement
@@ -178,7 +176,7 @@ def test_parent_stops_a_child_at_its_job_limit_even_without_the_flag():
     h = started(size=1, max_jobs_per_child=1, max_jobs_jitter=0.0)
     pid = h.pids()[0]
     h.pool.dispatch(job(1))
-    h.says(pid, wire.encode_raw(wire.DONE, b"null"))
+    h.says(pid, wire.Done(1, b"null").encode())
     assert [f.type for f in h.sent(pid)] == [wire.RUN, wire.STOP]
     assert h.pool.idle_count() == 0
 
@@ -187,7 +185,7 @@ def test_done_in_the_pipe_of_a_dead_child_still_counts():
     h = started(size=1)
     pid = h.pids()[0]
     h.pool.dispatch(job(1))
-    h.says(pid, wire.encode_raw(wire.DONE, b'"made it"'), deliver=False)
+    h.says(pid, wire.Done(1, b'"made it"').encode(), deliver=False)
     h.exits(pid, signalled(signal.SIGSEGV))
     assert [o.result_json for o in h.take(JobDone)] == ['"made it"']
     assert h.take(JobFailed) == []
@@ -221,8 +219,8 @@ def test_crash_loop_halts_with_the_childs_own_words():
     with pytest.raises(PoolHalted, match="No module named 'nowhere'"):
         for _ in range(10):
             pid = h.pids()[0]
-            h.says(pid, wire.encode(wire.BOOT_ERROR, {
-                "kind": "import", "message": "ModuleNotFoundError: No module named 'nowhere'"}))
+            h.says(pid, wire.BootError(
+                "import", "ModuleNotFoundError: No module named 'nowhere'").encode())
             h.exits(pid, exited(CHILD_IMPORT_ERROR))
             forks += 1
             h.pool.tick()
@@ -270,7 +268,7 @@ def test_stop_sends_stop_to_idle_now_and_busy_after_their_job():
     h.pool.stop()
     assert [f.type for f in h.sent(idle)] == [wire.STOP]
     assert [f.type for f in h.sent(busy)] == [wire.RUN]
-    h.says(busy, wire.encode_raw(wire.DONE, b"null"))
+    h.says(busy, wire.Done(1, b"null").encode())
     assert [f.type for f in h.sent(busy)] == [wire.RUN, wire.STOP]
     h.exits(idle, exited(CHILD_OK))
     h.exits(busy, exited(CHILD_OK))
@@ -350,7 +348,7 @@ def test_recycle_all_replaces_idle_now_and_busy_after_their_job():
     old = set(h.pids())
     h.pool.recycle_all()
     assert len(set(h.pids()) - old) == 1  # the idle one's replacement
-    h.says(busy, wire.encode_raw(wire.DONE, b"null"))
+    h.says(busy, wire.Done(1, b"null").encode())
     assert [f.type for f in h.sent(busy)] == [wire.RUN, wire.STOP]
     h.pool.tick()
     assert len(set(h.pids()) - old) == 2
@@ -401,3 +399,14 @@ def test_reaped_children_leave_no_fd_or_selector_key_behind():
         h.exits(pid, signalled(signal.SIGKILL))
         assert fds <= h.os.closed
         assert not fds & set(h.sel.keys)
+
+
+def test_args_too_large_for_a_frame_fail_at_once_and_the_child_stays_idle():
+    h = started(size=1, max_frame_bytes=200)
+    big = ClaimedJob(1, "pool_noop", "default", 1, 5, 0, None, '{"a": "' + "x" * 300 + '"}')
+    assert h.pool.dispatch(big)
+    (failed,) = h.take(JobFailed)
+    assert (failed.job.id, failed.kind, failed.terminal) == (1, "args", True)
+    assert h.pool.idle_count() == 1 and h.pool.busy_count() == 0
+    assert h.sent(h.pids()[0]) == []
+    assert h.pool.dispatch(job(2)) and h.pool.busy_count() == 1

@@ -32,18 +32,94 @@ def test_byte_by_byte_and_many_per_read():
     assert [f.json()["job"] for f in wire.FrameReader().feed(data)] == [0, 1, 2, 3, 4]
 
 
+def one(message) -> wire.Frame:
+    (frame,) = wire.FrameReader().feed(message.encode())
+    assert frame.type == message.TYPE
+    return frame
+
+
 def test_run_embeds_args_text_without_decoding_it():
     args_json = '{"path": "a.png", "width": 64}'
-    frame = wire.FrameReader().feed(wire.encode_run(7, "resize", "images", 2, 5, args_json))[0]
+    data = wire.Run.pack(7, "resize", "images", 2, 5, args_json)
+    (frame,) = wire.FrameReader().feed(data)
     assert args_json in frame.body.decode()
     assert frame.json() == {"id": 7, "kind": "resize", "queue": "images", "attempt": 2,
                             "max_attempts": 5, "args": {"path": "a.png", "width": 64}}
+    run = wire.Run.decode(frame)
+    assert (run.id, run.kind, run.queue, run.attempt, run.max_attempts) == (
+        7, "resize", "images", 2, 5)
+    assert run.args == {"path": "a.png", "width": 64} and run.args_error is None
 
 
-def test_done_carries_raw_result_and_last_flag():
-    frame = wire.FrameReader().feed(wire.encode_raw(wire.DONE, b'{"ok":true}',
-                                                    wire.FLAG_LAST))[0]
-    assert frame.body == b'{"ok":true}' and frame.last
+def test_run_round_trip_from_the_object():
+    sent = wire.Run(3, "k", "q", 1, 2, args={"a": [1, 2]})
+    got = wire.Run.decode(one(sent))
+    assert got == wire.Run(3, "k", "q", 1, 2, None, {"a": [1, 2]}, None)
+
+
+@pytest.mark.parametrize(("args_json", "problem"), [
+    ('{"n": 1e400}', "infinity"),
+    ("[" * 2000 + "]" * 2000, "depth"),
+    ('{"kind": "x", "args": 1e999}', "infinity"),
+])
+def test_run_with_args_orjson_cannot_parse_still_names_its_job(args_json, problem):
+    frame = one(wire.Run(41, "pool_echo", "default", 1, 3, args_json))
+    run = wire.Run.decode(frame)
+    assert (run.id, run.kind, run.attempt, run.args) == (41, "pool_echo", 1, None)
+    assert problem in run.args_error
+
+
+def test_a_run_body_that_is_not_json_at_all_is_a_protocol_error():
+    (frame,) = wire.FrameReader().feed(wire.encode_raw(wire.RUN, b"{nope"))
+    with pytest.raises(wire.ProtocolError):
+        wire.Run.decode(frame)
+
+
+def test_done_carries_its_job_id_the_raw_result_and_last_flag():
+    frame = one(wire.Done(9, b'{"ok":true}', last=True))
+    assert frame.body.endswith(b'{"ok":true}') and frame.last
+    assert wire.Done.unpack(frame) == (9, '{"ok":true}')
+    assert wire.Done.decode(frame) == wire.Done(9, b'{"ok":true}', True)
+    assert not one(wire.Done(9, b"null")).last
+
+
+def test_a_done_without_a_job_id_is_a_protocol_error():
+    (frame,) = wire.FrameReader().feed(wire.encode_raw(wire.DONE, b"1"))
+    with pytest.raises(wire.ProtocolError):
+        wire.Done.decode(frame)
+
+
+@pytest.mark.parametrize("message", [
+    wire.Ready(123, 4),
+    wire.Heartbeat(5),
+    wire.Heartbeat(5, {"done": 1, "total": 3, "message": "é"}),
+    wire.Failed(6, "retry", "later", "tb", 7.5),
+    wire.Failed(6, "error", "boom", last=True),
+    wire.Stop(),
+    wire.BootError("import", "ModuleNotFoundError: No module named 'x'"),
+])
+def test_each_message_round_trips(message):
+    assert wire.decode(one(message)) == message
+
+
+@pytest.mark.parametrize(("mtype", "body"), [
+    (wire.READY, b"[1]"),
+    (wire.READY, b"{}"),
+    (wire.HEARTBEAT, b'{"progress": 1}'),
+    (wire.FAILED, b'{"job": 1}'),
+    (wire.FAILED, b"not json"),
+])
+def test_bodies_that_do_not_fit_their_type_are_protocol_errors(mtype, body):
+    (frame,) = wire.FrameReader().feed(wire.encode_raw(mtype, body))
+    with pytest.raises(wire.ProtocolError):
+        wire.decode(frame)
+
+
+def test_progress_that_json_cannot_hold_fails_to_encode():
+    from decimal import Decimal
+
+    with pytest.raises(TypeError):
+        wire.Heartbeat(1, {"done": Decimal("1.5")}).encode()
 
 
 def test_size_cap_is_checked_before_the_body_arrives():
@@ -105,7 +181,7 @@ def test_writer_keeps_order_while_backlogged():
 def test_blocking_reader_and_write_all():
     r, w = os.pipe()
     try:
-        wire.write_all(w, wire.encode(wire.RUN, {"n": 1}) + wire.encode(wire.STOP))
+        wire.write_all(w, wire.encode(wire.RUN, {"n": 1}) + wire.Stop().encode())
         os.close(w)
         reader = wire.BlockingReader(r)
         assert reader.next().json() == {"n": 1}

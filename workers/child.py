@@ -24,9 +24,11 @@ from shared.exitcodes import (
     CHILD_IMPORT_ERROR,
     CHILD_OK,
     CHILD_PARENT_GONE,
+    CHILD_PIPE_LOST,
     CHILD_RECYCLE,
 )
 from shared.jobs import (
+    FAIL_ARGS,
     FAIL_BINDING,
     FAIL_DISCARD,
     FAIL_ERROR,
@@ -38,6 +40,7 @@ from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
+from workers.jobpipe import JobPipe
 from workers.outcomes import Discard, Retry
 from workers.registry import get_handler
 
@@ -101,12 +104,18 @@ def _print_to_stderr(exc: BaseException) -> None:
         pass
 
 
+def _say(message: str) -> None:
+    try:
+        wire.write_all(2, f"supervisor child {os.getpid()}: {message}\n".encode())
+    except OSError:
+        pass
+
+
 def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> None:
     _print_to_stderr(exc)
     message = _one_line(exc)
     try:
-        wire.write_all(config.write_fd, wire.encode(wire.BOOT_ERROR,
-                                                    {"kind": kind, "message": message}))
+        wire.write_all(config.write_fd, wire.BootError(kind, message).encode())
     except OSError:
         pass  # the exit code still tells the parent what happened
 
@@ -122,35 +131,47 @@ class JobRunner:
         self.config = config
         self.jobs_done = 0
         self._checkers: dict[str, ArgsChecker] = {}
-        fd = config.write_fd
-        self.heartbeat = Heartbeat(lambda data: wire.write_all(fd, data),
-                                   config.heartbeat_interval, config.worker_no)
+        self.pipe = JobPipe(config.read_fd, config.write_fd)
+        self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
 
     def serve(self) -> int:
         """Say READY, then answer jobs until told to stop. Returns the exit code."""
         config = self.config
+        pipe = self.pipe
+        pipe.guard_forks()
         self.heartbeat.start()
-        self.heartbeat.write(wire.encode(wire.READY, {"pid": os.getpid(),
-                                                      "worker": config.worker_no}))
-        reader = wire.BlockingReader(config.read_fd, config.max_frame_bytes)
+        self.heartbeat.write(wire.Ready(os.getpid(), config.worker_no).encode())
+        reader = wire.BlockingReader(pipe.read_fd, config.max_frame_bytes)
         lock = self.heartbeat.lock
-        write_fd = config.write_fd
+        write_fd = pipe.write_fd
         limited = config.max_jobs is not None or config.max_memory is not None
+        decode_run = wire.Run.decode
         while True:
-            frame = reader.next()
+            try:
+                frame = reader.next()
+            except OSError:
+                return CHILD_PIPE_LOST
             if frame is None or frame.type == wire.STOP:
                 return CHILD_OK
             if frame.type != wire.RUN:
                 continue
-            mtype, body = self.run_job(orjson.loads(frame.body))
+            answer = self.run_job(decode_run(frame))
+            if pipe.detached:
+                os._exit(CHILD_OK)  # a copy its handler forked: it never answers
             self.jobs_done += 1
-            last = limited and self._should_recycle()
-            data = wire.encode_raw(mtype, body, wire.FLAG_LAST if last else 0)
+            read_ok, write_ok = pipe.intact()
+            if not write_ok:
+                _say("the handler closed or replaced the pipe to the parent; "
+                     "its job cannot be answered")
+                return CHILD_PIPE_LOST
+            last = not read_ok or (limited and self._should_recycle())
+            answer.last = last
+            data = answer.encode()
             with lock:
                 self.heartbeat.end()
                 wire.write_all(write_fd, data)
             if last:
-                return CHILD_RECYCLE
+                return CHILD_RECYCLE if read_ok else CHILD_PIPE_LOST
 
     def _should_recycle(self) -> bool:
         config = self.config
@@ -158,56 +179,52 @@ class JobRunner:
             return True
         return config.max_memory is not None and current_rss() > config.max_memory
 
-    def run_job(self, message: dict[str, Any]) -> tuple[int, bytes]:
-        """Run one job; return the answer's message type and body."""
-        job_id = message["id"]
-        kind = message["kind"]
-        args = message["args"]
+    def run_job(self, run: wire.Run) -> wire.Done | wire.Failed:
+        """Run one job; return its answer."""
+        job_id = run.id
+        kind = run.kind
+        args = run.args
+        if run.args_error is not None:
+            return wire.Failed(job_id, FAIL_ARGS, run.args_error)
         handle = get_handler(kind)
         if handle is None:
-            return _failed(job_id, FAIL_UNKNOWN_KIND,
-                           f"no handler for kind {kind!r} in this worker")
+            return wire.Failed(job_id, FAIL_UNKNOWN_KIND,
+                               f"no handler for kind {kind!r} in this worker")
         if not isinstance(args, dict):
-            return _failed(job_id, FAIL_BINDING,
-                           f"args must be a JSON object, not {type(args).__name__}")
+            return wire.Failed(job_id, FAIL_BINDING,
+                               f"args must be a JSON object, not {type(args).__name__}")
         checker = self._checkers.get(kind)
         if checker is None:
             checker = self._checkers[kind] = ArgsChecker(handle.signature)
         try:
             checker.check(args)
         except TypeError as exc:
-            return _failed(job_id, FAIL_BINDING,
-                           f"args do not fit {kind}{handle.signature}: {exc}")
-        context = JobContext(id=job_id, kind=kind, queue=message["queue"],
-                             attempt=message["attempt"], args=args,
-                             max_attempts=message["max_attempts"])
+            return wire.Failed(job_id, FAIL_BINDING,
+                               f"args do not fit {kind}{handle.signature}: {exc}")
+        context = JobContext(id=job_id, kind=kind, queue=run.queue, attempt=run.attempt,
+                             args=args, max_attempts=run.max_attempts)
         set_current(context)
         self.heartbeat.begin(job_id, context)  # its thread also sets the title
         try:
             result = handle.func(**args)
         except Discard as exc:
-            return _failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())
+            return wire.Failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())
         except Retry as exc:
-            return _failed(job_id, FAIL_RETRY, exc.reason, None, exc.delay)
+            return wire.Failed(job_id, FAIL_RETRY, exc.reason, None, exc.delay)
         except BaseException as exc:
-            return _failed(job_id, FAIL_ERROR, _one_line(exc), traceback.format_exc())
+            return wire.Failed(job_id, FAIL_ERROR, _one_line(exc), traceback.format_exc())
         finally:
             set_current(None)
         return self._encode_result(job_id, result)
 
-    def _encode_result(self, job_id: int, result: Any) -> tuple[int, bytes]:
+    def _encode_result(self, job_id: int, result: Any) -> wire.Done | wire.Failed:
         try:
             data = orjson.dumps(result)
         except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-            return _failed(job_id, FAIL_RESULT, f"result is not JSON-serializable: {exc}")
+            return wire.Failed(job_id, FAIL_RESULT,
+                               f"result is not JSON-serializable: {exc}")
         limit = self.config.max_result_bytes
         if len(data) > limit:
-            return _failed(job_id, FAIL_RESULT,
-                           f"result is {len(data)} bytes of JSON, over the {limit}-byte limit")
-        return wire.DONE, data
-
-
-def _failed(job_id: int, kind: str, message: str, tb: str | None = None,
-            retry_delay: float | None = None) -> tuple[int, bytes]:
-    return wire.FAILED, orjson.dumps({"job": job_id, "kind": kind, "message": message,
-                                      "traceback": tb, "retry_delay": retry_delay})
+            return wire.Failed(job_id, FAIL_RESULT,
+                               f"result is {len(data)} bytes of JSON, over the {limit}-byte limit")
+        return wire.Done(job_id, data)

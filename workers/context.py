@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 
 @dataclass
 class JobContext:
@@ -37,6 +39,10 @@ class JobContext:
             report["total"] = total
         if message is not None:
             report["message"] = str(message)
+        try:
+            orjson.dumps(report)  # here, in the handler, not later in the heartbeat thread
+        except TypeError as exc:
+            raise TypeError(f"progress() takes JSON numbers: {exc}") from None
         with self._lock:
             self._progress = report
             self._progress_seq += 1

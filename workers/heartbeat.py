@@ -1,5 +1,6 @@
 """The child's heartbeat: a small thread that tells the parent "still alive" every
-``interval`` seconds while a job runs, carrying the job's latest progress.
+``interval`` seconds while a job runs, carrying the job's latest progress, and keeps the
+process title on the running job.
 
 Silence is how the parent spots a hung child: a handler stuck in C code that holds the
 GIL, or a stopped process, starves this thread, and the parent kills the group when the
@@ -7,39 +8,48 @@ heartbeat deadline passes. The thread and the main loop share the pipe, so every
 goes through one lock; ``Heartbeat.lock`` is that lock, and the main thread holds it
 while it answers a job so that no beat for a finished job can follow its answer.
 
-The same thread keeps the process title current (``worker 3 job 4711 resize (attempt
-2)`` or ``worker 3 idle``): setting it costs ~2 µs a call, twice per job, which is a
-tenth of a no-op job's round trip; from here it costs the jobs nothing and the title is
-at most one interval stale (jobs shorter than that never show, which is no loss).
+Titles (``worker 3 job 4711 resize (attempt 2)`` or ``worker 3 idle``) are set from here,
+not from the job's path: a title costs ~2 µs a call, twice per job, which is a tenth of a
+no-op job's round trip. While jobs run the thread looks every ``TITLE_LAG`` seconds, so
+``ps`` shows a job within that of its start (a job shorter than that may never show, and
+costs nothing). Once a child has been idle for ``IDLE_NAP`` seconds its thread sleeps
+until ``begin`` wakes it (or the next beat is due), so idle children cost nothing; only
+the first job after such a nap pays for the wake (~1 µs). Waking the thread at every job
+instead would cost a stream of short jobs a thread switch each.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
 
 from shared import wire
 from workers.context import JobContext
+from workers.jobpipe import JobPipe
 from workers.proctitle import idle_title, job_title, set_title
+
+TITLE_LAG = 0.02  # seconds between looks at the title: ps follows the job within this
+IDLE_NAP = 1.0  # idle this long, the thread sleeps until a job begins
 
 
 class Heartbeat:
     """Beats for the running job. ``begin`` and ``end`` bracket each job; ``end`` must
     be called with ``lock`` held, together with the write of the job's answer."""
 
-    def __init__(self, write: Callable[[bytes], None], interval: float,
-                 worker_no: int = 0) -> None:
+    def __init__(self, pipe: JobPipe, interval: float, worker_no: int = 0) -> None:
         self.lock = threading.Lock()
         self.worker_no = worker_no
         self._title = idle_title(worker_no)  # what boot set
         self.interval = interval
-        self._write = write
+        self._pipe = pipe
         # One tuple, swapped whole, so the thread never sees a job id with another
         # job's context and ``begin`` needs no lock.
         self._current: tuple[int, JobContext] | None = None
         self._seen_job: int | None = None
         self._seen_seq = 0
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._sleeping = False  # the thread waits on _wake until a job begins
 
     def start(self) -> None:
         """Start the thread (once per child)."""
@@ -49,6 +59,10 @@ class Heartbeat:
     def begin(self, job_id: int, context: JobContext) -> None:
         """A job starts: beat for it from now on."""
         self._current = (job_id, context)
+        # Set after _current, read by the thread before it re-checks _current: one of
+        # the two always sees the other.
+        if self._sleeping:
+            self._wake.set()
 
     def end(self) -> None:
         """The job is answered. Call with ``lock`` held."""
@@ -57,18 +71,38 @@ class Heartbeat:
     def write(self, data: bytes) -> None:
         """Write a frame to the parent with the pipe lock held."""
         with self.lock:
-            self._write(data)
+            self._pipe.write(data)
 
     def _run(self) -> None:
-        # A plain sleep loop costs the running job nothing; the first beat of a job
-        # lands within one interval of its start, well inside the parent's deadline.
-        stop = threading.Event()
-        while not stop.wait(self.interval):
+        # The first beat of a job lands within one interval of its start, well inside
+        # the parent's deadline.
+        interval = self.interval
+        look = min(TITLE_LAG, interval)
+        wake = self._wake
+        clock = time.monotonic
+        now = clock()
+        next_beat = now + interval
+        busy_at = now  # when a job was last seen running
+        while True:
+            if self._current is None and now - busy_at >= IDLE_NAP:
+                self._sleeping = True
+                if self._current is None:
+                    wake.wait(max(0.0, next_beat - now))
+                self._sleeping = False
+                wake.clear()
+            else:
+                time.sleep(look)
+            self.refresh_title()
+            now = clock()
+            if self._current is not None:
+                busy_at = now
+            if now < next_beat:
+                continue
+            next_beat = now + interval
             try:
                 self.beat()
             except OSError:
                 return  # the pipe is gone: the main loop sees EOF and exits
-            self.refresh_title()
 
     def refresh_title(self) -> None:
         """Set the process title to the running job, or idle (the thread calls this)."""
@@ -86,14 +120,17 @@ class Heartbeat:
         """Send one heartbeat if a job is running (the thread calls this)."""
         with self.lock:
             current = self._current
-            if current is None:
-                return
+            if current is None or not self._pipe.write_intact():
+                return  # no job; or its handler closed the pipe: write nothing there
             job_id, context = current
             if job_id != self._seen_job:
                 self._seen_job = job_id
                 self._seen_seq = 0
             seq, progress = context.take_progress(self._seen_seq)
             self._seen_seq = seq
-            body = {"job": job_id} if progress is None else {"job": job_id,
-                                                            "progress": progress}
-            self._write(wire.encode(wire.HEARTBEAT, body))
+            try:
+                data = wire.Heartbeat(job_id, progress).encode()
+            except TypeError:
+                # progress() refuses what JSON cannot hold; never let it stop the beat.
+                data = wire.Heartbeat(job_id).encode()
+            self._pipe.write(data)

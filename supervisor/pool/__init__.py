@@ -1,13 +1,14 @@
 """The pool room: pre-forked children and the policy that keeps them.
 
 Door: ``Pool`` (policy: spawn, dispatch, kill, reap, recycle, crash loop), its settings
-and the records it reports through ``Pool.take_outcomes()``. Nothing here touches the
+and the records it reports through ``Pool.take_outcomes()``. Behind it, each child is a
+``ChildProcess`` (its pipes, frames, job and deadlines). Nothing here touches the
 database.
 """
 
-from supervisor.pool.childproc import PoolSettings
 from supervisor.pool.outcomes import ChildEvent, JobDone, JobFailed, JobProgress, PoolHalted
 from supervisor.pool.pool import Pool
+from supervisor.pool.settings import PoolSettings
 
 __all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "Pool", "PoolHalted",
            "PoolSettings"]

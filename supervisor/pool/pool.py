@@ -3,11 +3,11 @@
 The pool is event-driven and never blocks: the parent loop feeds it readable and
 writable fds (``handle_event``), SIGCHLD (``reap``) and the passage of time (``tick`` at
 ``next_deadline()``), hands it jobs (``dispatch``) and collects what happened
-(``take_outcomes``). It owns every child's pipes, deadlines and fate; it knows nothing
-of the database. One job is in flight per child and goes only to an idle child.
-
-Every OS call goes through ``supervisor.pool.oscalls.OsCalls`` and time comes from an
-injected monotonic clock, so the policy here is tested with fakes.
+(``take_outcomes``). It is only policy: which child gets a job, when one is stopped,
+killed, replaced or retired, when forking must stop. Each child's pipes, frames and
+deadlines are its ``ChildProcess``'s. One job is in flight per child, sent only to an
+idle one. Every OS call goes through ``OsCalls`` and time comes from an injected
+monotonic clock, so the policy is tested with fakes; nothing here touches the database.
 """
 
 from __future__ import annotations
@@ -18,53 +18,50 @@ import os
 import random
 import selectors
 import signal
+from collections import deque
 from collections.abc import Callable
 
-from shared import wire
+from shared import jobs
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
-from shared.jobs import (
-    FAIL_CANCELLED,
-    FAIL_CRASHED,
-    FAIL_HUNG,
-    FAIL_SHUTDOWN,
-    FAIL_TIMEOUT,
-    ClaimedJob,
-)
-from supervisor.pool.childproc import (
-    ACTIVE_STATES,
-    BOOTING,
-    BUSY,
-    DEAD,
-    IDLE,
-    KILLED,
-    Child,
-    PoolSettings,
-    spawn_child,
-)
+from supervisor.pool import process as proc
 from supervisor.pool.oscalls import OsCalls, monotonic
-from supervisor.pool.outcomes import JobFailed, PoolHalted
-from supervisor.pool.poolio import EVENT_READ, PoolIO
+from supervisor.pool.outcomes import ChildEvent, PoolHalted
+from supervisor.pool.process import ACTIVE_STATES, BOOTING, BUSY, IDLE, ChildProcess
+from supervisor.pool.settings import PoolSettings
+from supervisor.pool.spawn import CrashLoop, spawn_child
 from workers.child import child_main
 
-_encode_run = wire.encode_run
 
-
-class Pool(PoolIO):
+class Pool:
     """N forked children running handlers, one job each at a time."""
 
     def __init__(self, settings: PoolSettings, selector: selectors.BaseSelector, *,
                  oscalls: OsCalls | None = None, clock: Callable[[], float] | None = None,
                  log: logging.Logger | None = None, rng: random.Random | None = None,
                  entry: Callable[..., object] = child_main) -> None:
-        super().__init__(settings, selector, oscalls or OsCalls(), clock or monotonic,
-                         log or logging.getLogger("supervisor.pool"))
+        self.settings = settings
+        self._sel = selector
+        self._os = oscalls or OsCalls()
+        self._clock = clock or monotonic
+        self._log = log or logging.getLogger("supervisor.pool")
         self._rng = rng or random.Random()
         self._entry = entry  # what a forked child runs (tests may substitute)
+        self._children: dict[int, ChildProcess] = {}  # by pid, until reaped
+        self._by_fd: dict[int, ChildProcess] = {}
+        self._idle: deque[ChildProcess] = deque()
+        self._in_flight: dict[int, ChildProcess] = {}  # job id -> child, until answered
+        self._outcomes: list = []
+        self._crashes = CrashLoop(settings.crash_loop_limit, settings.crash_loop_window)
         self._target = settings.size
+        self._stopping = False
         self._halted: str | None = None
         self._halt_raised = False
         self._started = False
         self._parent_pid = 0
+        # A lower bound on the earliest deadline of any child: extending a deadline
+        # leaves it early, which costs one idle look, never a missed deadline.
+        self._due: float | None = None
+        self._size_dirty = True  # a child left the active states: recount in tick
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -85,7 +82,7 @@ class Pool(PoolIO):
         now = self._clock()
         for child in list(self._children.values()):
             if child.state in (IDLE, BOOTING):
-                self._send_stop(child, now, "pool stopping")
+                self._stop(child, now, "pool stopping")
             elif child.state == BUSY:
                 child.retire_after_job = True
 
@@ -95,9 +92,9 @@ class Pool(PoolIO):
         self._stopping = True
         now = self._clock()
         for child in list(self._children.values()):
-            self._kill(child, now, FAIL_SHUTDOWN, "killed at shutdown", signal.SIGKILL)
+            self._kill(child, now, jobs.FAIL_SHUTDOWN, "killed at shutdown", signal.SIGKILL)
 
-    def interrupt_all(self, kind: str = FAIL_SHUTDOWN) -> None:
+    def interrupt_all(self, kind: str = jobs.FAIL_SHUTDOWN) -> None:
         """Kill every busy child's group now; each job is reported as
         ``JobFailed(kind)`` once its child is reaped (unless it answered first)."""
         now = self._clock()
@@ -111,7 +108,7 @@ class Pool(PoolIO):
         now = self._clock()
         for child in list(self._children.values()):
             if child.state == IDLE:
-                self._send_stop(child, now, "recycling all")
+                self._stop(child, now, "recycling all")
             elif child.state in (BUSY, BOOTING):
                 # Forked before the reload: it must not serve, even once booted.
                 child.retire_after_job = True
@@ -146,7 +143,7 @@ class Pool(PoolIO):
         """Jobs in flight."""
         return len(self._in_flight)
 
-    def running(self) -> list[ClaimedJob]:
+    def running(self) -> list[jobs.ClaimedJob]:
         """The jobs in flight now (for lease renewal and drain)."""
         return [child.job for child in self._in_flight.values() if child.job is not None]
 
@@ -162,38 +159,23 @@ class Pool(PoolIO):
         kill deadline (possibly a little early, never late)."""
         return self._due
 
-    def _earliest(self) -> float | None:
-        soonest = None
-        for child in self._children.values():
-            due = child.deadline()
-            if due is not None and (soonest is None or due < soonest):
-                soonest = due
-        return soonest
-
     # -- jobs ------------------------------------------------------------------
 
-    def dispatch(self, job: ClaimedJob) -> bool:
+    def dispatch(self, job: jobs.ClaimedJob) -> bool:
         """Send ``job`` to an idle child and arm its timeout (``job.timeout``, already
-        resolved; None or 0: none) and heartbeat deadline. False if no child is idle."""
+        resolved; None or 0: none) and heartbeat deadline. False if no child is idle.
+        Args too large for a RUN frame fail the job at once (kind ``args``)."""
         if not self._idle:
             return False
-        child = self._idle.popleft()
-        now = self._clock()
-        timeout = job.timeout  # resolved by the caller: row, handler, config
-        child.state = BUSY
-        child.job = job
-        child.job_started = now
-        child.timeout = timeout
-        child.job_deadline = now + timeout if timeout else None
-        child.beat_deadline = beat = now + self.settings.heartbeat_timeout
-        due = self._due
-        if due is None or beat < due:
-            self._due = beat
-        if child.job_deadline is not None and child.job_deadline < self._due:
-            self._due = child.job_deadline
+        child = self._idle[0]
+        if not child.run(job, self._clock()):
+            self._outcomes.append(child.too_large(job))
+            return True
+        self._idle.popleft()
         self._in_flight[job.id] = child
-        self._send(child, _encode_run(job.id, job.kind, job.queue, job.attempt,
-                                      job.max_attempts, job.args_json))
+        due = child.deadline()  # the sooner of its timeout and its first heartbeat
+        if self._due is None or due < self._due:
+            self._due = due
         return True
 
     def cancel(self, job_id: int) -> bool:
@@ -202,8 +184,60 @@ class Pool(PoolIO):
         child = self._in_flight.get(job_id)
         if child is None or child.state != BUSY:
             return False
-        self._kill(child, self._clock(), FAIL_CANCELLED, "cancelled while running")
+        self._kill(child, self._clock(), jobs.FAIL_CANCELLED, "cancelled while running")
         return True
+
+    # -- events from the selector ----------------------------------------------
+
+    def handle_event(self, key: selectors.SelectorKey, mask: int) -> None:
+        """Read a child's frames or flush its queued writes."""
+        child = self._by_fd.get(key.fd)
+        if child is None:
+            return
+        if key.fd == child.read_fd:
+            if mask & selectors.EVENT_READ:
+                job = child.job
+                now = self._clock()
+                seen = child.read(now, self._outcomes)
+                if seen & ~proc.GOT_DATA:  # more than bytes: something to decide
+                    self._after_read(child, seen, job, now)
+        elif mask & selectors.EVENT_WRITE:
+            child.flush()
+
+    def _after_read(self, child: ChildProcess, seen: int, job: jobs.ClaimedJob | None,
+                    now: float) -> None:
+        if seen & proc.ANSWERED:
+            del self._in_flight[job.id]
+            if child.state != BUSY:
+                pass  # being killed or already dead: the answer still counts
+            elif seen & proc.LAST:
+                # The child exits right after this frame: never dispatch to it again.
+                self._stop(child, now, "recycling: its job or memory limit was reached",
+                           told=False)
+            elif child.retire_after_job or self._stopping:
+                self._stop(child, now, "retiring after its job")
+            elif child.max_jobs is not None and child.jobs_done >= child.max_jobs:
+                self._stop(child, now, "job limit reached")
+            else:
+                child.state = IDLE
+                self._idle.append(child)
+        if seen & proc.READIED:
+            self._on_ready(child, now)
+        if seen & proc.BROKEN:
+            self._kill(child, now, jobs.FAIL_CRASHED,
+                       f"child {child.pid} broke the wire protocol: {child.broken}",
+                       signal.SIGKILL)
+
+    def _on_ready(self, child: ChildProcess, now: float) -> None:
+        self._crashes.ready()
+        self._event(child, "ready", "")
+        if child.state != BOOTING:
+            return
+        if self._stopping or child.retire_after_job:
+            self._stop(child, now, "pool stopping" if self._stopping else "recycling all")
+            return
+        child.state = IDLE
+        self._idle.append(child)
 
     # -- deadlines and kills ---------------------------------------------------
 
@@ -223,54 +257,52 @@ class Pool(PoolIO):
             self._halt_raised = True
             raise PoolHalted(self._halted)
 
+    def _earliest(self) -> float | None:
+        dues = [due for due in (c.deadline() for c in self._children.values())
+                if due is not None]
+        return min(dues, default=None)
+
+    def _arm(self, when: float | None) -> None:
+        if when is not None and (self._due is None or when < self._due):
+            self._due = when
+
     def _enforce_deadlines(self, now: float) -> None:
         settings = self.settings
         for child in list(self._children.values()):
-            state = child.state
-            if state == BUSY:
-                if child.job_deadline is not None and now >= child.job_deadline:
-                    self._kill(child, now, FAIL_TIMEOUT,
-                               f"ran past its {child.timeout} s timeout")
-                elif child.beat_deadline is not None and now >= child.beat_deadline:
-                    self._kill(child, now, FAIL_HUNG,
-                               f"no heartbeat for {settings.heartbeat_timeout} s")
-            elif state == BOOTING:
-                if child.boot_deadline is not None and now >= child.boot_deadline:
-                    self._kill(child, now, None,
-                               f"not ready within {settings.boot_timeout} s",
-                               signal.SIGKILL, boot=True)
-            elif child.exit_deadline is not None and now >= child.exit_deadline:
+            overdue = child.overdue(now)
+            if overdue == "job":
+                self._kill(child, now, jobs.FAIL_TIMEOUT, f"ran past its {child.timeout} s timeout")
+            elif overdue == "heartbeat":
+                self._kill(child, now, jobs.FAIL_HUNG,
+                           f"no heartbeat for {settings.heartbeat_timeout} s")
+            elif overdue == "boot":
+                self._kill(child, now, None, f"not ready within {settings.boot_timeout} s",
+                           signal.SIGKILL, boot=True)
+            elif overdue == "exit":
                 self._log.warning("%s did not exit in time: SIGKILL to its group",
                                   child.describe())
-                self._os.killpg(child.pid, signal.SIGKILL)
-                child.sigkilled = True
-                child.exit_deadline = None
+                child.escalate()
 
-    def _kill(self, child: Child, now: float, kind: str | None, message: str,
+    def _kill(self, child: ChildProcess, now: float, kind: str | None, message: str,
               sig: int = signal.SIGTERM, *, boot: bool = False) -> None:
         """Signal the child's whole group; with SIGTERM, SIGKILL follows after the
         grace. ``kind`` is what the job in flight, if any, failed of."""
-        if child.state == DEAD or (child.state == KILLED and
-                                   (child.sigkilled or sig != signal.SIGKILL)):
+        if not child.can_signal(sig):
             return
         if child.state == IDLE:
             self._idle.remove(child)
-        if child.job is not None and kind is not None and child.kill_kind is None:
-            child.kill_kind = kind
-            child.kill_message = message
-        child.expected_exit = child.expected_exit or not boot
-        child.state = KILLED
-        self._os.killpg(child.pid, sig)
-        if sig == signal.SIGKILL:
-            child.sigkilled = True
-            child.exit_deadline = None
-        else:
-            # A stopped process holds SIGTERM pending until it runs again.
-            self._os.killpg(child.pid, signal.SIGCONT)
-            child.exit_deadline = now + self.settings.kill_grace
-            self._arm(child.exit_deadline)
+        child.kill(sig, now, kind, message, boot=boot)
+        self._arm(child.exit_deadline)
         self._size_dirty = True
         self._event(child, "killed", message)
+
+    def _stop(self, child: ChildProcess, now: float, why: str, *, told: bool = True) -> None:
+        if child.state == IDLE:
+            self._idle.remove(child)
+        child.stop(now, told=told)
+        self._arm(child.exit_deadline)
+        self._size_dirty = True
+        self._event(child, "stopping", why)
 
     # -- reaping ---------------------------------------------------------------
 
@@ -290,33 +322,19 @@ class Pool(PoolIO):
         if self._size_dirty:
             self._maintain_size()
 
-    def _on_exit(self, child: Child, status: int) -> None:
+    def _on_exit(self, child: ChildProcess, status: int) -> None:
         now = self._clock()
         self._size_dirty = True
         if child.state == IDLE:
             self._idle.remove(child)
-        child.state = DEAD
-        # A DONE written just before death still counts: read it before judging.
-        while child.read_open and self._read(child):
-            pass
-        self._close_read(child)
-        if child.write_registered:
-            self._sel.unregister(child.write_fd)
-            child.write_registered = False
-        self._by_fd.pop(child.write_fd, None)
-        self._os.close(child.write_fd)
-        child.writer.clear()
-        # Whatever the handler left running in the group goes with the child.
-        self._os.killpg(child.pid, signal.SIGKILL)
-        how = f"child {child.pid} {describe_child_exit(status)}"
         job = child.job
+        how = f"child {child.pid} {describe_child_exit(status)}"
+        child.close(now, self._outcomes, how)
         if job is not None:
             self._in_flight.pop(job.id, None)
-            child.job = None
-            kind = child.kill_kind or FAIL_CRASHED
-            message = child.kill_message or how
-            self._outcomes.append(JobFailed(job, kind, message, None, None, False,
-                                            now - child.job_started))
+        for fd in (child.read_fd, child.write_fd):
+            if self._by_fd.get(fd) is child:
+                del self._by_fd[fd]
         if not child.ready and not child.expected_exit:
             detail = f"{child.describe()} {describe_child_exit(status)}"
             if child.boot_error:
@@ -347,32 +365,35 @@ class Pool(PoolIO):
         if excess > 0:
             self._shrink(staying, excess)
 
-    def _shrink(self, staying: list[Child], excess: int) -> None:
+    def _shrink(self, staying: list[ChildProcess], excess: int) -> None:
         now = self._clock()
         order = {IDLE: 0, BOOTING: 1, BUSY: 2}
         for child in sorted(staying, key=lambda c: order[c.state])[:excess]:
             if child.state == BUSY:
                 child.retire_after_job = True
             else:
-                self._send_stop(child, now, "pool shrinking")
+                self._stop(child, now, "pool shrinking")
 
     def _spawn(self) -> bool:
         taken = {c.worker_no for c in self._children.values() if c.state in ACTIVE_STATES}
         worker_no = 1
         while worker_no in taken:
             worker_no += 1
+        max_jobs = self.settings.draw_max_jobs(self._rng)
         try:
-            child = spawn_child(self._os, self.settings, worker_no=worker_no,
-                                max_jobs=self.settings.draw_max_jobs(self._rng),
+            child = spawn_child(self._os, self.settings, self._sel, self, self._log,
+                                worker_no=worker_no, max_jobs=max_jobs,
                                 parent_pid=self._parent_pid, now=self._clock(),
                                 entry=self._entry)
         except OSError as exc:
             self._log.error("could not fork worker %d: %s", worker_no, exc)
             return False
         self._children[child.pid] = child
-        self._by_fd[child.read_fd] = child
-        self._by_fd[child.write_fd] = child
-        self._sel.register(child.read_fd, EVENT_READ, self)
+        self._by_fd[child.read_fd] = self._by_fd[child.write_fd] = child
         self._arm(child.boot_deadline)
-        self._event(child, "spawned", f"max_jobs={child.max_jobs}")
+        self._event(child, "spawned", f"max_jobs={max_jobs}")
         return True
+
+    def _event(self, child: ChildProcess, what: str, detail: str) -> None:
+        self._outcomes.append(ChildEvent(child.pid, child.worker_no, what, detail))
+        self._log.debug("%s %s %s", child.describe(), what, detail)

@@ -1,0 +1,38 @@
+"""How the pool runs its children: one settings record, fixed when the pool is built.
+
+The defaults here are the pool's own; ``supervisor.config`` fills the record from the
+command line and config file.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass
+class PoolSettings:
+    """How the pool runs its children. Times are seconds, sizes bytes."""
+
+    size: int
+    boot_timeout: float = 30.0  # READY within this or SIGKILL
+    heartbeat_interval: float = 2.0  # the child beats this often while a job runs
+    heartbeat_timeout: float = 30.0  # silence beyond this while busy = hung: kill group
+    kill_grace: float = 5.0  # SIGTERM to the group, then SIGKILL after this
+    max_jobs_per_child: int | None = None
+    max_jobs_jitter: float = 0.1  # each child's limit drawn in [n*(1-j), n*(1+j)]
+    max_memory_per_child: int | None = None  # RSS, checked by the child between jobs
+    max_result_bytes: int = 1 << 20
+    max_frame_bytes: int = 64 << 20
+    crash_loop_limit: int = 5  # boot failures in a row, or within the window, halt
+    crash_loop_window: float = 60.0
+    child_imports: tuple[str, ...] = ()  # modules each child imports after boot
+
+    def draw_max_jobs(self, rng: random.Random) -> int | None:
+        """One child's job limit, jittered so that children do not all recycle in the
+        same moment."""
+        n = self.max_jobs_per_child
+        if n is None:
+            return None
+        j = max(0.0, min(self.max_jobs_jitter, 1.0))
+        return max(1, round(rng.uniform(n * (1 - j), n * (1 + j))))

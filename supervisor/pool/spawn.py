@@ -1,0 +1,120 @@
+"""How one child comes to exist, and the counter that stops a pool whose children keep
+dying before they are ready.
+
+``spawn_child`` makes the pipes, forks, and wraps the parent's two ends in a
+``ChildProcess``; whether to fork at all is the policy in ``supervisor.pool.pool``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import sys
+from collections import deque
+from collections.abc import Callable
+
+from shared.exitcodes import CHILD_BOOT_ERROR
+from supervisor.pool.oscalls import OsCalls
+from supervisor.pool.process import ChildProcess
+from supervisor.pool.settings import PoolSettings
+from workers.child import ChildConfig
+
+
+def spawn_child(oscalls: OsCalls, settings: PoolSettings, selector: selectors.BaseSelector,
+                tag: object, log: logging.Logger, *, worker_no: int, max_jobs: int | None,
+                parent_pid: int, now: float,
+                entry: Callable[[ChildConfig], object]) -> ChildProcess:
+    """Fork one child and return it, its read end watched by ``selector`` with ``tag``
+    as the key's data."""
+    pid, read_fd, write_fd = fork_child(oscalls, settings, worker_no=worker_no,
+                                        max_jobs=max_jobs, parent_pid=parent_pid,
+                                        entry=entry)
+    return ChildProcess(pid, worker_no, read_fd, write_fd, max_jobs=max_jobs, now=now,
+                        settings=settings, oscalls=oscalls, selector=selector, tag=tag,
+                        log=log)
+
+
+def fork_child(oscalls: OsCalls, settings: PoolSettings, *, worker_no: int,
+               max_jobs: int | None, parent_pid: int,
+               entry: Callable[[ChildConfig], object]) -> tuple[int, int, int]:
+    """Fork one child with fresh pipes; return (pid, read fd, write fd) of the parent's
+    ends, both non-blocking. In the child, ``entry`` runs and the process leaves by
+    ``os._exit``; this function never returns there."""
+    down_r, down_w = oscalls.pipe()  # parent -> child
+    try:
+        up_r, up_w = oscalls.pipe()  # child -> parent
+    except OSError:
+        oscalls.close(down_r)
+        oscalls.close(down_w)
+        raise
+    config = ChildConfig(
+        worker_no=worker_no,
+        parent_pid=parent_pid,
+        read_fd=down_r,
+        write_fd=up_w,
+        heartbeat_interval=settings.heartbeat_interval,
+        max_jobs=max_jobs,
+        max_memory=settings.max_memory_per_child,
+        max_result_bytes=settings.max_result_bytes,
+        max_frame_bytes=settings.max_frame_bytes,
+        imports=tuple(settings.child_imports),
+    )
+    # Anything buffered now would be written twice: once by us, once by the child.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    try:
+        pid = oscalls.fork()
+    except OSError:
+        for fd in (down_r, down_w, up_r, up_w):
+            oscalls.close(fd)
+        raise
+    if pid == 0:
+        try:
+            entry(config)
+        finally:
+            os._exit(CHILD_BOOT_ERROR)
+    oscalls.close(down_r)
+    oscalls.close(up_w)
+    # The child calls setpgrp itself; doing it here too closes the window in which the
+    # parent might signal a group that does not exist yet.
+    oscalls.setpgid(pid, pid)
+    oscalls.set_blocking(up_r, False)
+    oscalls.set_blocking(down_w, False)
+    return pid, up_r, down_w
+
+
+class CrashLoop:
+    """Counts children that died before READY. The pool halts when ``limit`` of them
+    die in a row (a READY in between resets the streak) or within ``window`` seconds
+    (a READY does not forgive those: children that alternate between booting and dying
+    are a loop too)."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit = limit
+        self.window = window
+        self.streak = 0
+        self._times: deque[float] = deque()
+        self.last_failure = ""
+
+    def ready(self) -> None:
+        """A child booted: the streak is over."""
+        self.streak = 0
+
+    def failed(self, now: float, description: str) -> bool:
+        """Record a boot failure; True if the pool must halt."""
+        self.streak += 1
+        self.last_failure = description
+        times = self._times
+        times.append(now)
+        while times and times[0] < now - self.window:
+            times.popleft()
+        return self.streak >= self.limit or len(times) >= self.limit
+
+    def message(self) -> str:
+        """Why the pool halted, in one line."""
+        return (f"crash loop: {self.streak if self.streak >= self.limit else len(self._times)}"
+                f" children died before they were ready; the last: {self.last_failure}")
