@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from shared import wire
+from shared import defaults, wire
 from shared.exitcodes import (
     CHILD_BOOT_ERROR,
     CHILD_IMPORT_ERROR,
@@ -53,10 +53,10 @@ class ChildConfig:
     parent_pid: int
     read_fd: int  # RUN and STOP arrive here
     write_fd: int  # READY, HEARTBEAT, DONE, FAILED go out here
-    heartbeat_interval: float = 2.0
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
     max_jobs: int | None = None  # already jittered by the parent
     max_memory: int | None = None  # bytes of RSS, checked between jobs
-    max_result_bytes: int = 1 << 20
+    max_result_bytes: int = defaults.MAX_RESULT_BYTES
     max_frame_bytes: int = wire.DEFAULT_MAX_BODY
     imports: tuple[str, ...] = ()  # modules to import after boot (normally already loaded)
 

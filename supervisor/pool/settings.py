@@ -9,21 +9,23 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from shared import defaults
+
 
 @dataclass
 class PoolSettings:
     """How the pool runs its children. Times are seconds, sizes bytes."""
 
     size: int
-    boot_timeout: float = 30.0  # READY within this or SIGKILL
-    heartbeat_interval: float = 2.0  # the child beats this often while a job runs
-    heartbeat_timeout: float = 30.0  # silence beyond this while busy = hung: kill group
-    kill_grace: float = 5.0  # SIGTERM to the group, then SIGKILL after this
+    boot_timeout: float = defaults.BOOT_TIMEOUT  # READY within this or SIGKILL
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL  # a busy child beats this often
+    heartbeat_timeout: float = defaults.HEARTBEAT_TIMEOUT  # silence past this while busy: hung
+    kill_grace: float = defaults.KILL_GRACE  # SIGTERM to the group, then SIGKILL after this
     max_jobs_per_child: int | None = None
     max_jobs_jitter: float = 0.1  # each child's limit drawn in [n*(1-j), n*(1+j)]
     max_memory_per_child: int | None = None  # RSS, checked by the child between jobs
-    max_result_bytes: int = 1 << 20
-    max_frame_bytes: int = 64 << 20
+    max_result_bytes: int = defaults.MAX_RESULT_BYTES
+    max_frame_bytes: int = defaults.MAX_FRAME_BYTES
     crash_loop_limit: int = 5  # boot failures in a row, or within the window, halt
     crash_loop_window: float = 60.0
     child_imports: tuple[str, ...] = ()  # modules each child imports after boot
