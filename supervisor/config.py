@@ -57,7 +57,7 @@ class RunConfig:
     max_memory_per_child: int | None = None
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     flush_interval: float = 0.02  # longest a finished job's outcome waits to be batched
-    prefetch: int = 1  # default for queues that do not set their own
+    prefetch: int | None = None  # jobs held per child for queues without their own; auto
     maintenance_interval: float = defaults.MAINTENANCE_INTERVAL  # beat, rescue, prune
     retention: float = defaults.RETENTION  # seconds completed/cancelled jobs are kept
     discarded_retention: float = defaults.DISCARDED_RETENTION
@@ -125,6 +125,8 @@ def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
     the setting and what it expects."""
     kind = {f.name: f.type for f in fields(owner)}[key]
     name = f"{where}{key}"
+    if key == "prefetch" and value == "auto":
+        return None  # measured from run times and claim latency (engine/depth.py)
     try:
         if value is None and "None" in kind:
             return None

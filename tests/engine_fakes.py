@@ -69,8 +69,9 @@ class FakeStore:
 
     # -- the claim (run through FakeClaims) ----------------------------------------------
     def send_complete_and_claim(self, runner, completions, queue, kinds, limit, callback,
-                                aging=0.0):
-        params = {"completions": list(completions), "queue": queue, "limit": limit}
+                                aging=0.0, starts=()):
+        params = {"completions": list(completions), "queue": queue, "limit": limit,
+                  "starts": list(starts)}
         runner.send(None, params, callback)
 
     def take(self, queue: str, limit: int) -> list[ClaimedJob]:
@@ -96,6 +97,9 @@ class FakeStore:
     def release(self, items):
         self._record("release", [i for i, _ in items])
         return self._fenced(i for i, _ in items)
+
+    def started(self, items):
+        self._record("started", sorted(i for i, _ in items))
 
     def renew(self, items, progress=None):
         self._record("renew", [i for i, _ in items])

@@ -227,3 +227,40 @@ def test_a_written_retry_makes_the_engine_look_for_its_due_time_soon():
     clock.now += 0.06
     engine.tick(clock.now, pool)
     assert store.names().count("poll") > polls
+
+
+def test_a_start_rides_on_the_next_claim_or_is_written_within_a_second():
+    engine, db, store, pool, clock = make_engine(children=2)
+    store.add(n=3)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)  # two jobs start
+    assert sorted(engine.outbox.pending.starts) == [1, 2]
+    pool.finish(1)
+    clock.now += 0.01
+    engine.tick(clock.now, pool)  # the completion and job 2's start ride on one claim
+    (params, _), = db.claims.sent
+    assert [c.id for c in params["completions"]] == [1]
+    assert engine.outbox.pending.starts == {}
+    db.claims.answer()
+    engine.tick(clock.now, pool)  # job 3 starts; nothing else is due
+    assert list(engine.outbox.pending.starts) == [3]
+    clock.now += 1.1
+    engine.tick(clock.now, pool)
+    assert ("started", [3]) in store.calls
+
+
+def test_prefetch_depth_follows_run_times():
+    from supervisor.engine.depth import MAX_DEPTH, PrefetchDepth
+
+    depth = PrefetchDepth()
+    assert depth.depth("q", None) == 1  # nothing measured: one per child
+    assert depth.depth("q", 8) == 8  # a configured prefetch wins
+    for _ in range(50):
+        depth.claimed(0.004)
+        depth.ran("q", 0.001)
+        depth.ran("noop", 0.00002)
+        depth.ran("long", 2.0)
+    assert depth.depth("q", None) in (9, 10)  # 2 x 4 ms of 1 ms jobs, plus the one in hand
+    assert depth.depth("noop", None) == MAX_DEPTH
+    assert depth.depth("long", None) == 2

@@ -222,13 +222,14 @@ def test_kinds_past_the_cap_share_one_label_value_and_the_scrape_stays_small():
 
 
 def test_a_child_killed_for_a_timeout_is_one_exit_not_two():
+    from supervisor.engine.depth import PrefetchDepth
     from supervisor.engine.ledger import Ledger
     from supervisor.engine.outbox import Outbox
     from supervisor.engine.reporting import OutcomeReporter
     from supervisor.pool import ChildEvent
 
     m = SupervisorMetrics("o", version="1")
-    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m)
+    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m, PrefetchDepth())
     reporter.record([ChildEvent(7, 1, "killed", "ran past its 1 s timeout"),
                      ChildEvent(7, 1, "exited", "killed by SIGTERM"),
                      ChildEvent(8, 2, "exited", "exited with code 3")], 0.0)

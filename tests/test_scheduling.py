@@ -80,8 +80,8 @@ def test_allotment_never_exceeds_pool():
 
 def test_claim_allowance_uses_prefetch():
     p = QueuePolicy(name="q", prefetch=4)
-    assert claim_allowance(p, target=2, outstanding=3) == 5
-    assert claim_allowance(p, target=2, outstanding=9) == 0
+    assert claim_allowance(p.prefetch, target=2, outstanding=3) == 5
+    assert claim_allowance(p.prefetch, target=2, outstanding=9) == 0
 
 
 def test_pick_queue_converges_on_weights():

@@ -107,8 +107,9 @@ def test_fenced_writes_after_the_lease_moved_on_change_nothing(conn):
     job_id = enqueue("k", conn=conn)
     old = Store(conn, "old")
     [first] = old.claim("default", ["k"], 1)
+    old.started([(job_id, first.attempt)])
     expire_lease(conn, job_id)
-    assert Store(conn, "maint").rescue_expired() == [(job_id, "old")]
+    assert Store(conn, "maint").rescue_expired() == [(job_id, "old", False)]
     make_due(conn, job_id)
     new = Store(conn, "new")
     assert new.promote_due() == 1
@@ -226,16 +227,47 @@ def test_rescue_expired_counts_the_attempt_and_discards_at_the_limit(conn):
     last = enqueue("k", max_attempts=1, conn=conn)
     fresh = enqueue("k", conn=conn)
     store = Store(conn, "lost")
-    store.claim("default", ["k"], 3)
+    claimed = store.claim("default", ["k"], 3)
+    store.started([(job.id, job.attempt) for job in claimed])
     expire_lease(conn, keep)
     expire_lease(conn, last)
     rescued = Store(conn, "maint").rescue_expired()
-    assert sorted(rescued) == sorted([(keep, "lost"), (last, "lost")])
+    assert sorted(rescued) == sorted([(keep, "lost", False), (last, "lost", False)])
     assert row(conn, keep, "state, attempt")[0] == "retryable"
     assert row(conn, last, "state")[0] == "discarded"
     assert row(conn, fresh, "state")[0] == "running"
     entry = row(conn, keep, "errors")[0][0]
     assert entry["kind"] == "lease_expired" and "lost" in entry["message"]
+
+
+def test_rescue_gives_back_a_job_that_never_started_without_spending_its_attempt(conn):
+    never = enqueue("k", max_attempts=1, conn=conn)
+    ran = enqueue("k", max_attempts=1, conn=conn)
+    store = Store(conn, "lost")
+    claimed = {job.id: job for job in store.claim("default", ["k"], 2)}
+    store.started([(ran, claimed[ran].attempt)])
+    for job_id in (never, ran):
+        expire_lease(conn, job_id)
+    rescued = Store(conn, "maint").rescue_expired()
+    assert sorted(rescued) == sorted([(never, "lost", True), (ran, "lost", False)])
+    assert row(conn, never, "state, attempt, errors, lease_owner") == ("available", 0, [], None)
+    assert row(conn, ran, "state, attempt")[0] == "discarded"
+
+
+def test_a_start_carried_on_a_claim_never_overwrites_a_completion_in_it(conn):
+    from supervisor.db.sql import COMPLETE_AND_CLAIM
+
+    a, b, c = enqueue_many("k", [{}, {}, {}], conn=conn)
+    store = Store(conn, "me")
+    first = {job.id: job for job in store.claim("default", ["k"], 2)}
+    # a finished before its start was written: both ride on one claim statement.
+    params = store.complete_and_claim_params(
+        [Completion(a, first[a].attempt, '"done"')], "default", ["k"], 1, 0.0,
+        [(a, first[a].attempt), (b, first[b].attempt)])
+    rows = conn.execute(COMPLETE_AND_CLAIM, params).fetchall()
+    assert sorted(r[0] for r in rows) == [a, c]
+    assert row(conn, a, "state, result") == ("completed", "done")
+    assert row(conn, b, "state")[0] == "running" and row(conn, b, "attempted_at")[0]
 
 
 def test_claim_plan_uses_the_index_after_analyze(conn):

@@ -56,15 +56,20 @@ def supervisor_cmd(*args: str) -> list[str]:
 
 
 def supervisor_env(dsn: str, **extra: str) -> dict[str, str]:
+    """The environment of a benchmarked ``supervisor run``. ``BENCH_CODE`` names another
+    checkout whose code should run instead (before/after comparisons in one run)."""
+    root = Path(os.environ.get("BENCH_CODE", ROOT))
     return dict(os.environ, SUPERVISOR_DSN=dsn,
-                PYTHONPATH=os.pathsep.join([str(SCRIPTS), str(ROOT)]), **extra)
+                PYTHONPATH=os.pathsep.join([str(root / "scripts"), str(root)]), **extra)
 
 
 def run_burst(dsn: str, *args: str, timeout: float = 900) -> float:
     """Seconds from starting ``supervisor run --burst`` to its exit."""
     t0 = time.perf_counter()
-    proc = subprocess.run(supervisor_cmd("--burst", *args), env=supervisor_env(dsn),
-                          cwd=str(SCRIPTS), capture_output=True, text=True, timeout=timeout)
+    env = supervisor_env(dsn)
+    proc = subprocess.run(supervisor_cmd("--burst", *args), env=env,
+                          cwd=env["PYTHONPATH"].split(os.pathsep)[0], capture_output=True,
+                          text=True, timeout=timeout)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"supervisor run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")

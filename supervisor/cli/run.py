@@ -85,6 +85,22 @@ def warn_unhandled_queues(served: list[str], handler_queues: list[str]) -> list[
     return strays
 
 
+class _Prefetch(click.ParamType):
+    """A whole number of at least 1, or ``auto``."""
+
+    name = "prefetch"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int):
+            return value
+        if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+            return int(value)
+        self.fail(f"{value!r} is neither a whole number of at least 1 nor auto", param, ctx)
+
+
+PREFETCH = _Prefetch()
+
+
 @click.command("run")
 @click.option("-n", "--children", type=click.IntRange(min=1),
               help="Child processes (default: CPUs).")
@@ -99,8 +115,9 @@ def warn_unhandled_queues(served: list[str], handler_queues: list[str]) -> list[
 @click.option("--config", "config_path", type=str, metavar="FILE",
               help="Settings file (default: [tool.supervisor] in ./pyproject.toml).")
 @click.option("--poll-interval", type=click.FloatRange(min=0.01), help="Seconds between polls (1).")
-@click.option("--prefetch", type=click.IntRange(min=1),
-              help="Jobs claimed per child for queues without their own setting (1).")
+@click.option("--prefetch", type=PREFETCH, metavar="N|auto",
+              help="Jobs held per child for queues without their own setting (auto: "
+                   "measured from run times, so short jobs never wait for a claim).")
 @click.option("--timeout", "default_timeout", type=click.FloatRange(min=0.001),
               help="Hard timeout for jobs whose handler sets none.")
 @click.option("--max-jobs-per-child", type=click.IntRange(min=1))

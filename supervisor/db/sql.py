@@ -11,7 +11,7 @@ from supervisor.db.nonblocking import Prepared
 # plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
 CLAIM = """
 UPDATE supervisor.jobs
-SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
@@ -55,8 +55,23 @@ RETURNING j.id
 
 # A claim that carries the completions of the jobs that just finished: one round trip
 # and one commit (one WAL flush) instead of two, which is what bounds short jobs.
+# Jobs a child started: their attempt now counts even if this supervisor dies (rescue
+# gives back a never-started job without spending its attempt).
+STARTED = """
+UPDATE supervisor.jobs AS j SET attempted_at = now()
+FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
+WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
+"""
+
+# Carried on a claim next to completions: a row must not be updated twice in one
+# statement (which of the two updates wins is unspecified), so a job completed in the same
+# statement is left to its completion.
+_STARTED_CARRIED = STARTED.strip() + "\n  AND NOT (j.id = ANY(%(ids)s::bigint[]))"
+
 COMPLETE_AND_CLAIM = f"""
 WITH done AS ({COMPLETE.strip()}),
+started AS ({_STARTED_CARRIED}),
 claimed AS ({CLAIM.strip()})
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, false
 FROM claimed
@@ -185,29 +200,38 @@ WHERE id = ANY(ARRAY(
 # back as the last errors entry's "supervisor", so no self-join is needed to return it.
 RESCUE = """
 UPDATE supervisor.jobs AS j
-SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
-    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
+SET state = CASE WHEN o.unstarted THEN 'available'
+                 WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
+    attempt = CASE WHEN o.unstarted THEN j.attempt - 1 ELSE j.attempt END,
+    run_at = CASE WHEN o.unstarted OR j.attempt >= j.max_attempts THEN j.run_at
                   ELSE now() + least(%(base)s * power(%(factor)s, least(j.attempt - 1, 64)),
                                      %(cap)s)
                              * (1 - %(jitter)s * random()) * interval '1 second' END,
-    finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
+    finished_at = CASE WHEN NOT o.unstarted AND j.attempt >= j.max_attempts THEN now() END,
+    errors = CASE WHEN o.unstarted THEN j.errors ELSE j.errors || jsonb_build_array(
+        jsonb_build_object(
         'attempt', j.attempt, 'kind', 'lease_expired',
-        'message', 'lease of supervisor ' || coalesce(j.lease_owner, '?')
+        'message', 'lease of supervisor ' || coalesce(o.lost, '?')
                    || ' expired at ' || j.lease_expires_at::text,
-        'traceback', NULL, 'at', now(), 'supervisor', j.lease_owner)),
-    lease_owner = NULL, lease_expires_at = NULL
-WHERE j.id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
-    WHERE state = 'running' AND lease_expires_at < now()
-      -- Right after the server restarted, every lease looks expired; its owners are
-      -- reconnecting to renew them. Only a lease that stays expired past that counts.
-      AND pg_postmaster_start_time() < now() - %(ttl)s * interval '1 second'
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
-  AND j.state = 'running' AND j.lease_expires_at < now()
-RETURNING j.id, j.errors -> -1 ->> 'supervisor'
+        'traceback', NULL, 'at', now(), 'supervisor', o.lost)) END,
+    lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
+FROM (
+    -- A job its supervisor had claimed but not started (attempted_at is set at the start)
+    -- goes back without spending the attempt: it never ran.
+    SELECT id, lease_owner AS lost, attempted_at IS NULL AS unstarted
+    FROM supervisor.jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM supervisor.jobs
+        WHERE state = 'running' AND lease_expires_at < now()
+          -- Right after the server restarted, every lease looks expired; its owners are
+          -- reconnecting to renew them. Only a lease that stays expired past that counts.
+          AND pg_postmaster_start_time() < now() - %(ttl)s * interval '1 second'
+        ORDER BY lease_expires_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED))
+) AS o
+WHERE j.id = o.id AND j.state = 'running' AND j.lease_expires_at < now()
+RETURNING j.id, o.lost, o.unstarted
 """
 
 QUEUE_COUNTS = """

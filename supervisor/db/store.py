@@ -39,6 +39,7 @@ from supervisor.db.sql import (
     RELEASE,
     RENEW,
     RESCUE,
+    STARTED,
     TRY_LEAD,
     claim_statements,
 )
@@ -121,16 +122,20 @@ class Store:
     def send_complete_and_claim(self, runner: NonBlockingQuery, items: Sequence[Completion],
                                 queue: str, kinds: Sequence[str], limit: int,
                                 callback: Callable[[list[tuple] | Exception], None],
-                                aging: float = 0.0) -> None:
-        """``complete_and_claim`` without blocking: sent on ``runner``; ``callback``
-        gets the rows (read them with ``complete_and_claim_rows``) or the error."""
-        params = self.complete_and_claim_params(items, queue, kinds, limit, aging)
+                                aging: float = 0.0,
+                                starts: Sequence[tuple[int, int]] = ()) -> None:
+        """``complete_and_claim`` without blocking, also recording ``starts``: sent on
+        ``runner``; ``callback`` gets the rows (read them with
+        ``complete_and_claim_rows``) or the error."""
+        params = self.complete_and_claim_params(items, queue, kinds, limit, aging, starts)
         runner.send(claim_statements(aging)[2], params, callback)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
-                                  kinds: Sequence[str], limit: int, aging: float = 0.0) -> dict:
+                                  kinds: Sequence[str], limit: int, aging: float = 0.0,
+                                  starts: Sequence[tuple[int, int]] = ()) -> dict:
         """Parameters of ``COMPLETE_AND_CLAIM`` (for running it without blocking)."""
-        return self._claim_params(queue, kinds, limit, aging) | self._complete_params(items)
+        return (self._claim_params(queue, kinds, limit, aging)
+                | self._complete_params(items, starts))
 
     def complete_and_claim_rows(self, items: Sequence[Completion],
                                 rows: list) -> tuple[list[int], list[ClaimedJob]]:
@@ -147,10 +152,20 @@ class Store:
                 "kind_attempts": [attempts.get(kind) for kind in kinds],
                 "default_attempts": self.default_attempts}
 
-    def _complete_params(self, items: Sequence[Completion]) -> dict:
+    def _complete_params(self, items: Sequence[Completion],
+                         starts: Sequence[tuple[int, int]] = ()) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],
                 "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items]}
+                "results": [c.result_json for c in items],
+                "started_ids": [i for i, _ in starts], "started_attempts": [a for _, a in starts]}
+
+    def started(self, items: Sequence[tuple[int, int]]) -> None:
+        """Record that these ``(id, attempt)`` started in a child: from now on their
+        attempt counts even if this supervisor dies."""
+        if items:
+            self.conn.execute(STARTED, {"owner": self.owner,
+                                        "started_ids": [i for i, _ in items],
+                                        "started_attempts": [a for _, a in items]})
 
     def complete(self, items: Sequence[Completion]) -> list[int]:
         """Mark jobs completed with their results; returns the fenced-off ids."""
@@ -209,15 +224,16 @@ class Store:
         cur = self.conn.execute(PROMOTE, {"limit": limit}, prepare=True)
         return cur.rowcount
 
-    def rescue_expired(self, limit: int = 1000) -> list[tuple[int, str]]:
-        """Running jobs whose lease expired (any owner): the attempt counts, an errors
-        entry names the lost owner, then retryable with backoff or discarded at
-        max_attempts. Returns ``(id, lost_owner)`` pairs."""
+    def rescue_expired(self, limit: int = 1000) -> list[tuple[int, str, bool]]:
+        """Running jobs whose lease expired (any owner). One that had started: the
+        attempt counts, an errors entry names the lost owner, then retryable with
+        backoff or discarded at max_attempts. One that had not: available again, the
+        attempt not counted. Returns ``(id, lost_owner, unstarted)`` triples."""
         b = self.backoff
         params = {"limit": limit, "base": b.base, "factor": b.factor, "cap": b.cap,
                   "jitter": b.jitter, "ttl": self.lease_ttl}
         rows = self.conn.execute(RESCUE, params).fetchall()
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1], r[2]) for r in rows]
 
     def seconds_until_due(self, queues: Sequence[str], kinds: Sequence[str]) -> float | None:
         """Seconds until the earliest scheduled or retrying job of ``kinds`` in

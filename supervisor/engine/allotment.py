@@ -38,7 +38,7 @@ class QueuePolicy:
     weight: float = 1.0
     max_rate: float | None = None  # jobs started per second, None: unlimited
     burst: int | None = None  # token bucket size for max_rate (default: 1)
-    prefetch: int = 1  # jobs claimed per allotted child: >1 lets short jobs pipeline
+    prefetch: int | None = None  # jobs held per allotted child; None: "auto", measured
     # Seconds of waiting that make a job one priority step more urgent; 0: strict
     # priorities. Off by default: an ordering the user asked for is kept exactly, and
     # the claim stays one ordered index scan (aging adds a probe per priority level).
@@ -168,10 +168,10 @@ class Deficits:
         self._starts *= decay
 
 
-def claim_allowance(policy: QueuePolicy, target: int, outstanding: int) -> int:
-    """How many jobs a queue may claim now: its allotted children times its prefetch,
-    less the jobs it already holds (running or waiting for a child)."""
-    return max(target * max(policy.prefetch, 1) - outstanding, 0)
+def claim_allowance(depth: int, target: int, outstanding: int) -> int:
+    """How many jobs a queue may claim now: its allotted children times its prefetch
+    depth, less the jobs it already holds (running or waiting for a child)."""
+    return max(target * max(depth, 1) - outstanding, 0)
 
 
 def pick_queue(
@@ -228,7 +228,7 @@ def validate(policy: QueuePolicy) -> QueuePolicy:
     ]
     problems = []
     for name, value, whole, allowed, rule in checks:
-        if value is None and name in ("max_workers", "max_rate", "burst"):
+        if value is None and name in ("max_workers", "max_rate", "burst", "prefetch"):
             continue
         if not _number(value, whole):
             problems.append(f"{name} must be a {'whole ' if whole else ''}number {rule}")

@@ -61,15 +61,21 @@ class Claimer:
             self.scheduler.unplanned(other, tokens)
         self._last_turn[queue] = next(self._order)
         completions = self.outbox.take_completions()
+        starts = self.outbox.take_starts()
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
+
+        def answered(outcome: list[tuple] | Exception) -> None:
+            if isinstance(outcome, Exception):
+                self.outbox.hand_back_starts(starts, self.clock())
+            self._answered(queue, wanted, completions, started, outcome)
+
         try:
             self.db.store.send_complete_and_claim(
-                runner, completions, queue, self.kinds, wanted,
-                lambda outcome: self._answered(queue, wanted, completions, started, outcome),
-                self.scheduler.aging(queue))
+                runner, completions, queue, self.kinds, wanted, answered,
+                self.scheduler.aging(queue), starts)
         except psycopg.Error as exc:
-            self._answered(queue, wanted, completions, started, exc)
+            answered(exc)
 
     def _answered(self, queue: str, wanted: int, completions: list[Completion],
                   started: float, outcome: list[tuple] | Exception) -> None:
@@ -86,8 +92,9 @@ class Claimer:
         fenced, claimed = self.db.store.complete_and_claim_rows(completions, outcome)
         if fenced:
             self.metrics.fenced("complete", len(fenced))
-        self.metrics.claimed(queue, len(claimed), time.perf_counter() - started,
-                             [job.wait_seconds for job in claimed])
+        took = time.perf_counter() - started
+        self.metrics.claimed(queue, len(claimed), took, [job.wait_seconds for job in claimed])
+        self.scheduler.depth.claimed(took)
         self.scheduler.claimed(queue, wanted, len(claimed))
         if not self.accepting:
             self.outbox.released(claimed, self.clock())

@@ -66,7 +66,7 @@ class Engine:
         self.outbox = Outbox(metrics, config.flush_interval)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
                                config.default_timeout, clock)
-        self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
+        self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics, self.planner.depth)
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,
                                         retention=config.retention,
@@ -156,6 +156,7 @@ class Engine:
                     ledger.unpop_waiting(job)
                     return
                 ledger.started(job)
+                self.outbox.started(job, self.clock())
             return
         size = pool.size()
         while pool.idle_count() > 0:
@@ -168,6 +169,7 @@ class Engine:
                 ledger.unpop_waiting(job)
                 return
             ledger.started(job)
+            self.outbox.started(job, self.clock())
 
     # -- stopping -----------------------------------------------------------------------
     def drain(self, now: float) -> int:

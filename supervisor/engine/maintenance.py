@@ -73,9 +73,11 @@ class Maintenance:
         if rescued is None:
             return 0
         if rescued:
-            lost = sorted({owner for _, owner in rescued if owner})
-            log.warning("rescued %d jobs whose lease expired (lost supervisors: %s)",
-                        len(rescued), ", ".join(lost) or "?")
+            lost = sorted({owner for _, owner, _ in rescued if owner})
+            unstarted = sum(1 for *_, never_ran in rescued if never_ran)
+            log.warning("rescued %d jobs whose lease expired (%d had not started: back "
+                        "without spending an attempt; lost supervisors: %s)",
+                        len(rescued), unstarted, ", ".join(lost) or "?")
         self._prune(store)
         return len(rescued)
 

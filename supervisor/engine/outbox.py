@@ -23,6 +23,7 @@ from supervisor.observe import SupervisorMetrics
 
 log = logging.getLogger("supervisor.outbox")
 
+START_LIMIT = 1.0  # a start is written within this even when nothing else is due
 BATCH = 512  # this many waiting outcomes are written at once, whatever else is due
 CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
 RETRY_AFTER_ERROR = 1.0  # seconds before writes that failed for a bad statement go again
@@ -50,6 +51,7 @@ class PendingWrites:
     interrupts: list[Failure] = field(default_factory=list)
     releases: list[ClaimedJob] = field(default_factory=list)
     progress: dict[int, tuple[int, dict]] = field(default_factory=dict)
+    starts: dict[int, int] = field(default_factory=dict)  # job id -> attempt, started
 
     def count(self) -> int:
         """Outcomes waiting (progress reports excluded: they never force a write)."""
@@ -67,11 +69,20 @@ class Outbox:
         self.since: float | None = None  # when the oldest unwritten outcome arrived
         self._solo = False  # completions must be written alone (one was refused)
         self.retries_written = 0  # failed attempts written that may be retried later
+        self.starts_since: float | None = None  # when the oldest unwritten start came
 
     # -- recording ----------------------------------------------------------------------
+    def started(self, job: ClaimedJob, now: float) -> None:
+        """A child took the job: its attempt counts from now (rides on the next claim
+        or write, within ``START_LIMIT``)."""
+        self.pending.starts[job.id] = job.attempt
+        if self.starts_since is None:
+            self.starts_since = now
+
     def completed(self, job: ClaimedJob, result_json: str | None, now: float) -> None:
         """The handler returned: the job completes with its result."""
         self.pending.progress.pop(job.id, None)
+        self.pending.starts.pop(job.id, None)  # its completion says it ran
         self.pending.completions.append(Completion(job.id, job.attempt, result_json))
         self._touch(now)
 
@@ -79,6 +90,7 @@ class Outbox:
                retry_delay: float | None, terminal: bool, now: float) -> None:
         """The attempt failed; a shutdown interruption goes back without counting."""
         self.pending.progress.pop(job.id, None)
+        self.pending.starts.pop(job.id, None)
         failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
                           clean_text(traceback), retry_delay,
                           terminal or kind in jobs.TERMINAL_FAILURES)
@@ -113,6 +125,8 @@ class Outbox:
         """When the pending outcomes must be written (None: nothing pending). While a
         claim is in flight, completions alone may wait a little for it to carry them."""
         if self.since is None:
+            if self.starts_since is not None:
+                return self.starts_since + START_LIMIT
             return None
         pending = self.pending
         if pending.count() >= BATCH:
@@ -128,6 +142,20 @@ class Outbox:
         return at is not None and now >= at
 
     # -- carrying on a claim ------------------------------------------------------------
+    def take_starts(self) -> list[tuple[int, int]]:
+        """The starts a claim should carry; they leave the outbox."""
+        starts = list(self.pending.starts.items())
+        self.pending.starts = {}
+        self.starts_since = None
+        return starts
+
+    def hand_back_starts(self, starts: list[tuple[int, int]], now: float) -> None:
+        """A claim carrying ``starts`` failed: they wait for the next write."""
+        for job_id, attempt in starts:
+            self.pending.starts.setdefault(job_id, attempt)
+        if starts and self.starts_since is None:
+            self.starts_since = now
+
     def take_completions(self) -> list[Completion]:
         """The completions a claim should carry (none while one must be written alone)."""
         if self._solo or not self.pending.completions:
@@ -150,7 +178,7 @@ class Outbox:
     def flush(self, db: Database, now: float, *, last_chance: bool = False) -> None:
         """Write everything pending; what cannot be written (database down, a statement
         failing) stays for the next try. ``last_chance``: the supervisor is exiting."""
-        if not self.pending.count() and not self.pending.progress:
+        if not self.pending.count() and not self.pending.progress and not self.pending.starts:
             self.since = None
             return
         fenced = db.call(self._write, None, "writing outcomes")
@@ -182,6 +210,10 @@ class Outbox:
         if pending.releases:
             fenced += self._release(store, pending.releases)
             pending.releases = []
+        if pending.starts:
+            store.started(list(pending.starts.items()))
+            pending.starts = {}
+            self.starts_since = None
         if pending.progress:
             items = [(job_id, attempt) for job_id, (attempt, _) in pending.progress.items()]
             reports = {job_id: report for job_id, (_, report) in pending.progress.items()}

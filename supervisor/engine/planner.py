@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from supervisor.engine.allotment import Deficits, apportion, claim_allowance, pick_queue, shares
+from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ratelimit import TokenBucket
 
 if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
@@ -40,6 +41,7 @@ class Scheduler:
         # to by NOTIFY, and cleared per queue when a claim comes back short.
         self.demand: set[str] = set()
         self.deficits = Deficits(now)
+        self.depth = PrefetchDepth()  # jobs held per child where prefetch is "auto"
         self._short_since: dict[str, float] = {}  # queues below their allotment, since
         self._claiming: set[str] = set()  # planned claims not yet answered
         self._shares_key: tuple[int, frozenset[str]] | None = None
@@ -111,10 +113,11 @@ class Scheduler:
             if queue not in self.demand:
                 continue
             policy = self.policies[queue]
-            allowance = claim_allowance(policy, targets[queue], outstanding.get(queue, 0))
+            depth = self.depth.depth(queue, policy.prefetch)
+            allowance = claim_allowance(depth, targets[queue], outstanding.get(queue, 0))
             if allowance <= 0:
                 continue
-            window = targets[queue] * policy.prefetch
+            window = targets[queue] * depth
             if not eager and waiting.get(queue, 0) > 0 and allowance * 2 < window:
                 continue
             bucket = self.buckets.get(queue)

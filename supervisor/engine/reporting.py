@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterable
 
 from shared import jobs
+from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.policy import retry_delay
@@ -24,10 +25,12 @@ _EXITS = {"recycled": "recycle", "exited": "exited", "killed": "killed",
 class OutcomeReporter:
     """Turns pool outcomes into ledger entries, outbox writes, log lines and metrics."""
 
-    def __init__(self, ledger: Ledger, outbox: Outbox, metrics: SupervisorMetrics) -> None:
+    def __init__(self, ledger: Ledger, outbox: Outbox, metrics: SupervisorMetrics,
+                 depth: PrefetchDepth) -> None:
         self.ledger = ledger
         self.outbox = outbox
         self.metrics = metrics
+        self.depth = depth  # learns each queue's run time from what completes
         self._killed: set[int] = set()  # children counted at their kill, not again at exit
 
     def record(self, outcomes: Iterable[object], now: float) -> None:
@@ -37,6 +40,7 @@ class OutcomeReporter:
                 self.ledger.ended(outcome.job, "completed")
                 self.outbox.completed(outcome.job, outcome.result_json, now)
                 self.metrics.job_done(outcome.job, outcome.duration)
+                self.depth.ran(outcome.job.queue, outcome.duration)
             elif isinstance(outcome, JobFailed):
                 self._failed(outcome, now)
             elif isinstance(outcome, JobProgress):

@@ -1,0 +1,84 @@
+"""CPU efficiency with default settings: ``supervisor run -n 2 --burst`` against
+``multiprocessing.Pool(2)`` (chunksize 1) on the same CPU work, 10 CPU-seconds split into
+jobs of 1, 5, 20 and 100 ms, start-up included; and no-op jobs drained with defaults.
+
+Efficiency is the Pool's wall time over ours (1.0: as fast as the Pool). With
+``--code DIR [DIR ...]`` each checkout's supervisor runs in turn on the same database
+and machine, for before/after figures in one run (the Pool's times are shared).
+
+Usage: python scripts/bench/efficiency.py [--runs 3] [--cpu-seconds 10] [--code DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bench_run
+import common
+from bench_handlers import spin
+
+from shared.enqueue import enqueue_many
+
+LENGTHS_MS = (1, 5, 20, 100)
+
+
+def iterations_per_ms() -> float:
+    """Loop iterations of ``spin`` per millisecond of CPU in this process."""
+    spin(200_000)
+    started = time.process_time()
+    spin(2_000_000)
+    return 2_000_000 / ((time.process_time() - started) * 1000)
+
+
+def ours(dsn: str, tasks: list[int]) -> float:
+    common.reset(dsn)
+    enqueue_many("run_cpu", [{"n": n} for n in tasks], queue="bench_cpu", dsn=dsn)
+    return bench_run.run_supervisor(dsn, "bench_cpu", 2)
+
+
+def noop_default(dsn: str, jobs: int) -> float:
+    common.reset(dsn)
+    enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
+    return jobs / bench_run.run_supervisor(dsn, "bench", 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cpu-seconds", type=float, default=10.0)
+    parser.add_argument("--noop-jobs", type=int, default=20_000)
+    parser.add_argument("--code", nargs="*", default=[str(common.ROOT)])
+    args = parser.parse_args()
+    per_ms = iterations_per_ms()
+    dsn = common.scratch_database(args.dsn, "supervisor_bench_efficiency")
+    try:
+        for length in LENGTHS_MS:
+            tasks = [round(per_ms * length)] * round(args.cpu_seconds * 1000 / length)
+            pool = [bench_run.cpu_through_multiprocessing(tasks) for _ in range(args.runs)]
+            line = f"{length:>4} ms x {len(tasks):>6}: Pool(2) {common.median(pool):6.2f} s"
+            for code in args.code:
+                os.environ["BENCH_CODE"] = code
+                walls = [ours(dsn, tasks) for _ in range(args.runs)]
+                line += (f" | {os.path.basename(code.rstrip('/'))}: "
+                         f"{common.median(walls):6.2f} s, efficiency "
+                         f"{common.median(pool) / common.median(walls):.2f}")
+            print(line, flush=True)
+        line = f"no-op x {args.noop_jobs}, defaults, -n 2, start-up included:"
+        for code in args.code:
+            os.environ["BENCH_CODE"] = code
+            rates = [noop_default(dsn, args.noop_jobs) for _ in range(args.runs)]
+            line += f" | {os.path.basename(code.rstrip('/'))}: {common.median(rates):,.0f} jobs/s"
+        print(line, flush=True)
+    finally:
+        common.drop_database(args.dsn, "supervisor_bench_efficiency")
+
+
+if __name__ == "__main__":
+    main()
