@@ -48,6 +48,36 @@ def noop_default(dsn: str, jobs: int) -> float:
     return jobs / bench_run.run_supervisor(dsn, "bench", 2)
 
 
+def run(base_dsn: str, runs: int = 3, cpu_seconds: float = 10.0, noop_jobs: int = 20_000,
+        codes: tuple[str, ...] = (str(common.ROOT),)) -> list[tuple[str, str]]:
+    """Rows for the report: per job length, the Pool's time and each checkout's time and
+    efficiency; then the no-op rate with defaults."""
+    per_ms = iterations_per_ms()
+    dsn = common.scratch_database(base_dsn, "supervisor_bench_efficiency")
+    rows = []
+    try:
+        for length in LENGTHS_MS:
+            tasks = [round(per_ms * length)] * round(cpu_seconds * 1000 / length)
+            pool = common.median([bench_run.cpu_through_multiprocessing(tasks)
+                                  for _ in range(runs)])
+            for code in codes:
+                os.environ["BENCH_CODE"] = code
+                wall = common.median([ours(dsn, tasks) for _ in range(runs)])
+                rows.append((f"{length} ms jobs x {len(tasks)}, `-n 2` defaults "
+                             f"({os.path.basename(code.rstrip('/'))}): efficiency against "
+                             "`multiprocessing.Pool(2)`",
+                             f"{pool / wall:.2f} ({wall:.2f} s against {pool:.2f} s)"))
+        for code in codes:
+            os.environ["BENCH_CODE"] = code
+            rate = common.median([noop_default(dsn, noop_jobs) for _ in range(runs)])
+            rows.append((f"no-op x {noop_jobs:,}, `-n 2` defaults, start-up included "
+                         f"({os.path.basename(code.rstrip('/'))})", f"{rate:,.0f} jobs/s"))
+    finally:
+        os.environ.pop("BENCH_CODE", None)
+        common.drop_database(base_dsn, "supervisor_bench_efficiency")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=common.DEFAULT_DSN)
@@ -56,28 +86,9 @@ def main() -> None:
     parser.add_argument("--noop-jobs", type=int, default=20_000)
     parser.add_argument("--code", nargs="*", default=[str(common.ROOT)])
     args = parser.parse_args()
-    per_ms = iterations_per_ms()
-    dsn = common.scratch_database(args.dsn, "supervisor_bench_efficiency")
-    try:
-        for length in LENGTHS_MS:
-            tasks = [round(per_ms * length)] * round(args.cpu_seconds * 1000 / length)
-            pool = [bench_run.cpu_through_multiprocessing(tasks) for _ in range(args.runs)]
-            line = f"{length:>4} ms x {len(tasks):>6}: Pool(2) {common.median(pool):6.2f} s"
-            for code in args.code:
-                os.environ["BENCH_CODE"] = code
-                walls = [ours(dsn, tasks) for _ in range(args.runs)]
-                line += (f" | {os.path.basename(code.rstrip('/'))}: "
-                         f"{common.median(walls):6.2f} s, efficiency "
-                         f"{common.median(pool) / common.median(walls):.2f}")
-            print(line, flush=True)
-        line = f"no-op x {args.noop_jobs}, defaults, -n 2, start-up included:"
-        for code in args.code:
-            os.environ["BENCH_CODE"] = code
-            rates = [noop_default(dsn, args.noop_jobs) for _ in range(args.runs)]
-            line += f" | {os.path.basename(code.rstrip('/'))}: {common.median(rates):,.0f} jobs/s"
-        print(line, flush=True)
-    finally:
-        common.drop_database(args.dsn, "supervisor_bench_efficiency")
+    for label, value in run(args.dsn, args.runs, args.cpu_seconds, args.noop_jobs,
+                            tuple(args.code)):
+        print(f"{label}: {value}", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,13 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_enqueue
 import bench_run
 import common
+import efficiency
 import latency
 import multi
 import rescue
 import rss
 
 KEEP_MARKER = "<!-- everything below is kept when run_all.py rewrites the tables -->"
-SECTIONS = ("enqueue", "run", "latency", "rss", "multi", "rescue", "peers")
+SECTIONS = ("enqueue", "run", "efficiency", "latency", "rss", "multi", "rescue", "peers")
 
 
 def section_enqueue(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
@@ -52,6 +53,11 @@ def section_run(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
     return bench_run.run(dsn, jobs=5_000 if quick else 20_000, runs=runs,
                          children=(2,) if quick else (1, 2, 4), prefetch=(1, 64),
                          cpu_jobs=20 if quick else 200)
+
+
+def section_efficiency(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
+    return efficiency.run(dsn, runs=runs, cpu_seconds=2.0 if quick else 10.0,
+                          noop_jobs=5_000 if quick else 20_000)
 
 
 def section_latency(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
@@ -79,6 +85,7 @@ def section_peers(dsn: str, quick: bool, runs: int) -> list[tuple[str, str]]:
 TITLES = {
     "enqueue": "Enqueue, and the store against a hand-written SQL loop",
     "run": "`supervisor run` throughput against its ceilings; CPU-bound work",
+    "efficiency": "CPU efficiency with default settings, against multiprocessing.Pool",
     "latency": "Pickup latency (enqueue commit to handler start)",
     "rss": "Memory over a long run",
     "multi": "Several supervisors on one database",
@@ -88,6 +95,7 @@ TITLES = {
 COMMANDS = {
     "enqueue": "python scripts/bench_enqueue.py",
     "run": "python scripts/bench_run.py --children 1 2 4",
+    "efficiency": "python scripts/bench/efficiency.py",
     "latency": "python scripts/bench/latency.py",
     "rss": "python scripts/bench/rss.py --jobs 1000000",
     "multi": "python scripts/bench/multi.py",
