@@ -1,8 +1,8 @@
-"""The parent process: CLI, main loop, claims, the pool of children, scheduling and
-maintenance. Producers without handler code use ``supervisor.enqueue`` and
-``supervisor.enqueue_many`` (the same functions as ``shared.enqueue``), their asyncio
-twins ``supervisor.enqueue_async`` and ``supervisor.enqueue_many_async``, and
-``supervisor.enqueue_on_commit`` (after a Django transaction commits)."""
+"""The parent process, one package per room (see docs/architecture.md): the arbiter and the
+CLI, ``engine`` (the job flow), ``db`` (connections and SQL), ``pool`` (the forked
+children), ``observe``, ``schedules`` and ``dashboard``. Producers without handler code
+use ``supervisor.enqueue`` and ``supervisor.enqueue_many`` (the same functions as
+``shared.enqueue``), and their asyncio forms."""
 
 from typing import Any
 
