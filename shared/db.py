@@ -18,6 +18,22 @@ class SchemaMissing(RuntimeError):
     """The ``supervisor`` schema is absent or older than this code expects."""
 
 
+def check_dsn(dsn: str) -> None:
+    """Raise ``DatabaseUnavailable`` naming what is wrong with a DSN libpq cannot parse,
+    before libpq's own message (which quotes the DSN, password and all) can escape."""
+    problem = parse_problem(dsn)
+    if problem is not None:
+        raise DatabaseUnavailable(f"invalid database DSN: {problem}")
+
+
+def unavailable(exc: psycopg.Error, dsn: str) -> DatabaseUnavailable:
+    """The one-line error for a failed connect, with any password scrubbed out."""
+    if isinstance(exc, psycopg.ProgrammingError):  # malformed conninfo check_dsn missed
+        return DatabaseUnavailable(f"invalid database DSN: {scrub(first_line(exc), dsn)}")
+    return DatabaseUnavailable(
+        f"cannot connect to PostgreSQL at {describe(dsn)}: {scrub(first_line(exc), dsn)}")
+
+
 def connect(
     dsn: str,
     *,
@@ -27,24 +43,12 @@ def connect(
 ) -> psycopg.Connection:
     """A psycopg connection to ``dsn`` (autocommit by default). Raises
     ``DatabaseUnavailable`` with a one-line message when the server cannot be reached."""
-    problem = parse_problem(dsn)
-    if problem is not None:
-        # libpq's own message quotes the DSN (or the token it choked on), password and all.
-        raise DatabaseUnavailable(f"invalid database DSN: {problem}")
+    check_dsn(dsn)
     try:
-        return psycopg.connect(
-            dsn,
-            autocommit=autocommit,
-            application_name=application_name,
-            connect_timeout=connect_timeout,
-        )
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {describe(dsn)}: {scrub(first_line(exc), dsn)}"
-        ) from None
-    except psycopg.ProgrammingError as exc:  # malformed conninfo parse_problem missed
-        raise DatabaseUnavailable(
-            f"invalid database DSN: {scrub(first_line(exc), dsn)}") from None
+        return psycopg.connect(dsn, autocommit=autocommit, application_name=application_name,
+                               connect_timeout=connect_timeout)
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        raise unavailable(exc, dsn) from None
 
 
 def first_line(exc: BaseException) -> str:
@@ -69,16 +73,10 @@ async def connect_async(
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
 ) -> psycopg.AsyncConnection:
     """``connect`` for asyncio: a psycopg ``AsyncConnection``, or ``DatabaseUnavailable``."""
+    check_dsn(dsn)
     try:
         return await psycopg.AsyncConnection.connect(
-            dsn,
-            autocommit=autocommit,
-            application_name=application_name,
-            connect_timeout=connect_timeout,
-        )
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {describe(dsn)}: {first_line(exc)}"
-        ) from None
-    except psycopg.ProgrammingError as exc:  # malformed conninfo
-        raise DatabaseUnavailable(f"invalid database DSN: {first_line(exc)}") from None
+            dsn, autocommit=autocommit, application_name=application_name,
+            connect_timeout=connect_timeout)
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        raise unavailable(exc, dsn) from None

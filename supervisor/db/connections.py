@@ -11,8 +11,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from shared.db import DatabaseUnavailable, first_line
-from shared.dsn import describe
+from shared.db import check_dsn, unavailable
 
 CONNECT_TIMEOUT = 2  # seconds; the loop waits for a (re)connect, so keep it short
 KEEPALIVES = {
@@ -28,16 +27,14 @@ def open_connection(dsn: str, name: str, statement_timeout: float) -> psycopg.Co
     """An autocommit connection for the parent, named ``name`` in pg_stat_activity.
     ``statement_timeout`` in seconds (0: none). Raises ``DatabaseUnavailable`` with a
     one-line message that never shows the password."""
+    check_dsn(dsn)
     try:
         existing = conninfo_to_dict(dsn).get("options") or ""
-    except psycopg.ProgrammingError:
-        # libpq's message quotes the DSN, password and all: say only what is wrong.
-        raise DatabaseUnavailable(f"invalid database DSN ({describe(dsn)}): it cannot be "
-                                  "parsed as a libpq connection string or URI") from None
+    except psycopg.ProgrammingError as exc:
+        raise unavailable(exc, dsn) from None
     options = f"{existing} -c statement_timeout={int(statement_timeout * 1000)}".strip()
     try:
         return psycopg.connect(dsn, autocommit=True, application_name=name,
                                connect_timeout=CONNECT_TIMEOUT, options=options, **KEEPALIVES)
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {describe(dsn)}: {first_line(exc)}") from None
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        raise unavailable(exc, dsn) from None
