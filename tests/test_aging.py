@@ -89,7 +89,7 @@ def test_aged_claim_order_matches_the_rule_job_for_job(conn, limit):
     """400 jobs over 6 priority levels and many ages: every claim returns exactly the
     next ``limit`` jobs by (priority - floor(waited / aging), run_at, id)."""
     rnd = random.Random(limit)
-    aging = 10.0
+    aging = 600.0  # half-steps of 300 s: a slow run cannot move a job across a step
     ids = enqueue_many("k", [{}] * 400, conn=conn)
     jobs = {}
     for job_id in ids:

@@ -31,6 +31,8 @@ def test_sigkilled_supervisors_job_is_rescued_by_another(dsn, tmp_path):
                        log_path=log)
     try:
         wait_until(lambda: read_log(log), what="job start")
+        # Rescue charges an attempt that started; a start is recorded within a flush.
+        wait_until(lambda: job_row(dsn, job_id)["attempted_at"], what="the start recorded")
         first.signal(signal.SIGKILL)
         first.wait(10)
     finally:
@@ -65,6 +67,7 @@ def test_maintenance_goes_on_when_a_supervisor_dies(dsn, tmp_path):
         wait_until(lambda: read_log(log), what="a starts the job")
         b = Supervisor(dsn, "-n", "1", "--lease-ttl", "2", "--config", config, log_path=log)
         b.wait_for_log("starting 1 children")
+        wait_until(lambda: job_row(dsn, job_id)["attempted_at"], what="the start recorded")
         a.signal(signal.SIGKILL)
         a.wait(10)
         b.wait_for_log("rescued 1 jobs", timeout=30)

@@ -23,7 +23,6 @@ from supervisor.observe import SupervisorMetrics
 
 log = logging.getLogger("supervisor.outbox")
 
-START_LIMIT = 1.0  # a start is written within this even when nothing else is due
 BATCH = 512  # this many waiting outcomes are written at once, whatever else is due
 CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
 RETRY_AFTER_ERROR = 1.0  # seconds before writes that failed for a bad statement go again
@@ -73,8 +72,8 @@ class Outbox:
 
     # -- recording ----------------------------------------------------------------------
     def started(self, job: ClaimedJob, now: float) -> None:
-        """A child took the job: its attempt counts from now (rides on the next claim
-        or write, within ``START_LIMIT``)."""
+        """A child took the job: its attempt counts from now (rides on the next claim,
+        or is written within the flush interval)."""
         self.pending.starts[job.id] = job.attempt
         if self.starts_since is None:
             self.starts_since = now
@@ -126,7 +125,7 @@ class Outbox:
         claim is in flight, completions alone may wait a little for it to carry them."""
         if self.since is None:
             if self.starts_since is not None:
-                return self.starts_since + START_LIMIT
+                return self.starts_since + self.flush_interval
             return None
         pending = self.pending
         if pending.count() >= BATCH:
