@@ -109,6 +109,8 @@ PREFETCH = _Prefetch()
 @click.option("-q", "--queue", "queues", multiple=True, metavar="QUEUE",
               help="Serve only these queues (default: every queue a handler names).")
 @click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty and nothing runs.")
+@click.option("--burst-horizon", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With --burst, also wait for retries and scheduled jobs due this soon (60).")
 @click.option("--grace", type=click.FloatRange(min=0), help="Seconds to drain on SIGTERM (25).")
 @click.option("--lease-ttl", type=click.FloatRange(min=1),
               help="Seconds a claim survives without renewal (30).")
@@ -118,14 +120,16 @@ PREFETCH = _Prefetch()
 @click.option("--prefetch", type=PREFETCH, metavar="N|auto",
               help="Jobs held per child for queues without their own setting (auto: "
                    "measured from run times, so short jobs never wait for a claim).")
-@click.option("--timeout", "default_timeout", type=click.FloatRange(min=0.001),
-              help="Hard timeout for jobs whose handler sets none.")
+@click.option("--timeout", "default_timeout", type=click.FloatRange(min=0),
+              help="Hard timeout in seconds for jobs whose handler sets none (3600; 0: none).")
 @click.option("--max-jobs-per-child", type=click.IntRange(min=1))
 @click.option("--max-memory-per-child", metavar="SIZE", help="RSS limit, e.g. 512MB or 1GiB.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
               help="Seconds of heartbeat silence before a busy child counts as hung (30).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
-              help="Serve Prometheus metrics on this port (GET /metrics).")
+              help="Serve Prometheus metrics (GET /metrics) and /healthz on this port.")
+@click.option("--metrics-host", metavar="ADDRESS",
+              help="Address the metrics port binds (127.0.0.1; 0.0.0.0 exposes it).")
 @click.option("--queue-setting", "queue_settings", multiple=True, metavar="Q.KEY=VALUE",
               help="Per-queue setting, e.g. images.max_rate=20; repeatable.")
 @dsn_option
@@ -134,9 +138,10 @@ PREFETCH = _Prefetch()
 @click.option("--log-format", default="text", show_default=True,
               type=click.Choice(["text", "json"]))
 @reports_errors
-def run_command(children, apps, queues, burst, grace, lease_ttl, config_path, poll_interval,
-                prefetch, default_timeout, max_jobs_per_child, max_memory_per_child,
-                heartbeat_timeout, metrics_port, queue_settings, dsn, log_level, log_format):
+def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
+                poll_interval, prefetch, default_timeout, max_jobs_per_child,
+                max_memory_per_child, heartbeat_timeout, metrics_port, metrics_host,
+                queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
     overrides = {
@@ -144,6 +149,7 @@ def run_command(children, apps, queues, burst, grace, lease_ttl, config_path, po
         "poll_interval": poll_interval, "prefetch": prefetch, "default_timeout": default_timeout,
         "max_jobs_per_child": max_jobs_per_child, "max_memory_per_child": max_memory_per_child,
         "heartbeat_timeout": heartbeat_timeout, "metrics_port": metrics_port,
+        "metrics_host": metrics_host, "burst_horizon": burst_horizon,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,
