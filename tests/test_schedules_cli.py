@@ -85,3 +85,12 @@ def test_a_bad_schedule_in_an_app_stops_run_with_one_line(tmp_path):
     assert done.returncode != 0
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert "schedule 'nightly': invalid cron expression '0 25 * * *': Bad hour" in done.stderr
+
+
+def test_status_shows_the_next_fires(dsn, conn):
+    declare(conn)
+    result = invoke("status", "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    assert "next schedule fires" in result.output and "poll" in result.output
+    snapshot = orjson.loads(invoke("status", "--json", "--dsn", dsn).output)
+    assert {fire["name"] for fire in snapshot["next_fires"]} == {"nightly", "poll"}

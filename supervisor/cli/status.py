@@ -34,17 +34,24 @@ def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None)
     serves, and the live supervisors (heartbeat within 60 s)."""
     with open_database(dsn) as conn:
         if not watch:
-            click.echo(_render(admin.status(conn), as_json))
+            click.echo(_render(_snapshot(conn), as_json))
             return
         try:
             while True:
-                text = _render(admin.status(conn), as_json)
+                text = _render(_snapshot(conn), as_json)
                 # JSON watchers get one object per line (a stream); people get a redraw.
                 click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
                            "Ctrl-C to stop")
                 time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+def _snapshot(conn) -> dict[str, Any]:
+    """The queue's status and the next schedule fires (empty without schedules)."""
+    from supervisor.schedules import admin as schedules_admin
+
+    return admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5)}
 
 
 def _render(snapshot: dict[str, Any], as_json: bool) -> str:
@@ -64,6 +71,10 @@ def render_text(snapshot: dict[str, Any]) -> str:
             f"{printable(u['kind'])} (queue {printable(u['queue'])})"
             for u in snapshot["unhandled"]))
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
+    if snapshot.get("next_fires"):
+        rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]
+                for f in snapshot["next_fires"]]
+        parts.append("next schedule fires\n" + table(["SCHEDULE", "EVERY", "NEXT"], rows))
     return "\n\n".join(parts)
 
 
