@@ -24,3 +24,19 @@ def test_json_log_lines_parse_and_name_the_job(dsn):
         ("e2e_raise", "default", "error")}
     assert [e["verdict"] for e in failures] == ["will retry", "discarded"]
     assert all(e["level"] == "warning" and e["logger"] == "supervisor.jobs" for e in failures)
+
+
+def test_an_error_at_start_up_is_json_too(tmp_path):
+    import subprocess
+    import sys
+
+    from e2e import TESTS_DIR
+
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "run", "--app", "e2e_handlers", "--log-format",
+         "json", "--dsn", "host=127.0.0.1 port=1 dbname=x connect_timeout=1"],
+        capture_output=True, text=True, timeout=60, cwd=str(TESTS_DIR))
+    assert done.returncode == 1
+    entries = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    assert entries and entries[-1]["level"] == "error"
+    assert "cannot connect to PostgreSQL" in entries[-1]["message"]

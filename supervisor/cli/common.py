@@ -53,8 +53,11 @@ def dsn_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def fail(message: str, code: int = CLI_ERROR) -> None:
-    """Print ``supervisor: error: <message>`` on stderr and exit with ``code``."""
-    click.echo(f"supervisor: error: {message}", err=True)
+    """Print ``supervisor: error: <message>`` on stderr (a JSON object when the log
+    format is JSON) and exit with ``code``."""
+    from supervisor.observe import error_line
+
+    click.echo(error_line(message), err=True)
     raise SystemExit(code)
 
 

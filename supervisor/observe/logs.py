@@ -51,8 +51,27 @@ class TextFormatter(logging.Formatter):
         return printable(super().formatMessage(record))
 
 
+_json_stream = False  # set by configure_logging: the CLI's own errors follow the format
+
+
+def json_logging() -> bool:
+    """Whether the supervisor's stderr is a stream of JSON objects (``--log-format
+    json``): then even a one-line error at start-up is one."""
+    return _json_stream
+
+
+def error_line(message: str) -> str:
+    """A one-line error for stderr, as JSON when the log format is JSON."""
+    if not _json_stream:
+        return f"supervisor: error: {message}"
+    return orjson.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                         "level": "error", "logger": "supervisor", "message": message}).decode()
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
     """Send the ``supervisor`` loggers to stderr at ``level`` in ``fmt`` (text|json)."""
+    global _json_stream
+    _json_stream = fmt == "json"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger("supervisor")
