@@ -5,7 +5,9 @@ without ever having run). After each reconnect the supervisor gives such rows ba
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 
 import psycopg
 import pytest
@@ -32,7 +34,7 @@ def test_crash_restarts_discard_no_job_that_never_ran(throwaway_server, tmp_path
         migrate(conn)
         enqueue_many("e2e_noop", [{"n": i} for i in range(JOBS)], conn=conn, max_attempts=1)
     log = tmp_path / "run.log"
-    sup = Supervisor(dsn, "-n", "2", "--lease-ttl", "5", log_path=log)
+    sup = Supervisor(dsn, "-n", "2", "--lease-ttl", "5", "--metrics-port", "0", log_path=log)
     try:
         for _ in range(RESTARTS):
             done_before = len(read_log(log))
@@ -46,6 +48,8 @@ def test_crash_restarts_discard_no_job_that_never_ran(throwaway_server, tmp_path
         # Past a lease: a stranded row would have been rescued (and discarded) by now.
         time.sleep(7.0)
         final = counts(dsn)
+        port = re.search(r"metrics on http://[\d.]+:(\d+)/", sup.err).group(1)
+        scrape = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
         with psycopg.connect(dsn, autocommit=True) as conn:
             discarded = [row[0] for row in conn.execute(
                 "SELECT id FROM supervisor.jobs WHERE state = 'discarded'")]
@@ -57,3 +61,7 @@ def test_crash_restarts_discard_no_job_that_never_ran(throwaway_server, tmp_path
     unrun = [job_id for job_id in discarded if job_id not in ran]
     assert unrun == [], f"{len(unrun)} jobs discarded without ever running: {unrun[:10]}"
     assert final.get("completed", 0) + len(discarded) == JOBS, final
+    # The metrics agree with the table: no completion counted that the database lost.
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in scrape.decode().splitlines()
+                  if line.startswith("supervisor_jobs_completed_total{"))
+    assert counted == final.get("completed", 0), (counted, final)
