@@ -68,3 +68,24 @@ def test_an_outage_longer_than_the_lease_reruns_nothing_and_does_not_spin(
     assert sorted(starts) == sorted(ids), f"a job ran twice or not at all: {starts}"
     assert errors == [], f"jobs picked up errors across the outage: {errors}"
     assert cpu_used < 1.0, f"the parent used {cpu_used:.2f} CPU-s in 10 s of outage"
+
+
+def test_back_within_about_a_second_of_the_server_answering(throwaway_server, tmp_path):
+    dsn = throwaway_server.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+    sup = Supervisor(dsn, "-n", "1", "--poll-interval", "0.2")
+    try:
+        sup.wait_for_log("starting 1 children")
+        throwaway_server.stop()
+        sup.wait_for_log("database connection lost", timeout=20)
+        time.sleep(5.0)  # a five-second outage: the backoff must not have grown past 1 s
+        throwaway_server.start()
+        answered_at = time.monotonic()
+        sup.wait_for_log("database connection restored", timeout=20)
+        back_after = time.monotonic() - answered_at
+    finally:
+        if not throwaway_server.running:
+            throwaway_server.start()
+        sup.stop()
+    assert back_after < 2.0, f"reconnected {back_after:.1f} s after the server answered"
