@@ -37,6 +37,9 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
 MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
 STOP_TIMEOUT = 10.0  # after the last kill, how long to wait for children to be reaped
 TITLE_INTERVAL = 0.5
+# What woke the loop, by the kind of thing whose fd was ready (for the wake-up metric).
+_WAKE_REASONS = {"Pool": "child", "Database": "notify", "NonBlockingQuery": "claim",
+                 "SignalInbox": "signal", "MetricsServer": "scrape"}
 
 
 class Arbiter:
@@ -100,8 +103,13 @@ class Arbiter:
 
     def turn(self) -> None:
         """One pass of the loop: wait, then do everything that is due."""
-        for key, mask in self.selector.select(self._timeout()):
+        events = self.selector.select(self._timeout())
+        woke = self.metrics.woke
+        if not events:
+            woke("timer")
+        for key, mask in events:
             key.data.handle_event(key, mask)
+            woke(_WAKE_REASONS.get(type(key.data).__name__, "other"))
         self._handle_signals()
         now = self.clock()
         try:

@@ -264,3 +264,23 @@ def test_prefetch_depth_follows_run_times():
     assert depth.depth("q", None) in (9, 10)  # 2 x 4 ms of 1 ms jobs, plus the one in hand
     assert depth.depth("noop", None) == MAX_DEPTH
     assert depth.depth("long", None) == 2
+
+
+def test_dispatch_metrics_count_rate_limited_plans_and_empty_claims():
+    from supervisor.engine.allotment import QueuePolicy
+
+    policy = QueuePolicy(name="default", max_rate=1.0, burst=1)
+    engine, db, store, pool, clock = make_engine(queue_policies={"default": policy})
+    store.add(n=2)
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert params["limit"] == 1  # two children idle, one token
+    db.claims.answer()
+    clock.now += 1.5
+    engine.tick(clock.now, pool)  # a token again: the next claim goes out
+    store.available.clear()  # ...and another supervisor took the job meanwhile
+    db.claims.answer()
+    text = engine.metrics.render().decode()
+    assert 'supervisor_claims_rate_limited_total{queue="default"} 1' in text
+    assert 'supervisor_claims_empty_total{queue="default"} 1' in text
+    assert 'supervisor_rate_tokens_refunded_total{queue="default"} 1' in text

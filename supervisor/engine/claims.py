@@ -95,6 +95,8 @@ class Claimer:
         took = time.perf_counter() - started
         self.metrics.claimed(queue, len(claimed), took, [job.wait_seconds for job in claimed])
         self.scheduler.depth.claimed(took)
+        if not claimed:
+            self.metrics.claim_empty(queue)
         self.scheduler.claimed(queue, wanted, len(claimed))
         if not self.accepting:
             self.outbox.released(claimed, self.clock())

@@ -61,7 +61,7 @@ class Engine:
         self.kinds = kinds
         self.metrics = metrics
         self.clock = clock
-        self.planner = Scheduler(config, queues, now, clock=clock)
+        self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics)
         self.ledger = Ledger()
         self.outbox = Outbox(metrics, config.flush_interval)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,

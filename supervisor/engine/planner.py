@@ -21,6 +21,7 @@ from supervisor.engine.ratelimit import TokenBucket
 
 if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
     from supervisor.config import RunConfig
+    from supervisor.observe import SupervisorMetrics
 
 # How long a free child may wait for the claim of a queue owed children (the claim's
 # round trip, normally a few ms) before it is lent to a queue already at its share. It
@@ -32,8 +33,10 @@ class Scheduler:
     """Claim sizes and dispatch order for the queues one supervisor serves."""
 
     def __init__(self, config: RunConfig, queues: Sequence[str], now: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 metrics: SupervisorMetrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics  # records rate-limited plans and refunded permits
         self.clock = clock
         self.queues = list(queues)
         self.policies = {q: config.policy(q) for q in self.queues}
@@ -122,7 +125,10 @@ class Scheduler:
                 continue
             bucket = self.buckets.get(queue)
             if bucket is not None:
+                wanted = allowance
                 allowance = bucket.take(allowance, now)
+                if allowance < wanted and self.metrics is not None:
+                    self.metrics.rate_limited(queue)
                 if allowance <= 0:
                     continue
             plans.append((queue, allowance))
@@ -138,6 +144,8 @@ class Scheduler:
             bucket = self.buckets.get(queue)
             if bucket is not None:
                 bucket.refund(asked - got)
+                if self.metrics is not None:
+                    self.metrics.tokens_refunded(queue, asked - got)
 
     def unplanned(self, queue: str, tokens: int) -> None:
         """A planned claim was not made after all: give its rate-limit tokens back."""
@@ -145,6 +153,8 @@ class Scheduler:
         bucket = self.buckets.get(queue)
         if bucket is not None:
             bucket.refund(tokens)
+            if self.metrics is not None:
+                self.metrics.tokens_refunded(queue, tokens)
 
     def next_queue(
         self, pool_size: int, waiting: Mapping[str, int], running: Mapping[str, int],

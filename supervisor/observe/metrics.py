@@ -116,6 +116,22 @@ class SupervisorMetrics:
             "Writes refused by the lease fence (stale attempt or lost lease).",
             ["operation"],
         )
+        self._wakeups = r.counter(
+            "supervisor_loop_wakeups_total",
+            "Why the parent's loop woke: child (an answer or heartbeat), notify, claim (an "
+            "answer from the database), signal, scrape, timer (a deadline, nothing ready).",
+            ["reason"],
+        )
+        self._empty_claims = r.counter(
+            "supervisor_claims_empty_total", "Claims that found no job.", ["queue"])
+        self._rate_limited = r.counter(
+            "supervisor_claims_rate_limited_total",
+            "Claims not made (or made smaller) because the queue's rate limit had no token.",
+            ["queue"],
+        )
+        self._refunded = r.counter(
+            "supervisor_rate_tokens_refunded_total",
+            "Rate-limit permits taken for a claim and given back unused.", ["queue"])
         self._db_up = r.gauge(
             "supervisor_database_up", "1 while the work connection is usable, else 0."
         )
@@ -184,6 +200,23 @@ class SupervisorMetrics:
         """``n`` claimed jobs of ``queue`` went back to available unstarted."""
         if n:
             self._released.add((queue,), n)
+
+    def woke(self, reason: str) -> None:
+        """The loop woke for ``reason`` (see ``supervisor_loop_wakeups_total``)."""
+        self._wakeups.add((reason,))
+
+    def claim_empty(self, queue: str) -> None:
+        """A claim for ``queue`` found nothing."""
+        self._empty_claims.add((queue,))
+
+    def rate_limited(self, queue: str) -> None:
+        """``queue`` wanted to claim but its token bucket was empty or short."""
+        self._rate_limited.add((queue,))
+
+    def tokens_refunded(self, queue: str, n: int) -> None:
+        """``n`` permits of ``queue`` went back unused."""
+        if n:
+            self._refunded.add((queue,), n)
 
     def rescued(self, n: int) -> None:
         """Maintenance rescued ``n`` jobs whose lease had expired."""
