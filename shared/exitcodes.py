@@ -12,6 +12,10 @@ CHILD_IMPORT_ERROR = 66  # a handler module failed to import in the child
 CHILD_PARENT_GONE = 67  # the parent died before or while the child booted
 CHILD_PIPE_LOST = 68  # a handler closed or replaced the child's pipe to the parent
 
+# Exits before READY that mean the code cannot start: only these count toward the
+# crash-loop halt (a child killed from outside while booting is respawned instead).
+CHILD_BOOT_FAILURES = frozenset({CHILD_BOOT_ERROR, CHILD_IMPORT_ERROR})
+
 CHILD_EXIT_NAMES = {
     CHILD_OK: "ok",
     CHILD_RECYCLE: "recycle",

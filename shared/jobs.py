@@ -33,6 +33,7 @@ FAIL_RESULT = "result"  # result not serializable or too large
 FAIL_CRASHED = "crashed"  # the child died (signal, os._exit, OOM kill)
 FAIL_TIMEOUT = "timeout"  # ran past its hard timeout; child group killed
 FAIL_HUNG = "hung"  # heartbeat silence; child group killed
+FAIL_MEMORY = "memory"  # RSS over max_memory_per_child while running; child group killed
 FAIL_SHUTDOWN = "shutdown"  # still running at the end of the drain grace
 FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
 FAIL_LEASE_EXPIRED = "lease_expired"  # its supervisor vanished; rescued by maintenance

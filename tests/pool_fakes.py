@@ -30,6 +30,9 @@ class FakeOs:
         self.signals: list[tuple[int, int]] = []  # (pgid, sig)
         self.exits: list[tuple[int, int]] = []  # what waitpid will report
         self.closed: set[int] = set()
+        self.rss_of: dict[int, int] = {}  # pid -> bytes resident now
+        self.peak_of: dict[int, int] = {}  # pid -> peak bytes (VmHWM)
+        self.escaped_of: dict[int, list[int]] = {}  # pid -> descendants out of its group
 
     def fork(self) -> int:
         self.next_pid += 1
@@ -75,6 +78,15 @@ class FakeOs:
 
     def setpgid(self, pid: int, pgid: int) -> None:
         pass
+
+    def rss(self, pid: int) -> int | None:
+        return self.rss_of.get(pid, 50 << 20)
+
+    def peak_rss(self, pid: int) -> int | None:
+        return self.peak_of.get(pid, self.rss(pid))
+
+    def escaped(self, pid: int) -> list[int]:
+        return self.escaped_of.get(pid, [])
 
     def waitpid_any(self) -> tuple[int, int]:
         return self.exits.pop(0) if self.exits else (0, 0)

@@ -5,8 +5,9 @@ The steps of ``prepare_child`` run in a fixed order, each for a reason:
 
 1. ``setpgrp``: the child leads its own process group, so the parent can kill the
    child together with anything its handler spawned.
-2. ``PR_SET_PDEATHSIG(SIGKILL)``, then re-check ``getppid()``: if the parent dies the
-   kernel kills the child; the re-check covers a parent that died before the prctl.
+2. ``PR_SET_PDEATHSIG``, then re-check ``getppid()``: if the parent dies the kernel
+   signals the child, which kills its processes and itself (``workers.reaper``); the
+   re-check covers a parent that died before the prctl.
 3. Close every inherited fd but 0/1/2 and the child's own pipe ends. Only raw fds are
    closed (``os.closerange``): calling ``close()`` on the parent's psycopg or socket
    objects could send a protocol goodbye on the parent's connections.
@@ -24,6 +25,7 @@ import random
 import resource
 import signal
 
+from workers import reaper
 from workers.proctitle import idle_title, set_title
 
 PR_SET_PDEATHSIG = 1
@@ -80,13 +82,14 @@ def prepare_child(worker_no: int, parent_pid: int, keep_fds: set[int]) -> None:
     """Post-fork setup, in the order the module docstring explains. Raises
     ``ParentGone`` if the parent died before the death signal was armed."""
     os.setpgrp()
-    set_parent_death_signal(signal.SIGKILL)
+    set_parent_death_signal(reaper.DEATH_SIGNAL)  # reaper.arm: kill its tree, then die
     if os.getppid() != parent_pid:
         raise ParentGone(f"parent {parent_pid} is gone")
     # The wakeup fd names a parent fd that is about to be closed (and may be reused).
     signal.set_wakeup_fd(-1)
     close_inherited_fds(keep_fds)
     reset_signals()
+    reaper.arm()
     set_title(idle_title(worker_no))
     random.seed()
     # The parent froze its heap before forking so the child shares those pages;

@@ -42,6 +42,7 @@ from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
 from workers.jobpipe import JobPipe
 from workers.outcomes import Discard, Retry
+from workers.reaper import reap_leftovers
 from workers.registry import get_handler
 
 
@@ -158,6 +159,7 @@ class JobRunner:
             answer = self.run_job(decode_run(frame))
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
+            reap_leftovers()  # nothing its handler started outlives the job
             self.jobs_done += 1
             read_ok, write_ok = pipe.intact()
             if not write_ok:

@@ -77,9 +77,64 @@ class OsCalls:
         except ChildProcessError:
             return 0, 0
 
+    def rss(self, pid: int) -> int | None:
+        """Resident set size of ``pid`` now, in bytes (``/proc/<pid>/statm``); None if
+        it is gone."""
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                return int(f.read().split()[1]) * _PAGE_SIZE
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def peak_rss(self, pid: int) -> int | None:
+        """The highest RSS ``pid`` has had (``VmHWM``), in bytes; None if it is gone."""
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, IndexError, ValueError):
+            pass
+        return None
+
+    def escaped(self, pid: int) -> list[int]:
+        """Descendants of ``pid`` outside its process group (they called ``setsid`` or
+        ``setpgid``), which a signal to the group misses."""
+        out: list[int] = []
+        todo = [pid]
+        while todo and len(out) < 10_000:
+            for kid in _children(todo.pop()):
+                todo.append(kid)
+                try:
+                    if os.getpgid(kid) != pid:
+                        out.append(kid)
+                except ProcessLookupError:
+                    pass
+        return out
+
     def getpid(self) -> int:
         """This process's pid."""
         return os.getpid()
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _children(pid: int) -> list[int]:
+    # Every thread's list: a child belongs to the thread that forked it, and an orphan
+    # re-parented to a subreaper to any of its threads.
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids.extend(int(k) for k in f.read().split())
+        except OSError:
+            pass
+    return kids
 
 
 # The pool's clock: monotonic seconds, never wall time (the function itself: a wrapper

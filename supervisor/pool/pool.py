@@ -23,16 +23,18 @@ from collections.abc import Callable
 
 from shared import jobs
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
+from supervisor.pool import guards
 from supervisor.pool import process as proc
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import ChildEvent, PoolHalted
 from supervisor.pool.process import ACTIVE_STATES, BOOTING, BUSY, IDLE, ChildProcess
+from supervisor.pool.queries import PoolQueries
 from supervisor.pool.settings import PoolSettings
-from supervisor.pool.spawn import CrashLoop, spawn_child
+from supervisor.pool.spawn import CrashLoop, RespawnBackoff, boot_failure_of_code, spawn_child
 from workers.child import child_main
 
 
-class Pool:
+class Pool(PoolQueries):
     """N forked children running handlers, one job each at a time."""
 
     def __init__(self, settings: PoolSettings, selector: selectors.BaseSelector, *,
@@ -52,6 +54,7 @@ class Pool:
         self._in_flight: dict[int, ChildProcess] = {}  # job id -> child, until answered
         self._outcomes: list = []
         self._crashes = CrashLoop(settings.crash_loop_limit, settings.crash_loop_window)
+        self._respawn = RespawnBackoff()
         self._target = settings.size
         self._stopping = False
         self._halted: str | None = None
@@ -62,6 +65,7 @@ class Pool:
         # leaves it early, which costs one idle look, never a missed deadline.
         self._due: float | None = None
         self._size_dirty = True  # a child left the active states: recount in tick
+        self._nap = guards.nap_threshold(settings)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -119,45 +123,6 @@ class Pool:
         children first, then booting ones, then busy ones after their job."""
         self._target = max(0, n)
         self._maintain_size()
-
-    # -- what the parent loop asks ---------------------------------------------
-
-    @property
-    def halted(self) -> str | None:
-        """Why the pool stopped forking (a crash loop), or None."""
-        return self._halted
-
-    def size(self) -> int:
-        """The current target number of children."""
-        return self._target
-
-    def alive(self) -> int:
-        """Children not reaped yet (the parent's drain waits for 0)."""
-        return len(self._children)
-
-    def idle_count(self) -> int:
-        """Children ready for a job now."""
-        return len(self._idle)
-
-    def busy_count(self) -> int:
-        """Jobs in flight."""
-        return len(self._in_flight)
-
-    def running(self) -> list[jobs.ClaimedJob]:
-        """The jobs in flight now (for lease renewal and drain)."""
-        return [child.job for child in self._in_flight.values() if child.job is not None]
-
-    def take_outcomes(self) -> list:
-        """Every JobDone, JobFailed, JobProgress and ChildEvent since the last call."""
-        outcomes = self._outcomes
-        if outcomes:
-            self._outcomes = []
-        return outcomes
-
-    def next_deadline(self) -> float | None:
-        """Monotonic time by which ``tick`` must run: the next boot, heartbeat, job or
-        kill deadline (possibly a little early, never late)."""
-        return self._due
 
     # -- jobs ------------------------------------------------------------------
 
@@ -218,6 +183,8 @@ class Pool:
                 self._stop(child, now, "retiring after its job")
             elif child.max_jobs is not None and child.jobs_done >= child.max_jobs:
                 self._stop(child, now, "job limit reached")
+            elif guards.peaked(self._os, self.settings, child):
+                self._stop(child, now, "recycling: its peak RSS passed the memory limit")
             else:
                 child.state = IDLE
                 self._idle.append(child)
@@ -230,6 +197,7 @@ class Pool:
 
     def _on_ready(self, child: ChildProcess, now: float) -> None:
         self._crashes.ready()
+        self._respawn.ready()
         self._event(child, "ready", "")
         if child.state != BOOTING:
             return
@@ -248,6 +216,9 @@ class Pool:
         due = self._due
         if due is not None:
             now = self._clock()
+            if now - due > self._nap:
+                guards.rearm_after_nap(self._children.values(), self.settings, now,
+                                       now - due, self._log)
             if now >= due:
                 self._enforce_deadlines(now)
                 self._due = self._earliest()
@@ -260,11 +231,21 @@ class Pool:
     def _earliest(self) -> float | None:
         dues = [due for due in (c.deadline() for c in self._children.values())
                 if due is not None]
+        if self._respawn.due is not None:
+            dues.append(self._respawn.due)
         return min(dues, default=None)
 
     def _arm(self, when: float | None) -> None:
         if when is not None and (self._due is None or when < self._due):
             self._due = when
+
+    def _check_memory(self, child: ChildProcess, now: float) -> None:
+        why = guards.over_memory(self._os, self.settings, child)
+        if why is not None:
+            # SIGKILL at once: a grace would only let it grow further.
+            self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
+        else:
+            child.mem_deadline = now + self.settings.memory_sample_interval()
 
     def _enforce_deadlines(self, now: float) -> None:
         settings = self.settings
@@ -275,6 +256,8 @@ class Pool:
             elif overdue == "heartbeat":
                 self._kill(child, now, jobs.FAIL_HUNG,
                            f"no heartbeat for {settings.heartbeat_timeout} s")
+            elif overdue == "memory":
+                self._check_memory(child, now)
             elif overdue == "boot":
                 self._kill(child, now, None, f"not ready within {settings.boot_timeout} s",
                            signal.SIGKILL, boot=True)
@@ -341,7 +324,10 @@ class Pool:
                 detail += f": {child.boot_error}"
             self._event(child, "boot_failed", detail)
             self._log.error("%s died before it was ready", detail)
-            if self._crashes.failed(now, detail) and not self._halted:
+            if not boot_failure_of_code(status, bool(child.boot_error), child.sigkilled):
+                self._respawn.died(now)  # not the code's fault: fork again, spaced out
+                self._arm(self._respawn.due)
+            elif self._crashes.failed(now, detail) and not self._halted:
                 self._halted = self._crashes.message()
                 self._log.critical("%s; no more children will be forked", self._halted)
         elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHILD_RECYCLE:
@@ -356,7 +342,12 @@ class Pool:
         if not self._started or self._stopping or self._halted:
             return
         active = [c for c in self._children.values() if c.state in ACTIVE_STATES]
-        for _ in range(self._target - len(active)):
+        missing = self._target - len(active)
+        if missing > 0 and self._respawn.waiting(self._clock()):
+            self._size_dirty = True  # tick forks them once the backoff is over
+            self._arm(self._respawn.due)
+            missing = 0
+        for _ in range(missing):
             if not self._spawn():
                 self._size_dirty = True  # try again at the next tick
                 break

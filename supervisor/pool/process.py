@@ -79,6 +79,7 @@ class ChildProcess:
         "kill_kind",
         "kill_message",
         "max_jobs",
+        "mem_deadline",
         "pid",
         "read_fd",
         "read_open",
@@ -114,6 +115,7 @@ class ChildProcess:
         self.timeout: float | None = None
         self.job_deadline: float | None = None
         self.beat_deadline: float | None = None
+        self.mem_deadline: float | None = None  # next RSS sample (a memory limit is set)
         self.boot_deadline: float | None = now + settings.boot_timeout
         self.exit_deadline: float | None = None  # STOP or SIGTERM sent: SIGKILL then
         self.retire_after_job = False
@@ -143,24 +145,24 @@ class ChildProcess:
         """The earliest moment the parent must look at this child again."""
         state = self.state
         if state == BUSY:
-            beat = self.beat_deadline
-            job = self.job_deadline
-            if job is None or (beat is not None and beat < job):
-                return beat
-            return job
+            dues = [d for d in (self.beat_deadline, self.job_deadline, self.mem_deadline)
+                    if d is not None]
+            return min(dues, default=None)
         if state == BOOTING:
             return self.boot_deadline
         return self.exit_deadline
 
     def overdue(self, now: float) -> str | None:
         """Which of its deadlines has passed: ``job`` (timeout), ``heartbeat``,
-        ``boot``, ``exit`` (asked to go, still there), or None."""
+        ``memory`` (sample its RSS), ``boot``, ``exit`` (asked to go), or None."""
         state = self.state
         if state == BUSY:
             if self.job_deadline is not None and now >= self.job_deadline:
                 return "job"
             if self.beat_deadline is not None and now >= self.beat_deadline:
                 return "heartbeat"
+            if self.mem_deadline is not None and now >= self.mem_deadline:
+                return "memory"
         elif state == BOOTING:
             if self.boot_deadline is not None and now >= self.boot_deadline:
                 return "boot"
@@ -185,6 +187,8 @@ class ChildProcess:
         self.timeout = timeout
         self.job_deadline = now + timeout if timeout else None
         self.beat_deadline = now + self._settings.heartbeat_timeout
+        if self._settings.max_memory_per_child:
+            self.mem_deadline = now + self._settings.memory_sample_interval()
         self.send(data)
         return True
 
@@ -250,6 +254,7 @@ class ChildProcess:
             self.kill_message = message
         self.expected_exit = self.expected_exit or not boot
         self.state = KILLED
+        self._kill_escaped()
         self._os.killpg(self.pid, sig)
         if sig == signal.SIGKILL:
             self.sigkilled = True
@@ -259,8 +264,15 @@ class ChildProcess:
             self._os.killpg(self.pid, signal.SIGCONT)
             self.exit_deadline = now + self._settings.kill_grace
 
+    def _kill_escaped(self) -> None:
+        # Descendants that left the group (setsid) miss its signal: SIGKILL them while
+        # the child still links them to us; once it dies they are re-parented away.
+        for pid in self._os.escaped(self.pid):
+            self._os.kill(pid, signal.SIGKILL)
+
     def escalate(self) -> None:
         """It outlived its exit deadline: SIGKILL its group."""
+        self._kill_escaped()
         self._os.killpg(self.pid, signal.SIGKILL)
         self.sigkilled = True
         self.exit_deadline = None

@@ -23,12 +23,19 @@ class PoolSettings:
     kill_grace: float = defaults.KILL_GRACE  # SIGTERM to the group, then SIGKILL after this
     max_jobs_per_child: int | None = None
     max_jobs_jitter: float = 0.1  # each child's limit drawn in [n*(1-j), n*(1+j)]
-    max_memory_per_child: int | None = None  # RSS, checked by the child between jobs
+    max_memory_per_child: int | None = None  # RSS cap: sampled by the parent while busy
+    memory_sample: float = 0.25  # seconds between RSS samples of a busy child
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     max_frame_bytes: int = defaults.MAX_FRAME_BYTES
     crash_loop_limit: int = 5  # boot failures in a row, or within the window, halt
     crash_loop_window: float = 60.0
     child_imports: tuple[str, ...] = ()  # modules each child imports after boot
+
+    def memory_sample_interval(self) -> float:
+        """How often the parent samples a busy child's RSS when a memory limit is set:
+        often enough that a fast allocator cannot run far past the cap, and one read of
+        ``/proc/<pid>/statm`` (microseconds) each time."""
+        return max(0.01, self.memory_sample)
 
     def draw_max_jobs(self, rng: random.Random) -> int | None:
         """One child's job limit, jittered so that children do not all recycle in the

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import selectors
+import signal
 import sys
 from collections import deque
 from collections.abc import Callable
 
-from shared.exitcodes import CHILD_BOOT_ERROR
+from shared.exitcodes import CHILD_BOOT_ERROR, CHILD_BOOT_FAILURES
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.process import ChildProcess
 from supervisor.pool.settings import PoolSettings
@@ -85,6 +86,50 @@ def fork_child(oscalls: OsCalls, settings: PoolSettings, *, worker_no: int,
     oscalls.set_blocking(up_r, False)
     oscalls.set_blocking(down_w, False)
     return pid, up_r, down_w
+
+
+class RespawnBackoff:
+    """Spacing between forks after children die before READY for a reason that is not
+    their code's (killed from outside while booting): 0.1 s doubling to a cap, back to
+    nothing once a child is ready. Such deaths never halt the pool."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        self.delay = 0.0
+        self.due: float | None = None  # no fork before this
+
+    def died(self, now: float) -> None:
+        """A child died while booting: wait longer before the next fork."""
+        self.delay = self.first if self.delay == 0.0 else min(self.delay * 2, self.cap)
+        self.due = now + self.delay
+
+    def ready(self) -> None:
+        """A child booted: fork freely again."""
+        self.delay = 0.0
+        self.due = None
+
+    def waiting(self, now: float) -> bool:
+        """True while forks must wait."""
+        if self.due is not None and now >= self.due:
+            self.due = None
+        return self.due is not None
+
+
+def boot_failure_of_code(status: int, said_boot_error: bool, killed_at_boot: bool) -> bool:
+    """Whether a child that died before READY shows that the code cannot start: it said
+    BOOT_ERROR, exited with a boot-failure code, crashed on a fault of its own (SIGSEGV
+    in an extension's import, say), or the parent killed it for not being ready in time.
+    A death by an outside signal (SIGKILL, SIGTERM, the OOM killer) is not the code's."""
+    if said_boot_error or killed_at_boot:
+        return True
+    if os.WIFSIGNALED(status):
+        return os.WTERMSIG(status) in _FAULTS
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) in CHILD_BOOT_FAILURES
+
+
+_FAULTS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
+                     signal.SIGABRT, signal.SIGSYS})
 
 
 class CrashLoop:

@@ -1,0 +1,125 @@
+"""A child's hold on every process its handlers start, so none outlives its job.
+
+Two moments matter, and each has its mechanism:
+
+* **The job's end.** The child is a *subreaper* (``PR_SET_CHILD_SUBREAPER``): a
+  process its handler started stays its descendant even after it calls ``setsid`` or
+  its own parent exits (orphans re-parent to the child, not to init). After every job
+  ``reap_leftovers`` walks that tree (``/proc/<pid>/task/*/children``), SIGKILLs it and
+  waits for every one, before the answer goes to the parent.
+* **The supervisor's death.** The kernel signals the child when the parent dies
+  (``PR_SET_PDEATHSIG``). That signal is ``DEATH_SIGNAL``, not SIGKILL, so the child
+  can first SIGKILL its tree (a process group signal misses ``setsid`` escapees, and a
+  SIGKILLed child leaves its tree to init), then its own group, itself included. Its
+  default action terminates, so a child that dies before ``arm`` still dies; a handler
+  that holds the GIL in C code delays the cleanup until it lets go.
+
+A job the parent kills (timeout, hung, memory, cancel) is covered by the parent: it
+SIGKILLs the escapees it finds under the child before signalling the group.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+from shared.exitcodes import CHILD_PARENT_GONE
+
+PR_SET_CHILD_SUBREAPER = 36
+DEATH_SIGNAL = signal.SIGRTMIN + 3  # unused by Python and by common libraries
+_MAX_ROUNDS = 64  # a fork bomb racing the reaper gives up before the child does
+
+try:
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - every Linux libc has prctl
+    _libc = None
+
+
+def arm() -> None:
+    """Make this process a subreaper and install the parent-death cleanup. Call after
+    the signal dispositions are reset, with ``DEATH_SIGNAL`` as the death signal."""
+    if _libc is not None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    signal.signal(DEATH_SIGNAL, _parent_died)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (zombies included), parents before children."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for kid in _children(todo.pop()):
+            found.append(kid)
+            todo.append(kid)
+    return found
+
+
+def reap_leftovers() -> int:
+    """SIGKILL and reap every process left under this one; return how many there
+    were. When there are none (nearly every job) it costs one ``waitpid`` call."""
+    if not _any_children():
+        return 0
+    me = os.getpid()
+    total = 0
+    for _ in range(_MAX_ROUNDS):
+        tree = descendants(me)
+        if not tree:
+            break
+        total += len(tree)
+        for pid in tree:
+            _kill(pid)
+        # Direct children only are ours to wait for; their killed descendants become
+        # our zombies as they are re-parented, and the next round reaps them.
+        for pid in _children(me):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return total
+
+
+def _any_children() -> bool:
+    # A subreaper with no child of its own has no descendant at all: every one hangs
+    # from a child, live or zombie. ECHILD is the common answer, in one system call.
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True  # one still runs
+
+
+def _parent_died(signum: int, frame: object) -> None:
+    for pid in descendants(os.getpid()):
+        _kill(pid)
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(CHILD_PARENT_GONE)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _children(pid: int) -> list[int]:
+    # Every thread's list: a child belongs to the thread that forked it, and an orphan
+    # re-parented to a subreaper may land on any of its threads.
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids.extend(int(k) for k in f.read().split())
+        except OSError:
+            pass
+    return kids
