@@ -62,6 +62,7 @@ class RunConfig:
     retention: float = defaults.RETENTION  # seconds completed/cancelled jobs are kept
     discarded_retention: float = defaults.DISCARDED_RETENTION
     statement_timeout: float = defaults.STATEMENT_TIMEOUT  # the parent's SQL, 0: none
+    listen: bool = True  # False: poll only, no LISTEN (behind a transaction-mode pooler)
     metrics_port: int | None = None  # serve Prometheus text on this port when set
     metrics_host: str = defaults.METRICS_HOST
     metrics_max_kinds: int = defaults.METRICS_MAX_KINDS  # more kinds count as "other"

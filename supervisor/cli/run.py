@@ -126,6 +126,8 @@ PREFETCH = _Prefetch()
 @click.option("--max-memory-per-child", metavar="SIZE", help="RSS limit, e.g. 512MB or 1GiB.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
               help="Seconds of heartbeat silence before a busy child counts as hung (30).")
+@click.option("--no-listen", "no_listen", is_flag=True,
+              help="Poll only, no LISTEN/NOTIFY (for a pooler in transaction mode).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
               help="Serve Prometheus metrics (GET /metrics) and /healthz on this port.")
 @click.option("--metrics-host", metavar="ADDRESS",
@@ -140,7 +142,7 @@ PREFETCH = _Prefetch()
 @reports_errors
 def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
-                max_memory_per_child, heartbeat_timeout, metrics_port, metrics_host,
+                max_memory_per_child, heartbeat_timeout, no_listen, metrics_port, metrics_host,
                 queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
@@ -150,6 +152,7 @@ def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, 
         "max_jobs_per_child": max_jobs_per_child, "max_memory_per_child": max_memory_per_child,
         "heartbeat_timeout": heartbeat_timeout, "metrics_port": metrics_port,
         "metrics_host": metrics_host, "burst_horizon": burst_horizon,
+        "listen": False if no_listen else None,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

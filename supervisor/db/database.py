@@ -2,18 +2,26 @@
 
 * work: blocking statements through the ``Store`` (writes, renewals, maintenance);
 * claims: the non-blocking connection the claim path runs on (``NonBlockingQuery``);
-* listen: LISTEN for new work and for cancellations.
+* listen: LISTEN for new work and for cancellations (none in poll-only mode).
 
 Every blocking call goes through ``Database.call``. A lost connection starts an outage:
 logged once, the caller gets its default and keeps its data, and ``maybe_reconnect``
 tries again with short jittered backoff (the loop is back within about a second of the
 server answering). Any other database error is logged and the caller gets its default
 too: one bad statement never takes the supervisor and its children down.
+
+Poll-only mode (``listen=False``, or found at start): behind a pooler in transaction mode
+LISTEN is refused, or accepted and never delivered (PgBouncer), so a NOTIFY from the work
+connection is awaited on the listen connection; if it does not arrive, the supervisor
+warns, drops LISTEN and leans on its polls (every ``poll_interval``), and stops preparing
+statements server-side (a pooler without protocol-level prepared statements hands each
+transaction a different server connection, where the name is unknown).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import selectors
 import time
@@ -49,6 +57,7 @@ def connection_lost(exc: BaseException) -> bool:
     return sqlstate is None or sqlstate.startswith(_SESSION_ENDING)
 _CHANNELS = (NOTIFY_CHANNEL, CANCEL_CHANNEL, SCHEDULED_CHANNEL, PAUSED_CHANNEL)
 _NOTIFY, _CANCEL, _SCHEDULED, _PAUSED = (c.encode() for c in _CHANNELS)
+PROBE_TIMEOUT = 2.0  # seconds a self-NOTIFY may take before LISTEN counts as broken
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
 ERROR_LOG_EVERY = 30.0  # the same failing operation is logged at most this often
 
@@ -59,8 +68,9 @@ class Database:
     def __init__(self, dsn: str, owner: str, lease_ttl: float,
                  selector: selectors.BaseSelector, *, statement_timeout: float,
                  clock: Callable[[], float] = time.monotonic,
-                 max_backoff: float = MAX_BACKOFF) -> None:
+                 max_backoff: float = MAX_BACKOFF, listen: bool = True) -> None:
         self.dsn = dsn
+        self.listen = listen  # False: poll only (asked for, or LISTEN found not to work)
         self.owner = owner
         self.selector = selector
         self.statement_timeout = statement_timeout
@@ -92,11 +102,12 @@ class Database:
         timeout = self.statement_timeout
         conns: list[psycopg.Connection] = []
         try:
-            for suffix in ("", " claims", " listen"):
+            for suffix in ("", " claims", " listen")[:3 if self.listen else 2]:
                 conns.append(open_connection(self.dsn, name + suffix, timeout))
-            work, claims, listen = conns
-            for channel in _CHANNELS:
-                listen.execute(f"LISTEN {channel}")
+            work, claims = conns[:2]
+            listen = self._start_listening(work, conns[2]) if self.listen else None
+            if not self.listen:
+                work.prepare_threshold = None  # see the module docstring
         except (DatabaseUnavailable, psycopg.Error) as exc:
             for conn in conns:
                 _quietly_close(conn)
@@ -106,9 +117,36 @@ class Database:
                                       f"connecting: {first_line(exc)}") from None
         self.store.conn = work
         self.claims = NonBlockingQuery(claims, self.selector)
-        self.listen_conn = listen
-        self._listen_fd = listen.fileno()
-        self.selector.register(self._listen_fd, selectors.EVENT_READ, data=self)
+        if listen is not None:
+            self.listen_conn = listen
+            self._listen_fd = listen.fileno()
+            self.selector.register(self._listen_fd, selectors.EVENT_READ, data=self)
+
+    def _start_listening(self, work: psycopg.Connection,
+                         listen: psycopg.Connection) -> psycopg.Connection | None:
+        """LISTEN on ``listen`` and check a NOTIFY from ``work`` arrives; None (and
+        ``self.listen`` False, with a warning) when LISTEN is refused or deaf."""
+        probe = f"supervisor_probe_{os.getpid()}_{random.getrandbits(32):x}"
+        try:
+            for channel in (*_CHANNELS, probe):
+                listen.execute(f"LISTEN {channel}")
+            work.execute(f"NOTIFY {probe}")
+            heard = _await_notify(listen, probe.encode(), PROBE_TIMEOUT)
+            listen.execute(f"UNLISTEN {probe}")
+        except psycopg.Error as exc:
+            if connection_lost(exc):
+                raise
+            reason = f"LISTEN failed ({first_line(exc)})"
+        else:
+            if heard:
+                return listen
+            reason = f"a NOTIFY did not arrive within {PROBE_TIMEOUT:g} s"
+        log.warning("%s at %s, as behind a pooler in transaction mode: polling every "
+                    "poll_interval instead (set listen = false or --no-listen to skip this "
+                    "check)", reason, describe(self.dsn))
+        _quietly_close(listen)
+        self.listen = False
+        return None
 
     def call(self, what: Callable[[Store], T], default: T, operation: str = "query") -> T:
         """Run ``what(store)``. On a lost connection mark the outage; on any other
@@ -233,6 +271,21 @@ class Database:
         if self.store.conn is not None:
             _quietly_close(self.store.conn)
             self.store.conn = None
+
+
+def _await_notify(conn: psycopg.Connection, channel: bytes, timeout: float) -> bool:
+    """Whether a notification on ``channel`` reaches ``conn`` within ``timeout`` s (the
+    others that arrive meanwhile are dropped: the first poll finds their work)."""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(conn.fileno(), selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            sel.select(left)
+            conn.pgconn.consume_input()
+            while (note := conn.pgconn.notifies()) is not None:
+                if note.relname == channel:
+                    return True
+    return False
 
 
 def _quietly_close(conn: psycopg.Connection) -> None:

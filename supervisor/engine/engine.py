@@ -56,7 +56,8 @@ class Engine:
         self.config = config
         self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
                                             clock=clock,
-                                            statement_timeout=config.statement_timeout)
+                                            statement_timeout=config.statement_timeout,
+                                            listen=config.listen)
         self.queues = queues
         self.kinds = kinds
         self.metrics = metrics
