@@ -34,15 +34,19 @@ from shared.jobs import (
     FAIL_ERROR,
     FAIL_RESULT,
     FAIL_RETRY,
+    FAIL_SNOOZE,
     FAIL_UNKNOWN_KIND,
 )
+from workers import output
 from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
 from workers.jobpipe import JobPipe
-from workers.outcomes import Discard, Retry
+from workers.outcomes import Discard, Retry, Snooze
 from workers.registry import get_handler
+from workers.results import non_finite
+from workers.softtimer import SoftTimer
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,7 @@ class ChildConfig:
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     max_frame_bytes: int = wire.DEFAULT_MAX_BODY
     imports: tuple[str, ...] = ()  # modules to import after boot (normally already loaded)
+    default_soft_timeout: float | None = None  # for kinds whose @job sets none; 0: none
 
 
 def child_main(config: ChildConfig) -> NoReturn:
@@ -75,6 +80,7 @@ def child_main(config: ChildConfig) -> NoReturn:
                 stream.flush()
             except Exception:
                 pass
+        output.finish()
         os._exit(code)
 
 
@@ -99,14 +105,15 @@ def _print_to_stderr(exc: BaseException) -> None:
     # Straight to fd 2: sys.stderr may wrap an fd the boot has just closed (pytest's
     # capture file, a log handler's stream).
     try:
-        wire.write_all(2, "".join(traceback.format_exception(exc)).encode(errors="replace"))
+        wire.write_all(output.stderr_fd(),
+                       "".join(traceback.format_exception(exc)).encode(errors="replace"))
     except OSError:
         pass
 
 
 def _say(message: str) -> None:
     try:
-        wire.write_all(2, f"supervisor child {os.getpid()}: {message}\n".encode())
+        wire.write_all(output.stderr_fd(), f"supervisor child {os.getpid()}: {message}\n".encode())
     except OSError:
         pass
 
@@ -121,7 +128,17 @@ def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> No
 
 
 def _one_line(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1]
+    """``Type: first line of the message``: the type says what went wrong, and notes or
+    further lines (kept in the traceback) must not stand in for the message."""
+    name = type(exc).__qualname__
+    module = type(exc).__module__
+    if module not in ("builtins", "__main__"):
+        name = f"{module}.{name}"
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:  # a broken __str__ must not cost the answer
+        lines = []
+    return f"{name}: {lines[0].strip()}" if lines else name
 
 
 class JobRunner:
@@ -133,6 +150,8 @@ class JobRunner:
         self._checkers: dict[str, ArgsChecker] = {}
         self.pipe = JobPipe(config.read_fd, config.write_fd)
         self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
+        self.soft_timer = SoftTimer()
+        self.output = output.install()
 
     def serve(self) -> int:
         """Say READY, then answer jobs until told to stop. Returns the exit code."""
@@ -205,16 +224,23 @@ class JobRunner:
                              args=args, max_attempts=run.max_attempts)
         set_current(context)
         self.heartbeat.begin(job_id, context)  # its thread also sets the title
+        soft = handle.defaults.soft_timeout
+        if soft is None:
+            soft = self.config.default_soft_timeout
+        self.output.begin(job_id, kind)
         try:
-            result = handle.func(**args)
+            result = self.soft_timer.call(soft, handle.func, args)
         except Discard as exc:
             return wire.Failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())
         except Retry as exc:
             return wire.Failed(job_id, FAIL_RETRY, exc.reason, None, exc.delay)
+        except Snooze as exc:
+            return wire.Failed(job_id, FAIL_SNOOZE, str(exc), None, exc.delay)
         except BaseException as exc:
             return wire.Failed(job_id, FAIL_ERROR, _one_line(exc), traceback.format_exc())
         finally:
             set_current(None)
+            self.output.end()
         return self._encode_result(job_id, result)
 
     def _encode_result(self, job_id: int, result: Any) -> wire.Done | wire.Failed:
@@ -223,6 +249,13 @@ class JobRunner:
         except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
             return wire.Failed(job_id, FAIL_RESULT,
                                f"result is not JSON-serializable: {exc}")
+        # orjson writes NaN and infinities as null; a result that silently changed is
+        # worse than a failed job. Only a float can be one, so most results skip the walk.
+        if b"null" in data:
+            problem = non_finite(result)
+            if problem is not None:
+                return wire.Failed(job_id, FAIL_RESULT,
+                                   f"result is not valid JSON: {problem} is not a finite number")
         limit = self.config.max_result_bytes
         if len(data) > limit:
             return wire.Failed(job_id, FAIL_RESULT,

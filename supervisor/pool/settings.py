@@ -29,6 +29,7 @@ class PoolSettings:
     crash_loop_limit: int = 5  # boot failures in a row, or within the window, halt
     crash_loop_window: float = 60.0
     child_imports: tuple[str, ...] = ()  # modules each child imports after boot
+    default_soft_timeout: float | None = None  # SoftTimeout for kinds whose @job sets none
 
     def draw_max_jobs(self, rng: random.Random) -> int | None:
         """One child's job limit, jittered so that children do not all recycle in the
