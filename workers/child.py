@@ -229,7 +229,8 @@ class JobRunner:
             soft = self.config.default_soft_timeout
         self.output.begin(job_id, kind)
         try:
-            result = self.soft_timer.call(soft, handle.func, args)
+            result = (self.soft_timer.call(soft, handle.func, args) if soft
+                      else handle.func(**args))
         except Discard as exc:
             return wire.Failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())
         except Retry as exc:
@@ -251,7 +252,7 @@ class JobRunner:
                                f"result is not JSON-serializable: {exc}")
         # orjson writes NaN and infinities as null; a result that silently changed is
         # worse than a failed job. Only a float can be one, so most results skip the walk.
-        if b"null" in data:
+        if result is not None and b"null" in data:
             problem = non_finite(result)
             if problem is not None:
                 return wire.Failed(job_id, FAIL_RESULT,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import selectors
 import struct
 import sys
@@ -62,10 +63,12 @@ class OutputCapture:
         self.json = fmt == "json"
         self.target = os.dup(2)  # the supervisor's stderr: where records go
         self._job: tuple[int, str] | None = None
+        self._job_wrote = False  # the reader took bytes since the last end()
         self._partial: dict[int, bytes] = {}
         self._names: dict[int, str] = {}
         self._cond = threading.Condition()
         self._selector = selectors.PollSelector()  # no fd of its own, unlike epoll
+        self._pending = select.poll()  # end()'s one-syscall look: anything unread?
         for fd, name in ((1, "stdout"), (2, "stderr")):
             r, w = os.pipe()
             try:
@@ -78,6 +81,7 @@ class OutputCapture:
             self._names[r] = name
             self._partial[r] = b""
             self._selector.register(r, selectors.EVENT_READ)
+            self._pending.register(r, select.POLLIN)
         threading.Thread(target=self._run, name="output", daemon=True).start()
 
     def begin(self, job_id: int, kind: str) -> None:
@@ -91,6 +95,9 @@ class OutputCapture:
                 stream.flush()
             except Exception:
                 pass
+        if not self._pending.poll(0) and not self._job_wrote:
+            self._job = None  # the common case: nothing written, no lock, one syscall
+            return
         deadline = None
         with self._cond:
             while any(_unread(r) for r in self._names):
@@ -101,6 +108,7 @@ class OutputCapture:
             for r in self._names:
                 self._emit_partial(r)
             self._job = None
+            self._job_wrote = False
 
     def _run(self) -> None:
         while True:
@@ -111,6 +119,9 @@ class OutputCapture:
                 self._cond.notify_all()
 
     def _take(self, r: int) -> None:
+        # Set before the read empties the pipe, so end()'s fast path (pipes empty, flag
+        # clear) can never pass while the reader holds bytes it has not tagged yet.
+        self._job_wrote = True
         try:
             data = os.read(r, 65536)
         except BlockingIOError:
