@@ -103,3 +103,12 @@ def cf_print(tag: str):
                    check=True)
     print("\x1b[31mred\x1b[0m and {\"not\": json", file=sys.stderr)
     return tag
+
+
+@job(name="cf_replace_answer_pipe")
+def cf_replace_answer_pipe():
+    """Closes the child's answer pipe and puts a file on its number: the runtime must
+    say so (on the supervisor's stream, in its format) and leave."""
+    import pool_handlers
+
+    return pool_handlers.pool_close_fds.func("write-replaced")

@@ -56,3 +56,13 @@ def test_text_log_stream_prefixes_handler_output_with_its_job(dsn):
     assert "\x1b" not in sup.err
     assert f"[job {job_id} cf_print stderr] \\e[31mred\\e[0m" in sup.err
     assert "printed solo" not in sup.out
+
+
+def test_the_child_runtimes_own_messages_are_json_too(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        job_id = enqueue("cf_replace_answer_pipe", {}, max_attempts=1, conn=conn)
+    sup = run_burst(dsn, "-n", "1", "--log-format", "json", *APP)
+    entries = [json.loads(line) for line in sup.err.splitlines() if line.strip()]
+    said = [e for e in entries if e.get("logger") == "supervisor.child"]
+    assert said and "replaced the pipe to the parent" in said[0]["message"], entries
+    assert any(e.get("job_id") == job_id for e in entries)

@@ -102,20 +102,14 @@ def _boot_and_serve(config: ChildConfig) -> int:
 
 
 def _print_to_stderr(exc: BaseException) -> None:
-    # Straight to fd 2: sys.stderr may wrap an fd the boot has just closed (pytest's
-    # capture file, a log handler's stream).
-    try:
-        wire.write_all(output.stderr_fd(),
-                       "".join(traceback.format_exception(exc)).encode(errors="replace"))
-    except OSError:
-        pass
+    # Straight to the fd (output.runtime_line): sys.stderr may wrap an fd the boot has
+    # just closed (pytest's capture file, a log handler's stream).
+    output.runtime_line("error", f"supervisor child {os.getpid()}: {_one_line(exc)}",
+                        "".join(traceback.format_exception(exc)))
 
 
 def _say(message: str) -> None:
-    try:
-        wire.write_all(output.stderr_fd(), f"supervisor child {os.getpid()}: {message}\n".encode())
-    except OSError:
-        pass
+    output.runtime_line("warning", f"supervisor child {os.getpid()}: {message}")
 
 
 def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> None:

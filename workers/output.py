@@ -187,6 +187,26 @@ def finish() -> None:
         _capture.end()
 
 
+def runtime_line(level: str, message: str, trace: str | None = None) -> None:
+    """One message of the child runtime itself (not of a handler) on the supervisor's
+    stderr, in its log format: JSON there must never meet a raw traceback."""
+    if parent_format() == "json":
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
+                 "level": level, "logger": "supervisor.child", "message": message,
+                 "pid": os.getpid()}
+        if trace is not None:
+            entry["traceback"] = trace
+        data = orjson.dumps(entry) + b"\n"
+    else:
+        data = (trace if trace is not None else message + "\n").encode(errors="replace")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(stderr_fd(), view):]
+    except OSError:
+        pass
+
+
 def stderr_fd() -> int:
     """Where the runtime's own messages go: the supervisor's stderr, not the capture."""
     return _capture.target if _capture is not None else 2
