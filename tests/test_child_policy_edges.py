@@ -95,3 +95,26 @@ def test_snooze_answers_with_its_delay_and_is_not_terminal(make_driver):
 def test_snooze_refuses_a_delay_that_is_not_a_time(bad):
     with pytest.raises((TypeError, ValueError)):
         Snooze(bad)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("30s", 30.0), (12, 12.0), (0, 0.0)])
+def test_default_soft_timeout_in_the_config_reaches_the_children(value, seconds):
+    from supervisor.config import build_config
+
+    settings = build_config({"default_soft_timeout": value}).pool_settings()
+    assert settings.default_soft_timeout == seconds
+
+
+def test_a_wrongly_typed_default_soft_timeout_is_one_clear_error():
+    from supervisor.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match="default_soft_timeout"):
+        build_config({"default_soft_timeout": "soon"})
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf")])
+def test_job_refuses_a_soft_timeout_that_is_not_a_time(bad):
+    from workers import job
+
+    with pytest.raises(ValueError, match="soft_timeout"):
+        job(name="cf_never_registered", soft_timeout=bad)
