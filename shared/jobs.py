@@ -37,6 +37,9 @@ FAIL_MEMORY = "memory"  # RSS over max_memory_per_child while running; child gro
 FAIL_SHUTDOWN = "shutdown"  # still running at the end of the drain grace
 FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
 FAIL_LEASE_EXPIRED = "lease_expired"  # its supervisor vanished; rescued by maintenance
+# The handler raised workers.Snooze(delay): not a failure; runs again after the delay
+# (carried as the answer's retry_delay) with its attempt unspent and no errors entry.
+FAIL_SNOOZE = "snooze"
 
 # Failures that retrying cannot mend: the job is discarded at once.
 TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_ARGS, FAIL_UNKNOWN_KIND})

@@ -53,6 +53,7 @@ class RunConfig:
     kill_grace: float = defaults.KILL_GRACE
     max_attempts: int = defaults.MAX_ATTEMPTS  # when row and handler say none
     default_timeout: float = defaults.JOB_TIMEOUT  # when row and handler say none; 0: none
+    default_soft_timeout: float | None = None  # SoftTimeout when @job sets none; 0: none
     max_jobs_per_child: int | None = None
     max_memory_per_child: int | None = None
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
@@ -77,6 +78,7 @@ class RunConfig:
             kill_grace=self.kill_grace,
             max_jobs_per_child=self.max_jobs_per_child,
             max_memory_per_child=self.max_memory_per_child, max_result_bytes=self.max_result_bytes,
+            default_soft_timeout=self.default_soft_timeout,
         )
 
     def policy(self, queue: str) -> QueuePolicy:

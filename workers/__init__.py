@@ -2,7 +2,8 @@
 child runtime. Handler modules import ``job`` and ``current_job`` from here."""
 
 from workers.context import JobContext, current_job
-from workers.outcomes import Discard, Retry
+from workers.outcomes import Discard, Retry, Snooze, SoftTimeout
 from workers.registry import JobHandle, job
 
-__all__ = ["Discard", "JobContext", "JobHandle", "Retry", "current_job", "job"]
+__all__ = ["Discard", "JobContext", "JobHandle", "Retry", "Snooze", "SoftTimeout", "current_job",
+           "job"]

@@ -34,16 +34,20 @@ from shared.jobs import (
     FAIL_ERROR,
     FAIL_RESULT,
     FAIL_RETRY,
+    FAIL_SNOOZE,
     FAIL_UNKNOWN_KIND,
 )
+from workers import output
 from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
 from workers.jobpipe import JobPipe
-from workers.outcomes import Discard, Retry
+from workers.outcomes import Discard, Retry, Snooze
 from workers.reaper import reap_leftovers
 from workers.registry import get_handler
+from workers.results import non_finite
+from workers.softtimer import SoftTimer
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,7 @@ class ChildConfig:
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     max_frame_bytes: int = wire.DEFAULT_MAX_BODY
     imports: tuple[str, ...] = ()  # modules to import after boot (normally already loaded)
+    default_soft_timeout: float | None = None  # for kinds whose @job sets none; 0: none
 
 
 def child_main(config: ChildConfig) -> NoReturn:
@@ -76,6 +81,7 @@ def child_main(config: ChildConfig) -> NoReturn:
                 stream.flush()
             except Exception:
                 pass
+        output.finish()
         os._exit(code)
 
 
@@ -97,19 +103,14 @@ def _boot_and_serve(config: ChildConfig) -> int:
 
 
 def _print_to_stderr(exc: BaseException) -> None:
-    # Straight to fd 2: sys.stderr may wrap an fd the boot has just closed (pytest's
-    # capture file, a log handler's stream).
-    try:
-        wire.write_all(2, "".join(traceback.format_exception(exc)).encode(errors="replace"))
-    except OSError:
-        pass
+    # Straight to the fd (output.runtime_line): sys.stderr may wrap an fd the boot has
+    # just closed (pytest's capture file, a log handler's stream).
+    output.runtime_line("error", f"supervisor child {os.getpid()}: {_one_line(exc)}",
+                        "".join(traceback.format_exception(exc)))
 
 
 def _say(message: str) -> None:
-    try:
-        wire.write_all(2, f"supervisor child {os.getpid()}: {message}\n".encode())
-    except OSError:
-        pass
+    output.runtime_line("warning", f"supervisor child {os.getpid()}: {message}")
 
 
 def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> None:
@@ -122,7 +123,17 @@ def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> No
 
 
 def _one_line(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1]
+    """``Type: first line of the message``: the type says what went wrong, and notes or
+    further lines (kept in the traceback) must not stand in for the message."""
+    name = type(exc).__qualname__
+    module = type(exc).__module__
+    if module not in ("builtins", "__main__"):
+        name = f"{module}.{name}"
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:  # a broken __str__ must not cost the answer
+        lines = []
+    return f"{name}: {lines[0].strip()}" if lines else name
 
 
 class JobRunner:
@@ -134,6 +145,8 @@ class JobRunner:
         self._checkers: dict[str, ArgsChecker] = {}
         self.pipe = JobPipe(config.read_fd, config.write_fd)
         self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
+        self.soft_timer = SoftTimer()
+        self.output = output.install()
 
     def serve(self) -> int:
         """Say READY, then answer jobs until told to stop. Returns the exit code."""
@@ -207,16 +220,24 @@ class JobRunner:
                              args=args, max_attempts=run.max_attempts)
         set_current(context)
         self.heartbeat.begin(job_id, context)  # its thread also sets the title
+        soft = handle.defaults.soft_timeout
+        if soft is None:
+            soft = self.config.default_soft_timeout
+        self.output.begin(job_id, kind)
         try:
-            result = handle.func(**args)
+            result = (self.soft_timer.call(soft, handle.func, args) if soft
+                      else handle.func(**args))
         except Discard as exc:
             return wire.Failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())
         except Retry as exc:
             return wire.Failed(job_id, FAIL_RETRY, exc.reason, None, exc.delay)
+        except Snooze as exc:
+            return wire.Failed(job_id, FAIL_SNOOZE, str(exc), None, exc.delay)
         except BaseException as exc:
             return wire.Failed(job_id, FAIL_ERROR, _one_line(exc), traceback.format_exc())
         finally:
             set_current(None)
+            self.output.end()
         return self._encode_result(job_id, result)
 
     def _encode_result(self, job_id: int, result: Any) -> wire.Done | wire.Failed:
@@ -225,6 +246,13 @@ class JobRunner:
         except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
             return wire.Failed(job_id, FAIL_RESULT,
                                f"result is not JSON-serializable: {exc}")
+        # orjson writes NaN and infinities as null; a result that silently changed is
+        # worse than a failed job. Only a float can be one, so most results skip the walk.
+        if result is not None and b"null" in data:
+            problem = non_finite(result)
+            if problem is not None:
+                return wire.Failed(job_id, FAIL_RESULT,
+                                   f"result is not valid JSON: {problem} is not a finite number")
         limit = self.config.max_result_bytes
         if len(data) > limit:
             return wire.Failed(job_id, FAIL_RESULT,

@@ -21,3 +21,24 @@ class Retry(Exception):
         super().__init__(reason)
         self.delay = delay
         self.reason = reason
+
+
+class Snooze(Exception):
+    """Run the job again ``delay`` seconds from now, without spending an attempt and
+    without an errors entry: "not yet", not "failed"."""
+
+    def __init__(self, delay: float) -> None:
+        try:
+            delay = float(delay)
+        except (TypeError, ValueError):
+            raise TypeError(f"Snooze takes a delay in seconds, not {delay!r}") from None
+        if not delay >= 0 or delay == float("inf"):
+            raise ValueError(f"Snooze delay must be a finite number of seconds >= 0, not {delay}")
+        super().__init__(f"snoozed for {delay:g} s")
+        self.delay = delay
+
+
+class SoftTimeout(Exception):
+    """Raised inside a handler when its job passes its soft timeout (``@job(soft_timeout=
+    ...)`` or the supervisor's ``default_soft_timeout``), before the hard timeout kills
+    the child: catch it to clean up. Uncaught, the attempt fails like any exception."""

@@ -32,6 +32,7 @@ class JobDefaults:
     max_attempts: int | None = None  # None: the supervisor's config decides, at claim
     timeout: float | None = None
     backoff: Backoff = jobs.DEFAULT_BACKOFF
+    soft_timeout: float | None = None  # None: the supervisor's default_soft_timeout; 0: none
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ def job(
     max_attempts: int | None = None,
     timeout: float | None = None,
     backoff: Backoff | None = None,
+    soft_timeout: float | None = None,
     cron: str | None = None,
     every: float | None = None,
     timezone: str | None = None,
@@ -189,7 +191,9 @@ def job(
 
     The kind is the function's name unless ``name`` is given; registering a second
     handler for a kind raises ``DuplicateKindError``. ``timeout`` is the hard limit in
-    seconds for one attempt; ``backoff`` shapes the delay between attempts.
+    seconds for one attempt; ``backoff`` shapes the delay between attempts;
+    ``soft_timeout`` raises ``workers.SoftTimeout`` inside the handler after that many
+    seconds (0: never), so it can clean up before the hard timeout kills it.
 
     ``cron`` (5 fields, or 6 with seconds first, read in ``timezone``) or ``every``
     (seconds) also makes it a schedule named after the kind: supervisors that load this
@@ -200,8 +204,11 @@ def job(
         raise ValueError("max_attempts must be at least 1")
     if timeout is not None and timeout <= 0:
         raise ValueError("timeout must be positive")
+    if soft_timeout is not None and not 0 <= soft_timeout < float("inf"):
+        raise ValueError("soft_timeout must be a number of seconds >= 0 (0: none)")
     defaults = JobDefaults(queue=queue, priority=priority, max_attempts=max_attempts,
-                           timeout=timeout, backoff=backoff or jobs.DEFAULT_BACKOFF)
+                           timeout=timeout, backoff=backoff or jobs.DEFAULT_BACKOFF,
+                           soft_timeout=soft_timeout)
 
     def register(f: Callable[..., Any]) -> JobHandle:
         kind = name or f.__name__

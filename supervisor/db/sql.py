@@ -165,6 +165,19 @@ WHERE {_FENCE}
 RETURNING j.id
 """
 
+# A handler's workers.Snooze(delay): due again after the delay, its attempt unspent and
+# no errors entry (it did not fail).
+SNOOZE = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'scheduled', attempt = j.attempt - 1,
+    run_at = now() + u.delay * interval '1 second',
+    lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[])
+     AS u(id, attempt, delay)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
 INTERRUPT = f"""
 UPDATE supervisor.jobs AS j
 SET state = 'available', attempt = j.attempt - 1, errors = j.errors || {_ERROR_ENTRY},

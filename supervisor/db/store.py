@@ -39,6 +39,7 @@ from supervisor.db.sql import (
     RELEASE,
     RENEW,
     RESCUE,
+    SNOOZE,
     STARTED,
     TRY_LEAD,
     claim_statements,
@@ -204,6 +205,16 @@ class Store:
         if not items:
             return []
         return self._fenced("interrupt", INTERRUPT, self._failure_params(items), items)
+
+    def snooze(self, items: Sequence[Failure]) -> list[int]:
+        """Jobs whose handler raised ``workers.Snooze``: scheduled ``retry_delay`` seconds
+        from now, the attempt not counted, no errors entry. Returns the fenced-off ids."""
+        if not items:
+            return []
+        params = {"owner": self.owner, "ids": [f.id for f in items],
+                  "attempts": [f.attempt for f in items],
+                  "delays": [max(f.retry_delay or 0.0, 0.0) for f in items]}
+        return self._fenced("snooze", SNOOZE, params, items)
 
     def renew(
         self, items: Sequence[tuple[int, int]], progress: Mapping[int, dict] | None = None

@@ -48,6 +48,7 @@ class PendingWrites:
     completions: list[Completion] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     interrupts: list[Failure] = field(default_factory=list)
+    snoozes: list[Failure] = field(default_factory=list)  # workers.Snooze: not failures
     releases: list[ClaimedJob] = field(default_factory=list)
     progress: dict[int, tuple[int, dict]] = field(default_factory=dict)
     starts: dict[int, int] = field(default_factory=dict)  # job id -> attempt, started
@@ -55,7 +56,7 @@ class PendingWrites:
     def count(self) -> int:
         """Outcomes waiting (progress reports excluded: they never force a write)."""
         return (len(self.completions) + len(self.failures) + len(self.interrupts)
-                + len(self.releases))
+                + len(self.snoozes) + len(self.releases))
 
 
 class Outbox:
@@ -95,6 +96,8 @@ class Outbox:
                           terminal or kind in jobs.TERMINAL_FAILURES)
         if kind == jobs.FAIL_SHUTDOWN:
             self.pending.interrupts.append(failure)
+        elif kind == jobs.FAIL_SNOOZE:
+            self.pending.snoozes.append(failure)
         else:
             self.pending.failures.append(failure)
         self._touch(now)
@@ -113,7 +116,8 @@ class Outbox:
         """Jobs whose outcome is still to be written (they are running in the table)."""
         p = self.pending
         return ([c.id for c in p.completions] + [f.id for f in p.failures]
-                + [f.id for f in p.interrupts] + [j.id for j in p.releases])
+                + [f.id for f in p.interrupts] + [f.id for f in p.snoozes]
+                + [j.id for j in p.releases])
 
     def count(self) -> int:
         """Outcomes waiting to be written."""
@@ -206,6 +210,9 @@ class Outbox:
         if pending.interrupts:
             fenced += len(store.interrupt(pending.interrupts))
             pending.interrupts = []
+        if pending.snoozes:
+            fenced += len(store.snooze(pending.snoozes))
+            pending.snoozes = []
         if pending.releases:
             fenced += self._release(store, pending.releases)
             pending.releases = []

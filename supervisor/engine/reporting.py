@@ -62,12 +62,25 @@ class OutcomeReporter:
         if event.what in _EXITS:
             self.metrics.child_exit(_EXITS[event.what])
 
+    def _snoozed(self, outcome: JobFailed, now: float) -> None:
+        """A handler's ``workers.Snooze``: not a failure, so no retry or discard count."""
+        job = outcome.job
+        log.info("job %d %s attempt %d/%d snoozed for %.3g s", job.id, job.kind, job.attempt,
+                 job.max_attempts, outcome.retry_delay or 0.0,
+                 extra=job_fields(job, verdict="snoozed"))
+        self.ledger.ended(job, "snoozed")
+        self.outbox.failed(job, outcome.kind, outcome.message, None, outcome.retry_delay,
+                           False, now)
+
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job
         shutdown = outcome.kind == jobs.FAIL_SHUTDOWN
         # Killed because the row is no longer ours (an operator cancelled it, or the
         # lease moved on): whatever the row says now stands; nothing retries from here.
         cancelled = outcome.kind == jobs.FAIL_CANCELLED
+        if outcome.kind == jobs.FAIL_SNOOZE:
+            self._snoozed(outcome, now)
+            return
         discarded = not shutdown and not cancelled and (
             outcome.terminal or outcome.kind in jobs.TERMINAL_FAILURES
             or job.attempt >= job.max_attempts)

@@ -30,6 +30,7 @@ class PoolSettings:
     crash_loop_limit: int = 5  # boot failures in a row, or within the window, halt
     crash_loop_window: float = 60.0
     child_imports: tuple[str, ...] = ()  # modules each child imports after boot
+    default_soft_timeout: float | None = None  # SoftTimeout for kinds whose @job sets none
 
     def memory_sample_interval(self) -> float:
         """How often the parent samples a busy child's RSS when a memory limit is set:

@@ -1,0 +1,212 @@
+"""A child's own stdout and stderr, captured and tagged with the job that wrote them.
+
+Without this a handler's ``print()`` (and anything its subprocesses write) reaches the
+supervisor's stderr raw, mixed unmarked into its log stream; with ``--log-format json``
+a collector then meets lines that are not JSON. After boot the child points fds 1 and 2
+at pipes of its own; a reader thread turns each line into one record on the stream the
+child inherited (the supervisor's stderr), in the supervisor's format:
+
+- json: ``{"time", "level": "info", "logger": "supervisor.output", "message", "job_id",
+  "kind", "stream"}``, one object per line;
+- text: ``[job 42 resize stdout] the line``, control characters escaped.
+
+The child writes these records itself (the parent never parses them): a line costs the
+parent nothing, and a crash of the parent does not block a child that prints.
+
+Lines belong to the job that was running when they were written: ``end`` (before the job
+is answered) flushes Python's buffers and waits until the reader has taken everything in
+the pipes, so the next job never inherits the tail of this one. Output after that (a
+thread or subprocess the handler left behind) is tagged with the child's pid instead.
+A record is kept under ``PIPE_BUF`` so a pipe never interleaves it with the parent's lines.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import selectors
+import struct
+import sys
+import termios
+import threading
+import time
+from typing import Any
+
+import orjson
+
+from shared.validation import printable
+
+CHUNK = 600  # characters per record: even fully escaped, a record stays under PIPE_BUF
+DRAIN_LIMIT = 1.0  # seconds ``end`` waits for the reader (fd 1 or 2 may have been replaced)
+PIPE_SIZE = 1 << 20  # room for a burst while the reader waits for the GIL
+_FIONREAD = struct.pack("i", 0)
+
+
+def parent_format() -> str:
+    """``json`` when the supervisor this child was forked from logs JSON, else ``text``
+    (the logging set-up is inherited through fork)."""
+    try:
+        import logging
+
+        from supervisor.observe.logs import JsonFormatter
+    except ImportError:
+        return "text"
+    handlers = logging.getLogger("supervisor").handlers
+    return "json" if any(isinstance(h.formatter, JsonFormatter) for h in handlers) else "text"
+
+
+class OutputCapture:
+    """Owns fds 1 and 2 of the child and the thread that tags what arrives on them."""
+
+    def __init__(self, fmt: str) -> None:
+        self.json = fmt == "json"
+        self.target = os.dup(2)  # the supervisor's stderr: where records go
+        self._job: tuple[int, str] | None = None
+        self._job_wrote = False  # the reader took bytes since the last end()
+        self._partial: dict[int, bytes] = {}
+        self._names: dict[int, str] = {}
+        self._cond = threading.Condition()
+        self._selector = selectors.PollSelector()  # no fd of its own, unlike epoll
+        self._pending = select.poll()  # end()'s one-syscall look: anything unread?
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            r, w = os.pipe()
+            try:
+                fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+            except OSError:
+                pass  # over /proc/sys/fs/pipe-max-size: the default size still works
+            os.dup2(w, fd)
+            os.close(w)
+            os.set_blocking(r, False)
+            self._names[r] = name
+            self._partial[r] = b""
+            self._selector.register(r, selectors.EVENT_READ)
+            self._pending.register(r, select.POLLIN)
+        threading.Thread(target=self._run, name="output", daemon=True).start()
+
+    def begin(self, job_id: int, kind: str) -> None:
+        """Lines from now on belong to this job."""
+        self._job = (job_id, kind)
+
+    def end(self) -> None:
+        """The job's handler returned: its output is written before its answer."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        if not self._pending.poll(0) and not self._job_wrote:
+            self._job = None  # the common case: nothing written, no lock, one syscall
+            return
+        deadline = None
+        with self._cond:
+            while any(_unread(r) for r in self._names):
+                now = time.monotonic()
+                deadline = deadline or now + DRAIN_LIMIT
+                if now >= deadline or not self._cond.wait(deadline - now):
+                    break
+            for r in self._names:
+                self._emit_partial(r)
+            self._job = None
+            self._job_wrote = False
+
+    def _run(self) -> None:
+        while True:
+            events = self._selector.select()
+            with self._cond:
+                for key, _ in events:
+                    self._take(key.fd)
+                self._cond.notify_all()
+
+    def _take(self, r: int) -> None:
+        # Set before the read empties the pipe, so end()'s fast path (pipes empty, flag
+        # clear) can never pass while the reader holds bytes it has not tagged yet.
+        self._job_wrote = True
+        try:
+            data = os.read(r, 65536)
+        except BlockingIOError:
+            return
+        if not data:  # every writer gone: nothing more will come
+            self._selector.unregister(r)
+            self._emit_partial(r)
+            return
+        lines = (self._partial[r] + data).split(b"\n")
+        self._partial[r] = lines.pop()
+        for line in lines:
+            self._emit(self._names[r], line)
+
+    def _emit_partial(self, r: int) -> None:
+        if self._partial[r]:
+            line, self._partial[r] = self._partial[r], b""
+            self._emit(self._names[r], line)
+
+    def _emit(self, stream: str, raw: bytes) -> None:
+        text = raw.decode(errors="replace").removesuffix("\r")
+        job = self._job
+        for start in range(0, max(len(text), 1), CHUNK):
+            try:
+                os.write(self.target, self._record(stream, text[start:start + CHUNK], job))
+            except OSError:
+                return  # the supervisor's stderr is gone: nowhere to say it
+
+    def _record(self, stream: str, text: str, job: tuple[int, str] | None) -> bytes:
+        if self.json:
+            entry: dict[str, Any] = {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+                + f".{int(time.time() * 1000) % 1000:03d}Z",
+                "level": "info", "logger": "supervisor.output", "message": text,
+                "stream": stream, "pid": os.getpid()}
+            if job is not None:
+                entry["job_id"], entry["kind"] = job
+            return orjson.dumps(entry) + b"\n"
+        tag = f"job {job[0]} {printable(job[1])}" if job is not None else f"child {os.getpid()}"
+        return f"[{tag} {stream}] {printable(text)}\n".encode(errors="replace")
+
+
+def _unread(fd: int) -> int:
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, _FIONREAD))[0]
+    except OSError:
+        return 0
+
+
+_capture: OutputCapture | None = None
+
+
+def install(fmt: str | None = None) -> OutputCapture:
+    """Capture this child's fds 1 and 2 (once); ``fmt`` None: as the parent logs."""
+    global _capture
+    if _capture is None:
+        _capture = OutputCapture(fmt or parent_format())
+    return _capture
+
+
+def finish() -> None:
+    """At the child's exit: the last lines reach the log before the process is gone."""
+    if _capture is not None:
+        _capture.end()
+
+
+def runtime_line(level: str, message: str, trace: str | None = None) -> None:
+    """One message of the child runtime itself (not of a handler) on the supervisor's
+    stderr, in its log format: JSON there must never meet a raw traceback."""
+    if parent_format() == "json":
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
+                 "level": level, "logger": "supervisor.child", "message": message,
+                 "pid": os.getpid()}
+        if trace is not None:
+            entry["traceback"] = trace
+        data = orjson.dumps(entry) + b"\n"
+    else:
+        data = (trace if trace is not None else message + "\n").encode(errors="replace")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(stderr_fd(), view):]
+    except OSError:
+        pass
+
+
+def stderr_fd() -> int:
+    """Where the runtime's own messages go: the supervisor's stderr, not the capture."""
+    return _capture.target if _capture is not None else 2
