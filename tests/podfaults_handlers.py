@@ -19,8 +19,9 @@ def pf_grow(step_mb: int, max_mb: int, report: str, pause: float = 0.01):
     while got < max_mb:
         _kept.append(b"\x01" * (step_mb << 20))  # written, so resident
         got += step_mb
-        with open(report, "w") as f:
+        with open(report + ".tmp", "w") as f:
             f.write(str(got))
+        os.replace(report + ".tmp", report)  # a kill mid-write never leaves it empty
         time.sleep(pause)
     _kept.clear()
     return got
