@@ -97,11 +97,11 @@ BEGIN
 
     -- Each dependent is locked (id order) before its dependencies are read, so of two
     -- transactions completing its last two dependencies the second sees the first.
-    FOR d IN SELECT j.id FROM supervisor.jobs j
+    FOR d IN SELECT j.id, j.depends_on FROM supervisor.jobs j
              WHERE j.depends_on && done AND j.state = 'scheduled' AND j.depends_on IS NOT NULL
              ORDER BY j.id FOR UPDATE LOOP
         SELECT j.id, j.state INTO failed FROM supervisor.jobs j
-        WHERE j.id = ANY((SELECT depends_on FROM supervisor.jobs WHERE id = d.id))
+        WHERE j.id = ANY(d.depends_on)
           AND j.state IN ('discarded', 'cancelled')
         ORDER BY j.id LIMIT 1;
         IF FOUND THEN
@@ -114,7 +114,7 @@ BEGIN
             WHERE id = d.id AND state = 'scheduled';
         ELSIF NOT EXISTS (
             SELECT 1 FROM supervisor.jobs j
-            WHERE j.id = ANY((SELECT depends_on FROM supervisor.jobs WHERE id = d.id))
+            WHERE j.id = ANY(d.depends_on)
               AND j.state <> 'completed') THEN
             UPDATE supervisor.jobs SET state = 'available', run_at = now()
             WHERE id = d.id AND state = 'scheduled';
