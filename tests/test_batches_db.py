@@ -130,3 +130,20 @@ def test_plain_jobs_leave_no_trace_and_a_plain_id_list_comes_back(conn, dsn):
     one = enqueue("bt_member", {}, queue="bt", dsn=dsn)
     finish(conn, [*ids, one])
     assert conn.execute("SELECT count(*) FROM supervisor.batches").fetchone()[0] == 0
+
+
+def test_results_stream_through_a_server_side_cursor(conn, dsn):
+    from shared.batches import iter_results
+
+    batch = enqueue_many("bt_member", [{"n": i} for i in range(50)], queue="bt", then=CB,
+                         dsn=dsn)
+    conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now(), "
+                 "result = args->'n' WHERE batch_id = %s", (batch.id,))
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        members = iter_results(reader, batch.id, chunk=10)
+        first = next(members)
+        open_cursors = reader.execute("SELECT name FROM pg_cursors").fetchall()
+        rest = list(members)
+    assert open_cursors == [(f"batch_results_{batch.id}",)]
+    assert [m.result for m in [first, *rest]] == list(range(50))
+    assert {m.state for m in rest} == {"completed"}

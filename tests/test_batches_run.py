@@ -9,7 +9,7 @@ from e2e import Supervisor, read_log, wait_until
 from shared.batches import Callback
 from shared.enqueue import enqueue_many
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 APP = "batches_handlers"
 
@@ -18,7 +18,7 @@ def callback_lines(log):
     return [r for r in read_log(log) if r["event"] == "callback"]
 
 
-def run_burst(dsn, log, *args, timeout=90):
+def run_burst(dsn, log, *args):
     sup = Supervisor(dsn, "--burst", "-q", "bt", *args, log_path=log, app=APP)
     return sup
 
@@ -83,3 +83,17 @@ def test_a_discarded_member_still_closes_the_batch(dsn, tmp_path):
     [line] = callback_lines(log)
     assert (line["completed"], line["discarded"], line["streamed"]) == (5, 1, 6)
     assert line["states"] == {"completed": 5, "discarded": 1}
+
+
+def test_a_batch_of_100k_noop_members_drains_and_the_callback_sees_them_all(dsn, tmp_path):
+    log = tmp_path / "runs.log"
+    n = 100_000
+    enqueue_many("bt_noop", [{}] * n, queue="bt",
+                 then=Callback("bt_callback", {"tag": "big"}, queue="bt"), dsn=dsn)
+    sup = run_burst(dsn, log, "-n", "2")
+    try:
+        assert sup.wait(170) == 0, sup.err
+    finally:
+        sup.stop()
+    [line] = callback_lines(log)
+    assert (line["total"], line["completed"], line["streamed"]) == (n, n, n)
