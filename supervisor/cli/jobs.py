@@ -119,6 +119,11 @@ def render_job(row: dict[str, Any]) -> str:
     for name in ("priority", "unique_key", "timeout", "lease_owner"):
         if row[name] is not None:
             lines.append(f"  {name + ':':<17} {printable(str(row[name]))}")
+    if row.get("batch_id") is not None:
+        lines.append(f"  {'batch:':<17} {row['batch_id']} (supervisor batches show "
+                     f"{row['batch_id']})")
+    if row.get("depends_on"):
+        lines.append(f"  {'depends on:':<17} {', '.join(map(str, row['depends_on']))}")
     limit = row["max_attempts"] or "its handler's limit (set at its first claim)"
     lines.append(f"  {'attempt:':<17} {row['attempt']} of {limit}")
     for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",
