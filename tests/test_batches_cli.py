@@ -55,3 +55,5 @@ def test_jobs_show_names_the_batch_and_the_dependencies(dsn):
     held = invoke("jobs", "show", str(later), "--dsn", dsn)
     assert f"depends on:       {batch.ids[0]}, {other}" in held.output
     assert "is scheduled" in held.output
+    listed = invoke("jobs", "list", "--dsn", dsn)
+    assert "after 2 dependencies" in listed.output

@@ -121,7 +121,7 @@ def run(dsn: str, jobs: int, runs: int, supervisors: int) -> list[tuple[str, str
                  f"{(1 - plain / off) * 100:.1f}%"))
     rows.append(("active-backend samples waiting on the batch lock (batch runs)",
                  f"{waits} of {active}"))
-    rows.append(("updates of the batches row in the last run", str(batch_row_updates(dsn))))
+    rows.append((f"updates of the batches row over {runs} batch runs", str(batch_row_updates(dsn))))
     return rows
 
 

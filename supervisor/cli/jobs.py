@@ -89,6 +89,8 @@ def _when(row: dict[str, Any], now: datetime) -> str:
         return f"finished {since(row['finished_at'], now)}"
     if row["state"] == RUNNING:
         return f"started {since(row['attempted_at'], now)}"
+    if row.get("dependencies") and row["state"] == "scheduled":
+        return f"after {row['dependencies']} dependencies"
     when = since(row["run_at"], now)
     return f"runs {when}" if when.startswith("in ") else f"due {when}"
 
