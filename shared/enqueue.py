@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from shared import jobs
+from shared import batches, jobs
 from shared.db import SchemaMissing
 from shared.dsn import dsn_source, resolve_dsn
 from shared.producers import plans
@@ -45,6 +45,7 @@ def enqueue(
     run_at: datetime | None = None,
     delay: float | None = None,
     unique_key: str | None = None,
+    depends_on: Sequence[int] | None = None,
     conn: Any = None,
     dsn: str | None = None,
 ) -> int:
@@ -54,7 +55,15 @@ def enqueue(
     this return the id of the live job (available, scheduled, running or retryable) with
     the same key instead of inserting another. ``conn`` inserts in the caller's
     transaction; ``dsn`` picks the database otherwise (see ``shared.dsn``).
+    ``depends_on`` (job ids) holds the job back until every one of them completed, and
+    cancels it if one ends discarded or cancelled (``shared.batches``).
     """
+    if depends_on is not None:
+        plan = batches.plan_dependent(kind, args, depends_on, queue=queue, priority=priority,
+                                      max_attempts=max_attempts, timeout=timeout,
+                                      run_at=run_at, delay=delay, unique_key=unique_key)
+        with _dsn_named(dsn):
+            return run_plan(plan, conn, dsn, atomic=True)
     plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
                     timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key)
     if conn is not None:
@@ -77,16 +86,28 @@ def enqueue_many(
     delay: float | None = None,
     unique_key: str | None = None,
     unique_keys: Sequence[str | None] | None = None,
+    then: batches.Callback | None = None,
     conn: Any = None,
     dsn: str | None = None,
-) -> list[int]:
+) -> Any:
     """Insert one job of ``kind`` per element of ``args_list``; returns ids in order.
 
     Uses COPY (fast) unless ``unique_keys`` is given: a key per job (None for no key),
     deduplicated like ``enqueue`` (duplicates within the batch share one job). A single
     ``unique_key`` is only accepted for a one-job batch. Options as for ``enqueue``. The
     batch is stored whole or not at all.
+
+    With ``then`` (a handle's ``bind(...)``) the jobs form a batch: this returns a
+    ``Batch`` (``id``, ``ids``, ``wait()``) and the callback is enqueued once, when the
+    last of them is final.
     """
+    if then is not None:
+        plan = batches.plan_batch(kind, args_list, then, queue=queue, priority=priority,
+                                  max_attempts=max_attempts, timeout=timeout, run_at=run_at,
+                                  delay=delay, unique_keys=unique_keys or unique_key)
+        with _dsn_named(dsn):
+            batch_id, ids = run_plan(plan, conn, dsn, atomic=True)
+        return batches.Batch(batch_id, ids, dsn)
     plan = plan_many(kind, args_list, queue=queue, priority=priority,
                      max_attempts=max_attempts, timeout=timeout, run_at=run_at, delay=delay,
                      unique_key=unique_key, unique_keys=unique_keys)

@@ -1,8 +1,13 @@
 """The parent process, one package per room (see docs/architecture.md): the arbiter and the
 CLI, ``engine`` (the job flow), ``db`` (connections and SQL), ``pool`` (the forked
-children), ``observe``, ``schedules`` and ``dashboard``. Producers without handler code
-use ``supervisor.enqueue`` and ``supervisor.enqueue_many`` (the same functions as
-``shared.enqueue``), and their asyncio forms."""
+children), ``observe``, ``schedules`` and ``dashboard``.
+
+Producers without handler code use ``supervisor.enqueue`` and ``supervisor.enqueue_many``
+(the same functions as ``shared.enqueue``), their asyncio twins ``enqueue_async`` and
+``enqueue_many_async``, and ``enqueue_on_commit`` (after a Django transaction commits).
+Fan-in: ``supervisor.wait(job_id, timeout)`` (a job's result, or ``JobFailed``/
+``JobNotFound``/``TimeoutError``) and ``supervisor.batch(id)`` (a ``Batch`` found from any
+process)."""
 
 from typing import Any
 
@@ -12,15 +17,23 @@ _PRODUCERS = {
     "enqueue_async": "shared.producers.aio",
     "enqueue_many_async": "shared.producers.aio",
     "enqueue_on_commit": "shared.producers.orm",
+    "wait": "shared.waiting",
+    "JobFailed": "shared.waiting",
+    "JobNotFound": "shared.waiting",
+    "Batch": "shared.batches",
+    "BatchSummary": "shared.batches",
 }
-__all__ = list(_PRODUCERS)
+_RENAMED = {"batch": ("shared.batches", "find_batch")}
+__all__ = [*_PRODUCERS, *_RENAMED]
 
 
 def __getattr__(name: str) -> Any:
     # Loaded on first use so that `import supervisor.<module>` stays light.
-    module = _PRODUCERS.get(name)
+    module, attr = _PRODUCERS.get(name), name
+    if module is None and name in _RENAMED:
+        module, attr = _RENAMED[name]
     if module is not None:
         import importlib
 
-        return getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'supervisor' has no attribute {name!r}")

@@ -49,6 +49,14 @@ class JobContext:
         if self._on_progress is not None:
             self._on_progress()
 
+    @property
+    def batch(self) -> Any:
+        """The batch this job closes (a batch's callback) or belongs to, else None:
+        ``.id``, ``.summary``, ``.results()`` (see ``workers.batchview``)."""
+        from workers.batchview import batch_of
+
+        return batch_of(self.id)
+
     def take_progress(self, seen_seq: int) -> tuple[int, dict[str, Any] | None]:
         """The latest progress if it changed since ``seen_seq`` (for the heartbeat)."""
         with self._lock:

@@ -46,6 +46,7 @@ class EnqueueOptions:
     run_at: datetime | None = None
     delay: float | None = None
     unique_key: str | None = None
+    depends_on: Any = None  # job ids; see shared.batches
     conn: Any = None
     dsn: str | None = None
 
@@ -73,8 +74,13 @@ class JobHandle:
 
     def options(self, **options: Any) -> BoundJob:
         """The same kind with per-call options: queue, priority, max_attempts, timeout,
-        run_at or delay, unique_key, conn (enqueue in the caller's transaction), dsn."""
+        run_at or delay, unique_key, depends_on (job ids to wait for), conn (enqueue in
+        the caller's transaction), dsn."""
         return BoundJob(self, _make_options(options))
+
+    def bind(self, **args: Any) -> Any:
+        """This kind with ``args``, to enqueue later: ``enqueue_many(..., then=...)``."""
+        return BoundJob(self, EnqueueOptions()).bind(**args)
 
     def enqueue(self, **args: Any) -> int:
         """Insert one job with ``args`` as its keyword arguments; returns its id."""
@@ -84,9 +90,10 @@ class JobHandle:
         return enqueue(self.kind, args, queue=d.queue, priority=d.priority,
                        max_attempts=d.max_attempts, timeout=d.timeout)
 
-    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Insert many jobs of this kind in one COPY; returns their ids in order."""
-        return BoundJob(self, EnqueueOptions()).enqueue_many(args_list)
+    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
+        """Insert many jobs of this kind in one COPY; returns their ids in order, or with
+        ``then=other.bind(...)`` a ``Batch`` whose last final member enqueues ``then``."""
+        return BoundJob(self, EnqueueOptions()).enqueue_many(args_list, then=then)
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio (``conn=`` an async connection, if any)."""
@@ -124,9 +131,17 @@ class BoundJob:
             "run_at": o.run_at,
             "delay": o.delay,
             "unique_key": o.unique_key,
+            "depends_on": o.depends_on,
             "conn": o.conn,
             "dsn": o.dsn,
         }
+
+    def _plain(self, what: str) -> dict[str, Any]:
+        """The options of a call that cannot wait for other jobs."""
+        resolved = self._resolved()
+        if resolved.pop("depends_on") is not None:
+            raise ValueError(f"depends_on is only supported by enqueue(), not {what}()")
+        return resolved
 
     def enqueue(self, **args: Any) -> int:
         """Insert one job; returns its id (an existing job's id if unique_key matched)."""
@@ -134,23 +149,35 @@ class BoundJob:
 
         return enqueue(self.handle.kind, args, **self._resolved())
 
-    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Insert many jobs in one statement; returns their ids in order."""
+    def bind(self, **args: Any) -> Any:
+        """This kind with ``args`` and these options, to enqueue later (a batch's
+        callback)."""
+        from shared.batches import Callback
+
+        r = self._resolved()
+        return Callback(self.handle.kind, args, queue=r["queue"], priority=r["priority"],
+                        max_attempts=r["max_attempts"], timeout=r["timeout"])
+
+    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
+        """Insert many jobs in one statement; returns their ids in order (a ``Batch``
+        with ``then``)."""
         from shared.enqueue import enqueue_many
 
-        return enqueue_many(self.handle.kind, list(args_list), **self._resolved())
+        return enqueue_many(self.handle.kind, list(args_list), then=then,
+                            **self._plain("enqueue_many"))
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio: awaits the insert on an async connection."""
         from shared.producers.aio import enqueue_async
 
-        return await enqueue_async(self.handle.kind, args, **self._resolved())
+        return await enqueue_async(self.handle.kind, args, **self._plain("enqueue_async"))
 
     async def enqueue_many_async(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """``enqueue_many`` for asyncio."""
         from shared.producers.aio import enqueue_many_async
 
-        return await enqueue_many_async(self.handle.kind, list(args_list), **self._resolved())
+        return await enqueue_many_async(self.handle.kind, list(args_list),
+                                        **self._plain("enqueue_many_async"))
 
     def enqueue_on_commit(self, **args: Any) -> None:
         """Enqueue once Django's current transaction on its default database commits (at
@@ -158,7 +185,7 @@ class BoundJob:
         exists only after the commit."""
         from shared.producers.orm import enqueue_on_commit
 
-        enqueue_on_commit(self.handle.kind, args, **self._resolved())
+        enqueue_on_commit(self.handle.kind, args, **self._plain("enqueue_on_commit"))
 
 
 def _make_options(options: Mapping[str, Any]) -> EnqueueOptions:

@@ -320,6 +320,9 @@ def _copy_job_rows(ids: list[int], encoded: list[bytes], common: dict, state: st
     if due is not None:  # else state and run_at take their defaults: available, now()
         columns += ", state, run_at"
         tail += b"\t%s\t%s" % (_copy_text(state), _copy_text(due))
+    if common.get("batch_id") is not None:  # a member of a batch (shared.batches)
+        columns += ", batch_id"
+        tail += b"\t%d" % common["batch_id"]
     tail += b"\n"
     middle = b"\t%s\t%s\t" % (_copy_text(common["kind"]), _copy_text(common["queue"]))
 

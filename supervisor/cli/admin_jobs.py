@@ -29,7 +29,7 @@ BIGINT_MAX = 2**63 - 1
 
 _LIST_COLUMNS = """id, kind, queue, state, attempt, max_attempts, priority, run_at,
     created_at, attempted_at, finished_at, unique_key,
-    errors -> -1 ->> 'message' AS last_error"""
+    errors -> -1 ->> 'message' AS last_error, cardinality(depends_on) AS dependencies"""
 
 _LIST = f"""
 SELECT {_LIST_COLUMNS}

@@ -89,6 +89,8 @@ def _when(row: dict[str, Any], now: datetime) -> str:
         return f"finished {since(row['finished_at'], now)}"
     if row["state"] == RUNNING:
         return f"started {since(row['attempted_at'], now)}"
+    if row.get("dependencies") and row["state"] == "scheduled":
+        return f"after {row['dependencies']} dependencies"
     when = since(row["run_at"], now)
     return f"runs {when}" if when.startswith("in ") else f"due {when}"
 
@@ -119,6 +121,11 @@ def render_job(row: dict[str, Any]) -> str:
     for name in ("priority", "unique_key", "timeout", "lease_owner"):
         if row[name] is not None:
             lines.append(f"  {name + ':':<17} {printable(str(row[name]))}")
+    if row.get("batch_id") is not None:
+        lines.append(f"  {'batch:':<17} {row['batch_id']} (supervisor batches show "
+                     f"{row['batch_id']})")
+    if row.get("depends_on"):
+        lines.append(f"  {'depends on:':<17} {', '.join(map(str, row['depends_on']))}")
     limit = row["max_attempts"] or "its handler's limit (set at its first claim)"
     lines.append(f"  {'attempt:':<17} {row['attempt']} of {limit}")
     for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",

@@ -82,6 +82,7 @@ def _parse_args(text: str) -> dict:
 
 def _attach_commands() -> None:
     # Commands that live in their own modules; each module names one click command.
+    from supervisor.cli.batches import batches_group
     from supervisor.cli.dashboard import dashboard_command
     from supervisor.cli.demo import demo_command
     from supervisor.cli.jobs import jobs_group
@@ -97,6 +98,7 @@ def _attach_commands() -> None:
     main.add_command(queues_group)
     main.add_command(dashboard_command)
     main.add_command(schedules_group)
+    main.add_command(batches_group)
 
 
 _attach_commands()

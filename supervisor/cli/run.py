@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
@@ -57,6 +58,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         check_name("queue", name)
     warn_unhandled_queues(served, queues_of_handlers())
     dsn = resolve_dsn(dsn_option)
+    os.environ["SUPERVISOR_DSN"] = dsn  # children (current_job().batch) reach the same database
     with open_database(dsn, source=dsn_source(dsn_option)):
         pass  # reachable, and the schema is there (the embedded one is migrated)
     meter = BurstProgress(now=time.monotonic()) if progress and config.burst else None

@@ -1,0 +1,257 @@
+"""Fan-out and fan-in: batches of jobs with a callback, and jobs that depend on others.
+
+``enqueue_many(..., then=callback)`` stores a row in ``supervisor.batches`` and the
+members (with ``batch_id``) in one transaction. The database closes the batch: a trigger
+on ``supervisor.jobs`` (schema 0006) enqueues the callback in the transaction that makes
+the last member final, under a per-batch lock, so it happens exactly once whatever the
+supervisors do. ``depends_on`` holds a job back ('scheduled' at ``HOLD``) until the same
+trigger sees every dependency completed, or cancels it when one did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import psycopg
+
+from shared import jobs
+from shared.producers import plans
+from shared.producers.plans import Execute, Plan
+
+# Where a held-back dependent waits: far, but finite (the parent subtracts now() from
+# the earliest run_at, which PostgreSQL refuses for 'infinity').
+HOLD = "9999-12-31 00:00:00+00"
+
+
+@dataclass(frozen=True)
+class Callback:
+    """A job to enqueue when a batch closes: ``handle.bind(**args)``."""
+
+    kind: str
+    args: Mapping[str, Any]
+    queue: str = jobs.DEFAULT_QUEUE
+    priority: int = jobs.DEFAULT_PRIORITY
+    max_attempts: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """Where a batch stands: member counts by final state, and its callback's id."""
+
+    id: int
+    total: int
+    completed: int
+    discarded: int
+    cancelled: int
+    callback_id: int | None
+    finished: bool
+
+    @property
+    def pending(self) -> int:
+        """Members not final yet."""
+        return self.total - self.completed - self.discarded - self.cancelled
+
+
+class Member(NamedTuple):
+    """One member of a batch as ``results()`` yields it."""
+
+    id: int
+    state: str
+    result: Any
+    errors: list
+
+
+class Batch:
+    """A batch enqueued by ``enqueue_many(..., then=...)`` or found by ``batch(id)``."""
+
+    def __init__(self, batch_id: int, ids: list[int], dsn: str | None = None) -> None:
+        self.id = batch_id
+        self.ids = ids
+        self.dsn = dsn
+
+    def __repr__(self) -> str:
+        return f"<Batch {self.id} of {len(self.ids)} jobs>"
+
+    def summary(self) -> BatchSummary:
+        """The counts now."""
+        from shared.waiting import connect
+
+        with connect(self.dsn) as conn:
+            found = summary(conn, self.id)
+        if found is None:
+            raise LookupError(f"batch {self.id} does not exist")
+        return found
+
+    def wait(self, timeout: float | None = None) -> BatchSummary:
+        """Block until every member is final (and the callback enqueued); the summary.
+        ``TimeoutError`` after ``timeout`` seconds."""
+        from shared.waiting import wait_batch
+
+        return wait_batch(self.id, timeout, dsn=self.dsn)
+
+
+def find_batch(batch_id: int, dsn: str | None = None) -> Batch:
+    """A batch by id, from any process (``supervisor.batch``); ``LookupError`` if none."""
+    from shared.waiting import connect
+
+    if not isinstance(batch_id, int) or isinstance(batch_id, bool):
+        raise TypeError(f"batch id must be an int, not {batch_id!r}")
+    with connect(dsn) as conn:
+        rows = conn.execute("SELECT id FROM supervisor.jobs WHERE batch_id = %s ORDER BY id",
+                            (batch_id,)).fetchall()
+        exists = conn.execute("SELECT 1 FROM supervisor.batches WHERE id = %s",
+                              (batch_id,)).fetchone()
+    if not exists:
+        raise LookupError(f"batch {batch_id} does not exist")
+    return Batch(batch_id, [row[0] for row in rows], dsn)
+
+
+_SUMMARY = """
+SELECT b.id, b.total,
+       count(*) FILTER (WHERE j.state = 'completed'),
+       count(*) FILTER (WHERE j.state = 'discarded'),
+       count(*) FILTER (WHERE j.state = 'cancelled'),
+       b.callback_id, b.finished_at IS NOT NULL
+FROM supervisor.batches b LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
+WHERE b.id = %s
+GROUP BY b.id
+"""
+
+
+def summary(conn: psycopg.Connection, batch_id: int) -> BatchSummary | None:
+    """The summary of ``batch_id`` read on ``conn``, or None if there is no such batch."""
+    row = conn.execute(_SUMMARY, (batch_id,)).fetchone()
+    return None if row is None else BatchSummary(*row)
+
+
+def iter_results(conn: psycopg.Connection, batch_id: int,
+                 chunk: int = 2000) -> Iterator[Member]:
+    """Every member of the batch in id order, streamed by a server-side cursor (a
+    100k-member batch never sits in memory whole). ``conn`` must not be autocommit-only
+    in use elsewhere: the cursor lives in a transaction of its own."""
+    with conn.transaction(), conn.cursor(name=f"batch_results_{batch_id}") as cur:
+        cur.itersize = chunk
+        cur.execute("SELECT id, state, result, errors FROM supervisor.jobs "
+                    "WHERE batch_id = %s ORDER BY batch_id, id", (batch_id,))
+        for row in cur:
+            yield Member(*row)
+
+
+# -- producing ------------------------------------------------------------------------
+
+_INSERT_BATCH = """
+INSERT INTO supervisor.batches (total, callback_kind, callback_queue, callback_args,
+                                callback_priority, callback_max_attempts, callback_timeout)
+VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s)
+RETURNING id
+"""
+
+
+def check_callback(then: Any) -> Callback:
+    """``then`` checked like any enqueue, before the database is touched."""
+    if not isinstance(then, Callback):
+        raise TypeError(f"then= must be a job's bind(...) (a Callback), not {then!r}")
+    plans.check_options(then.kind, then.queue, then.priority, then.max_attempts,
+                        then.timeout, None, None)
+    plans.encode_args(then.kind, then.args)
+    return then
+
+
+def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: Any, *,
+               queue: str, priority: int, max_attempts: int | None, timeout: float | None,
+               run_at: datetime | None, delay: float | None,
+               unique_keys: Any = None) -> Plan:
+    """Check everything, then the plan storing the batch and its members (run it in one
+    transaction); it returns ``(batch_id, ids)``."""
+    plans.check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
+    if unique_keys is not None:
+        raise ValueError("a batch cannot use unique keys: every member must be its own job")
+    plans.check_batch(args_list, None, None)
+    if not args_list:
+        raise ValueError("a batch needs at least one job")
+    callback = check_callback(then) if then is not None else None
+    encoded = [plans.encode_args(kind, args) for args in args_list]
+    return _insert_batch(kind, encoded, callback, queue, priority, max_attempts, timeout,
+                         run_at, float(delay or 0.0))
+
+
+def _insert_batch(kind: str, encoded: list[bytes], callback: Callback | None, queue: str,
+                  priority: int, max_attempts: int | None, timeout: float | None,
+                  run_at: datetime | None, delay: float) -> Plan:
+    cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
+    [(batch_id,)] = yield Execute(_INSERT_BATCH, (
+        len(encoded), callback and callback.kind, callback and callback.queue, cb_args,
+        callback.priority if callback else 0, callback and callback.max_attempts,
+        callback and callback.timeout))
+    common = {"kind": kind, "queue": queue, "priority": priority,
+              "max_attempts": max_attempts, "timeout": timeout, "batch_id": batch_id}
+    ids = yield from plans._insert_many(encoded, None, common, run_at, delay)
+    return batch_id, ids
+
+
+_WATCH_DEPENDENCIES = """
+UPDATE supervisor.jobs SET watched = true WHERE id = ANY(%s::bigint[]) RETURNING id, state
+"""
+
+_INSERT_DEPENDENT = """
+INSERT INTO supervisor.jobs (kind, queue, args, state, priority, max_attempts, timeout,
+                             depends_on, run_at, finished_at, errors)
+VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s, %(priority)s, %(max_attempts)s,
+        %(timeout)s, %(deps)s::bigint[],
+        CASE WHEN %(state)s = 'scheduled' THEN %(hold)s::timestamptz ELSE now() END,
+        CASE WHEN %(state)s = 'cancelled' THEN now() END,
+        CASE WHEN %(message)s::text IS NULL THEN '[]'::jsonb
+             ELSE jsonb_build_array(jsonb_build_object('attempt', 0, 'kind', 'dependency',
+                  'message', %(message)s::text, 'traceback', NULL, 'at', now(),
+                  'supervisor', NULL)) END)
+RETURNING id
+"""
+
+
+def check_depends_on(depends_on: Any) -> list[int]:
+    """A non-empty list of job ids."""
+    if isinstance(depends_on, int | str | bytes) or not isinstance(depends_on, Sequence):
+        raise TypeError(f"depends_on must be a list of job ids, not {depends_on!r}")
+    ids = list(depends_on)
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i > 0
+                          for i in ids):
+        raise ValueError(f"depends_on must be a non-empty list of job ids, not {depends_on!r}")
+    return sorted(set(ids))
+
+
+def plan_dependent(kind: str, args: Mapping[str, Any] | None, depends_on: Any, *,
+                   queue: str, priority: int, max_attempts: int | None,
+                   timeout: float | None, run_at: Any = None, delay: Any = None,
+                   unique_key: Any = None) -> Plan:
+    """Check everything, then the plan inserting a job held until ``depends_on``
+    completed (run it in one transaction); it returns the id."""
+    plans.check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
+    if run_at is not None or delay is not None or unique_key is not None:
+        raise ValueError("depends_on cannot be combined with run_at, delay or unique_key")
+    deps = check_depends_on(depends_on)
+    params = {"kind": kind, "queue": queue, "args": plans.encode_args(kind, args).decode(),
+              "priority": priority, "max_attempts": max_attempts, "timeout": timeout,
+              "deps": deps, "hold": HOLD}
+    return _insert_dependent(params)
+
+
+def _insert_dependent(params: dict[str, Any]) -> Plan:
+    # Marking the dependencies locks them until we commit: one finishing meanwhile is
+    # either seen here (its state) or, after our commit, sees us (the trigger).
+    states = dict((yield Execute(_WATCH_DEPENDENCIES, (params["deps"],))))
+    missing = [i for i in params["deps"] if i not in states]
+    if missing:
+        raise ValueError(f"depends_on: no job {missing[0]}")
+    failed = [(i, s) for i, s in sorted(states.items()) if s in ("discarded", "cancelled")]
+    if failed:
+        state, message = jobs.CANCELLED, f"dependency {failed[0][0]} ended {failed[0][1]}"
+    elif all(s == jobs.COMPLETED for s in states.values()):
+        state, message = jobs.AVAILABLE, None
+    else:
+        state, message = jobs.SCHEDULED, None
+    [(job_id,)] = yield Execute(_INSERT_DEPENDENT, dict(params, state=state, message=message))
+    return job_id

@@ -1,0 +1,59 @@
+"""``current_job().batch``: the batch a running job closes (its callback) or belongs to.
+
+Read in the child on a connection of its own, opened when asked for: most jobs never
+touch it, and the child otherwise holds no database connection. ``results()`` streams
+the members with a server-side cursor, so a callback of a 100k-member batch reads them
+in chunks instead of loading them whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+
+from shared import batches
+from shared.dsn import resolve_dsn
+
+_FIND = """
+SELECT id FROM supervisor.batches WHERE callback_id = %(id)s
+UNION ALL
+SELECT batch_id FROM supervisor.jobs WHERE id = %(id)s AND batch_id IS NOT NULL
+LIMIT 1
+"""
+
+
+def _connect() -> psycopg.Connection:
+    # The parent puts its DSN in SUPERVISOR_DSN before forking (supervisor/cli/run.py).
+    return psycopg.connect(resolve_dsn(None, announce=False), autocommit=True)
+
+
+class BatchView:
+    """A batch seen from inside one of its jobs: ``id``, ``summary``, ``results()``."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.id = batch_id
+
+    def __repr__(self) -> str:
+        return f"<batch {self.id}>"
+
+    @property
+    def summary(self) -> batches.BatchSummary:
+        """Counts by final state, the total and the callback's id, read now."""
+        with _connect() as conn:
+            found = batches.summary(conn, self.id)
+        if found is None:
+            raise LookupError(f"batch {self.id} does not exist")
+        return found
+
+    def results(self) -> Iterator[batches.Member]:
+        """Every member (``id``, ``state``, ``result``, ``errors``) in id order, streamed."""
+        with _connect() as conn:
+            yield from batches.iter_results(conn, self.id)
+
+
+def batch_of(job_id: int) -> BatchView | None:
+    """The batch job ``job_id`` closes or belongs to, or None."""
+    with _connect() as conn:
+        row = conn.execute(_FIND, {"id": job_id}).fetchone()
+    return None if row is None else BatchView(row[0])
