@@ -5,9 +5,9 @@ children), ``observe``, ``schedules`` and ``dashboard``.
 Producers without handler code use ``supervisor.enqueue`` and ``supervisor.enqueue_many``
 (the same functions as ``shared.enqueue``), their asyncio twins ``enqueue_async`` and
 ``enqueue_many_async``, and ``enqueue_on_commit`` (after a Django transaction commits).
-Fan-in: ``supervisor.wait(job_id, timeout)`` (a job's result, or ``JobFailed``/
-``JobNotFound``/``TimeoutError``) and ``supervisor.batch(id)`` (a ``Batch`` found from any
-process)."""
+Fan-in: ``supervisor.wait(job_id, timeout)`` and ``await supervisor.wait_async(...)`` (a
+job's result, or ``JobFailed``/``JobNotFound``/``TimeoutError``) and
+``supervisor.batch(id)`` (a ``Batch`` found from any process)."""
 
 from typing import Any
 
@@ -18,6 +18,7 @@ _PRODUCERS = {
     "enqueue_many_async": "shared.producers.aio",
     "enqueue_on_commit": "shared.producers.orm",
     "wait": "shared.waiting",
+    "wait_async": "shared.waiting_async",
     "JobFailed": "shared.waiting",
     "JobNotFound": "shared.waiting",
     "Batch": "shared.batches",
