@@ -9,7 +9,7 @@ import pytest
 from shared.batches import Batch, Callback, find_batch
 from shared.enqueue import enqueue, enqueue_many
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # many databases: CI lane
 
 CB = Callback("bt_callback", {"tag": "x"}, queue="bt")
 

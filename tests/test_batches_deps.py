@@ -11,7 +11,7 @@ from e2e import Supervisor, read_log
 from shared.enqueue import enqueue
 from supervisor.db.sql import PROMOTE
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # many databases: CI lane
 
 
 def finish(conn, ids, state="completed"):

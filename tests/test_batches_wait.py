@@ -12,7 +12,7 @@ from shared import waiting
 from shared.batches import Callback
 from shared.enqueue import enqueue, enqueue_many
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]  # processes or waits: CI lane
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from pool_driver import drivers_made
 from supervisor.pool import JobDone, JobFailed
 from workers import Snooze
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.slow]  # processes or waits: CI lane
 
 _make_driver = pytest.fixture(name="make_driver")(drivers_made)
 

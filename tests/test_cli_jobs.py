@@ -14,7 +14,7 @@ from shared.enqueue import enqueue
 from supervisor.cli import admin_jobs
 from supervisor.cli.main import main
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # processes or waits: CI lane
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "app.py", line 3\nValueError: boom'
 

@@ -16,7 +16,7 @@ from shared.enqueue import enqueue_many
 from supervisor.cli.limits import CHILDREN_PER_CPU, children_problem
 from supervisor.cli.main import main
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # processes or waits: CI lane
 
 
 def invoke(*args: str, **env: str):

@@ -17,7 +17,7 @@ from psycopg.conninfo import make_conninfo
 from shared.dsn import parse_problem, passwords, redact, redact_text, scrub
 from supervisor.cli.main import main
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # processes or waits: CI lane
 
 SECRET = "s3cretPW"
 BAD_DSNS = [

@@ -20,7 +20,7 @@ from pool_driver import Driver, drivers_made, gone, wait_gone
 
 from supervisor.pool import JobDone, JobFailed
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # processes or waits: CI lane
 _make_driver = pytest.fixture(name="make_driver")(drivers_made)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from shared.producers.aio import enqueue_async
 from shared.producers.aio_pool import async_producer_pool
 from shared.producers.pool import producer_pool
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # processes or waits: CI lane
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -18,6 +18,8 @@ from shared.schedules import make_spec
 from supervisor.schedules import Schedules, admin, store
 from supervisor.schedules.firing import Fire, commit_fires, fire_schedule
 
+pytestmark = pytest.mark.slow  # many databases: CI lane
+
 
 def fires(conn, name=None):
     sql = ("SELECT schedule, slot, job_id, outcome, coalesced FROM supervisor.schedule_fires"

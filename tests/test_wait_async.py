@@ -13,7 +13,7 @@ import supervisor
 from shared.enqueue import enqueue
 from supervisor.db import Completion, Failure, Store
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # processes or waits: CI lane
 
 
 def finish(dsn: str, job_id: int, *, fail: bool) -> None:
