@@ -25,6 +25,7 @@ import os
 import signal
 
 from shared.exitcodes import CHILD_PARENT_GONE
+from shared.procfs import children, descendants
 
 PR_SET_CHILD_SUBREAPER = 36
 DEATH_SIGNAL = signal.SIGRTMIN + 3  # unused by Python and by common libraries
@@ -45,21 +46,10 @@ def arm() -> None:
     signal.signal(DEATH_SIGNAL, _parent_died)
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (zombies included), parents before children."""
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for kid in _children(todo.pop()):
-            found.append(kid)
-            todo.append(kid)
-    return found
-
-
 def reap_leftovers() -> int:
     """SIGKILL and reap every process left under this one; return how many there
     were. When there are none (nearly every job) it costs one ``waitpid`` call."""
-    if not _any_children():
+    if not _anychildren():
         return 0
     me = os.getpid()
     total = 0
@@ -72,7 +62,7 @@ def reap_leftovers() -> int:
             _kill(pid)
         # Direct children only are ours to wait for; their killed descendants become
         # our zombies as they are re-parented, and the next round reaps them.
-        for pid in _children(me):
+        for pid in children(me):
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
@@ -80,7 +70,7 @@ def reap_leftovers() -> int:
     return total
 
 
-def _any_children() -> bool:
+def _anychildren() -> bool:
     # A subreaper with no child of its own has no descendant at all: every one hangs
     # from a child, live or zombie. ECHILD is the common answer, in one system call.
     while True:
@@ -108,18 +98,3 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _children(pid: int) -> list[int]:
-    # Every thread's list: a child belongs to the thread that forked it, and an orphan
-    # re-parented to a subreaper may land on any of its threads.
-    kids: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                kids.extend(int(k) for k in f.read().split())
-        except OSError:
-            pass
-    return kids

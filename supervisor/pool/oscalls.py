@@ -11,6 +11,8 @@ import errno
 import os
 import time
 
+from shared.procfs import descendants
+
 
 class OsCalls:
     """Process and pipe calls as the pool uses them."""
@@ -101,15 +103,12 @@ class OsCalls:
         """Descendants of ``pid`` outside its process group (they called ``setsid`` or
         ``setpgid``), which a signal to the group misses."""
         out: list[int] = []
-        todo = [pid]
-        while todo and len(out) < 10_000:
-            for kid in _children(todo.pop()):
-                todo.append(kid)
-                try:
-                    if os.getpgid(kid) != pid:
-                        out.append(kid)
-                except ProcessLookupError:
-                    pass
+        for kid in descendants(pid):
+            try:
+                if os.getpgid(kid) != pid:
+                    out.append(kid)
+            except ProcessLookupError:
+                pass
         return out
 
     def getpid(self) -> int:
@@ -118,23 +117,6 @@ class OsCalls:
 
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _children(pid: int) -> list[int]:
-    # Every thread's list: a child belongs to the thread that forked it, and an orphan
-    # re-parented to a subreaper to any of its threads.
-    kids: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                kids.extend(int(k) for k in f.read().split())
-        except OSError:
-            pass
-    return kids
 
 
 # The pool's clock: monotonic seconds, never wall time (the function itself: a wrapper
