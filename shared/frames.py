@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from shared import defaults
+
 VERSION = 1
 
 # Message types (their bodies: the classes of the same name in ``shared.wire``).
@@ -51,7 +53,7 @@ FLAG_LAST = 0x01  # the child exits right after this answer: never dispatch to i
 
 HEADER = struct.Struct("!BBBI")
 HEADER_SIZE = HEADER.size
-DEFAULT_MAX_BODY = 64 << 20
+DEFAULT_MAX_BODY = defaults.MAX_FRAME_BYTES
 
 _pack_header = HEADER.pack
 _unpack_header = HEADER.unpack_from

@@ -23,6 +23,11 @@ def runs(log):
     return [r for r in read_log(log) if r["event"] in ("run", "start")]
 
 
+def beat_recorded(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM supervisor.supervisors").fetchone()[0] > 0
+
+
 def lateness(dsn: str, job_id: int, started_at: float) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         run_at = conn.execute("SELECT extract(epoch FROM run_at) FROM supervisor.jobs "
@@ -34,8 +39,8 @@ def test_a_job_for_later_starts_when_it_is_due_not_at_the_next_poll(dsn, tmp_pat
     log = tmp_path / "run.log"
     sup = Supervisor(dsn, "-n", "1", "--poll-interval", POLL, log_path=log)
     try:
-        sup.wait_for_log("starting 1 children")
-        time.sleep(0.5)  # let the first poll pass: from now on only events wake it
+        # Its first turn polls and beats; once the beat is in, only events wake it.
+        wait_until(lambda: beat_recorded(dsn), what="the first maintenance round")
         with psycopg.connect(dsn, autocommit=True) as conn:
             late = [enqueue("e2e_noop", {"n": i}, delay=0.8 + 0.4 * i, conn=conn)
                     for i in range(3)]

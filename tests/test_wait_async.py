@@ -16,6 +16,12 @@ from supervisor.db import Completion, Failure, Store
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # processes or waits: CI lane
 
 
+def watched(dsn: str, job_id: int) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT watched FROM supervisor.jobs WHERE id = %s",
+                            (job_id,)).fetchone()[0]
+
+
 def finish(dsn: str, job_id: int, *, fail: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         store = Store(conn, "tester")
@@ -32,7 +38,8 @@ def test_wait_async_is_woken_by_the_jobs_end(dsn, fail):
 
     async def scenario():
         waiter = asyncio.create_task(supervisor.wait_async(job_id, 40, dsn=dsn))
-        await asyncio.sleep(0.3)  # the waiter is listening and has marked the job
+        while not await asyncio.to_thread(watched, dsn, job_id):  # listening and marked
+            await asyncio.sleep(0.01)
         started = time.monotonic()
         await asyncio.to_thread(finish, dsn, job_id, fail=fail)
         try:

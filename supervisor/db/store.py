@@ -72,8 +72,9 @@ class Failure:
 
 
 class Store:
-    """The parent's only way to change jobs. ``conn`` is an autocommit connection; assign
-    a new one to ``store.conn`` (or call ``reconnect``) after the old one broke."""
+    """The parent's only way to change jobs. ``conn`` is an autocommit connection;
+    ``Database`` assigns a new one after the old one broke (psycopg prepares statements
+    again on it by itself)."""
 
     def __init__(
         self,
@@ -89,11 +90,6 @@ class Store:
         # For rows that leave max_attempts out: each kind's handler value, else this.
         self.max_attempts: Mapping[str, int] = {}
         self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
-
-    def reconnect(self, conn: psycopg.Connection) -> None:
-        """Use ``conn`` from now on (prepared statements are per connection; psycopg
-        prepares again on the new one by itself)."""
-        self.conn = conn
 
     def claim(self, queue: str, kinds: Sequence[str], limit: int,
               aging: float = 0.0) -> list[ClaimedJob]:
