@@ -101,8 +101,9 @@ def test_percent(progress, percent):
 def test_dumps_takes_what_orjson_refuses():
     value = {"n": 2**70, "at": datetime(2026, 1, 1, tzinfo=UTC), "inf": float("inf")}
     text = render.dumps(value).decode()
-    assert '"n": 1180591620717411303424' in text
-    assert '"at": "2026-01-01T00:00:00+00:00"' in text and '"inf": null' in text
+    # the same compact form orjson writes, so a page does not change shape for one value
+    assert '"n":1180591620717411303424' in text
+    assert '"at":"2026-01-01T00:00:00+00:00"' in text and '"inf":null' in text
     assert orjson.loads(render.dumps({"ok": [1, 2]})) == {"ok": [1, 2]}
 
 

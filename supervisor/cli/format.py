@@ -14,8 +14,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-import orjson
-
+from shared.jsontext import dumps
 from shared.validation import printable
 
 
@@ -75,16 +74,16 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
 
 
 def to_json(value: object) -> str:
-    """``value`` as indented JSON text (orjson: datetimes become ISO 8601), terminal-safe
+    """``value`` as indented JSON text (datetimes become ISO 8601), terminal-safe
     as ``json_text``."""
-    return _json_safe(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    return _json_safe(dumps(value, indent=True))
 
 
 def json_text(value: object) -> str:
     """``value`` as one line of JSON. orjson escapes C0 control characters but writes
     C1 controls and bidi overrides raw; they can only occur inside JSON strings, where
     ``\\uXXXX`` means the same, so they are escaped that way."""
-    return _json_safe(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+    return _json_safe(dumps(value))
 
 
 def _json_safe(data: bytes) -> str:

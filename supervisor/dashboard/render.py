@@ -8,16 +8,15 @@ entry here, one route and one template.
 
 from __future__ import annotations
 
-import json
-import math
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import orjson
 from jinja2 import Environment, PackageLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
+
+from shared.jsontext import dumps
 
 # (label, path): the pages in the header, in order.
 NAV: list[tuple[str, str]] = [
@@ -70,33 +69,6 @@ def _stamp(moment: datetime | str | None) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def dumps(value: Any, *, indent: bool = False) -> bytes:
-    """JSON bytes for a page or the API: orjson (datetimes as ISO 8601), falling back to
-    the standard library for what orjson refuses and jsonb may hold (integers past 64
-    bits, written by some producer in plain SQL)."""
-    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
-    try:
-        return orjson.dumps(value, option=option)
-    except TypeError:
-        return json.dumps(_finite(value), indent=2 if indent else None, default=_iso,
-                          ensure_ascii=False, allow_nan=False).encode()
-
-
-def _iso(value: Any) -> str:
-    return value.isoformat() if isinstance(value, datetime) else str(value)
-
-
-def _finite(value: Any) -> Any:
-    # JSON has no infinity; orjson writes null for it, and so do we.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _pretty(value: Any) -> str:
