@@ -10,16 +10,20 @@ trigger sees every dependency completed, or cancels it when one did not.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
-
-import psycopg
+from typing import Any
 
 from shared import jobs
+from shared.batchstate import BatchSummary, Member, iter_results, summary
 from shared.producers import plans
 from shared.producers.plans import Execute, Plan
+from shared.waiting import connect, wait_batch
+
+__all__ = ["HOLD", "Batch", "BatchSummary", "Callback", "Member", "check_callback",
+           "check_depends_on", "find_batch", "iter_results", "plan_batch",
+           "plan_dependent", "summary"]
 
 # Where a held-back dependent waits: far, but finite (the parent subtracts now() from
 # the earliest run_at, which PostgreSQL refuses for 'infinity').
@@ -38,33 +42,6 @@ class Callback:
     timeout: float | None = None
 
 
-@dataclass(frozen=True)
-class BatchSummary:
-    """Where a batch stands: member counts by final state, and its callback's id."""
-
-    id: int
-    total: int
-    completed: int
-    discarded: int
-    cancelled: int
-    callback_id: int | None
-    finished: bool
-
-    @property
-    def pending(self) -> int:
-        """Members not final yet."""
-        return self.total - self.completed - self.discarded - self.cancelled
-
-
-class Member(NamedTuple):
-    """One member of a batch as ``results()`` yields it."""
-
-    id: int
-    state: str
-    result: Any
-    errors: list
-
-
 class Batch:
     """A batch enqueued by ``enqueue_many(..., then=...)`` or found by ``batch(id)``."""
 
@@ -78,8 +55,6 @@ class Batch:
 
     def summary(self) -> BatchSummary:
         """The counts now."""
-        from shared.waiting import connect
-
         with connect(self.dsn) as conn:
             found = summary(conn, self.id)
         if found is None:
@@ -89,15 +64,11 @@ class Batch:
     def wait(self, timeout: float | None = None) -> BatchSummary:
         """Block until every member is final (and the callback enqueued); the summary.
         ``TimeoutError`` after ``timeout`` seconds."""
-        from shared.waiting import wait_batch
-
         return wait_batch(self.id, timeout, dsn=self.dsn)
 
 
 def find_batch(batch_id: int, dsn: str | None = None) -> Batch:
     """A batch by id, from any process (``supervisor.batch``); ``LookupError`` if none."""
-    from shared.waiting import connect
-
     if not isinstance(batch_id, int) or isinstance(batch_id, bool):
         raise TypeError(f"batch id must be an int, not {batch_id!r}")
     with connect(dsn) as conn:
@@ -108,37 +79,6 @@ def find_batch(batch_id: int, dsn: str | None = None) -> Batch:
     if not exists:
         raise LookupError(f"batch {batch_id} does not exist")
     return Batch(batch_id, [row[0] for row in rows], dsn)
-
-
-_SUMMARY = """
-SELECT b.id, b.total,
-       count(*) FILTER (WHERE j.state = 'completed'),
-       count(*) FILTER (WHERE j.state = 'discarded'),
-       count(*) FILTER (WHERE j.state = 'cancelled'),
-       b.callback_id, b.finished_at IS NOT NULL
-FROM supervisor.batches b LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
-WHERE b.id = %s
-GROUP BY b.id
-"""
-
-
-def summary(conn: psycopg.Connection, batch_id: int) -> BatchSummary | None:
-    """The summary of ``batch_id`` read on ``conn``, or None if there is no such batch."""
-    row = conn.execute(_SUMMARY, (batch_id,)).fetchone()
-    return None if row is None else BatchSummary(*row)
-
-
-def iter_results(conn: psycopg.Connection, batch_id: int,
-                 chunk: int = 2000) -> Iterator[Member]:
-    """Every member of the batch in id order, streamed by a server-side cursor (a
-    100k-member batch never sits in memory whole). ``conn`` must not be autocommit-only
-    in use elsewhere: the cursor lives in a transaction of its own."""
-    with conn.transaction(), conn.cursor(name=f"batch_results_{batch_id}") as cur:
-        cur.itersize = chunk
-        cur.execute("SELECT id, state, result, errors FROM supervisor.jobs "
-                    "WHERE batch_id = %s ORDER BY batch_id, id", (batch_id,))
-        for row in cur:
-            yield Member(*row)
 
 
 # -- producing ------------------------------------------------------------------------

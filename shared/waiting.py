@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from shared.batchstate import summary
 from shared.dsn import resolve_dsn
 
 CHANNEL = "supervisor_final"
@@ -74,8 +75,6 @@ def wait_batch(batch_id: int, timeout: float | None = None, *,
                dsn: str | None = None) -> Any:
     """The summary of batch ``batch_id`` once every member is final and its callback
     enqueued. ``LookupError`` if there is no such batch, ``TimeoutError`` on timeout."""
-    from shared.batches import summary
-
     _check(batch_id, timeout, "batch id")
     deadline = None if timeout is None else time.monotonic() + timeout
     with connect(dsn) as conn:

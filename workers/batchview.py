@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import psycopg
 
-from shared import batches
+from shared import batchstate
 from shared.dsn import resolve_dsn
 
 _FIND = """
@@ -38,18 +38,18 @@ class BatchView:
         return f"<batch {self.id}>"
 
     @property
-    def summary(self) -> batches.BatchSummary:
+    def summary(self) -> batchstate.BatchSummary:
         """Counts by final state, the total and the callback's id, read now."""
         with _connect() as conn:
-            found = batches.summary(conn, self.id)
+            found = batchstate.summary(conn, self.id)
         if found is None:
             raise LookupError(f"batch {self.id} does not exist")
         return found
 
-    def results(self) -> Iterator[batches.Member]:
+    def results(self) -> Iterator[batchstate.Member]:
         """Every member (``id``, ``state``, ``result``, ``errors``) in id order, streamed."""
         with _connect() as conn:
-            yield from batches.iter_results(conn, self.id)
+            yield from batchstate.iter_results(conn, self.id)
 
 
 def batch_of(job_id: int) -> BatchView | None:
