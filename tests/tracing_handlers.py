@@ -11,6 +11,8 @@ before the job's outcome can reach the database.
 """
 
 import os
+import signal
+import time
 
 import orjson
 from opentelemetry import trace
@@ -78,3 +80,26 @@ def traced_fail(message: str) -> None:
 @job(queue="traced")
 def traced_snooze() -> None:
     raise Snooze(3600)
+
+
+@job(queue="traced")
+def traced_crash_once() -> int:
+    """Killed by SIGKILL on its first attempt (a segfault, the OOM killer), fine after."""
+    if current_job().attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return current_job().attempt
+
+
+@job(queue="traced")
+def traced_burst(n: int) -> int:
+    return n
+
+
+@job(queue="traced")
+def traced_block_once(marker: str) -> str:
+    """Blocks (until its supervisor is killed) the first time, returns after."""
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        time.sleep(120)
+    return "done"
