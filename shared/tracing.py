@@ -45,14 +45,24 @@ def current_trace_context() -> str | None:
     return _from_current_span() or _process_context
 
 
-def _from_current_span() -> str | None:
-    from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+_otel: tuple | None = None  # (get_current_span, the W3C propagator), once imported
 
-    if not trace.get_current_span().get_span_context().is_valid:
+
+def _from_current_span() -> str | None:
+    global _otel
+    if _otel is None:
+        from opentelemetry.trace import get_current_span
+        from opentelemetry.trace.propagation.tracecontext import (
+            TraceContextTextMapPropagator,
+        )
+
+        _otel = (get_current_span, TraceContextTextMapPropagator())
+    get_current_span, propagator = _otel
+    span = get_current_span()
+    if not span.get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier)
+    propagator.inject(carrier)
     return orjson.dumps(carrier).decode() if carrier else None
 
 

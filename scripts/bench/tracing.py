@@ -71,6 +71,31 @@ assert ("opentelemetry" in sys.modules) == {traced!r}
 """
 
 
+_PARENT = r"""
+import inspect, sys, time
+sys.path.insert(0, {root!r})
+from shared.wire import Run
+from supervisor.db.store import _claimed_jobs
+pack = Run.pack
+traced = len(inspect.signature(pack).parameters) == 7
+rows = [(i, "run_noop", "bench", 1, 20, 0, None, '{{"i": 1}}', 0.01, None)
+        for i in range(512)]
+def once():
+    t0 = time.perf_counter()
+    for _ in range(20):
+        jobs = _claimed_jobs(list(rows))
+        if traced:
+            for j in jobs:
+                pack(j.id, j.kind, j.queue, j.attempt, j.max_attempts, j.args_json,
+                     j.trace_context)
+        else:
+            for j in jobs:
+                pack(j.id, j.kind, j.queue, j.attempt, j.max_attempts, j.args_json)
+    return (time.perf_counter() - t0) / (20 * 512) * 1e9
+print(min(once() for _ in range(15)))
+"""
+
+
 def python(code: str, root: Path) -> str:
     env = dict(os.environ, PYTHONPATH=str(root))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -132,6 +157,15 @@ def main() -> None:
     off, on = (float(x) for x in python(_CONTEXT.format(root=str(now)), now).split())
     print(f"| current_trace_context(), otel never imported | {off:.0f} ns |")
     print(f"| current_trace_context(), inside a span | {on:.0f} ns |")
+
+    parent: dict[str, list[float]] = {}
+    for _ in range(5):
+        for label, root in (("before", before), ("now", now)):
+            parent.setdefault(label, []).append(
+                float(python(_PARENT.format(root=str(root)), root)))
+    for label, values in parent.items():
+        print(f"| parent per job, claim rows to RUN frame, {label} | "
+              f"{min(values):.0f} ns (best of 5 interpreters) |")
 
     dsn_before = old_scratch_database(args.dsn, "bench_tracing_before", before)
     dsn_now = common.scratch_database(args.dsn, "bench_tracing_now")

@@ -65,13 +65,17 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
 
     args = _parse_args(args_text)
     try:
-        tracing.use_process_context(tracing.carrier_from_environment())
+        carrier = tracing.carrier_from_environment()
     except ValueError as exc:
         raise CliError(str(exc), CLI_USAGE) from None
-    with open_database(dsn) as conn:
-        job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
-                         max_attempts=max_attempts, timeout=timeout, unique_key=unique_key,
-                         conn=conn)
+    tracing.use_process_context(carrier)
+    try:
+        with open_database(dsn) as conn:
+            job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
+                             max_attempts=max_attempts, timeout=timeout,
+                             unique_key=unique_key, conn=conn)
+    finally:
+        tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)
 
 
