@@ -272,3 +272,49 @@ def test_child_tracing_off_leaves_run_job_untouched():
 
     assert not child_tracing.enabled()
     assert child_tracing.traced(run_job) is run_job
+
+
+# -- tracing that fails must not cost a job or the loop ---------------------------------
+
+class _BrokenTracer:
+    def start_span(self, *args, **kwargs):
+        raise RuntimeError("exporter misconfigured")
+
+    start_as_current_span = start_span
+
+
+def test_a_broken_tracer_in_the_parent_is_logged_once_and_the_loop_goes_on(caplog):
+    jobs = JobTracer(_BrokenTracer())
+    carrier = json.dumps({"traceparent": TRACEPARENT})
+    jobs.claimed("q", [_job(1, carrier)], [], jobs.now())
+    jobs.wrote([1], jobs.now())
+    assert jobs.errors == 2
+    assert [r.message for r in caplog.records].count(
+        "could not record a claim span; later failures are only counted") == 1
+
+
+def test_a_broken_tracer_in_the_child_still_runs_the_job():
+    def run_job(run):
+        return wire.Failed(run.id, "error", "ValueError: x", "tb")
+
+    spans = child_tracing._JobSpans(run_job)
+    spans._tracer = _BrokenTracer()
+    run = wire.Run(5, "k", "q", 1, 3, None, {}, None, {"traceparent": TRACEPARENT})
+    assert spans(run).job == 5
+
+
+def test_the_child_span_of_a_failed_job(spans):
+    tracer, exporter = spans
+
+    def run_job(run):
+        return wire.Failed(run.id, "binding", "args do not fit k(a): missing a", None)
+
+    traced = child_tracing._JobSpans(run_job)
+    traced._tracer = tracer
+    traced(wire.Run(5, "k", "q", 2, 3, None, {}, None, {"traceparent": TRACEPARENT}))
+    [span] = exporter.get_finished_spans()
+    assert span.parent.span_id == SPAN_ID and span.parent.trace_id == TRACE_ID
+    assert span.status.status_code == trace.StatusCode.ERROR
+    assert span.attributes["pg_supervisor.job.attempt"] == 2
+    assert dict(span.events[0].attributes) == {
+        "exception.type": "binding", "exception.message": "args do not fit k(a): missing a"}

@@ -21,6 +21,7 @@ A Snooze is not a failure: its span ends with status unset and a ``snooze`` even
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -93,14 +94,29 @@ class _JobSpans:
             "pg_supervisor.job.attempt": run.attempt,
             "pg_supervisor.job.max_attempts": run.max_attempts,
         }
-        with self._tracer.start_as_current_span(
+        # Tracing must never cost a job: if the span cannot be made or ended, the job
+        # still runs and its answer still goes back.
+        try:
+            scope = self._tracer.start_as_current_span(
                 f"process {run.kind}", context=self._parent(run.trace_context),
                 kind=trace.SpanKind.CONSUMER, attributes=attributes,
-                record_exception=False, set_status_on_exception=True) as span:
+                record_exception=False, set_status_on_exception=True)
+            span = scope.__enter__()
+        except Exception:
+            return self._run_job(run)
+        try:
             answer = self._run_job(run)
             if isinstance(answer, wire.Failed):
-                _mark_failed(span, answer, trace)
+                try:
+                    _mark_failed(span, answer, trace)
+                except Exception:
+                    pass
             return answer
+        finally:
+            try:
+                scope.__exit__(*sys.exc_info())
+            except Exception:
+                pass
 
     def _parent(self, carrier: Any) -> Any:
         """The producer's context, or an empty one (a root span) when there is none or

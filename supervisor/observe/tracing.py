@@ -27,6 +27,7 @@ engine.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -35,6 +36,8 @@ from typing import Any
 import orjson
 
 from shared.jobs import ClaimedJob
+
+log = logging.getLogger("supervisor.tracing")
 
 SYSTEM = "pg-supervisor"  # messaging.system, and the instrumentation scope's name
 MAX_REMEMBERED = 100_000  # contexts of jobs in flight; beyond this the oldest are dropped
@@ -75,6 +78,7 @@ class JobTracer:
         self._propagator = TraceContextTextMapPropagator()
         self._tracer = tracer or trace.get_tracer(SYSTEM)
         self._contexts: dict[int, Any] = {}  # job id -> SpanContext of its producer
+        self.errors = 0  # spans that could not be recorded (the first is logged)
 
     @staticmethod
     def now() -> int:
@@ -85,6 +89,33 @@ class JobTracer:
                 started: int, error: BaseException | None = None) -> None:
         """One claim of ``queue`` sent at ``started`` and answered now: ``jobs`` taken,
         the completions of ``carried`` (job ids) written, unless it failed (``error``)."""
+        try:
+            self._claimed(queue, jobs, carried, started, error)
+        except Exception:  # tracing must never stop the loop that runs the jobs
+            self._failed("claim")
+
+    def wrote(self, job_ids: Sequence[int], started: int,
+              unwritten: Sequence[int] = ()) -> None:
+        """One outbox write of the outcomes of ``job_ids``, begun at ``started``;
+        ``unwritten`` of them are still pending (a statement failed, the database is
+        away): they stay remembered for the next try and the span's status is ERROR."""
+        try:
+            self._wrote(job_ids, started, unwritten)
+        except Exception:
+            self._failed("settle")
+
+    def remembered(self) -> int:
+        """Jobs in flight whose producer context is kept for their write's link."""
+        return len(self._contexts)
+
+    def _failed(self, what: str) -> None:
+        self.errors += 1
+        if self.errors == 1:
+            log.exception("could not record a %s span; later failures are only counted",
+                          what)
+
+    def _claimed(self, queue: str, jobs: Sequence[ClaimedJob], carried: Iterable[int],
+                 started: int, error: BaseException | None) -> None:
         links = []
         for job in jobs:
             context = self._remember(job)
@@ -102,11 +133,7 @@ class JobTracer:
         self._record(f"receive {queue}", self._trace.SpanKind.CONSUMER, started, attributes,
                      links, error)
 
-    def wrote(self, job_ids: Sequence[int], started: int,
-              unwritten: Sequence[int] = ()) -> None:
-        """One outbox write of the outcomes of ``job_ids``, begun at ``started``;
-        ``unwritten`` of them are still pending (a statement failed, the database is
-        away): they stay remembered for the next try and the span's status is ERROR."""
+    def _wrote(self, job_ids: Sequence[int], started: int, unwritten: Sequence[int]) -> None:
         left = set(unwritten)
         links = self._links(job_ids, "settle")
         self._forget(job_id for job_id in job_ids if job_id not in left)
@@ -119,10 +146,6 @@ class JobTracer:
         }
         self._record("settle", self._trace.SpanKind.INTERNAL, started, attributes, links,
                      error)
-
-    def remembered(self) -> int:
-        """Jobs in flight whose producer context is kept for their write's link."""
-        return len(self._contexts)
 
     def _record(self, name: str, kind: Any, started: int, attributes: dict, links: list,
                 error: BaseException | str | None) -> None:
