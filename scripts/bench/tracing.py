@@ -96,6 +96,50 @@ print(min(once() for _ in range(15)))
 """
 
 
+_ON_COST = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from shared import wire
+from shared.jobs import ClaimedJob
+from supervisor.observe.tracing import JobTracer
+from workers import tracing as child_tracing
+
+class Drop(SpanExporter):
+    def export(self, spans):
+        return SpanExportResult.SUCCESS
+
+provider = TracerProvider()
+provider.add_span_processor(BatchSpanProcessor(Drop()))
+carrier = json.dumps({{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+parent = JobTracer(provider.get_tracer("parent"))
+jobs = [ClaimedJob(i, "k", "q", 1, 3, 0, None, "{{}}", 0.0, carrier) for i in range(64)]
+def parent_round():
+    t0 = time.perf_counter()
+    for _ in range(50):
+        parent.claimed("q", jobs, [], parent.now())
+        parent.wrote([job.id for job in jobs], parent.now())
+    return (time.perf_counter() - t0) / (50 * 64) * 1e6
+child = child_tracing._JobSpans(lambda run: wire.Done(run.id, b"null"))
+child._tracer = provider.get_tracer("child")
+run = wire.Run(1, "k", "q", 1, 3, None, {{}}, None, json.loads(carrier))
+def child_round():
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        child(run)
+    return (time.perf_counter() - t0) / 2000 * 1e6
+print(min(parent_round() for _ in range(5)), min(child_round() for _ in range(5)))
+"""
+
+
+def rotated(variants: list, n: int) -> list:
+    """The variants in a different order each round, so none always runs first (the
+    machine's load drifts during a round)."""
+    k = n % len(variants)
+    return variants[k:] + variants[:k]
+
+
 def python(code: str, root: Path) -> str:
     env = dict(os.environ, PYTHONPATH=str(root))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -158,6 +202,10 @@ def main() -> None:
     print(f"| current_trace_context(), otel never imported | {off:.0f} ns |")
     print(f"| current_trace_context(), inside a span | {on:.0f} ns |")
 
+    parent_on, child_on = (float(x) for x in
+                           python(_ON_COST.format(root=str(now)), now).split())
+    print(f"| on: parent's claim + settle spans, per job (64 per claim) | {parent_on:.1f} us |")
+    print(f"| on: child's process span, per job | {child_on:.1f} us |")
     parent: dict[str, list[float]] = {}
     for _ in range(5):
         for label, root in (("before", before), ("now", now)):
@@ -175,20 +223,22 @@ def main() -> None:
                 name = conn.info.dbname
                 conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     rounds: dict[str, list[float]] = {}
-    for _ in range(args.runs):
-        for label, root, dsn, traced in (("enqueue before", before, dsn_before, False),
-                                         ("enqueue now, off", now, dsn_now, False),
-                                         ("enqueue now, in a span", now, dsn_now, True)):
+    for n in range(args.runs):
+        variants = [("enqueue before", before, dsn_before, False),
+                    ("enqueue now, off", now, dsn_now, False),
+                    ("enqueue now, in a span", now, dsn_now, True)]
+        for label, root, dsn, traced in rotated(variants, n):
             code = _ENQUEUE.format(root=str(root), dsn=dsn, n=args.calls, traced=traced)
             rounds.setdefault(label, []).append(float(python(code, root)))
     for label, values in rounds.items():
         print(f"| {label} | {common.median(values):.1f} us/call (runs: "
               f"{', '.join(f'{v:.1f}' for v in values)}) |")
     rates: dict[str, list[float]] = {}
-    for _ in range(0 if args.skip_drain else args.runs):
-        for label, root, dsn, otel in (("drain before", before, dsn_before, False),
-                                       ("drain now, off", now, dsn_now, False),
-                                       ("drain now, --otel", now, dsn_now, True)):
+    for n in range(0 if args.skip_drain else args.runs):
+        variants = [("drain before", before, dsn_before, False),
+                    ("drain now, off", now, dsn_now, False),
+                    ("drain now, --otel", now, dsn_now, True)]
+        for label, root, dsn, otel in rotated(variants, n):
             rates.setdefault(label, []).append(drain(dsn, args.jobs, root, otel))
     for label, values in rates.items():
         print(f"| {label} | {common.median(values):,.0f} jobs/s (runs: "
