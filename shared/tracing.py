@@ -91,5 +91,8 @@ def carrier_from_environment(environ: Mapping[str, str] = os.environ) -> str | N
 
 
 def is_traceparent(value: str) -> bool:
-    """Whether ``value`` has the shape of a W3C ``traceparent`` header."""
-    return bool(_TRACEPARENT.match(value)) and not value.startswith("ff")
+    """Whether ``value`` has the shape of a W3C ``traceparent`` header (version 00 has
+    exactly four fields; ff is never valid; later versions may add fields)."""
+    if not _TRACEPARENT.match(value) or value.startswith("ff"):
+        return False
+    return len(value) == 55 or not value.startswith("00")

@@ -318,3 +318,21 @@ def test_the_child_span_of_a_failed_job(spans):
     assert span.attributes["pg_supervisor.job.attempt"] == 2
     assert dict(span.events[0].attributes) == {
         "exception.type": "binding", "exception.message": "args do not fit k(a): missing a"}
+
+
+@pytest.mark.parametrize("parent", [
+    TRACEPARENT, TRACEPARENT[:-2] + "00", "01" + TRACEPARENT[2:] + "-later-field",
+    TRACEPARENT + "-extra", TRACEPARENT.upper(), "ff" + TRACEPARENT[2:],
+    "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-" + "0" * 16
+    + "-01", TRACEPARENT[:-1], " " + TRACEPARENT, "00-4bf92f3577b34da6a3ce929d0e0e473g-"
+    "00f067aa0ba902b7-01", ""])
+def test_parent_links_exactly_the_contexts_the_child_continues(spans, parent):
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    child_sees = trace.get_current_span(
+        TraceContextTextMapPropagator().extract({"traceparent": parent})).get_span_context()
+    parent_sees = JobTracer(spans[0])._parse(json.dumps({"traceparent": parent}))
+    assert (parent_sees is not None) == child_sees.is_valid
+    if parent_sees is not None:
+        assert (parent_sees.trace_id, parent_sees.span_id, parent_sees.trace_flags) == \
+            (child_sees.trace_id, child_sees.span_id, child_sees.trace_flags)
