@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
 
@@ -64,6 +65,26 @@ def _from_current_span() -> str | None:
     carrier: dict[str, str] = {}
     propagator.inject(carrier)
     return orjson.dumps(carrier).decode() if carrier else None
+
+
+def keep_current_context(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call``, made to run later in the trace context current now (an enqueue deferred
+    to a transaction's commit belongs to the span that asked for it). ``call`` itself
+    when OpenTelemetry was never imported."""
+    if "opentelemetry" not in sys.modules:
+        return call
+    from opentelemetry import context
+
+    captured = context.get_current()
+
+    def in_captured_context(*args: Any, **kwargs: Any) -> Any:
+        token = context.attach(captured)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            context.detach(token)
+
+    return in_captured_context
 
 
 def use_process_context(carrier: str | None) -> None:

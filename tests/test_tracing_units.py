@@ -75,7 +75,10 @@ def test_the_current_span_becomes_w3c_headers(in_span):
     assert json.loads(tracing.current_trace_context()) == EXPECTED
 
 
-def test_every_producer_path_stores_the_context(dsn, conn, in_span):
+def test_every_producer_path_stores_the_context(dsn, conn, in_span, monkeypatch):
+    from tracing_quiet_handlers import loaded_otel_modules as handle
+
+    monkeypatch.setenv("SUPERVISOR_DSN", dsn)
     ids = [supervisor.enqueue("k", dsn=dsn),  # the plain Row, through the combiner
            supervisor.enqueue("k", dsn=dsn, conn=conn),
            supervisor.enqueue("k", delay=60, dsn=dsn),  # the general INSERT
@@ -85,6 +88,8 @@ def test_every_producer_path_stores_the_context(dsn, conn, in_span):
            *supervisor.enqueue_many("k", [{}, {}], unique_keys=["u2", None], dsn=dsn),
            *supervisor.enqueue_many("k", [{}], then=Callback("cb", {}), dsn=dsn).ids]
     ids.append(supervisor.enqueue("k", depends_on=[ids[0]], dsn=dsn))
+    ids += [handle.enqueue(), *handle.enqueue_many([{}, {}]),
+            handle.options(delay=30).enqueue()]
 
     async def produce():
         return [await enqueue_async("k", dsn=dsn),
