@@ -19,6 +19,7 @@ from shared import jobs
 from shared.batchstate import BatchSummary, Member, iter_results, summary
 from shared.producers import plans
 from shared.producers.plans import Execute, Plan
+from shared.tracing import current_trace_context
 from shared.waiting import connect, wait_batch
 
 __all__ = ["HOLD", "Batch", "BatchSummary", "Callback", "Member", "check_callback",
@@ -116,19 +117,20 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
     callback = check_callback(then) if then is not None else None
     encoded = [plans.encode_args(kind, args) for args in args_list]
     return _insert_batch(kind, encoded, callback, queue, priority, max_attempts, timeout,
-                         run_at, float(delay or 0.0))
+                         run_at, float(delay or 0.0), current_trace_context())
 
 
 def _insert_batch(kind: str, encoded: list[bytes], callback: Callback | None, queue: str,
                   priority: int, max_attempts: int | None, timeout: float | None,
-                  run_at: datetime | None, delay: float) -> Plan:
+                  run_at: datetime | None, delay: float, trace_context: str | None) -> Plan:
     cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
     [(batch_id,)] = yield Execute(_INSERT_BATCH, (
         len(encoded), callback and callback.kind, callback and callback.queue, cb_args,
         callback.priority if callback else 0, callback and callback.max_attempts,
         callback and callback.timeout))
     common = {"kind": kind, "queue": queue, "priority": priority,
-              "max_attempts": max_attempts, "timeout": timeout, "batch_id": batch_id}
+              "max_attempts": max_attempts, "timeout": timeout, "batch_id": batch_id,
+              "trace_context": trace_context}
     ids = yield from plans._insert_many(encoded, None, common, run_at, delay)
     return batch_id, ids
 
@@ -139,7 +141,7 @@ UPDATE supervisor.jobs SET watched = true WHERE id = ANY(%s::bigint[]) RETURNING
 
 _INSERT_DEPENDENT = """
 INSERT INTO supervisor.jobs (kind, queue, args, state, priority, max_attempts, timeout,
-                             depends_on, run_at, finished_at, errors)
+                             depends_on, run_at, finished_at, errors, trace_context)
 VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s, %(priority)s, %(max_attempts)s,
         %(timeout)s, %(deps)s::bigint[],
         CASE WHEN %(state)s = 'scheduled' THEN %(hold)s::timestamptz ELSE now() END,
@@ -147,7 +149,8 @@ VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s, %(priority)s, %(max_att
         CASE WHEN %(message)s::text IS NULL THEN '[]'::jsonb
              ELSE jsonb_build_array(jsonb_build_object('attempt', 0, 'kind', 'dependency',
                   'message', %(message)s::text, 'traceback', NULL, 'at', now(),
-                  'supervisor', NULL)) END)
+                  'supervisor', NULL)) END,
+        %(trace_context)s::jsonb)
 RETURNING id
 """
 
@@ -175,7 +178,7 @@ def plan_dependent(kind: str, args: Mapping[str, Any] | None, depends_on: Any, *
     deps = check_depends_on(depends_on)
     params = {"kind": kind, "queue": queue, "args": plans.encode_args(kind, args).decode(),
               "priority": priority, "max_attempts": max_attempts, "timeout": timeout,
-              "deps": deps, "hold": HOLD}
+              "deps": deps, "hold": HOLD, "trace_context": current_trace_context()}
     return _insert_dependent(params)
 
 

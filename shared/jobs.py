@@ -90,3 +90,4 @@ class ClaimedJob:
     timeout: float | None
     args_json: str
     wait_seconds: float = 0.0  # from run_at to the claim, for metrics
+    trace_context: str | None = None  # the producer's trace (JSON text), passed through

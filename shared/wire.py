@@ -125,21 +125,32 @@ class Run:
     args_json: str | None = None
     args: Any = None
     args_error: str | None = None
+    # The producer's trace context (shared.tracing): JSON text from the parent, passed
+    # on unparsed; a dict in the child. None: the job was enqueued outside a span.
+    trace_context: Any = None
 
     @staticmethod
     def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
-             args_json: str) -> bytes:
+             args_json: str, trace_context: str | None = None) -> bytes:
         """A RUN frame from its fields, without building the object (the parent's
         per-job path)."""
-        data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
-                       "max_attempts": max_attempts, "args": _Fragment(args_json)})
+        if trace_context is None:
+            data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
+                           "max_attempts": max_attempts, "args": _Fragment(args_json)})
+        else:
+            data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
+                           "max_attempts": max_attempts, "trace": _Fragment(trace_context),
+                           "args": _Fragment(args_json)})
         return _pack_header(VERSION, RUN, 0, len(data)) + data
 
     def encode(self) -> bytes:
         """This message as one frame (``args_json`` if set, else ``args`` encoded)."""
         args_json = self.args_json if self.args_json is not None else _dumps(self.args)
+        trace = self.trace_context
+        if trace is not None and not isinstance(trace, str):
+            trace = _dumps(trace).decode()
         return Run.pack(self.id, self.kind, self.queue, self.attempt, self.max_attempts,
-                        args_json)
+                        args_json, trace)
 
     @classmethod
     def decode(cls, frame: Frame) -> Run:
@@ -153,7 +164,8 @@ class Run:
             raise ProtocolError("RUN body is not a JSON object")
         try:
             return cls(body["id"], body["kind"], body["queue"], body["attempt"],
-                       body["max_attempts"], None, body.get("args"), args_error)
+                       body["max_attempts"], None, body.get("args"), args_error,
+                       body.get("trace"))
         except KeyError as exc:
             raise _missing(RUN, exc) from None
 

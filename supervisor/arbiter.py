@@ -24,10 +24,17 @@ from setproctitle import setproctitle
 from shared import jobs
 from supervisor.config import RunConfig
 from supervisor.engine import Engine, make_owner
-from supervisor.observe import BurstProgress, MetricsServer, SupervisorMetrics
+from supervisor.observe import (
+    BurstProgress,
+    JobTracer,
+    MetricsServer,
+    SupervisorMetrics,
+    wants_tracing,
+)
 from supervisor.pool import Pool, PoolHalted
 from supervisor.schedules import Schedules, ScheduleSpec
 from supervisor.signals import SignalInbox
+from workers import tracing as child_tracing
 
 log = logging.getLogger("supervisor.arbiter")
 
@@ -58,8 +65,13 @@ class Arbiter:
         # A batch run (--burst) fires no periodic jobs: it ends when its work is done.
         fires = Schedules(schedules, self.owner, clock=clock) if schedules and not config.burst \
             else None
+        # Decided before any fork: the children inherit it (raises TracingUnavailable).
+        self.tracer = JobTracer() if wants_tracing(config.otel) else None
+        if self.tracer is not None:
+            child_tracing.enable()
+            log.info("OpenTelemetry tracing on: claim, settle and per-job process spans")
         self.engine = Engine(config, dsn, self.owner, queues, kinds, self.metrics,
-                             self.selector, clock=clock, schedules=fires)
+                             self.selector, clock=clock, schedules=fires, tracer=self.tracer)
         self.pool = Pool(config.pool_settings(), self.selector, clock=clock)
         self.metrics_server: MetricsServer | None = None
         self.progress = progress

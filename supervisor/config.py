@@ -67,6 +67,9 @@ class RunConfig:
     metrics_port: int | None = None  # serve Prometheus text on this port when set
     metrics_host: str = defaults.METRICS_HOST
     metrics_max_kinds: int = defaults.METRICS_MAX_KINDS  # more kinds count as "other"
+    # OpenTelemetry spans (the `otel` extra): None ("auto") traces when the --app modules
+    # imported opentelemetry, i.e. the application uses it (supervisor/observe/tracing.py).
+    otel: bool | None = None
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
     schedules: dict[str, Any] = field(default_factory=dict)  # [schedules.NAME] tables, raw
 
@@ -128,8 +131,8 @@ def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
     the setting and what it expects."""
     kind = {f.name: f.type for f in fields(owner)}[key]
     name = f"{where}{key}"
-    if key == "prefetch" and value == "auto":
-        return None  # measured from run times and claim latency (engine/depth.py)
+    if key in ("prefetch", "otel") and value == "auto":
+        return None  # prefetch: measured (engine/depth.py); otel: decided at start
     try:
         if value is None and "None" in kind:
             return None
@@ -143,7 +146,7 @@ def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
             return parse_duration(value, name)
         if kind.startswith("str") and not isinstance(value, str):
             raise ValueError(f"{name}: expected text, got {value!r}")
-        if kind == "bool" and not isinstance(value, bool):
+        if kind.startswith("bool") and not isinstance(value, bool):
             raise ValueError(f"{name}: expected true or false, got {value!r}")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

@@ -147,3 +147,23 @@ def test_a_non_postgresql_django_connection_is_refused(watcher, django_dsn):
     from shared.producers.pool import producer_pool
 
     producer_pool(django_dsn).close()
+
+
+def test_on_commit_enqueues_under_the_span_that_asked_not_the_one_at_commit(watcher,
+                                                                           django_dsn):
+    from django.db import transaction
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    asked = SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, False,
+                        TraceFlags(1))
+    # The span ends first, then the block commits: the enqueue runs outside the span.
+    with transaction.atomic(), trace.use_span(NonRecordingSpan(asked)):
+        enqueue_on_commit("traced_on_commit", dsn=django_dsn)
+    [(carrier,)] = watcher.execute(
+        "SELECT trace_context FROM supervisor.jobs WHERE kind = 'traced_on_commit'").fetchall()
+    assert carrier == {
+        "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    from shared.producers.pool import producer_pool
+
+    producer_pool(django_dsn).close()

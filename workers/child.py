@@ -37,7 +37,7 @@ from shared.jobs import (
     FAIL_SNOOZE,
     FAIL_UNKNOWN_KIND,
 )
-from workers import output
+from workers import output, tracing
 from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
@@ -82,6 +82,7 @@ def child_main(config: ChildConfig) -> NoReturn:
             except Exception:
                 pass
         output.finish()
+        tracing.finish()  # spans still buffered (os._exit skips the SDK's exit hook)
         os._exit(code)
 
 
@@ -160,6 +161,7 @@ class JobRunner:
         write_fd = pipe.write_fd
         limited = config.max_jobs is not None or config.max_memory is not None
         decode_run = wire.Run.decode
+        run_job = tracing.traced(self.run_job)  # itself unless the otel extra is on
         while True:
             try:
                 frame = reader.next()
@@ -169,7 +171,7 @@ class JobRunner:
                 return CHILD_OK
             if frame.type != wire.RUN:
                 continue
-            answer = self.run_job(decode_run(frame))
+            answer = run_job(decode_run(frame))
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
             reap_leftovers()  # nothing its handler started outlives the job

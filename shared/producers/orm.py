@@ -35,6 +35,7 @@ import psycopg
 
 from shared.db import UnusableConnection
 from shared.producers.plans import plan_one
+from shared.tracing import keep_current_context
 
 Found = tuple[psycopg.Connection, str]
 
@@ -174,4 +175,5 @@ def enqueue_on_commit(
     if unknown:
         raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
     plan_one(kind, args, **{k: v for k, v in options.items() if k in _PLAN_OPTIONS})
-    transaction.on_commit(partial(enqueue, kind, args, **options), using=using)
+    transaction.on_commit(keep_current_context(partial(enqueue, kind, args, **options)),
+                          using=using)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from shared import jobs
+from shared.tracing import current_trace_context
 from shared.validation import check_name
 
 MAX_QUEUE_NAME = 255  # the schema's CHECK; keeps the name inside a NOTIFY payload
@@ -139,6 +140,7 @@ class Row(NamedTuple):
     priority: int
     max_attempts: int | None  # None: the handler's, resolved at claim
     timeout: float | None
+    trace_context: str | None = None  # JSON text (shared.tracing); None: no span
 
 
 def as_plan(planned: Row | Plan) -> Plan:
@@ -152,10 +154,12 @@ def _first(plan: Plan) -> Plan:
 
 _INSERT_ONE = """
 INSERT INTO supervisor.jobs
-    (kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key)
+    (kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
+     trace_context)
 SELECT %(kind)s, %(queue)s, %(args)s::jsonb,
        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
-       %(priority)s, %(max_attempts)s, t.run_at, %(timeout)s, %(unique_key)s
+       %(priority)s, %(max_attempts)s, t.run_at, %(timeout)s, %(unique_key)s,
+       %(trace_context)s::jsonb
 FROM (SELECT COALESCE(%(run_at)s::timestamptz,
                       now() + %(delay)s::float8 * interval '1 second') AS run_at) AS t
 ON CONFLICT DO NOTHING
@@ -165,8 +169,9 @@ RETURNING id
 # The common case, no delay and no key: the column defaults do the rest, and the plan
 # the server caches stays the simplest one.
 INSERT_NOW = """
-INSERT INTO supervisor.jobs (kind, queue, args, priority, max_attempts, timeout)
-VALUES (%s, %s, %s::jsonb, %s, %s, %s)
+INSERT INTO supervisor.jobs (kind, queue, args, priority, max_attempts, timeout,
+                             trace_context)
+VALUES (%s, %s, %s::jsonb, %s, %s, %s, %s::jsonb)
 RETURNING id
 """
 
@@ -176,11 +181,15 @@ RETURNING id
 INSERT_ROWS = """
 WITH r AS (
     SELECT nextval('supervisor.jobs_id_seq') AS id, u.*
-    FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::float8[])
-         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, timeout, n)
+    FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::float8[],
+                %s::text[])
+         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, timeout,
+                              trace_context, n)
 ), ins AS (
-    INSERT INTO supervisor.jobs (id, kind, queue, args, priority, max_attempts, timeout)
-    SELECT id, kind, queue, args::jsonb, priority, max_attempts, timeout FROM r
+    INSERT INTO supervisor.jobs (id, kind, queue, args, priority, max_attempts, timeout,
+                                 trace_context)
+    SELECT id, kind, queue, args::jsonb, priority, max_attempts, timeout,
+           trace_context::jsonb FROM r
 )
 SELECT id FROM r ORDER BY n
 """
@@ -203,9 +212,11 @@ FROM (SELECT COALESCE(%s::timestamptz, now() + %s::float8 * interval '1 second')
 
 _INSERT_KEYED = """
 INSERT INTO supervisor.jobs
-    (id, kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key)
+    (id, kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
+     trace_context)
 SELECT u.id, %(kind)s, %(queue)s, u.args::jsonb, %(state)s, %(priority)s,
-       %(max_attempts)s, %(run_at)s::timestamptz, %(timeout)s, u.unique_key
+       %(max_attempts)s, %(run_at)s::timestamptz, %(timeout)s, u.unique_key,
+       %(trace_context)s::jsonb
 FROM unnest(%(ids)s::bigint[], %(args)s::text[], %(keys)s::text[]) AS u(id, args, unique_key)
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -229,12 +240,14 @@ def plan_one(
     check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
     check_unique_key(unique_key)
     encoded = encode_args(kind, args).decode()
+    trace_context = current_trace_context()
     if unique_key is None and run_at is None and not delay:
-        return Row(kind, queue, encoded, priority, max_attempts, timeout)
+        return Row(kind, queue, encoded, priority, max_attempts, timeout, trace_context)
     params = {
         "kind": kind, "queue": queue, "args": encoded, "priority": priority,
         "max_attempts": max_attempts, "timeout": timeout, "run_at": run_at,
         "delay": float(delay or 0.0), "unique_key": unique_key,
+        "trace_context": trace_context,
     }
     return _insert_one(params, unique_key)
 
@@ -260,7 +273,8 @@ def plan_many(
     if not encoded:
         return None
     common = {"kind": kind, "queue": queue, "priority": priority,
-              "max_attempts": max_attempts, "timeout": timeout}
+              "max_attempts": max_attempts, "timeout": timeout,
+              "trace_context": current_trace_context()}
     return _insert_many(encoded, keys, common, run_at, float(delay or 0.0))
 
 
@@ -323,6 +337,9 @@ def _copy_job_rows(ids: list[int], encoded: list[bytes], common: dict, state: st
     if common.get("batch_id") is not None:  # a member of a batch (shared.batches)
         columns += ", batch_id"
         tail += b"\t%d" % common["batch_id"]
+    if common.get("trace_context") is not None:  # enqueued under a span (shared.tracing)
+        columns += ", trace_context"
+        tail += b"\t%s" % _copy_text(common["trace_context"])
     tail += b"\n"
     middle = b"\t%s\t%s\t" % (_copy_text(common["kind"]), _copy_text(common["queue"]))
 

@@ -58,14 +58,24 @@ def migrate_command(dsn: str | None) -> None:
 def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
                     dsn) -> None:
     """Add a job of KIND and print its id. The embedded development database is
-    migrated on first use; any other database needs `supervisor migrate` first."""
+    migrated on first use; any other database needs `supervisor migrate` first.
+    TRACEPARENT (and TRACESTATE) in the environment become the job's trace context."""
+    from shared import tracing
     from shared.enqueue import enqueue
 
     args = _parse_args(args_text)
-    with open_database(dsn) as conn:
-        job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
-                         max_attempts=max_attempts, timeout=timeout, unique_key=unique_key,
-                         conn=conn)
+    try:
+        carrier = tracing.carrier_from_environment()
+    except ValueError as exc:
+        raise CliError(str(exc), CLI_USAGE) from None
+    tracing.use_process_context(carrier)
+    try:
+        with open_database(dsn) as conn:
+            job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
+                             max_attempts=max_attempts, timeout=timeout,
+                             unique_key=unique_key, conn=conn)
+    finally:
+        tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)
 
 

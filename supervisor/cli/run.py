@@ -25,7 +25,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     from supervisor.arbiter import Arbiter
     from supervisor.cli.limits import children_problem
     from supervisor.config import ConfigError, apply_queue_flags, build_config, load_file_settings
-    from supervisor.observe import BurstProgress
+    from supervisor.observe import BurstProgress, TracingUnavailable
     from supervisor.schedules import (
         ScheduleError,
         merge_specs,
@@ -62,8 +62,11 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     with open_database(dsn, source=dsn_source(dsn_option)):
         pass  # reachable, and the schema is there (the embedded one is migrated)
     meter = BurstProgress(now=time.monotonic()) if progress and config.burst else None
-    arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps, progress=meter,
-                      schedules=schedules)
+    try:
+        arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps,
+                          progress=meter, schedules=schedules)
+    except TracingUnavailable as exc:
+        raise CliError(str(exc), CLI_USAGE) from None
     try:
         code = arbiter.run()
     except DatabaseUnavailable as exc:
@@ -134,6 +137,9 @@ PREFETCH = _Prefetch()
               help="Serve Prometheus metrics (GET /metrics) and /healthz on this port.")
 @click.option("--metrics-host", metavar="ADDRESS",
               help="Address the metrics port binds (127.0.0.1; 0.0.0.0 exposes it).")
+@click.option("--otel/--no-otel", "otel", default=None,
+              help="OpenTelemetry spans for claims, writes and handlers (default: when "
+                   "the --app modules import opentelemetry).")
 @click.option("--queue-setting", "queue_settings", multiple=True, metavar="Q.KEY=VALUE",
               help="Per-queue setting, e.g. images.max_rate=20; repeatable.")
 @dsn_option
@@ -145,7 +151,7 @@ PREFETCH = _Prefetch()
 def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
                 max_memory_per_child, heartbeat_timeout, no_listen, metrics_port, metrics_host,
-                queue_settings, dsn, log_level, log_format):
+                otel, queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
     overrides = {
@@ -154,7 +160,7 @@ def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, 
         "max_jobs_per_child": max_jobs_per_child, "max_memory_per_child": max_memory_per_child,
         "heartbeat_timeout": heartbeat_timeout, "metrics_port": metrics_port,
         "metrics_host": metrics_host, "burst_horizon": burst_horizon,
-        "listen": False if no_listen else None,
+        "listen": False if no_listen else None, "otel": otel,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

@@ -8,7 +8,8 @@ from supervisor.db.nonblocking import Prepared
 
 # Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
 # ANALYZE, while id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) keeps the index
-# plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
+# plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it. trace_context
+# (the producer's, issue 15) goes to the child as the text it is, like the args.
 CLAIM = """
 UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -27,7 +28,8 @@ WHERE id = ANY(ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
-          extract(epoch FROM now() - run_at)::float8 AS wait
+          extract(epoch FROM now() - run_at)::float8 AS wait,
+          trace_context::text AS trace_context
 """
 
 # The fence every write for a running job shares; u is the unnest of the batch. The
@@ -73,10 +75,11 @@ COMPLETE_AND_CLAIM = f"""
 WITH done AS ({COMPLETE.strip()}),
 started AS ({_STARTED_CARRIED}),
 claimed AS ({CLAIM.strip()})
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, false
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+       false
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 """
 
 # The same statement for the non-blocking connection (libpq's $n placeholders).

@@ -137,9 +137,9 @@ class Store:
     def complete_and_claim_rows(self, items: Sequence[Completion],
                                 rows: list) -> tuple[list[int], list[ClaimedJob]]:
         """(fenced-off ids, claimed jobs) from ``COMPLETE_AND_CLAIM``'s rows."""
-        written = {r[0] for r in rows if r[9]}
+        written = {r[0] for r in rows if r[10]}
         return (self._report_fenced("complete", items, written),
-                _claimed_jobs([r for r in rows if not r[9]]))
+                _claimed_jobs([r for r in rows if not r[10]]))
 
     def _claim_params(self, queue: str, kinds: Sequence[str], limit: int,
                       aging: float = 0.0) -> dict:
@@ -357,7 +357,8 @@ class Store:
 
 def _claimed_jobs(rows: list) -> list[ClaimedJob]:
     claimed = [ClaimedJob(id=r[0], kind=r[1], queue=r[2], attempt=r[3], max_attempts=r[4],
-                          priority=r[5], timeout=r[6], args_json=r[7], wait_seconds=r[8])
+                          priority=r[5], timeout=r[6], args_json=r[7], wait_seconds=r[8],
+                          trace_context=r[9])
                for r in rows]
     # RETURNING has no order; wait_seconds is now() - run_at, so -wait sorts by run_at.
     claimed.sort(key=lambda job: (job.priority, -job.wait_seconds, job.id))

@@ -16,12 +16,13 @@ import time
 
 import psycopg
 
+from shared.jobs import ClaimedJob
 from supervisor.db import Completion, Database, connection_lost
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import resolve_timeout
-from supervisor.observe import SupervisorMetrics
+from supervisor.observe import JobTracer, SupervisorMetrics
 
 log = logging.getLogger("supervisor.claimer")
 
@@ -31,8 +32,10 @@ class Claimer:
 
     def __init__(self, db: Database, scheduler: Scheduler, ledger: Ledger, outbox: Outbox,
                  metrics: SupervisorMetrics, kinds: list[str],
-                 default_timeout: float | None, clock=time.monotonic) -> None:
+                 default_timeout: float | None, clock=time.monotonic,
+                 tracer: JobTracer | None = None) -> None:
         self.db = db
+        self.tracer = tracer  # None unless the otel extra is on
         self.scheduler = scheduler
         self.ledger = ledger
         self.outbox = outbox
@@ -64,11 +67,15 @@ class Claimer:
         starts = self.outbox.take_starts()
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
+        traced_at = self.tracer.now() if self.tracer is not None else 0
 
         def answered(outcome: list[tuple] | Exception) -> None:
             if isinstance(outcome, Exception):
                 self.outbox.hand_back_starts(starts, self.clock())
-            self._answered(queue, wanted, completions, started, outcome)
+            claimed = self._answered(queue, wanted, completions, started, outcome)
+            if self.tracer is not None:
+                self.tracer.claimed(queue, claimed, [c.id for c in completions], traced_at,
+                                    outcome if isinstance(outcome, Exception) else None)
 
         try:
             self.db.store.send_complete_and_claim(
@@ -78,7 +85,8 @@ class Claimer:
             answered(exc)
 
     def _answered(self, queue: str, wanted: int, completions: list[Completion],
-                  started: float, outcome: list[tuple] | Exception) -> None:
+                  started: float, outcome: list[tuple] | Exception) -> list[ClaimedJob]:
+        """Book the claim's answer; returns the jobs it took."""
         self.in_flight = None
         if isinstance(outcome, Exception):
             self.scheduler.unplanned(queue, wanted)
@@ -88,7 +96,7 @@ class Claimer:
                 self.db.lost(outcome)
             elif not refused:
                 self.db.failed(f"claim for queue {queue!r}", outcome)
-            return
+            return []
         fenced, claimed = self.db.store.complete_and_claim_rows(completions, outcome)
         if fenced:
             self.metrics.fenced("complete", len(fenced))
@@ -100,7 +108,8 @@ class Claimer:
         self.scheduler.claimed(queue, wanted, len(claimed))
         if not self.accepting:
             self.outbox.released(claimed, self.clock())
-            return
+            return claimed
         for job in claimed:
             job.timeout = resolve_timeout(job, self.default_timeout)
         self.ledger.add_claimed(claimed)
+        return claimed

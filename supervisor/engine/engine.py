@@ -31,7 +31,7 @@ from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import handler_max_attempts
 from supervisor.engine.reporting import OutcomeReporter
-from supervisor.observe import SupervisorMetrics
+from supervisor.observe import JobTracer, SupervisorMetrics
 
 if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each tick
     from supervisor.config import RunConfig
@@ -51,7 +51,8 @@ class Engine:
     def __init__(self, config: RunConfig, dsn: str, owner: str, queues: list[str],
                  kinds: list[str], metrics: SupervisorMetrics,
                  selector: selectors.BaseSelector, *, clock=time.monotonic,
-                 database: Database | None = None, schedules: Schedules | None = None) -> None:
+                 database: Database | None = None, schedules: Schedules | None = None,
+                 tracer: JobTracer | None = None) -> None:
         now = clock()
         self.config = config
         self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
@@ -64,9 +65,9 @@ class Engine:
         self.clock = clock
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics)
         self.ledger = Ledger()
-        self.outbox = Outbox(metrics, config.flush_interval)
+        self.outbox = Outbox(metrics, config.flush_interval, tracer)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
-                               config.default_timeout, clock)
+                               config.default_timeout, clock, tracer)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics, self.planner.depth)
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,

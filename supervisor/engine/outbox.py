@@ -19,7 +19,7 @@ import psycopg
 from shared import jobs
 from shared.jobs import ClaimedJob
 from supervisor.db import Completion, Database, Failure, Store
-from supervisor.observe import SupervisorMetrics
+from supervisor.observe import JobTracer, SupervisorMetrics
 
 log = logging.getLogger("supervisor.outbox")
 
@@ -62,8 +62,10 @@ class PendingWrites:
 class Outbox:
     """Pending outcomes, when they are due, and the statements that write them."""
 
-    def __init__(self, metrics: SupervisorMetrics, flush_interval: float) -> None:
+    def __init__(self, metrics: SupervisorMetrics, flush_interval: float,
+                 tracer: JobTracer | None = None) -> None:
         self.metrics = metrics
+        self.tracer = tracer  # None unless the otel extra is on
         self.flush_interval = flush_interval
         self.pending = PendingWrites()
         self.since: float | None = None  # when the oldest unwritten outcome arrived
@@ -184,7 +186,12 @@ class Outbox:
         if not self.pending.count() and not self.pending.progress and not self.pending.starts:
             self.since = None
             return
+        tracer = self.tracer
+        if tracer is not None:
+            held, began = self.held_ids(), tracer.now()
         fenced = db.call(self._write, None, "writing outcomes")
+        if tracer is not None and held:
+            tracer.wrote(held, began, self.held_ids())
         if fenced is None and db.up:
             # A statement error, not an outage: try again in a while, not every turn.
             self.since = now + RETRY_AFTER_ERROR - self.flush_interval

@@ -4,12 +4,16 @@ Door: ``SupervisorMetrics`` (the product's metrics), ``MetricsServer`` (``/metri
 served from the parent's own loop), ``BurstProgress`` (the live line of ``--burst``) and
 ``configure_logging``, with ``job_fields`` (a job's id, kind, queue and attempt as keys
 of a JSON log line) and ``error_line`` (a one-line error in the log's format).
+``JobTracer`` records the claim and write spans when ``wants_tracing`` says the
+supervisor traces (the ``otel`` extra; it imports OpenTelemetry only then).
 """
 
 from supervisor.observe.httpserver import MetricsServer
 from supervisor.observe.logs import configure_logging, error_line, job_fields
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.observe.progress import BurstProgress
+from supervisor.observe.tracing import JobTracer, TracingUnavailable, wants_tracing
 
-__all__ = ["BurstProgress", "MetricsServer", "SupervisorMetrics", "configure_logging",
-           "error_line", "job_fields"]
+__all__ = ["BurstProgress", "JobTracer", "MetricsServer", "SupervisorMetrics",
+           "TracingUnavailable", "configure_logging", "error_line", "job_fields",
+           "wants_tracing"]

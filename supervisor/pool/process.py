@@ -177,7 +177,7 @@ class ChildProcess:
         0: none) and the first heartbeat's. False, and nothing sent or changed, if its
         RUN frame would be over the frame cap (the job's args are too large)."""
         data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                         job.args_json)
+                         job.args_json, job.trace_context)
         if len(data) > self._max_frame:
             return False
         timeout = job.timeout
