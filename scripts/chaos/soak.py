@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 import psycopg
 
-from scripts.chaos.check import CheckResult, check
+from scripts.chaos.check import CheckResult, SupervisorKill, check
 from scripts.chaos.procs import SupervisorProc, migrate, private_server
 from shared.enqueue import enqueue_many
 
@@ -95,6 +95,7 @@ class SoakReport:
     work_seconds: float = 0.0
     child_kills: int = 0
     supervisor_kills: int = 0
+    kills: list[SupervisorKill] = field(default_factory=list)
     supervisor_starts: int = 0
     db_restarts: int = 0
     events: list[str] = field(default_factory=list)
@@ -284,8 +285,11 @@ class Driver:
     def kill_supervisor(self, fraction: float) -> None:
         """SIGKILL a random supervisor and start a replacement."""
         sup = self.rng.choice(self.sups)
-        busy, children = len(sup.busy_children()), len(sup.children())
+        busy, pids = len(sup.busy_children()), sup.children()
+        children = len(pids)
+        killed_at = time.time()
         sup.kill()
+        self.report.kills.append(SupervisorKill(killed_at, frozenset(pids)))
         self.sups.remove(sup)
         self.retired.append(sup)
         self.report.supervisor_kills += 1
@@ -331,7 +335,8 @@ def run_soak(settings: SoakSettings, server, workdir: Path, say=print) -> SoakRe
         driver.run()
     finally:
         driver.close()
-    report.check = check(server.dsn, driver.runlog, expected_jobs=settings.jobs)
+    report.check = check(server.dsn, driver.runlog, expected_jobs=settings.jobs,
+                         kills=report.kills)
     return report
 
 
@@ -360,6 +365,8 @@ def summary(report: SoakReport, settings: SoakSettings) -> str:
         ("discarded, by reason", "; ".join(
             f"{k}: {v}" for k, v in sorted(c.discarded.items())) or "0"),
         ("unexplained double runs", str(c.unexplained_reruns)),
+        ("runs begun just before a SIGKILL of their supervisor, not charged",
+         str(c.uncharged_at_kill)),
         ("violations", str(len(report.driver_violations) + sum(c.violation_kinds.values()))),
     ]
     width = max(len(k) for k, _ in rows)
