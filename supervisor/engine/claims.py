@@ -73,7 +73,7 @@ class Claimer:
         try:
             self.db.store.send_complete_and_claim(
                 runner, completions, queue, self.kinds, wanted, answered,
-                self.scheduler.aging(queue), starts)
+                self.scheduler.aging(queue), starts, self.scheduler.per_key(queue))
         except psycopg.Error as exc:
             answered(exc)
 
