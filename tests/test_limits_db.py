@@ -33,9 +33,13 @@ def running_per_key(conn, queue: str) -> dict:
 
 
 def test_keyed_claims_from_concurrent_supervisors_never_pass_the_per_key_limit(dsn, conn):
-    for key in ("A", "B", "C"):
-        enqueue_many("k", [{}] * 30, queue="kq", concurrency_key=key, dsn=dsn)
-    enqueue_many("k", [{}] * 5, queue="kq", dsn=dsn)  # no key: never limited
+    # Claimers with different kinds choose different rows of one key, so only the
+    # queue's lock (not the row locks) can keep them from starting the same key twice.
+    for _ in range(15):
+        for key in ("A", "B", "C"):
+            enqueue("k1", {}, queue="kq", concurrency_key=key, dsn=dsn)
+            enqueue("k2", {}, queue="kq", concurrency_key=key, dsn=dsn)
+    enqueue_many("k1", [{}] * 5, queue="kq", dsn=dsn)  # no key: never limited
     start = threading.Barrier(6)
     errors = []
 
@@ -45,7 +49,7 @@ def test_keyed_claims_from_concurrent_supervisors_never_pass_the_per_key_limit(d
                 store = Store(own, f"owner-{n}", 30.0)
                 start.wait()
                 for _ in range(15):
-                    store.claim("kq", ["k"], 2, per_key=2)
+                    store.claim("kq", ["k1"] if n % 2 else ["k2"], 2, per_key=2)
         except Exception as exc:  # reported by the assertion below
             errors.append(exc)
 
