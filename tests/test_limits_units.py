@@ -73,7 +73,7 @@ def test_rate_slices_share_the_rate_and_leave_room_for_who_holds_it():
     assert rate_slice(10.0, "a", 10.0, {"b": LeaseRow(0, 0, 0.0, 10.0)}) == 5.0
     assert rate_slice(10.0, "b", 10.0, {"a": LeaseRow(0, 0, 5.0, 10.0)}) == 5.0
     assert rate_slice(10.0, "b", 0.0, {"a": LeaseRow(0, 0, 5.0, 10.0)}) == 0.0
-    assert burst_slice(6, 5.0, 10.0) == 3.0 and burst_slice(1, 5.0, 10.0) == 1.0
+    assert burst_slice(6, 5.0, 10.0) == 3.25 and burst_slice(1, 5.0, 10.0) == 1.25
 
 
 def test_a_retuned_bucket_starts_empty_and_keeps_at_most_its_new_size():

@@ -32,12 +32,22 @@ from collections.abc import Callable, Sequence
 import psycopg
 
 from supervisor.db import Slice, StoredLimits, read_limits, renew_lease, return_leases
-from supervisor.engine.leases import burst_slice, rate_slice, running_slice
+from supervisor.engine.leases import (
+    burst_slice,
+    rate_slice,
+    rate_target,
+    running_slice,
+    running_target,
+)
 from supervisor.engine.ratelimit import TokenBucket
 
 log = logging.getLogger("supervisor.limits")
 
 REFRESH_INTERVAL = 0.5  # seconds between reads of the limits and slice renewals
+# While a slice is below its fair share (the others have not given their part back
+# yet), the next renewal comes this soon, so the share moves over in a fraction of a
+# second instead of a whole interval.
+CATCH_UP_INTERVAL = 0.1
 
 # (how many it could run now, how many it runs, whether it has work) for a queue.
 Wants = Callable[[str], tuple[int, int, bool]]
@@ -84,20 +94,28 @@ class GlobalLimits:
                                           is not None}:
             del self.buckets[queue]
         for queue in sorted(sliced):
-            self._renew(conn, queue, settings[queue], now, *wants(queue))
+            if self._renew(conn, queue, settings[queue], now, *wants(queue)):
+                self.next_refresh = min(self.next_refresh, now + CATCH_UP_INTERVAL)
 
     def _renew(self, conn: psycopg.Connection, queue: str, limits: StoredLimits,
-               now: float, want_slots: int, held: int, active: bool) -> None:
+               now: float, want_slots: int, held: int, active: bool) -> bool:
+        """Renew the slice of ``queue``; returns whether it is below its fair share."""
         want_rate = limits.max_rate if active and limits.max_rate is not None else 0.0
+        short = False
 
         def decide(others: dict) -> tuple[int, int | None, float]:
+            nonlocal short
             stored, allowed = 0, None
+            me = self.owner
             if limits.max_running is not None:
-                stored, allowed = running_slice(limits.max_running, self.owner, want_slots,
-                                                held, others)
+                stored, allowed = running_slice(limits.max_running, me, want_slots, held,
+                                                others)
+                short = allowed < running_target(limits.max_running, me, want_slots, others)
             rate = 0.0
             if limits.max_rate is not None:
-                rate = rate_slice(limits.max_rate, self.owner, want_rate, others)
+                rate = rate_slice(limits.max_rate, me, want_rate, others)
+                short = short or rate < rate_target(limits.max_rate, me, want_rate,
+                                                    others) * 0.999
             return stored, allowed, rate
 
         def to_row(decided: tuple[int, int | None, float]) -> Slice:
@@ -115,6 +133,7 @@ class GlobalLimits:
             if bucket is None:
                 bucket = self.buckets[queue] = TokenBucket.empty(now)
             bucket.retune(rate, burst_slice(limits.burst or 1, rate, limits.max_rate), now)
+        return short
 
     def per_key(self, queue: str) -> int | None:
         """The queue's per-concurrency-key limit, None when it has none."""

@@ -1,0 +1,155 @@
+"""Issue 14, global limits: what the feature costs, and how exactly a global rate holds.
+
+* an unlimited queue's no-op throughput, this checkout against ``--base`` (the code
+  before the feature), runs alternating on the same machine (within 5% is the bar);
+* a queue limited to ``max_running`` = its children (the limit never binds) against the
+  same queue unlimited, this checkout (within 15%);
+* a global ``max_rate`` with 1, 2 and 4 supervisors: achieved starts per second (from
+  the jobs' ``attempted_at``, set when each started) against the setting (within 5%).
+
+Each checkout runs on a database it migrated itself (the base refuses a newer schema).
+
+Usage: python scripts/bench/global_limits.py --base /work/wt/limits-base
+       [--runs 5] [--jobs 20000] [--rate 100] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+from shared.enqueue import enqueue_many
+
+
+def database_for(base_dsn: str, name: str, code: str) -> str:
+    """A fresh database migrated by the checkout ``code``."""
+    common.drop_database(base_dsn, name)
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = make_conninfo(base_dsn, dbname=name)
+    env = _env(dsn, code)
+    subprocess.run([sys.executable, "-m", "supervisor", "migrate"], env=env, check=True,
+                   cwd=env["PYTHONPATH"].split(os.pathsep)[0], capture_output=True)
+    return dsn
+
+
+def _env(dsn: str, code: str) -> dict[str, str]:
+    os.environ["BENCH_CODE"] = code
+    return common.supervisor_env(dsn)
+
+
+def reset(dsn: str, limits: dict | None = None, queue: str = "bench") -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE supervisor.jobs, supervisor.supervisors, supervisor.queues")
+        has_limits = conn.execute("SELECT to_regclass('supervisor.queue_limits') IS NOT NULL"
+                                  ).fetchone()[0]
+        if has_limits:
+            conn.execute("TRUNCATE supervisor.queue_limits, supervisor.limit_leases")
+        if limits:
+            conn.execute("INSERT INTO supervisor.queue_limits (queue, max_running, max_rate) "
+                         "VALUES (%(queue)s, %(max_running)s, %(max_rate)s)",
+                         {"max_running": None, "max_rate": None, "queue": queue} | limits)
+        conn.execute("VACUUM ANALYZE supervisor.jobs")
+
+
+def noop_rate(dsn: str, code: str, jobs: int, limits: dict | None = None) -> float:
+    """No-op jobs per second through ``supervisor run -n 2 --burst`` (start-up included)."""
+    reset(dsn, limits)
+    enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
+    _env(dsn, code)
+    elapsed = common.run_burst(dsn, "-q", "bench", "-n", "2")
+    done = common.count_state(dsn, "completed")
+    if done != jobs:
+        raise SystemExit(f"only {done} of {jobs} jobs completed")
+    return jobs / elapsed
+
+
+def achieved_rate(dsn: str, code: str, supervisors: int, rate: float, seconds: float,
+                  log: Path) -> float:
+    """Starts per second of ``supervisors`` draining one queue limited to ``rate``, from
+    the start times the handlers wrote (``run_probe``)."""
+    jobs = round(rate * seconds)
+    reset(dsn, {"max_rate": rate}, queue="probe")
+    log.unlink(missing_ok=True)
+    enqueue_many("run_probe", [{}] * jobs, queue="probe", dsn=dsn)
+    env = _env(dsn, code) | {"BENCH_PROBE_LOG": str(log)}
+    procs = [subprocess.Popen(common.supervisor_cmd("--burst", "-q", "probe", "-n", "2"),
+                              env=env, cwd=env["PYTHONPATH"].split(os.pathsep)[0],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(supervisors)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=seconds * 4 + 60)
+        if proc.returncode != 0:
+            raise SystemExit(f"supervisor failed ({proc.returncode}):\n{err[-2000:]}")
+    starts = sorted(float(line.split()[1]) for line in log.read_text().splitlines())
+    if len(starts) != jobs:
+        raise SystemExit(f"only {len(starts)} of {jobs} jobs ran")
+    return (len(starts) - 1) / (starts[-1] - starts[0])
+
+
+def run(base_dsn: str, base: str, runs: int, jobs: int, rate: float,
+        seconds: float) -> list[tuple[str, str]]:
+    here = str(common.ROOT)
+    rows = []
+    new_dsn = database_for(base_dsn, "supervisor_bench_limits", here)
+    old_dsn = database_for(base_dsn, "supervisor_bench_limits_base", base)
+    try:
+        if runs:  # --runs 0: the rate figures only
+            before, after, capped = [], [], []
+            for _ in range(runs):  # alternating, so drifting load hits both alike
+                before.append(noop_rate(old_dsn, base, jobs))
+                after.append(noop_rate(new_dsn, here, jobs))
+                capped.append(noop_rate(new_dsn, here, jobs, {"max_running": 2}))
+            b, a, c = (common.median(v) for v in (before, after, capped))
+            rows.append((f"no-op x {jobs:,}, `-n 2`, unlimited queue, before the feature "
+                         f"(median of {runs})", f"{b:,.0f} jobs/s"))
+            rows.append(("same, with the feature", f"{a:,.0f} jobs/s ({(a / b - 1) * 100:+.1f}%)"))
+            rows.append(("same, with the feature, queue limited to `--max-running 2` (not "
+                         "binding)", f"{c:,.0f} jobs/s ({(c / a - 1) * 100:+.1f}% against "
+                         "unlimited)"))
+            rows.append(("runs (jobs/s): before / with / limited",
+                         " / ".join(", ".join(f"{x:,.0f}" for x in v)
+                                    for v in (before, after, capped))))
+        for count in (1, 2, 4):
+            got = achieved_rate(new_dsn, here, count, rate, seconds,
+                                Path(f"/tmp/bench_limits_probe_{os.getpid()}.log"))
+            rows.append((f"`--max-rate {rate:g}`, {count} supervisor{'s' * (count > 1)} "
+                         f"x `-n 2`, {round(rate * seconds)} no-op jobs",
+                         f"{got:.2f} starts/s ({(got / rate - 1) * 100:+.1f}%)"))
+    finally:
+        os.environ.pop("BENCH_CODE", None)
+        common.drop_database(base_dsn, "supervisor_bench_limits")
+        common.drop_database(base_dsn, "supervisor_bench_limits_base")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
+    parser.add_argument("--base", required=True, help="checkout of the code before")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    print(f"machine: {common.machine(args.dsn)}", flush=True)
+    started = time.time()
+    for label, value in run(args.dsn, args.base, args.runs, args.jobs, args.rate,
+                            args.seconds):
+        print(f"| {label} | {value} |", flush=True)
+    print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"took {time.time() - started:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
