@@ -51,17 +51,23 @@ def limit_command(queue: str, max_running: str | None, max_rate: str | None,
         if per_key_max_running is not None:
             changes["per_key_max_running"] = parse_whole("--per-key-max-running",
                                                          per_key_max_running, 1)
+    held = None
     with admin_errors(), open_database(dsn) as conn:
         if not changes and not clear:
             now = admin_limits.all_limits(conn).get(queue)
+            held = admin_limits.live_slices(conn).get(queue)
         else:
             now = admin_limits.set_limits(conn, queue, changes, clear)
     if as_json:
-        click.echo(json_text({"queue": queue, "limits": now}))
+        click.echo(json_text({"queue": queue, "limits": now, "held": held}))
         return
     shown = admin_limits.describe_limits(now)
     if not changes and not clear:
-        click.echo(f"queue {queue!r}: {'no global limits' if now is None else shown}")
+        holders = ""
+        if held:
+            holders = (f"; {held['supervisors']} supervisor(s) hold {held['slots']} running "
+                       f"slots and {held['rate']:g}/s now")
+        click.echo(f"queue {queue!r}: {'no global limits' if now is None else shown}{holders}")
     elif now is None:
         click.echo(f"queue {queue!r}: no global limits now; running supervisors lift them "
                    "within a second")
