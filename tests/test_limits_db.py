@@ -112,7 +112,7 @@ def test_limit_command_sets_shows_and_clears(dsn, conn):
     result = invoke("queues", "limit", "images", "--max-running", "5", "--max-rate", "20",
                     "--burst", "4", "--dsn", dsn)
     assert result.exit_code == 0, result.output
-    assert "running<=5 rate<=20/s burst 4" in result.output
+    assert "running<=5,rate<=20/s,burst=4" in result.output
     result = invoke("queues", "limit", "images", "--per-key-max-running", "1", "--dsn", dsn)
     assert result.exit_code == 0, result.output
     assert read_limits(conn, ["images"])["images"].max_running == 5  # the others stay
@@ -176,3 +176,18 @@ def test_renewal_waits_for_the_lock_not_for_a_snapshot(dsn, conn):
         other.execute("COMMIT")
         thread.join()
     assert got == [0]
+
+
+ODD = "it's; DROP TABLE supervisor.jobs; --"
+
+
+def test_odd_queue_names_and_keys_are_data(dsn, conn):
+    result = invoke("queues", "limit", ODD, "--max-running", "2", "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    assert read_limits(conn, [ODD])[ODD].max_running == 2
+    keys = ["tab\there", "new\nline", "back\\slash", "ünï €", "\\N", None]
+    ids = enqueue_many("k", [{}] * len(keys), queue=ODD, concurrency_keys=keys, dsn=dsn)
+    stored = dict(conn.execute("SELECT id, concurrency_key FROM supervisor.jobs").fetchall())
+    assert [stored[i] for i in ids] == keys  # COPY escapes them; "\\N" is not NULL
+    claimed = Store(conn, "o", 30.0).claim(ODD, ["k"], 10, per_key=1)
+    assert len(claimed) == len(keys)  # every key distinct, the NULL one unlimited

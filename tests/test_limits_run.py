@@ -171,3 +171,34 @@ def test_a_sigkilled_supervisors_slice_comes_back_within_a_lease(dsn, tmp_path):
         first.stop()
         for sup in others:
             sup.stop()
+
+
+def test_a_kill_storm_never_lets_more_than_max_running_run(dsn, tmp_path):
+    """Supervisors SIGKILLed and replaced while they run a limited queue: a killed one's
+    slice stays taken until its lease runs out, so its replacement (a new owner) cannot
+    add to it. Killed children leave no end record: their job counts as running until it
+    would have ended (an upper bound of when it stopped)."""
+    log = tmp_path / "runs.log"
+    limit(dsn, "--max-running", "3")
+    seconds = 0.3
+    enqueue_many("lim_work", [{"seconds": seconds}] * 150, queue="limited", dsn=dsn)
+    args = ("--lease-ttl", "2")
+    sups = start(dsn, log, 3, *args)
+    try:
+        for cycle in range(4):
+            wait_until(lambda n=cycle: len(read_log(log)) >= 10 * (n + 1), timeout=30,
+                       what="jobs between kills")
+            victim = sups.pop(0)
+            victim.signal(signal.SIGKILL)
+            victim.wait(10)
+            sups.append(Supervisor(dsn, "-n", "3", *args, log_path=log, app=APP))
+        wait_until(lambda: len(read_log(log)) >= 100, timeout=60, what="more jobs")
+    finally:
+        for sup in sups:
+            sup.stop()
+    records = read_log(log)
+    ended = {(r["id"], r["pid"]) for r in records if r["event"] == "end"}  # one attempt
+    cut = [dict(r, event="end", t=r["t"] + seconds + 0.05) for r in records
+           if r["event"] == "start" and (r["id"], r["pid"]) not in ended]
+    assert cut  # the kills did cut jobs short
+    assert peak(records + cut)[None] <= 3

@@ -111,5 +111,5 @@ def test_values_that_parse():
     assert parse_rate("--max-rate", "0.5") == 0.5
     assert describe_limits({"max_running": 3, "max_rate": 2.5, "burst": 4,
                             "per_key_max_running": 1}) == (
-        "running<=3 rate<=2.5/s burst 4 per-key<=1")
+        "running<=3,rate<=2.5/s,burst=4,per-key<=1")
     assert describe_limits(None) == "-"

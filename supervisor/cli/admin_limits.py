@@ -127,7 +127,8 @@ def set_limits(conn: psycopg.Connection, queue: str, changes: dict[str, Any],
 
 
 def describe_limits(limits: dict[str, Any] | None) -> str:
-    """Limits in one short line: ``running<=5 rate<=20/s burst 5 per-key<=1``; "-"."""
+    """Limits as one word, for a table column: ``running<=5,rate<=20/s,burst=5,
+    per-key<=1``; "-" for none."""
     if not limits:
         return "-"
     parts = []
@@ -135,7 +136,7 @@ def describe_limits(limits: dict[str, Any] | None) -> str:
         parts.append(f"running<={limits['max_running']}")
     if limits.get("max_rate") is not None:
         burst = limits.get("burst")
-        parts.append(f"rate<={limits['max_rate']:g}/s" + (f" burst {burst}" if burst else ""))
+        parts.append(f"rate<={limits['max_rate']:g}/s" + (f",burst={burst}" if burst else ""))
     if limits.get("per_key_max_running") is not None:
         parts.append(f"per-key<={limits['per_key_max_running']}")
-    return " ".join(parts) or "-"
+    return ",".join(parts) or "-"

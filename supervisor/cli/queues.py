@@ -41,7 +41,7 @@ def list_command(as_json: bool, dsn: str | None) -> None:
     elif not rows:
         click.echo("no queues: no jobs yet")
     else:
-        click.echo(table(["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST", "GLOBAL LIMITS"],
+        click.echo(table(["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST", "LIMITS"],
                          [[r["name"], "paused" if r["paused"] else "-", r["available"],
                            r["running"], age(r["oldest_available"]),
                            describe_limits(r["limits"])] for r in rows],

@@ -82,11 +82,10 @@ def render_text(snapshot: dict[str, Any]) -> str:
 def _queues_table(queues: list[dict[str, Any]]) -> str:
     if not queues:
         return "no queues: no jobs yet"
-    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "PAUSED",
-               "GLOBAL LIMITS"]
+    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "LIMITS", "PAUSED"]
     rows = [[q["name"], *(q["counts"][s] for s in STATES), f"{q['rate']:.2f}",
-             age(q["oldest_available"]), "paused" if q["paused"] else "-",
-             describe_limits(q.get("limits"))] for q in queues]
+             age(q["oldest_available"]), describe_limits(q.get("limits")),
+             "paused" if q["paused"] else "-"] for q in queues]
     return table(headers, rows, right=range(1, len(STATES) + 3))
 
 

@@ -19,6 +19,8 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
+from supervisor.db import leases
+from supervisor.db.leases import StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
@@ -269,6 +271,19 @@ class Store:
         attempt not counted. Returns their ids."""
         rows = self.conn.execute(RECONCILE, {"owner": self.owner, "held": list(held)})
         return [row[0] for row in rows]
+
+    # -- global limits (the statements are in supervisor.db.leases) -----------------------
+    def read_limits(self, queues: Sequence[str]) -> dict[str, StoredLimits]:
+        """The global limits of those of ``queues`` that have any."""
+        return leases.read_limits(self.conn, queues)
+
+    def renew_lease(self, queue: str, decide: Callable, to_row: Callable) -> object:
+        """Renew this supervisor's slice of ``queue`` (see ``leases.renew_lease``)."""
+        return leases.renew_lease(self.conn, queue, self.owner, self.lease_ttl, decide, to_row)
+
+    def return_leases(self, queues: Sequence[str] | None = None) -> None:
+        """Give back this supervisor's slices (of ``queues``, or all)."""
+        leases.return_leases(self.conn, self.owner, queues)
 
     # -- maintenance --------------------------------------------------------------------
     def beat(self, host: str, pid: int, queues: Sequence[str], children: int, busy: int,

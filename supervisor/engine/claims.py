@@ -70,10 +70,12 @@ class Claimer:
                 self.outbox.hand_back_starts(starts, self.clock())
             self._answered(queue, wanted, completions, started, outcome)
 
+        per_key = self.scheduler.per_key(queue)  # a global per-key limit: keyed claim
+        keyed = {} if per_key is None else {"per_key": per_key}
         try:
             self.db.store.send_complete_and_claim(
                 runner, completions, queue, self.kinds, wanted, answered,
-                self.scheduler.aging(queue), starts, self.scheduler.per_key(queue))
+                self.scheduler.aging(queue), starts, **keyed)
         except psycopg.Error as exc:
             answered(exc)
 

@@ -201,7 +201,7 @@ class Engine:
         """Last writes before exit, leave the supervisors' registry, disconnect."""
         self.collect(pool, now)
         self.flush(now, last_chance=True)
-        self.db.call(lambda store: self.planner.limits.close(store.conn), None,
+        self.db.call(lambda store: self.planner.limits.close(store), None,
                      "giving back global limit slices")
         self.db.call(lambda store: store.leave(), None, "leaving the registry")
         self.db.close()
@@ -224,7 +224,7 @@ class Engine:
         if self.planner.limits.due(now):
             ledger = self.ledger
             self.db.call(lambda s: self.planner.refresh_limits(
-                s.conn, now, pool.size(), ledger.running, ledger.waiting_counts()),
+                s, now, pool.size(), ledger.running, ledger.waiting_counts()),
                 None, "renewing global limits")
         if self.maintenance.due(now):
             info = {"kinds": self.kinds}

@@ -29,9 +29,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 
-import psycopg
-
-from supervisor.db import Slice, StoredLimits, read_limits, renew_lease, return_leases
+from supervisor.db import Slice, Store, StoredLimits
 from supervisor.engine.leases import (
     burst_slice,
     rate_slice,
@@ -73,11 +71,11 @@ class GlobalLimits:
         """Whether ``refresh`` should run now."""
         return now >= self.next_refresh
 
-    def refresh(self, conn: psycopg.Connection, now: float, wants: Wants) -> None:
+    def refresh(self, store: Store, now: float, wants: Wants) -> None:
         """Read the limits; renew the slice of each queue with a running or rate limit;
         give back the slices of queues whose limits were lifted."""
         self.next_refresh = now + self.interval
-        settings = read_limits(conn, self.queues)
+        settings = store.read_limits(self.queues)
         if settings != self.settings:
             log.info("global limits now: %s", _describe(settings) or "none")
         self.settings = settings
@@ -85,7 +83,7 @@ class GlobalLimits:
                   if s.max_running is not None or s.max_rate is not None}
         lifted = self.leased - sliced
         if lifted:
-            return_leases(conn, self.owner, sorted(lifted))
+            store.return_leases(sorted(lifted))
             self.leased -= lifted
         for queue in set(self.allowed) - {q for q in sliced if settings[q].max_running
                                           is not None}:
@@ -94,10 +92,10 @@ class GlobalLimits:
                                           is not None}:
             del self.buckets[queue]
         for queue in sorted(sliced):
-            if self._renew(conn, queue, settings[queue], now, *wants(queue)):
+            if self._renew(store, queue, settings[queue], now, *wants(queue)):
                 self.next_refresh = min(self.next_refresh, now + CATCH_UP_INTERVAL)
 
-    def _renew(self, conn: psycopg.Connection, queue: str, limits: StoredLimits,
+    def _renew(self, store: Store, queue: str, limits: StoredLimits,
                now: float, want_slots: int, held: int, active: bool) -> bool:
         """Renew the slice of ``queue``; returns whether it is below its fair share."""
         want_rate = limits.max_rate if active and limits.max_rate is not None else 0.0
@@ -122,8 +120,7 @@ class GlobalLimits:
             return Slice(decided[0], want_slots if limits.max_running is not None else 0,
                          decided[2], want_rate)
 
-        _stored, allowed, rate = renew_lease(conn, queue, self.owner, self.lease_ttl,
-                                             decide, to_row)
+        _stored, allowed, rate = store.renew_lease(queue, decide, to_row)
         self.leased.add(queue)
         self.valid_until[queue] = now + self.lease_ttl
         if allowed is not None:
@@ -174,10 +171,10 @@ class GlobalLimits:
                                  - outstanding, 0))
         return int(room)
 
-    def close(self, conn: psycopg.Connection) -> None:
+    def close(self, store: Store) -> None:
         """Give back every slice (a clean exit: the others need not wait a lease)."""
         if self.leased:
-            return_leases(conn, self.owner)
+            store.return_leases()
             self.leased.clear()
 
 

@@ -22,9 +22,8 @@ from supervisor.engine.limits import GlobalLimits
 from supervisor.engine.ratelimit import TokenBucket
 
 if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
-    import psycopg
-
     from supervisor.config import RunConfig
+    from supervisor.db import Store
     from supervisor.observe import SupervisorMetrics
 
 # How long a free child may wait for the claim of a queue owed children (the claim's
@@ -127,10 +126,10 @@ class Scheduler:
         count running jobs per key."""
         return self.limits.per_key(queue)
 
-    def refresh_limits(self, conn: psycopg.Connection, now: float, pool_size: int,
+    def refresh_limits(self, store: Store, now: float, pool_size: int,
                        running: Mapping[str, int], waiting: Mapping[str, int]) -> None:
-        """Read the global limits and renew this supervisor's slices of them (on the
-        blocking work connection ``conn``)."""
+        """Read the global limits and renew this supervisor's slices of them (blocking
+        statements of ``store``)."""
         def wants(queue: str) -> tuple[int, int, bool]:
             active = queue in self.demand or waiting.get(queue, 0) > 0
             held = running.get(queue, 0)
@@ -138,7 +137,7 @@ class Scheduler:
             cap = policy.cap(pool_size) if policy is not None else 0
             return (cap if active else held), held, active
 
-        self.limits.refresh(conn, now, wants)
+        self.limits.refresh(store, now, wants)
         self._shares_key = None  # a slice may have come or gone: shares again
 
     def plan_claims(
