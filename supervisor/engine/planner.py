@@ -171,7 +171,7 @@ class Scheduler:
                     allowance = min(allowance, room)
                     if allowance <= 0:
                         continue
-            buckets = self._buckets(queue, now)
+            buckets = self._buckets(queue, now) if self.buckets or self.limits.buckets else ()
             if buckets:
                 wanted = allowance
                 allowance = self._take_tokens(buckets, allowance, now)
@@ -222,6 +222,8 @@ class Scheduler:
         return granted
 
     def _refund(self, queue: str, tokens: int) -> None:
+        if not (self.buckets or self.limits.buckets):
+            return
         buckets = self._buckets(queue, self.clock())
         for bucket in buckets:
             bucket.refund(tokens)
@@ -271,7 +273,9 @@ class Scheduler:
         """When the scheduler next needs the loop (for its timeout): a rate-limited
         queue with demand gets its next token, or a child kept for a claim stops
         waiting for it. None if neither."""
-        times = [b.next_token_at(now) for q in self.demand for b in self._buckets(q, now)]
+        times = []
+        if self.buckets or self.limits.buckets:  # else no queue waits for a token
+            times = [b.next_token_at(now) for q in self.demand for b in self._buckets(q, now)]
         times.extend(since + CLAIM_HOLD for since in self._short_since.values())
         due = [t for t in times if now < t < math.inf]
         return min(due) if due else None
