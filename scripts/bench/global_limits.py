@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -62,16 +63,26 @@ def reset(dsn: str, limits: dict | None = None, queue: str = "bench") -> None:
         conn.execute("VACUUM ANALYZE supervisor.jobs")
 
 
-def noop_rate(dsn: str, code: str, jobs: int, limits: dict | None = None) -> float:
-    """No-op jobs per second through ``supervisor run -n 2 --burst`` (start-up included)."""
+def noop_rate(dsn: str, code: str, jobs: int,
+              limits: dict | None = None) -> tuple[float, float]:
+    """(no-op jobs per second, CPU microseconds per job of the supervisor and its
+    children) through ``supervisor run -n 2 --burst``, start-up included. CPU time moves
+    less than wall time when other work shares the machine."""
     reset(dsn, limits)
     enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
     _env(dsn, code)
+    before = _children_cpu()
     elapsed = common.run_burst(dsn, "-q", "bench", "-n", "2")
+    cpu = _children_cpu() - before
     done = common.count_state(dsn, "completed")
     if done != jobs:
         raise SystemExit(f"only {done} of {jobs} jobs completed")
-    return jobs / elapsed
+    return jobs / elapsed, cpu / jobs * 1e6
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # reaped descendants, all of them
+    return usage.ru_utime + usage.ru_stime
 
 
 def achieved_rate(dsn: str, code: str, supervisors: int, rate: float, seconds: float,
@@ -110,15 +121,22 @@ def run(base_dsn: str, base: str, runs: int, jobs: int, rate: float,
                 before.append(noop_rate(old_dsn, base, jobs))
                 after.append(noop_rate(new_dsn, here, jobs))
                 capped.append(noop_rate(new_dsn, here, jobs, {"max_running": 2}))
-            b, a, c = (common.median(v) for v in (before, after, capped))
+            (b, bc), (a, ac), (c, cc) = (
+                (common.median([r for r, _ in v]), common.median([u for _, u in v]))
+                for v in (before, after, capped))
             rows.append((f"no-op x {jobs:,}, `-n 2`, unlimited queue, before the feature "
-                         f"(median of {runs})", f"{b:,.0f} jobs/s"))
-            rows.append(("same, with the feature", f"{a:,.0f} jobs/s ({(a / b - 1) * 100:+.1f}%)"))
+                         f"(medians of {runs})", f"{b:,.0f} jobs/s, {bc:.0f} us CPU/job"))
+            rows.append(("same, with the feature",
+                         f"{a:,.0f} jobs/s ({(a / b - 1) * 100:+.1f}%), {ac:.0f} us CPU/job "
+                         f"({(ac / bc - 1) * 100:+.1f}%)"))
             rows.append(("same, with the feature, queue limited to `--max-running 2` (not "
                          "binding)", f"{c:,.0f} jobs/s ({(c / a - 1) * 100:+.1f}% against "
-                         "unlimited)"))
+                         f"unlimited), {cc:.0f} us CPU/job ({(cc / ac - 1) * 100:+.1f}%)"))
             rows.append(("runs (jobs/s): before / with / limited",
-                         " / ".join(", ".join(f"{x:,.0f}" for x in v)
+                         " / ".join(", ".join(f"{r:,.0f}" for r, _ in v)
+                                    for v in (before, after, capped))))
+            rows.append(("runs (us CPU/job): before / with / limited",
+                         " / ".join(", ".join(f"{u:.0f}" for _, u in v)
                                     for v in (before, after, capped))))
         for count in (1, 2, 4):
             got = achieved_rate(new_dsn, here, count, rate, seconds,
