@@ -86,9 +86,11 @@ def _children_cpu() -> float:
 
 
 def achieved_rate(dsn: str, code: str, supervisors: int, rate: float, seconds: float,
-                  log: Path) -> float:
+                  log: Path) -> tuple[float, float, int]:
     """Starts per second of ``supervisors`` draining one queue limited to ``rate``, from
-    the start times the handlers wrote (``run_probe``)."""
+    the start times the handlers wrote (``run_probe``): over the whole run, after its
+    first second (the supervisors start one after the other, and a share moves over
+    within two renewals), and the most starts in any one-second window."""
     jobs = round(rate * seconds)
     reset(dsn, {"max_rate": rate}, queue="probe")
     log.unlink(missing_ok=True)
@@ -105,7 +107,15 @@ def achieved_rate(dsn: str, code: str, supervisors: int, rate: float, seconds: f
     starts = sorted(float(line.split()[1]) for line in log.read_text().splitlines())
     if len(starts) != jobs:
         raise SystemExit(f"only {len(starts)} of {jobs} jobs ran")
-    return (len(starts) - 1) / (starts[-1] - starts[0])
+    first = starts[0]
+    settled = [t for t in starts if t >= first + 1.0]
+    busiest, j = 0, 0
+    for i, t in enumerate(starts):
+        while starts[j] < t - 1.0:
+            j += 1
+        busiest = max(busiest, i - j + 1)
+    return ((len(starts) - 1) / (starts[-1] - first),
+            (len(settled) - 1) / (settled[-1] - settled[0]), busiest)
 
 
 def run(base_dsn: str, base: str, runs: int, jobs: int, rate: float,
@@ -139,11 +149,14 @@ def run(base_dsn: str, base: str, runs: int, jobs: int, rate: float,
                          " / ".join(", ".join(f"{u:.0f}" for _, u in v)
                                     for v in (before, after, capped))))
         for count in (1, 2, 4):
-            got = achieved_rate(new_dsn, here, count, rate, seconds,
-                                Path(f"/tmp/bench_limits_probe_{os.getpid()}.log"))
+            got, settled, busiest = achieved_rate(
+                new_dsn, here, count, rate, seconds,
+                Path(f"/tmp/bench_limits_probe_{os.getpid()}.log"))
             rows.append((f"`--max-rate {rate:g}`, {count} supervisor{'s' * (count > 1)} "
                          f"x `-n 2`, {round(rate * seconds)} no-op jobs",
-                         f"{got:.2f} starts/s ({(got / rate - 1) * 100:+.1f}%)"))
+                         f"{got:.2f} starts/s ({(got / rate - 1) * 100:+.1f}%); after the "
+                         f"first second {settled:.2f} ({(settled / rate - 1) * 100:+.1f}%); "
+                         f"busiest second {busiest}"))
     finally:
         os.environ.pop("BENCH_CODE", None)
         common.drop_database(base_dsn, "supervisor_bench_limits")
