@@ -113,10 +113,11 @@ def test_per_key_limit_keeps_each_key_exclusive_while_keys_run_side_by_side(dsn,
 
 
 def test_a_limit_changed_while_supervisors_run_takes_effect_within_a_second(dsn, tmp_path):
+    """In poll-only mode (``--no-listen``, as behind PgBouncer): limits are polled."""
     log = tmp_path / "runs.log"
     limit(dsn, "--max-running", "1")
     enqueue_many("lim_work", [{"seconds": 0.2}] * 200, queue="limited", dsn=dsn)
-    sups = start(dsn, log)
+    sups = start(dsn, log, 3, "--no-listen")
     try:
         wait_until(lambda: len(read_log(log)) >= 12, timeout=30, what="jobs under limit 1")
         assert peak(read_log(log))[None] == 1
