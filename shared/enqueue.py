@@ -48,6 +48,7 @@ def enqueue(
     depends_on: Sequence[int] | None = None,
     conn: Any = None,
     dsn: str | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """Insert one job of ``kind`` with ``args`` (a JSON object) and return its id.
 
@@ -57,15 +58,19 @@ def enqueue(
     transaction; ``dsn`` picks the database otherwise (see ``shared.dsn``).
     ``depends_on`` (job ids) holds the job back until every one of them completed, and
     cancels it if one ends discarded or cancelled (``shared.batches``).
+    ``concurrency_key``: jobs sharing it run at most their queue's per-key limit at once
+    (``supervisor queues limit QUEUE --per-key-max-running K``).
     """
     if depends_on is not None:
+        _no_key_with("depends_on", concurrency_key)
         plan = batches.plan_dependent(kind, args, depends_on, queue=queue, priority=priority,
                                       max_attempts=max_attempts, timeout=timeout,
                                       run_at=run_at, delay=delay, unique_key=unique_key)
         with _dsn_named(dsn):
             return run_plan(plan, conn, dsn, atomic=True)
     plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
-                    timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key)
+                    timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key,
+                    concurrency_key=concurrency_key)
     if conn is not None:
         return run_plan(as_plan(plan), conn, dsn, atomic=False)
     with _dsn_named(dsn):
@@ -89,6 +94,8 @@ def enqueue_many(
     then: batches.Callback | None = None,
     conn: Any = None,
     dsn: str | None = None,
+    concurrency_key: str | None = None,
+    concurrency_keys: Sequence[str | None] | None = None,
 ) -> Any:
     """Insert one job of ``kind`` per element of ``args_list``; returns ids in order.
 
@@ -100,8 +107,12 @@ def enqueue_many(
     With ``then`` (a handle's ``bind(...)``) the jobs form a batch: this returns a
     ``Batch`` (``id``, ``ids``, ``wait()``) and the callback is enqueued once, when the
     last of them is final.
+
+    ``concurrency_key`` gives every job that key, ``concurrency_keys`` one per job (None:
+    no key); the rows still travel by COPY.
     """
     if then is not None:
+        _no_key_with("then", concurrency_key if concurrency_keys is None else concurrency_keys)
         plan = batches.plan_batch(kind, args_list, then, queue=queue, priority=priority,
                                   max_attempts=max_attempts, timeout=timeout, run_at=run_at,
                                   delay=delay, unique_keys=unique_keys or unique_key)
@@ -110,7 +121,8 @@ def enqueue_many(
         return batches.Batch(batch_id, ids, dsn)
     plan = plan_many(kind, args_list, queue=queue, priority=priority,
                      max_attempts=max_attempts, timeout=timeout, run_at=run_at, delay=delay,
-                     unique_key=unique_key, unique_keys=unique_keys)
+                     unique_key=unique_key, unique_keys=unique_keys,
+                     concurrency_key=concurrency_key, concurrency_keys=concurrency_keys)
     if plan is None:
         if conn is not None:
             sync_connection(conn)  # a bad conn is refused even for an empty batch
@@ -119,6 +131,11 @@ def enqueue_many(
         return run_plan(plan, conn, dsn, atomic=True)
     with _dsn_named(dsn):
         return run_plan(plan, conn, dsn, atomic=True)
+
+
+def _no_key_with(option: str, keys: object) -> None:
+    if keys is not None:
+        raise ValueError(f"concurrency keys cannot be combined with {option} yet")
 
 
 def encode_args(kind: str, args: Mapping[str, Any] | None) -> str:

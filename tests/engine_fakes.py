@@ -141,6 +141,12 @@ class FakeStore:
     def prune(self, retention, discarded, batch) -> int:
         return 0
 
+    def read_limits(self, queues):  # no global limits here (tests/test_limits_*.py)
+        return {}
+
+    def return_leases(self, queues=None) -> None:
+        pass
+
     def leave(self) -> None:
         self._record("leave")
 

@@ -48,7 +48,7 @@ def test_odd_names_list_and_resume_notifies(dsn, conn):
     assert [(q["name"], q["paused"], q["available"]) for q in listed] == [
         ("b", False, 1), (ODD, True, 1)]
     text = invoke("queues", "list", "--dsn", dsn).output.splitlines()
-    assert text[0].split() == ["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST"]
+    assert text[0].split() == ["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST", "LIMITS"]
     assert text[2].startswith(ODD) and text[2][len(ODD):].split()[:3] == ["paused", "1", "0"]
 
     conn.execute("LISTEN supervisor_jobs")

@@ -47,6 +47,7 @@ class EnqueueOptions:
     delay: float | None = None
     unique_key: str | None = None
     depends_on: Any = None  # job ids; see shared.batches
+    concurrency_key: str | None = None  # see `supervisor queues limit --per-key-max-running`
     conn: Any = None
     dsn: str | None = None
 
@@ -74,8 +75,9 @@ class JobHandle:
 
     def options(self, **options: Any) -> BoundJob:
         """The same kind with per-call options: queue, priority, max_attempts, timeout,
-        run_at or delay, unique_key, depends_on (job ids to wait for), conn (enqueue in
-        the caller's transaction), dsn."""
+        run_at or delay, unique_key, depends_on (job ids to wait for), concurrency_key
+        (jobs sharing it run at most their queue's per-key limit at once), conn (enqueue
+        in the caller's transaction), dsn."""
         return BoundJob(self, _make_options(options))
 
     def bind(self, **args: Any) -> Any:
@@ -123,7 +125,7 @@ class BoundJob:
     def _resolved(self) -> dict[str, Any]:
         d = self.handle.defaults
         o = self.opts
-        return {
+        resolved = {
             "queue": o.queue if o.queue is not None else d.queue,
             "priority": o.priority if o.priority is not None else d.priority,
             "max_attempts": o.max_attempts if o.max_attempts is not None else d.max_attempts,
@@ -135,6 +137,9 @@ class BoundJob:
             "conn": o.conn,
             "dsn": o.dsn,
         }
+        if o.concurrency_key is not None:  # passed only when set, like an extension
+            resolved["concurrency_key"] = o.concurrency_key
+        return resolved
 
     def _plain(self, what: str) -> dict[str, Any]:
         """The options of a call that cannot wait for other jobs."""

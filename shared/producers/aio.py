@@ -59,10 +59,12 @@ async def enqueue_async(
     unique_key: str | None = None,
     conn: Any = None,
     dsn: str | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """``shared.enqueue.enqueue`` for asyncio: insert one job, return its id."""
     plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
-                    timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key)
+                    timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key,
+                    concurrency_key=concurrency_key)
     if conn is None and type(plan) is Row:
         pool = async_producer_pool(resolve_dsn(dsn))
         if pool.combiner is None:
@@ -85,11 +87,14 @@ async def enqueue_many_async(
     unique_keys: Sequence[str | None] | None = None,
     conn: Any = None,
     dsn: str | None = None,
+    concurrency_key: str | None = None,
+    concurrency_keys: Sequence[str | None] | None = None,
 ) -> list[int]:
     """``shared.enqueue.enqueue_many`` for asyncio: insert a batch (COPY), return ids."""
     plan = plan_many(kind, args_list, queue=queue, priority=priority,
                      max_attempts=max_attempts, timeout=timeout, run_at=run_at, delay=delay,
-                     unique_key=unique_key, unique_keys=unique_keys)
+                     unique_key=unique_key, unique_keys=unique_keys,
+                     concurrency_key=concurrency_key, concurrency_keys=concurrency_keys)
     if plan is None:
         if conn is not None:
             await async_connection(conn)  # a bad conn is refused even for an empty batch

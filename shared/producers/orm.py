@@ -153,7 +153,7 @@ def _class(module: str, name: str) -> type | None:
 
 
 _PLAN_OPTIONS = ("queue", "priority", "max_attempts", "timeout", "run_at", "delay",
-                 "unique_key")
+                 "unique_key", "concurrency_key")
 
 
 def enqueue_on_commit(

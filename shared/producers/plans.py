@@ -20,6 +20,12 @@ from typing import Any, NamedTuple
 import orjson
 
 from shared import jobs
+from shared.producers.concurrency import (
+    check_concurrency_key,
+    check_concurrency_keys,
+    copy_key_fields,
+    keyed_chunks,
+)
 from shared.tracing import current_trace_context
 from shared.validation import check_name
 
@@ -155,11 +161,11 @@ def _first(plan: Plan) -> Plan:
 _INSERT_ONE = """
 INSERT INTO supervisor.jobs
     (kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context)
+     trace_context, concurrency_key)
 SELECT %(kind)s, %(queue)s, %(args)s::jsonb,
        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
        %(priority)s, %(max_attempts)s, t.run_at, %(timeout)s, %(unique_key)s,
-       %(trace_context)s::jsonb
+       %(trace_context)s::jsonb, %(concurrency_key)s
 FROM (SELECT COALESCE(%(run_at)s::timestamptz,
                       now() + %(delay)s::float8 * interval '1 second') AS run_at) AS t
 ON CONFLICT DO NOTHING
@@ -213,11 +219,12 @@ FROM (SELECT COALESCE(%s::timestamptz, now() + %s::float8 * interval '1 second')
 _INSERT_KEYED = """
 INSERT INTO supervisor.jobs
     (id, kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context)
+     trace_context, concurrency_key)
 SELECT u.id, %(kind)s, %(queue)s, u.args::jsonb, %(state)s, %(priority)s,
        %(max_attempts)s, %(run_at)s::timestamptz, %(timeout)s, u.unique_key,
-       %(trace_context)s::jsonb
-FROM unnest(%(ids)s::bigint[], %(args)s::text[], %(keys)s::text[]) AS u(id, args, unique_key)
+       %(trace_context)s::jsonb, u.ckey
+FROM unnest(%(ids)s::bigint[], %(args)s::text[], %(keys)s::text[], %(ckeys)s::text[])
+     AS u(id, args, unique_key, ckey)
 ON CONFLICT DO NOTHING
 RETURNING id
 """
@@ -234,20 +241,23 @@ def plan_one(
     run_at: datetime | None = None,
     delay: float | None = None,
     unique_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> Row | Plan:
     """Check everything, then return the plan inserting one job (it returns the id), or
     the ``Row`` that is all the common case needs (``as_plan`` makes it a plan)."""
     check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
     check_unique_key(unique_key)
+    check_concurrency_key(concurrency_key)
     encoded = encode_args(kind, args).decode()
     trace_context = current_trace_context()
-    if unique_key is None and run_at is None and not delay:
+    if unique_key is None and run_at is None and not delay and concurrency_key is None:
         return Row(kind, queue, encoded, priority, max_attempts, timeout, trace_context)
     params = {
         "kind": kind, "queue": queue, "args": encoded, "priority": priority,
         "max_attempts": max_attempts, "timeout": timeout, "run_at": run_at,
         "delay": float(delay or 0.0), "unique_key": unique_key,
         "trace_context": trace_context,
+        "concurrency_key": concurrency_key,
     }
     return _insert_one(params, unique_key)
 
@@ -264,16 +274,20 @@ def plan_many(
     delay: float | None = None,
     unique_key: str | None = None,
     unique_keys: Sequence[str | None] | None = None,
+    concurrency_key: str | None = None,
+    concurrency_keys: Sequence[str | None] | None = None,
 ) -> Plan | None:
     """Check everything, then return the plan inserting the batch (it returns the ids in
-    order), or None for an empty batch."""
+    order), or None for an empty batch. ``concurrency_key`` gives every job that key,
+    ``concurrency_keys`` one per job (None for none)."""
     check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
     keys = check_batch(args_list, unique_key, unique_keys)
+    ckeys = check_concurrency_keys(len(args_list), concurrency_key, concurrency_keys)
     encoded = [encode_args(kind, args) for args in args_list]
     if not encoded:
         return None
     common = {"kind": kind, "queue": queue, "priority": priority,
-              "max_attempts": max_attempts, "timeout": timeout,
+              "max_attempts": max_attempts, "timeout": timeout, "concurrency_keys": ckeys,
               "trace_context": current_trace_context()}
     return _insert_many(encoded, keys, common, run_at, float(delay or 0.0))
 
@@ -340,6 +354,13 @@ def _copy_job_rows(ids: list[int], encoded: list[bytes], common: dict, state: st
     if common.get("trace_context") is not None:  # enqueued under a span (shared.tracing)
         columns += ", trace_context"
         tail += b"\t%s" % _copy_text(common["trace_context"])
+    ckeys = common.get("concurrency_keys")
+    if ckeys is not None:  # the last column, one value per row
+        columns += ", concurrency_key"
+        return f"COPY supervisor.jobs ({columns}) FROM STDIN", keyed_chunks(
+            ids, encoded, b"\t%s\t%s\t" % (_copy_text(common["kind"]),
+                                           _copy_text(common["queue"])),
+            tail, copy_key_fields(ckeys, _copy_text), _COPY_CHUNK)
     tail += b"\n"
     middle = b"\t%s\t%s\t" % (_copy_text(common["kind"]), _copy_text(common["queue"]))
 
@@ -366,9 +387,11 @@ def _insert_keyed(ids: list[int], encoded: list[bytes], keys: list[str | None],
     result: list[int | None] = [None] * len(ids)
     pending = list(range(len(ids)))
     for _ in range(_UNIQUE_CONFLICT_ROUNDS):
+        ckeys = common.get("concurrency_keys")
         params = dict(common, ids=[ids[i] for i in pending],
                       args=[encoded[i].decode() for i in pending],
-                      keys=[keys[i] for i in pending])
+                      keys=[keys[i] for i in pending],
+                      ckeys=[None if ckeys is None else ckeys[i] for i in pending])
         inserted = {row[0] for row in (yield Execute(_INSERT_KEYED, params))}
         for i in pending:
             if ids[i] in inserted:

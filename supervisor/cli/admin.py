@@ -81,13 +81,13 @@ def queue_stats(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Every queue that has jobs or a row in ``supervisor.queues``, sorted by name: its
     counts by state, ``rate`` (jobs completed per second over the last minute),
     ``oldest_available`` (seconds since the oldest available job's run_at, or None),
-    ``paused``."""
+    ``paused``, ``limits`` (global limits, see ``admin_limits.all_limits``; None)."""
     queues: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
         if name not in queues:
             queues[name] = {"name": name, "paused": False, "counts": dict.fromkeys(STATES, 0),
-                            "rate": 0.0, "oldest_available": None}
+                            "rate": 0.0, "oldest_available": None, "limits": None}
         return queues[name]
 
     rows = conn.execute(_QUEUE_STATES, {"window": RATE_WINDOW_SECONDS}).fetchall()
@@ -100,6 +100,10 @@ def queue_stats(conn: psycopg.Connection) -> list[dict[str, Any]]:
             item["oldest_available"] = max(oldest, 0.0)  # run_at may be a hair ahead
     for name, paused, _updated in conn.execute(_QUEUE_ROWS):
         entry(name)["paused"] = paused
+    from supervisor.cli.admin_limits import all_limits  # it builds on this module
+
+    for name, limits in all_limits(conn).items():  # supervisor queues limit
+        entry(name)["limits"] = limits
     return [queues[name] for name in sorted(queues)]
 
 

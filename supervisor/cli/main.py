@@ -53,10 +53,12 @@ def migrate_command(dsn: str | None) -> None:
               metavar="SECONDS", help="Hard time limit of one attempt.")
 @click.option("--unique-key", default=None,
               help="Return the live job with this key instead of adding another.")
+@click.option("--concurrency-key", default=None, metavar="KEY",
+              help="Jobs sharing KEY run at most the queue's per-key limit at once.")
 @dsn_option
 @reports_errors
 def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
-                    dsn) -> None:
+                    concurrency_key, dsn) -> None:
     """Add a job of KIND and print its id. The embedded development database is
     migrated on first use; any other database needs `supervisor migrate` first.
     TRACEPARENT (and TRACESTATE) in the environment become the job's trace context."""
@@ -73,7 +75,8 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
         with open_database(dsn) as conn:
             job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
                              max_attempts=max_attempts, timeout=timeout,
-                             unique_key=unique_key, conn=conn)
+                             unique_key=unique_key, conn=conn,
+                             concurrency_key=concurrency_key)
     finally:
         tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)

@@ -7,14 +7,19 @@ from __future__ import annotations
 import click
 
 from supervisor.cli import admin
+from supervisor.cli.admin_limits import describe_limits
 from supervisor.cli.common import dsn_option, open_database, reports_errors
 from supervisor.cli.format import age, json_text, table
 from supervisor.cli.jobs import admin_errors
+from supervisor.cli.queue_limits import limit_command
 
 
 @click.group("queues")
 def queues_group() -> None:
-    """List queues; pause and resume them."""
+    """List queues; pause and resume them; set limits that hold across supervisors."""
+
+
+queues_group.add_command(limit_command)
 
 
 @queues_group.command("list")
@@ -22,21 +27,24 @@ def queues_group() -> None:
 @dsn_option
 @reports_errors
 def list_command(as_json: bool, dsn: str | None) -> None:
-    """Every queue that has jobs or has been paused or resumed: paused or not, jobs
-    available and running, age of the oldest available job."""
+    """Every queue that has jobs, has been paused or resumed, or has global limits:
+    paused or not, jobs available and running, age of the oldest available job, its
+    global limits (`supervisor queues limit`)."""
     with open_database(dsn) as conn:
         queues = admin.queue_stats(conn)
     rows = [{"name": q["name"], "paused": q["paused"], "available": q["counts"]["available"],
-             "running": q["counts"]["running"], "oldest_available": q["oldest_available"]}
+             "running": q["counts"]["running"], "oldest_available": q["oldest_available"],
+             "limits": q["limits"]}
             for q in queues]
     if as_json:
         click.echo(json_text(rows))
     elif not rows:
         click.echo("no queues: no jobs yet")
     else:
-        click.echo(table(["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST"],
+        click.echo(table(["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST", "LIMITS"],
                          [[r["name"], "paused" if r["paused"] else "-", r["available"],
-                           r["running"], age(r["oldest_available"])] for r in rows],
+                           r["running"], age(r["oldest_available"]),
+                           describe_limits(r["limits"])] for r in rows],
                          right=(2, 3, 4)))
 
 

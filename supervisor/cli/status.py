@@ -11,6 +11,7 @@ import click
 
 from shared.validation import printable
 from supervisor.cli import admin
+from supervisor.cli.admin_limits import describe_limits
 from supervisor.cli.common import dsn_option, open_database, reports_errors
 from supervisor.cli.format import age, json_text, table
 
@@ -81,9 +82,10 @@ def render_text(snapshot: dict[str, Any]) -> str:
 def _queues_table(queues: list[dict[str, Any]]) -> str:
     if not queues:
         return "no queues: no jobs yet"
-    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "PAUSED"]
+    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "LIMITS", "PAUSED"]
     rows = [[q["name"], *(q["counts"][s] for s in STATES), f"{q['rate']:.2f}",
-             age(q["oldest_available"]), "paused" if q["paused"] else "-"] for q in queues]
+             age(q["oldest_available"]), describe_limits(q.get("limits")),
+             "paused" if q["paused"] else "-"] for q in queues]
     return table(headers, rows, right=range(1, len(STATES) + 3))
 
 

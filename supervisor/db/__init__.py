@@ -3,12 +3,23 @@
 Door: ``Database`` (connections, outage and reconnect, ``call``), ``Store`` (every SQL
 statement, blocking), ``NonBlockingQuery`` and ``Prepared`` (a statement run without
 stopping the loop), the write records ``Completion`` and ``Failure``, and
-``connection_lost``. The statements themselves are in ``supervisor.db.sql``.
+``connection_lost``. The statements themselves are in ``supervisor.db.sql``. Global
+limits: ``read_limits``, ``renew_lease``, ``return_leases`` and their records
+(``supervisor.db.leases``).
 """
 
 from supervisor.db.database import Database, connection_lost
+from supervisor.db.leases import (
+    LeaseRow,
+    Slice,
+    StoredLimits,
+    read_limits,
+    renew_lease,
+    return_leases,
+)
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 from supervisor.db.store import Completion, Failure, Store
 
-__all__ = ["Completion", "Database", "Failure", "NonBlockingQuery", "Prepared", "Store",
-           "connection_lost"]
+__all__ = ["Completion", "Database", "Failure", "LeaseRow", "NonBlockingQuery", "Prepared",
+           "Slice", "Store", "StoredLimits", "connection_lost", "read_limits", "renew_lease",
+           "return_leases"]

@@ -137,8 +137,25 @@ COMPLETE_AND_CLAIM_AGED = COMPLETE_AND_CLAIM.replace(CLAIM.strip(), CLAIM_AGED.s
 COMPLETE_AND_CLAIM_AGED_NONBLOCKING = Prepared(COMPLETE_AND_CLAIM_AGED)
 
 
-def claim_statements(aging: float) -> tuple[str, str, Prepared]:
-    """(claim, complete-and-claim, its non-blocking form) for a queue's ``aging``."""
+# The claim of a queue with a per-key limit (``supervisor queues limit
+# --per-key-max-running``): the schema's claim_keyed() serialises these claims per queue
+# and skips keys at their limit (see shared/schema/0007_limits.sql). Queues without that
+# limit never reach it: their claim is CLAIM above, unchanged. Aging is not applied here.
+CLAIM_KEYED = """
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait
+FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
+                            %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
+                            %(default_attempts)s::int)
+"""
+COMPLETE_AND_CLAIM_KEYED = COMPLETE_AND_CLAIM.replace(CLAIM.strip(), CLAIM_KEYED.strip())
+COMPLETE_AND_CLAIM_KEYED_NONBLOCKING = Prepared(COMPLETE_AND_CLAIM_KEYED)
+
+
+def claim_statements(aging: float, per_key: int | None = None) -> tuple[str, str, Prepared]:
+    """(claim, complete-and-claim, its non-blocking form) for a queue's ``aging``, or for
+    a queue whose jobs run at most ``per_key`` at once per concurrency key."""
+    if per_key is not None:
+        return CLAIM_KEYED, COMPLETE_AND_CLAIM_KEYED, COMPLETE_AND_CLAIM_KEYED_NONBLOCKING
     if aging > 0:
         return CLAIM_AGED, COMPLETE_AND_CLAIM_AGED, COMPLETE_AND_CLAIM_AGED_NONBLOCKING
     return CLAIM, COMPLETE_AND_CLAIM, COMPLETE_AND_CLAIM_NONBLOCKING

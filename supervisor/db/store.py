@@ -19,6 +19,8 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
+from supervisor.db import leases
+from supervisor.db.leases import StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
@@ -92,14 +94,17 @@ class Store:
         self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
 
     def claim(self, queue: str, kinds: Sequence[str], limit: int,
-              aging: float = 0.0) -> list[ClaimedJob]:
+              aging: float = 0.0, per_key: int | None = None) -> list[ClaimedJob]:
         """Claim up to ``limit`` available, due jobs of ``kinds`` in ``queue`` (none if
         the queue is paused), in claim order: priority (one step more urgent per
-        ``aging`` seconds waited, when > 0), then run_at, then id."""
+        ``aging`` seconds waited, when > 0), then run_at, then id. ``per_key``: at most
+        that many running per concurrency key (the queue's global per-key limit)."""
         if limit <= 0 or not kinds:
             return []
-        rows = self.conn.execute(claim_statements(aging)[0],
-                                 self._claim_params(queue, kinds, limit, aging),
+        params = self._claim_params(queue, kinds, limit, aging)
+        if per_key is not None:
+            params["per_key"] = per_key
+        rows = self.conn.execute(claim_statements(aging, per_key)[0], params,
                                  prepare=True).fetchall()
         return _claimed_jobs(rows)
 
@@ -120,12 +125,16 @@ class Store:
                                 queue: str, kinds: Sequence[str], limit: int,
                                 callback: Callable[[list[tuple] | Exception], None],
                                 aging: float = 0.0,
-                                starts: Sequence[tuple[int, int]] = ()) -> None:
+                                starts: Sequence[tuple[int, int]] = (),
+                                per_key: int | None = None) -> None:
         """``complete_and_claim`` without blocking, also recording ``starts``: sent on
         ``runner``; ``callback`` gets the rows (read them with
-        ``complete_and_claim_rows``) or the error."""
+        ``complete_and_claim_rows``) or the error. ``per_key``: the queue's global
+        per-concurrency-key limit (None: none, the plain claim)."""
         params = self.complete_and_claim_params(items, queue, kinds, limit, aging, starts)
-        runner.send(claim_statements(aging)[2], params, callback)
+        if per_key is not None:
+            params["per_key"] = per_key
+        runner.send(claim_statements(aging, per_key)[2], params, callback)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
                                   kinds: Sequence[str], limit: int, aging: float = 0.0,
@@ -262,6 +271,19 @@ class Store:
         attempt not counted. Returns their ids."""
         rows = self.conn.execute(RECONCILE, {"owner": self.owner, "held": list(held)})
         return [row[0] for row in rows]
+
+    # -- global limits (the statements are in supervisor.db.leases) -----------------------
+    def read_limits(self, queues: Sequence[str]) -> dict[str, StoredLimits]:
+        """The global limits of those of ``queues`` that have any."""
+        return leases.read_limits(self.conn, queues)
+
+    def renew_lease(self, queue: str, decide: Callable, to_row: Callable) -> object:
+        """Renew this supervisor's slice of ``queue`` (see ``leases.renew_lease``)."""
+        return leases.renew_lease(self.conn, queue, self.owner, self.lease_ttl, decide, to_row)
+
+    def return_leases(self, queues: Sequence[str] | None = None) -> None:
+        """Give back this supervisor's slices (of ``queues``, or all)."""
+        leases.return_leases(self.conn, self.owner, queues)
 
     # -- maintenance --------------------------------------------------------------------
     def beat(self, host: str, pid: int, queues: Sequence[str], children: int, busy: int,

@@ -77,10 +77,12 @@ class Claimer:
                 self.tracer.claimed(queue, claimed, [c.id for c in completions], traced_at,
                                     outcome if isinstance(outcome, Exception) else None)
 
+        per_key = self.scheduler.per_key(queue)  # a global per-key limit: keyed claim
+        keyed = {} if per_key is None else {"per_key": per_key}
         try:
             self.db.store.send_complete_and_claim(
                 runner, completions, queue, self.kinds, wanted, answered,
-                self.scheduler.aging(queue), starts)
+                self.scheduler.aging(queue), starts, **keyed)
         except psycopg.Error as exc:
             answered(exc)
 

@@ -63,7 +63,8 @@ class Engine:
         self.kinds = kinds
         self.metrics = metrics
         self.clock = clock
-        self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics)
+        self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
+                                 owner=owner)
         self.ledger = Ledger()
         self.outbox = Outbox(metrics, config.flush_interval, tracer)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
@@ -125,7 +126,8 @@ class Engine:
         if not self.db.up:
             retry = self.db.next_retry()
             return retry if retry is not None else now + 1.0
-        due = [self.next_poll, self.next_renew, self.maintenance.next_round]
+        due = [self.next_poll, self.next_renew, self.maintenance.next_round,
+               self.planner.limits.next_refresh]
         if self.next_promote is not None:
             due.append(self.next_promote)
         fire_at = self.schedules.next_due() if self.schedules is not None else None
@@ -153,12 +155,17 @@ class Engine:
             return
         if len(self.queues) == 1:  # the common case needs no share arithmetic
             queue = self.queues[0]
-            while pool.idle_count() > 0 and (job := ledger.pop_waiting(queue)) is not None:
+            # A global max_running (supervisor queues limit) bounds the starts; None: no.
+            room = self.planner.start_room(queue, ledger.running)
+            while (pool.idle_count() > 0 and room != 0
+                   and (job := ledger.pop_waiting(queue)) is not None):
                 if not pool.dispatch(job):
                     ledger.unpop_waiting(job)
                     return
                 ledger.started(job)
                 self.outbox.started(job, self.clock())
+                if room is not None:
+                    room -= 1
             return
         size = pool.size()
         while pool.idle_count() > 0:
@@ -195,6 +202,8 @@ class Engine:
         """Last writes before exit, leave the supervisors' registry, disconnect."""
         self.collect(pool, now)
         self.flush(now, last_chance=True)
+        self.db.call(lambda store: self.planner.limits.close(store), None,
+                     "giving back global limit slices")
         self.db.call(lambda store: store.leave(), None, "leaving the registry")
         self.db.close()
 
@@ -213,6 +222,11 @@ class Engine:
         if now >= self.next_renew:
             self.next_renew = now + self.config.lease_ttl / 3
             self._renew(pool)
+        if self.planner.limits.due(now):
+            ledger = self.ledger
+            self.db.call(lambda s: self.planner.refresh_limits(
+                s, now, pool.size(), ledger.running, ledger.waiting_counts()),
+                None, "renewing global limits")
         if self.maintenance.due(now):
             info = {"kinds": self.kinds}
             rescued = self.db.call(lambda s: self.maintenance.run_round(

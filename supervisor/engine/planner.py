@@ -11,16 +11,19 @@ a queue whose turn it is finds room to claim, and its claimed jobs go first.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from supervisor.engine.allotment import Deficits, apportion, claim_allowance, pick_queue, shares
 from supervisor.engine.depth import PrefetchDepth
+from supervisor.engine.limits import GlobalLimits
 from supervisor.engine.ratelimit import TokenBucket
 
 if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
     from supervisor.config import RunConfig
+    from supervisor.db import Store
     from supervisor.observe import SupervisorMetrics
 
 # How long a free child may wait for the claim of a queue owed children (the claim's
@@ -34,7 +37,7 @@ class Scheduler:
 
     def __init__(self, config: RunConfig, queues: Sequence[str], now: float,
                  clock: Callable[[], float] = time.monotonic,
-                 metrics: SupervisorMetrics | None = None) -> None:
+                 metrics: SupervisorMetrics | None = None, owner: str = "") -> None:
         self.config = config
         self.metrics = metrics  # records rate-limited plans and refunded permits
         self.clock = clock
@@ -54,6 +57,8 @@ class Scheduler:
             for q, p in self.policies.items()
             if p.max_rate is not None
         }
+        # Limits set with `supervisor queues limit`, held across every supervisor.
+        self.limits = GlobalLimits(owner, self.queues, config.lease_ttl, now)
 
     def wake(self, queues: Iterable[str]) -> None:
         """Queues that got work (named by NOTIFY)."""
@@ -72,9 +77,11 @@ class Scheduler:
         now = self.clock() if now is None else now
         waiting = waiting or {}
         demand = self.demand.union(q for q, n in waiting.items() if n > 0 and q in self.policies)
-        throttled = {q for q, bucket in self.buckets.items()
-                     if q in demand and not waiting.get(q) and q not in self._claiming
-                     and bucket.available(now) < 1}
+        throttled = set()
+        if self.buckets or self.limits.buckets:
+            throttled = {q for q in demand
+                         if not waiting.get(q) and q not in self._claiming
+                         and any(b.available(now) < 1 for b in self._buckets(q, now))}
         key = (pool_size, frozenset(demand - throttled))
         if key != self._shares_key:  # the loop asks every turn; demand rarely changes
             self._shares_key = key
@@ -97,7 +104,41 @@ class Scheduler:
 
     def caps(self, pool_size: int) -> dict[str, int]:
         """The most children each queue may hold."""
-        return {q: p.cap(pool_size) for q, p in self.policies.items()}
+        caps = {q: p.cap(pool_size) for q, p in self.policies.items()}
+        if self.limits.settings:
+            now = self.clock()
+            for queue in caps:
+                cap = self.limits.start_cap(queue, now)
+                if cap is not None:
+                    caps[queue] = min(caps[queue], cap)
+        return caps
+
+    def start_room(self, queue: str, running: Mapping[str, int]) -> int | None:
+        """How many more jobs of ``queue`` may start now under its global max_running
+        (None: no such limit). ``running``: jobs running per queue here."""
+        if not self.limits.settings:
+            return None
+        cap = self.limits.start_cap(queue, self.clock())
+        return None if cap is None else max(cap - running.get(queue, 0), 0)
+
+    def per_key(self, queue: str) -> int | None:
+        """``queue``'s global per-concurrency-key limit (None: none): its claims must
+        count running jobs per key."""
+        return self.limits.per_key(queue)
+
+    def refresh_limits(self, store: Store, now: float, pool_size: int,
+                       running: Mapping[str, int], waiting: Mapping[str, int]) -> None:
+        """Read the global limits and renew this supervisor's slices of them (blocking
+        statements of ``store``)."""
+        def wants(queue: str) -> tuple[int, int, bool]:
+            active = queue in self.demand or waiting.get(queue, 0) > 0
+            held = running.get(queue, 0)
+            policy = self.policies.get(queue)
+            cap = policy.cap(pool_size) if policy is not None else 0
+            return (cap if active else held), held, active
+
+        self.limits.refresh(store, now, wants)
+        self._shares_key = None  # a slice may have come or gone: shares again
 
     def plan_claims(
         self, now: float, pool_size: int, outstanding: Mapping[str, int],
@@ -123,10 +164,17 @@ class Scheduler:
             window = targets[queue] * depth
             if not eager and waiting.get(queue, 0) > 0 and allowance * 2 < window:
                 continue
-            bucket = self.buckets.get(queue)
-            if bucket is not None:
+            if self.limits.settings:
+                room = self.limits.claim_room(queue, now, targets[queue], depth,
+                                              outstanding.get(queue, 0))
+                if room is not None:
+                    allowance = min(allowance, room)
+                    if allowance <= 0:
+                        continue
+            buckets = self._buckets(queue, now) if self.buckets or self.limits.buckets else ()
+            if buckets:
                 wanted = allowance
-                allowance = bucket.take(allowance, now)
+                allowance = self._take_tokens(buckets, allowance, now)
                 if allowance < wanted and self.metrics is not None:
                     self.metrics.rate_limited(queue)
                 if allowance <= 0:
@@ -141,20 +189,46 @@ class Scheduler:
         self._claiming.discard(queue)
         if got < asked:
             self.demand.discard(queue)
-            bucket = self.buckets.get(queue)
-            if bucket is not None:
-                bucket.refund(asked - got)
-                if self.metrics is not None:
-                    self.metrics.tokens_refunded(queue, asked - got)
+            self._refund(queue, asked - got)
 
     def unplanned(self, queue: str, tokens: int) -> None:
         """A planned claim was not made after all: give its rate-limit tokens back."""
         self._claiming.discard(queue)
-        bucket = self.buckets.get(queue)
-        if bucket is not None:
+        self._refund(queue, tokens)
+
+    def _buckets(self, queue: str, now: float) -> list[TokenBucket]:
+        """The token buckets a claim of ``queue`` takes from: this supervisor's own
+        max_rate (config) and its slice of the queue's global one."""
+        found = []
+        local = self.buckets.get(queue)
+        if local is not None:
+            found.append(local)
+        if self.limits.buckets:
+            shared = self.limits.bucket(queue, now)
+            if shared is not None:
+                found.append(shared)
+        return found
+
+    @staticmethod
+    def _take_tokens(buckets: list[TokenBucket], wanted: int, now: float) -> int:
+        granted = wanted
+        taken: list[TokenBucket] = []
+        for bucket in buckets:
+            got = bucket.take(granted, now)
+            for earlier in taken:  # the tighter bucket decides; the others get it back
+                earlier.refund(granted - got)
+            granted = got
+            taken.append(bucket)
+        return granted
+
+    def _refund(self, queue: str, tokens: int) -> None:
+        if not (self.buckets or self.limits.buckets):
+            return
+        buckets = self._buckets(queue, self.clock())
+        for bucket in buckets:
             bucket.refund(tokens)
-            if self.metrics is not None:
-                self.metrics.tokens_refunded(queue, tokens)
+        if buckets and self.metrics is not None:
+            self.metrics.tokens_refunded(queue, tokens)
 
     def next_queue(
         self, pool_size: int, waiting: Mapping[str, int], running: Mapping[str, int],
@@ -181,8 +255,8 @@ class Scheduler:
         short_since = {}
         for queue in self.demand:
             short = waiting.get(queue, 0) == 0 and targets.get(queue, 0) > running.get(queue, 0)
-            bucket = self.buckets.get(queue)
-            if short and (bucket is None or queue in self._claiming or bucket.available(now)):
+            if short and (queue in self._claiming
+                          or all(b.available(now) for b in self._buckets(queue, now))):
                 since = short_since[queue] = self._short_since.get(queue, now)
                 if now - since <= CLAIM_HOLD:
                     coming.add(queue)
@@ -199,7 +273,9 @@ class Scheduler:
         """When the scheduler next needs the loop (for its timeout): a rate-limited
         queue with demand gets its next token, or a child kept for a claim stops
         waiting for it. None if neither."""
-        times = [b.next_token_at(now) for q, b in self.buckets.items() if q in self.demand]
+        times = []
+        if self.buckets or self.limits.buckets:  # else no queue waits for a token
+            times = [b.next_token_at(now) for q in self.demand for b in self._buckets(q, now)]
         times.extend(since + CLAIM_HOLD for since in self._short_since.values())
-        due = [t for t in times if t > now]
+        due = [t for t in times if now < t < math.inf]
         return min(due) if due else None

@@ -44,11 +44,32 @@ class TokenBucket:
             self.tokens = min(self.capacity, self.tokens + unused)
 
     def next_token_at(self, now: float) -> float:
-        """When the next whole token is due (``now`` if one is there already)."""
+        """When the next whole token is due (``now`` if one is there already; infinity
+        for a bucket retuned to rate 0)."""
         self._refill(now)
         if self.tokens >= 1.0:
             return now
+        if self.rate <= 0:
+            return math.inf
         return now + (1.0 - self.tokens) / self.rate
+
+    @classmethod
+    def empty(cls, now: float) -> TokenBucket:
+        """A bucket with no rate and no tokens yet, for a global limit's slice: it fills
+        only once ``retune`` gives it a rate (starting full would let every supervisor
+        that starts at once spend a whole burst)."""
+        bucket = cls(1.0, 1.0, now)
+        bucket.rate = 0.0
+        bucket.tokens = 0.0
+        return bucket
+
+    def retune(self, rate: float, capacity: float, now: float) -> None:
+        """Change the rate and size from ``now`` on (tokens gathered so far at the old
+        rate, then cut to the new size). A rate of 0 stops the refill."""
+        self._refill(now)
+        self.rate = max(float(rate), 0.0)
+        self.capacity = max(1.0, float(capacity))
+        self.tokens = min(self.tokens, self.capacity)
 
     def available(self, now: float) -> int:
         """Whole tokens there now, without taking any."""

@@ -1,0 +1,53 @@
+"""Concurrency keys at enqueue: jobs sharing a key run at most their queue's per-key
+limit at once (``supervisor queues limit QUEUE --per-key-max-running K``). Checks, and
+the key column of COPY rows for ``enqueue_many``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+
+def check_concurrency_key(key: Any) -> None:
+    """A concurrency key (jobs sharing one run at most a queue's per-key limit at once)
+    is a non-empty str or None."""
+    if key is not None and (not isinstance(key, str) or not key):
+        raise TypeError(f"concurrency_key must be a non-empty str or None, not {key!r}")
+
+
+def check_concurrency_keys(count: int, key: str | None,
+                           keys: Sequence[str | None] | None) -> list[str | None] | None:
+    """Per-job concurrency keys of a batch of ``count`` (None: no job has one), from one
+    key for all (``key``) or one per job (``keys``)."""
+    if key is not None and keys is not None:
+        raise ValueError("give concurrency_key (one for all) or concurrency_keys, not both")
+    if key is not None:
+        check_concurrency_key(key)
+        return [key] * count
+    if keys is None:
+        return None
+    if isinstance(keys, str) or not isinstance(keys, Sequence):
+        raise TypeError("concurrency_keys must be a list with one key (or None) per job")
+    if len(keys) != count:
+        raise ValueError(f"concurrency_keys has {len(keys)} entries for {count} jobs")
+    for one in keys:
+        check_concurrency_key(one)
+    return list(keys)
+
+
+def copy_key_fields(keys: list[str | None], copy_text: Callable[[str], bytes]) -> list[bytes]:
+    """The concurrency_key column of each COPY row, tab first (``\\N`` for none)."""
+    return [b"\t\\N" if key is None else b"\t" + copy_text(key) for key in keys]
+
+
+def keyed_chunks(ids: list[int], encoded: list[bytes], middle: bytes, tail: bytes,
+                 key_fields: list[bytes], chunk: int) -> Iterator[bytes]:
+    """COPY text rows whose last column is each job's concurrency key, ``chunk`` rows
+    per write (``shared.producers.plans`` builds the rest of the row)."""
+    for start in range(0, len(ids), chunk):
+        stop = start + chunk
+        yield b"".join([
+            b"%d%s%s%s%s\n" % (job_id, middle, args.replace(b"\\", b"\\\\"), tail, key)
+            for job_id, args, key in zip(ids[start:stop], encoded[start:stop],
+                                         key_fields[start:stop], strict=True)
+        ])
