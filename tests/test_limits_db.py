@@ -191,3 +191,13 @@ def test_odd_queue_names_and_keys_are_data(dsn, conn):
     assert [stored[i] for i in ids] == keys  # COPY escapes them; "\\N" is not NULL
     claimed = Store(conn, "o", 30.0).claim(ODD, ["k"], 10, per_key=1)
     assert len(claimed) == len(keys)  # every key distinct, the NULL one unlimited
+
+
+def test_a_keyed_claim_carries_the_jobs_trace_context_to_the_child(dsn, conn):
+    # claim_keyed() (schema 0007) returns no trace_context; the statement around it must
+    # still hand the producer's context on, as the plain claim does.
+    carrier = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    conn.execute("INSERT INTO supervisor.jobs (kind, queue, args, concurrency_key, "
+                 "trace_context) VALUES ('k1', 'kq', '{}', 'A', %s)", (carrier,))
+    claimed = Store(conn, "owner-1", 30.0).claim("kq", ["k1"], 5, per_key=1)
+    assert [orjson.loads(job.trace_context) for job in claimed] == [orjson.loads(carrier)]

@@ -141,11 +141,15 @@ COMPLETE_AND_CLAIM_AGED_NONBLOCKING = Prepared(COMPLETE_AND_CLAIM_AGED)
 # --per-key-max-running``): the schema's claim_keyed() serialises these claims per queue
 # and skips keys at their limit (see shared/schema/0007_limits.sql). Queues without that
 # limit never reach it: their claim is CLAIM above, unchanged. Aging is not applied here.
+# The function (schema 0007) predates the trace_context column (0008): the column is read
+# here, by primary key, for the few rows a claim returns.
 CLAIM_KEYED = """
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait
+SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
+       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
+               AS trace_context
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int)
+                            %(default_attempts)s::int) AS k
 """
 COMPLETE_AND_CLAIM_KEYED = COMPLETE_AND_CLAIM.replace(CLAIM.strip(), CLAIM_KEYED.strip())
 COMPLETE_AND_CLAIM_KEYED_NONBLOCKING = Prepared(COMPLETE_AND_CLAIM_KEYED)
