@@ -129,3 +129,14 @@ def run_burst(dsn: str, *args: str, log_path: Path | None = None, timeout: float
     code = sup.wait(timeout)
     assert code == 0, f"exit {code}\nstderr:\n{sup.err}"
     return sup
+
+
+def wait_all(sups: list[Supervisor], timeout: float = 90.0) -> None:
+    """Wait for every supervisor in ``sups`` to exit 0 (asserted, with its stderr); any
+    still running when one fails is stopped."""
+    try:
+        for sup in sups:
+            assert sup.wait(timeout) == 0, sup.err
+    finally:
+        for sup in sups:
+            sup.stop()

@@ -4,7 +4,7 @@ member, and the callback streaming every member's result."""
 import signal
 
 import pytest
-from e2e import Supervisor, read_log, wait_until
+from e2e import Supervisor, read_log, wait_all, wait_until
 
 from shared.batches import Callback
 from shared.enqueue import enqueue_many
@@ -28,12 +28,7 @@ def test_two_supervisors_racing_enqueue_the_callback_once(dsn, tmp_path):
     batch = enqueue_many("bt_member", [{"n": i} for i in range(400)], queue="bt",
                          then=Callback("bt_callback", {"tag": "two"}, queue="bt"), dsn=dsn)
     sups = [run_burst(dsn, log, "-n", "2") for _ in range(2)]
-    try:
-        for sup in sups:
-            assert sup.wait(120) == 0, sup.err
-    finally:
-        for sup in sups:
-            sup.stop()
+    wait_all(sups, 120)
     [line] = callback_lines(log)
     assert (line["total"], line["completed"], line["streamed"]) == (400, 400, 400)
     assert line["result_sum"] == sum(range(400))

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 from click.testing import CliRunner
-from e2e import Supervisor, read_log, state_counts, wait_until
+from e2e import Supervisor, read_log, state_counts, wait_all, wait_until
 
 from shared.enqueue import enqueue_many
 from supervisor.cli.main import main
@@ -31,13 +31,7 @@ def start(dsn: str, log, count: int = 3, *args: str) -> list[Supervisor]:
 
 
 def burst_all(dsn: str, log, count: int = 3, *args: str) -> None:
-    sups = start(dsn, log, count, "--burst", *args)
-    try:
-        for sup in sups:
-            assert sup.wait(90) == 0, sup.err
-    finally:
-        for sup in sups:
-            sup.stop()
+    wait_all(start(dsn, log, count, "--burst", *args))
 
 
 def peak(records: list[dict], key=lambda r: None, after: float = 0.0,

@@ -6,7 +6,7 @@ from collections import Counter
 
 import psycopg
 import pytest
-from e2e import Supervisor, job_row, read_log, run_burst, state_counts, wait_until
+from e2e import Supervisor, job_row, read_log, run_burst, state_counts, wait_all, wait_until
 
 from shared.enqueue import enqueue, enqueue_many
 from shared.migrate import migrate
@@ -131,12 +131,7 @@ def test_two_supervisors_never_run_one_job_twice(dsn, tmp_path):
     ids = enqueue_many("e2e_noop", [{"n": i} for i in range(3000)], dsn=dsn)
     sups = [Supervisor(dsn, "--burst", "-n", "2", "--prefetch", "8", log_path=log)
             for _ in range(2)]
-    try:
-        for sup in sups:
-            assert sup.wait(90) == 0, sup.err
-    finally:
-        for sup in sups:
-            sup.stop()
+    wait_all(sups)
     runs = Counter(r["id"] for r in read_log(log))
     assert set(runs) == set(ids)
     assert max(runs.values()) == 1

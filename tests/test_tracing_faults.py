@@ -9,9 +9,7 @@ import signal
 
 import pytest
 from e2e import Supervisor, job_row, read_log, state_counts, wait_until
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tracing_support import memory_tracer
 
 import supervisor
 
@@ -20,12 +18,8 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def request_span():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("test-producer")
-    yield tracer
-    provider.shutdown()
+    with memory_tracer("test-producer") as (tracer, _exporter):
+        yield tracer
 
 
 def traced_supervisor(dsn, trace_file, *args: str) -> Supervisor:

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 from e2e import Supervisor, job_row, read_log
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tracing_support import memory_tracer
 
 import supervisor
 
@@ -23,11 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def producer_tracer():
     """A tracer of the test process (the producer), not installed globally."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider.get_tracer("test-producer"), exporter
-    provider.shutdown()
+    with memory_tracer("test-producer") as pair:
+        yield pair
 
 
 def burst(dsn: str, trace_file: Path, *args: str):

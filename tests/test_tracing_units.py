@@ -12,10 +12,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+from tracing_support import memory_tracer
 
 import supervisor
 from shared import tracing, wire
@@ -47,11 +45,8 @@ def in_span():
 
 @pytest.fixture
 def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider.get_tracer("test"), exporter
-    provider.shutdown()
+    with memory_tracer("test") as pair:
+        yield pair
 
 
 def stored(conn, ids) -> list:
