@@ -10,7 +10,7 @@ it each call borrows an autocommit connection from this process's small pool
 never shares its parent's sockets.
 
 The asyncio twins are ``shared.producers.aio.enqueue_async``/``enqueue_many_async``;
-``shared.producers.orm.enqueue_on_commit`` waits for a Django commit.
+``shared.producers.oncommit.enqueue_on_commit`` waits for a Django commit.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class BoundJob:
         """Enqueue once Django's current transaction on its default database commits (at
         once outside a transaction; never if it rolls back). Returns nothing: the id
         exists only after the commit."""
-        from shared.producers.orm import enqueue_on_commit
+        from shared.producers.oncommit import enqueue_on_commit
 
         enqueue_on_commit(self.handle.kind, args, **self._plain("enqueue_on_commit"))
 

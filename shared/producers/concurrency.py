@@ -1,10 +1,10 @@
 """Concurrency keys at enqueue: jobs sharing a key run at most their queue's per-key
-limit at once (``supervisor queues limit QUEUE --per-key-max-running K``). Checks, and
-the key column of COPY rows for ``enqueue_many``."""
+limit at once (``supervisor queues limit QUEUE --per-key-max-running K``). The checks
+at enqueue; ``shared.producers.copyrows`` writes the column for ``enqueue_many``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -33,21 +33,3 @@ def check_concurrency_keys(count: int, key: str | None,
     for one in keys:
         check_concurrency_key(one)
     return list(keys)
-
-
-def copy_key_fields(keys: list[str | None], copy_text: Callable[[str], bytes]) -> list[bytes]:
-    """The concurrency_key column of each COPY row, tab first (``\\N`` for none)."""
-    return [b"\t\\N" if key is None else b"\t" + copy_text(key) for key in keys]
-
-
-def keyed_chunks(ids: list[int], encoded: list[bytes], middle: bytes, tail: bytes,
-                 key_fields: list[bytes], chunk: int) -> Iterator[bytes]:
-    """COPY text rows whose last column is each job's concurrency key, ``chunk`` rows
-    per write (``shared.producers.plans`` builds the rest of the row)."""
-    for start in range(0, len(ids), chunk):
-        stop = start + chunk
-        yield b"".join([
-            b"%d%s%s%s%s\n" % (job_id, middle, args.replace(b"\\", b"\\\\"), tail, key)
-            for job_id, args, key in zip(ids[start:stop], encoded[start:stop],
-                                         key_fields[start:stop], strict=True)
-        ])

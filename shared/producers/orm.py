@@ -1,5 +1,6 @@
 """Django and SQLAlchemy: finding the psycopg connection inside an ORM's handle and
-joining its transaction, and Django's ``enqueue_on_commit``.
+joining its transaction (Django's ``enqueue_on_commit`` is in
+``shared.producers.oncommit``).
 
 Neither library is imported unless the caller uses it: an object can only be one of
 theirs if the caller has imported that library already, so we look the classes up in
@@ -13,29 +14,16 @@ theirs if the caller has imported that library already, so we look the classes u
   ``postgresql+psycopg`` driver. We begin the transaction when none is open, exactly as
   SQLAlchemy's autobegin does on a first ``execute``, so the caller's ``commit()`` or
   ``rollback()`` decides the job's fate.
-
-``enqueue_on_commit`` is for Django code whose job must not run unless a transaction
-commits but that cannot write the job inside it (the jobs live in another database, or
-Django's connection is not PostgreSQL on psycopg 3). When the job can join the
-transaction, prefer ``conn=django.db.connection`` inside ``transaction.atomic()``: the
-job then exists exactly when the transaction commits. With ``enqueue_on_commit`` there
-is a window: the transaction has committed and the enqueue, run by
-``transaction.on_commit``, may still fail (database away); Django then raises its error
-from the commit's exit, and the job is not stored.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 import psycopg
 
 from shared.db import UnusableConnection
-from shared.producers.plans import plan_one
-from shared.tracing import keep_current_context
 
 Found = tuple[psycopg.Connection, str]
 
@@ -150,30 +138,3 @@ def _wrong_driver(label: str, driver: str) -> str:
 def _class(module: str, name: str) -> type | None:
     loaded = sys.modules.get(module)
     return getattr(loaded, name, None) if loaded is not None else None
-
-
-_PLAN_OPTIONS = ("queue", "priority", "max_attempts", "timeout", "run_at", "delay",
-                 "unique_key", "concurrency_key")
-
-
-def enqueue_on_commit(
-    kind: str,
-    args: Mapping[str, Any] | None = None,
-    *,
-    using: str | None = None,
-    **options: Any,
-) -> None:
-    """Enqueue ``kind`` with ``args`` when the Django transaction on database ``using``
-    (default: ``"default"``) commits; at once when no transaction is open; never if it
-    rolls back. ``options`` as for ``shared.enqueue.enqueue`` (``conn``/``dsn`` choose
-    where the job is written). Bad input raises here, not after the commit."""
-    from django.db import transaction
-
-    from shared.enqueue import enqueue
-
-    unknown = set(options) - {*_PLAN_OPTIONS, "conn", "dsn"}
-    if unknown:
-        raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
-    plan_one(kind, args, **{k: v for k, v in options.items() if k in _PLAN_OPTIONS})
-    transaction.on_commit(keep_current_context(partial(enqueue, kind, args, **options)),
-                          using=using)

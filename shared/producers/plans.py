@@ -20,12 +20,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from shared import jobs
-from shared.producers.concurrency import (
-    check_concurrency_key,
-    check_concurrency_keys,
-    copy_key_fields,
-    keyed_chunks,
-)
+from shared.producers.concurrency import check_concurrency_key, check_concurrency_keys
+from shared.producers.copyrows import copy_job_rows
 from shared.tracing import current_trace_context
 from shared.validation import check_name
 
@@ -116,7 +112,6 @@ def _is_number(value: Any) -> bool:
 
 
 _UNIQUE_CONFLICT_ROUNDS = 20  # a key's live job would have to finish 20 times in a row
-_COPY_CHUNK = 2000  # rows per write: the server parses one chunk while we build the next
 
 
 class Execute(NamedTuple):
@@ -328,58 +323,10 @@ def _insert_many(encoded: list[bytes], keys: list[str | None] | None, common: di
     explicit_time = run_at is not None or delay > 0
     state = jobs.SCHEDULED if scheduled else jobs.AVAILABLE
     if keys is None:
-        yield Copy(*_copy_job_rows(ids, encoded, common, state, due if explicit_time else None))
+        yield Copy(*copy_job_rows(ids, encoded, common, state, due if explicit_time else None))
         return ids
     params = dict(common, state=state, run_at=due)
     return (yield from _insert_keyed(ids, encoded, keys, params, (run_at, delay)))
-
-
-def _copy_job_rows(ids: list[int], encoded: list[bytes], common: dict, state: str,
-                   due: str | None) -> tuple[str, Iterator[bytes]]:
-    """The COPY statement and its text-format buffer, built here: psycopg's per-row
-    ``write_row`` cost more than the server's whole insert. orjson output holds no raw
-    control characters, so a backslash is the only byte COPY text needs escaped in it."""
-    columns = "id, kind, queue, args, priority, max_attempts, timeout"
-    timeout = common["timeout"]
-    attempts = common["max_attempts"]
-    tail = b"\t%d\t%s\t%s" % (common["priority"],
-                               b"\\N" if attempts is None else b"%d" % attempts,
-                               b"\\N" if timeout is None else repr(float(timeout)).encode())
-    if due is not None:  # else state and run_at take their defaults: available, now()
-        columns += ", state, run_at"
-        tail += b"\t%s\t%s" % (_copy_text(state), _copy_text(due))
-    if common.get("batch_id") is not None:  # a member of a batch (shared.batches)
-        columns += ", batch_id"
-        tail += b"\t%d" % common["batch_id"]
-    if common.get("trace_context") is not None:  # enqueued under a span (shared.tracing)
-        columns += ", trace_context"
-        tail += b"\t%s" % _copy_text(common["trace_context"])
-    ckeys = common.get("concurrency_keys")
-    if ckeys is not None:  # the last column, one value per row
-        columns += ", concurrency_key"
-        return f"COPY supervisor.jobs ({columns}) FROM STDIN", keyed_chunks(
-            ids, encoded, b"\t%s\t%s\t" % (_copy_text(common["kind"]),
-                                           _copy_text(common["queue"])),
-            tail, copy_key_fields(ckeys, _copy_text), _COPY_CHUNK)
-    tail += b"\n"
-    middle = b"\t%s\t%s\t" % (_copy_text(common["kind"]), _copy_text(common["queue"]))
-
-    def chunks() -> Iterator[bytes]:
-        for start in range(0, len(ids), _COPY_CHUNK):
-            stop = start + _COPY_CHUNK
-            yield b"".join([
-                b"%d%s%s%s" % (job_id, middle, args.replace(b"\\", b"\\\\"), tail)
-                for job_id, args in zip(ids[start:stop], encoded[start:stop], strict=True)
-            ])
-
-    return f"COPY supervisor.jobs ({columns}) FROM STDIN", chunks()
-
-
-def _copy_text(value: str) -> bytes:
-    """One field in COPY text format."""
-    escaped = (value.replace("\\", "\\\\").replace("\n", "\\n")
-               .replace("\r", "\\r").replace("\t", "\\t"))
-    return escaped.encode()
 
 
 def _insert_keyed(ids: list[int], encoded: list[bytes], keys: list[str | None],

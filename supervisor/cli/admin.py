@@ -16,21 +16,13 @@ from typing import Any
 import psycopg
 
 from shared.jobs import STATES
+from supervisor.cli.admin_limits import all_limits
+from supervisor.cli.refusals import check_queue_name
 
 # A supervisor whose heartbeat is older than this is not counted as alive (maintenance
 # drops such rows from the registry after the same time).
 LIVE_AFTER_SECONDS = 60.0
 RATE_WINDOW_SECONDS = 60.0
-MAX_QUEUE_NAME = 255  # the CHECK on supervisor.jobs.queue
-
-
-class AdminError(Exception):
-    """A refusal to report as one line (unknown job, wrong state, unique key taken).
-    ``usage`` is True when the input itself is malformed rather than not applicable."""
-
-    def __init__(self, message: str, *, usage: bool = False) -> None:
-        super().__init__(message)
-        self.usage = usage
 
 
 _QUEUE_STATES = """
@@ -100,8 +92,6 @@ def queue_stats(conn: psycopg.Connection) -> list[dict[str, Any]]:
             item["oldest_available"] = max(oldest, 0.0)  # run_at may be a hair ahead
     for name, paused, _updated in conn.execute(_QUEUE_ROWS):
         entry(name)["paused"] = paused
-    from supervisor.cli.admin_limits import all_limits  # it builds on this module
-
     for name, limits in all_limits(conn).items():  # supervisor queues limit
         entry(name)["limits"] = limits
     return [queues[name] for name in sorted(queues)]
@@ -158,14 +148,6 @@ def _kinds(sup: dict[str, Any]) -> set[str] | None:
 def _public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
     return {k: sup[k] for k in ("id", "host", "pid", "started_at", "heartbeat_at", "queues",
                                 "children", "busy", "heartbeat_age", "uptime")}
-
-
-def check_queue_name(name: str) -> str:
-    """``name`` if it could name a queue (1 to 255 characters), else ``AdminError``."""
-    if not name or len(name) > MAX_QUEUE_NAME:
-        raise AdminError(f"a queue name has 1 to {MAX_QUEUE_NAME} characters; got {len(name)}",
-                         usage=True)
-    return name
 
 
 def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from psycopg import errors as pgerrors
 
 from shared.defaults import CANCEL_CHANNEL
 from shared.jobs import CANCELLED, DISCARDED, FAIL_CANCELLED, RETRYABLE, RUNNING, STATES
-from supervisor.cli.admin import AdminError
+from supervisor.cli.refusals import AdminError
 
 RETRY_STATES = (DISCARDED, CANCELLED, RETRYABLE)
 CANCEL_STATES = ("available", "scheduled", RETRYABLE, RUNNING)

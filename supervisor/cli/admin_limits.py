@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli.admin import AdminError, check_queue_name
+from supervisor.cli.refusals import AdminError, check_queue_name
 
 LIMIT_FIELDS = ("max_running", "max_rate", "burst", "per_key_max_running")
 _WHOLE = re.compile(r"[0-9]+")

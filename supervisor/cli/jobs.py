@@ -14,9 +14,9 @@ from shared.exitcodes import CLI_ERROR, CLI_USAGE
 from shared.jobs import FINISHED_STATES, RUNNING, STATES
 from shared.validation import printable
 from supervisor.cli import admin_jobs
-from supervisor.cli.admin import AdminError
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
 from supervisor.cli.format import json_text, one_line, since, table, to_json
+from supervisor.cli.refusals import AdminError
 
 
 @contextmanager

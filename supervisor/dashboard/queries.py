@@ -16,7 +16,7 @@ import psycopg
 
 from shared.jobs import STATES
 from supervisor.cli import admin, admin_jobs
-from supervisor.cli.admin import AdminError
+from supervisor.cli.refusals import AdminError, check_queue_name
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
@@ -107,7 +107,7 @@ def parse_filters(params: dict[str, str]) -> dict[str, Any]:
     state = admin_jobs.check_state(text("state"))
     queue = text("queue")
     if queue is not None:
-        admin.check_queue_name(queue)
+        check_queue_name(queue)
     search = text("q")
     if search is not None and len(search) > MAX_SEARCH:
         raise AdminError(f"q has at most {MAX_SEARCH} characters; got {len(search)}",
