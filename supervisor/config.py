@@ -28,8 +28,8 @@ from typing import Any
 
 from shared import defaults
 from shared.units import parse_duration, parse_number, parse_size, parse_whole
-from supervisor.engine.allotment import QueuePolicy, validate
 from supervisor.pool import PoolSettings
+from supervisor.queue_policy import QueuePolicy, validate
 
 
 class ConfigError(ValueError):

@@ -11,8 +11,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from supervisor.config import RunConfig
-from supervisor.engine.allotment import QueuePolicy
 from supervisor.engine.planner import Scheduler
+from supervisor.queue_policy import QueuePolicy
 
 
 class Clock:

@@ -267,7 +267,7 @@ def test_prefetch_depth_follows_run_times():
 
 
 def test_dispatch_metrics_count_rate_limited_plans_and_empty_claims():
-    from supervisor.engine.allotment import QueuePolicy
+    from supervisor.queue_policy import QueuePolicy
 
     policy = QueuePolicy(name="default", max_rate=1.0, burst=1)
     engine, db, store, pool, clock = make_engine(queue_policies={"default": policy})

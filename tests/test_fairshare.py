@@ -15,13 +15,12 @@ from fairsim import Clock, Simulation
 from supervisor.config import RunConfig
 from supervisor.engine.allotment import (
     Deficits,
-    QueuePolicy,
     apportion,
     pick_queue,
     shares,
-    validate,
 )
 from supervisor.engine.planner import CLAIM_HOLD, Scheduler
+from supervisor.queue_policy import QueuePolicy, validate
 
 EQUAL = {"a": 0.25, "b": 0.25, "c": 0.25, "d": 0.25, "e": 0.25}
 UNEQUAL = {"a": 0.1, "b": 0.5, "c": 0.3, "d": 0.2, "e": 1.0}

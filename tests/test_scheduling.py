@@ -5,8 +5,9 @@ from collections import Counter
 
 import pytest
 
-from supervisor.engine.allotment import QueuePolicy, allot, claim_allowance, pick_queue, validate
+from supervisor.engine.allotment import allot, claim_allowance, pick_queue
 from supervisor.engine.ratelimit import TokenBucket
+from supervisor.queue_policy import QueuePolicy, validate
 
 
 def test_bucket_starts_full_and_limits_to_rate():
