@@ -29,3 +29,11 @@ def lim_work(seconds: float = 0.0, key: str | None = None) -> None:
     if seconds:
         time.sleep(seconds)
     record("end", key)
+
+
+@job(queue="other")
+def lim_other(seconds: float = 0.0) -> None:
+    record("start", None)
+    if seconds:
+        time.sleep(seconds)
+    record("end", None)

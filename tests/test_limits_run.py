@@ -79,6 +79,21 @@ def test_max_running_holds_across_three_supervisors(dsn, tmp_path):
     assert len({r["pid"] for r in records}) > 3  # more than one supervisor's children
 
 
+def test_max_running_holds_in_a_supervisor_serving_several_queues(dsn, tmp_path):
+    # With more than one queue served, jobs go to children by fair share; the limited
+    # queue's starts must still stop at its slice.
+    log = tmp_path / "runs.log"
+    limit(dsn, "--max-running", "1")
+    # Short jobs: the auto depth then claims several per slot.
+    enqueue_many("lim_work", [{"seconds": 0.005}] * 200, queue="limited", dsn=dsn)
+    enqueue_many("lim_other", [{"seconds": 0.01}], queue="other", dsn=dsn)
+    burst_all(dsn, log, 1)
+    records = read_log(log)
+    assert len(records) == 402
+    by_queue = peak(records, key=lambda r: r["queue"])
+    assert by_queue["limited"] == 1, by_queue
+
+
 def test_max_rate_holds_across_three_supervisors(dsn, tmp_path):
     log = tmp_path / "runs.log"
     limit(dsn, "--max-rate", "10", "--burst", "3")
