@@ -179,17 +179,19 @@ def test_close_reads_a_last_answer_before_judging():
     assert rig.child.state == DEAD
 
 
-def test_close_reports_the_job_with_the_kill_s_kind_or_as_crashed():
+def test_close_reports_the_started_job_with_the_kill_s_kind_or_as_crashed():
     rig = busy()
+    rig.says(wire.Start(1))
     rig.child.kill(signal.SIGTERM, NOW, "timeout", "ran past its 2.0 s timeout")
     rig.os.eof.add(10)
     rig.child.close(NOW + 3, rig.outcomes, "child 42 killed by SIGTERM")
-    (failed,) = rig.outcomes
+    (_started, failed) = rig.outcomes
     assert (failed.kind, failed.message) == ("timeout", "ran past its 2.0 s timeout")
     other = busy()
+    other.says(wire.Start(1))
     other.os.eof.add(10)
     other.child.close(NOW, other.outcomes, "child 42 exited with code 3")
-    (failed,) = other.outcomes
+    (_started, failed) = other.outcomes
     assert (failed.kind, failed.message) == ("crashed", "child 42 exited with code 3")
 
 

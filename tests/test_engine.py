@@ -129,7 +129,8 @@ def test_after_an_outage_longer_than_the_lease_it_writes_renews_and_reconciles_f
     store.calls.clear()
     engine.tick(clock.now, pool)
     names = store.names()
-    assert names[:3] == ["complete", "renew", "reconcile"], names
+    # Job 2's START came in after the outage began: its start is written with the rest.
+    assert names[:4] == ["complete", "started", "renew", "reconcile"], names
     assert ("reconcile", [2]) in store.calls  # job 2 still runs here: it is kept
     assert "lead" not in names, "no rescue right after our own outage"
     clock.now += 31.0
@@ -234,7 +235,8 @@ def test_a_start_rides_on_the_next_claim_or_is_written_within_the_flush_interval
     store.add(n=3)
     engine.tick(clock.now, pool)
     db.claims.answer()
-    engine.tick(clock.now, pool)  # two jobs start
+    engine.tick(clock.now, pool)  # two jobs go to children, which say START
+    engine.tick(clock.now, pool)  # the starts are booked
     assert sorted(engine.outbox.pending.starts) == [1, 2]
     pool.finish(1)
     clock.now += 0.01
@@ -243,7 +245,8 @@ def test_a_start_rides_on_the_next_claim_or_is_written_within_the_flush_interval
     assert [c.id for c in params["completions"]] == [1]
     assert engine.outbox.pending.starts == {}
     db.claims.answer()
-    engine.tick(clock.now, pool)  # job 3 starts; nothing else is due
+    engine.tick(clock.now, pool)  # job 3 goes to a child
+    engine.tick(clock.now, pool)  # its start is booked; nothing else is due
     assert list(engine.outbox.pending.starts) == [3]
     clock.now += 0.05
     engine.tick(clock.now, pool)

@@ -146,37 +146,40 @@ class Engine:
         return self.claimer.in_flight is not None
 
     def dispatch(self, pool: Pool) -> None:
-        """Hand waiting jobs to idle children, the queue furthest below its share first."""
+        """Queue waiting jobs in children (idle ones first, then pipes with room), the
+        queue furthest below its share first; the child's START records each start."""
         ledger = self.ledger
-        if pool.idle_count() == 0:
-            return
+        planner = self.planner
         if len(self.queues) == 1:  # the common case needs no share arithmetic
             queue = self.queues[0]
-            while pool.idle_count() > 0 and (job := ledger.pop_waiting(queue)) is not None:
-                if not pool.dispatch(job):
+            depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
+            while (job := ledger.pop_waiting(queue)) is not None:
+                if not pool.dispatch(job, depth):
                     ledger.unpop_waiting(job)
-                    return
+                    break
                 ledger.started(job)
-                self.outbox.started(job, self.clock())
+            pool.push()
             return
         size = pool.size()
-        while pool.idle_count() > 0:
+        while pool.idle_count() > 0 or pool.held_count():
             waiting = ledger.waiting_counts()
-            queue = self.planner.next_queue(size, waiting, ledger.running) if waiting else None
+            queue = planner.next_queue(size, waiting, ledger.running) if waiting else None
             if queue is None:
-                return
+                break
             job = ledger.pop_waiting(queue)
-            if not pool.dispatch(job):
+            depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
+            if not pool.dispatch(job, depth):
                 ledger.unpop_waiting(job)
-                return
+                break
             ledger.started(job)
-            self.outbox.started(job, self.clock())
+        pool.push()
 
     # -- stopping -----------------------------------------------------------------------
     def drain(self, now: float) -> int:
         """Claim nothing more; claimed jobs that have not started go back now (their
         attempt not counted). Returns how many went back."""
         self.claimer.accepting = False
+        self.reporter.releasing = True
         waiting = self.ledger.take_waiting()
         self.outbox.released(waiting, now)
         self.flush(now)

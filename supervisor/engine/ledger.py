@@ -61,8 +61,13 @@ class Ledger:
 
     # -- running ------------------------------------------------------------------------
     def started(self, job: ClaimedJob) -> None:
-        """A child took the job."""
+        """A child took the job (into its pipe: running, or queued behind)."""
         self.running[job.queue] += 1
+
+    def returned(self, job: ClaimedJob) -> None:
+        """A child gave the job back unstarted; where it goes next is the caller's."""
+        if self.running[job.queue] > 0:
+            self.running[job.queue] -= 1
 
     def ended(self, job: ClaimedJob, outcome: str) -> None:
         """A child finished with the job; ``outcome`` is counted for the run's summary."""
