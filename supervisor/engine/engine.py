@@ -146,8 +146,10 @@ class Engine:
         return self.claimer.in_flight is not None
 
     def dispatch(self, pool: Pool) -> None:
-        """Queue waiting jobs in children (idle ones first, then pipes with room), the
-        queue furthest below its share first; the child's START records each start."""
+        """Queue waiting jobs in children's pipes; a child's START records each start.
+        Idle children go to the queue furthest below its share first; then each busy
+        child's pipe is topped up with jobs of the queue it runs, while that queue is
+        within its share (so a queue's children drain and move on when it is not)."""
         ledger = self.ledger
         planner = self.planner
         if len(self.queues) == 1:  # the common case needs no share arithmetic
@@ -157,21 +159,33 @@ class Engine:
                 if not pool.dispatch(job, depth):
                     ledger.unpop_waiting(job)
                     break
-                ledger.started(job)
+                ledger.sent(job)
             pool.push()
             return
         size = pool.size()
-        while pool.idle_count() > 0 or pool.held_count():
+        while pool.idle_count() > 0:
             waiting = ledger.waiting_counts()
             queue = planner.next_queue(size, waiting, ledger.running) if waiting else None
             if queue is None:
                 break
             job = ledger.pop_waiting(queue)
-            depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
-            if not pool.dispatch(job, depth):
+            if not pool.dispatch(job, planner.depth.pipeline(queue,
+                                                             planner.policies[queue].prefetch)):
                 ledger.unpop_waiting(job)
                 break
-            ledger.started(job)
+            ledger.sent(job)
+        waiting = ledger.waiting_counts()
+        if waiting:
+            targets = planner.targets(size, waiting)
+            for queue in waiting:
+                depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
+                if depth < 2 or ledger.running[queue] > targets.get(queue, 0):
+                    continue
+                while (job := ledger.pop_waiting(queue)) is not None:
+                    if not pool.dispatch(job, depth, own_queue=True):
+                        ledger.unpop_waiting(job)
+                        break
+                    ledger.sent(job)
         pool.push()
 
     # -- stopping -----------------------------------------------------------------------

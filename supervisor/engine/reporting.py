@@ -41,6 +41,7 @@ class OutcomeReporter:
         for outcome in outcomes:
             kind = type(outcome)
             if kind is JobStarted:
+                self.ledger.started(outcome.job)
                 self.outbox.started(outcome.job, now)
             elif kind is JobDone:
                 self.ledger.ended(outcome.job, "completed")

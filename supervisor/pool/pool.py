@@ -136,16 +136,18 @@ class Pool(PoolQueries, PoolLife):
 
     # -- jobs ------------------------------------------------------------------
 
-    def dispatch(self, job: jobs.ClaimedJob, depth: int = 1) -> bool:
-        """Queue ``job`` in a child: an idle one if any, else the least loaded child
-        holding fewer than ``depth`` jobs (its queue's pipeline depth; 1: only an idle
-        child). Its timeout (``job.timeout``, already resolved; None or 0: none) and
+    def dispatch(self, job: jobs.ClaimedJob, depth: int = 1, *,
+                 own_queue: bool = False) -> bool:
+        """Queue ``job`` in a child: an idle one if any (never with ``own_queue``),
+        else the least loaded child holding fewer than ``depth`` jobs (its queue's
+        pipeline depth; 1: only an idle child) and, with ``own_queue``, running a job
+        of the same queue. Its timeout (``job.timeout``, already resolved; None or 0: none) and
         heartbeat deadline are armed when it reaches the head of that child's queue
         and again at its START. False if no child has room. Args too large for a RUN
         frame fail the job at once (kind ``args``). Frames for busy children go out
         at ``push``."""
         now = self._clock()
-        if self._idle:
+        if self._idle and not own_queue:
             child = self._idle[0]
             if not child.run(job, now, depth):
                 self._outcomes.append(child.too_large(job))
@@ -155,7 +157,7 @@ class Pool(PoolQueries, PoolLife):
             if self._due is None or due < self._due:
                 self._due = due
         else:
-            child = self._roomiest(depth)
+            child = self._roomiest(depth, job.queue if own_queue else None)
             if child is None:
                 return False
             if not child.run(job, now, depth):
@@ -165,12 +167,12 @@ class Pool(PoolQueries, PoolLife):
         self._in_flight[job.id] = child
         return True
 
-    def _roomiest(self, depth: int) -> ChildProcess | None:
+    def _roomiest(self, depth: int, queue: str | None) -> ChildProcess | None:
         best = None
         most = 0
         for child in self._children.values():
             room = child.room(depth)
-            if room > most:
+            if room > most and (queue is None or child.jobs[0].queue == queue):
                 best, most = child, room
         return best
 

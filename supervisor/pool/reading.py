@@ -137,11 +137,15 @@ class ChildReading:
             job_id, result = _unpack_done(frame)
             if job_id != job.id:
                 return self._stray(job_id)
+            if not self.started:  # an answer says it ran, START or not
+                outcomes.append(JobStarted(job))
             outcomes.append(JobDone(job, result, duration))
         else:
             answer = _decode_failed(frame)
             if answer.job != job.id:
                 return self._stray(answer.job)
+            if not self.started:
+                outcomes.append(JobStarted(job))
             kind = answer.kind
             outcomes.append(JobFailed(job, kind, answer.message, answer.traceback,
                                       answer.retry_delay, kind in TERMINAL_FAILURES,
