@@ -238,6 +238,9 @@ class FakePool:
     def push(self) -> None:
         pass
 
+    def take_back(self, queue: str) -> list[ClaimedJob]:
+        return []  # its children hold nothing queued
+
     def running(self) -> list[ClaimedJob]:
         return list(self.jobs.values())
 

@@ -205,3 +205,14 @@ def test_a_recycled_child_hands_its_queue_to_its_replacement(make_driver, work):
     d.pool.push()
     d.until(lambda: len(d.events("recycled")) == 1 and d.pool.idle_count() == 1)
     assert work.ran() == [j.id for j in jobs] and of(d, JobReturned) == []
+
+
+def test_a_paused_queue_takes_back_what_children_hold_queued(make_driver, work):
+    d = make_driver(size=1)
+    held, queued = queue_behind_a_held_job(d, work, behind=3)
+    taken = d.pool.take_back("default")
+    assert [j.id for j in taken] == [j.id for j in queued]  # not the running one
+    assert d.pool.held_count() == 1
+    work.release.touch()
+    d.until(lambda: d.pool.idle_count() == 1)
+    assert work.ran() == [held.id] and of(d, JobReturned) == []

@@ -102,7 +102,7 @@ class Engine:
         self.planner.wake(db.take_notified())
         if db.take_scheduled():
             self._poll_soon(now)
-        self._paused(db.take_paused(), now)
+        self._paused(db.take_paused(), now, pool)
         self._cancelled(db.take_cancelled(), pool)
         self.dispatch(pool)
         if db.up:
@@ -260,11 +260,16 @@ class Engine:
     def _poll_soon(self, now: float) -> None:
         self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))
 
-    def _paused(self, queues: set[str], now: float) -> None:
-        """Paused queues start nothing more here: what they hold unstarted goes back."""
+    def _paused(self, queues: set[str], now: float, pool: Pool | None = None) -> None:
+        """Paused queues start nothing more here: what they hold unstarted goes back,
+        in the ledger and queued in children's pipes."""
         for queue in queues & set(self.queues):
             self.planner.demand.discard(queue)
             waiting = self.ledger.take_waiting(queue)
+            if pool is not None:
+                for job in (taken := pool.take_back(queue)):
+                    self.ledger.returned(job)
+                waiting += taken
             if waiting:
                 log.info("queue %s paused: %d claimed jobs that had not started go back",
                          queue, len(waiting))

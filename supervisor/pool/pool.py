@@ -207,6 +207,24 @@ class Pool(PoolQueries, PoolLife):
             self._idle.append(child)
         return True
 
+    def take_back(self, queue: str) -> list[jobs.ClaimedJob]:
+        """Every job of ``queue`` queued in a child and not started, taken back (each
+        child is told to skip them): a paused queue starts nothing more."""
+        taken = []
+        now = self._clock()
+        for child in list(self._children.values()):
+            if child.state != BUSY:
+                continue
+            for job in [j for j in child.jobs if j.queue == queue]:
+                if child.skip(job.id, now) is not None:
+                    del self._in_flight[job.id]
+                    taken.append(job)
+            if not child.jobs:
+                child.state = IDLE
+                child.limit = proc.NO_LIMIT
+                self._idle.append(child)
+        return taken
+
     # -- events from the selector ----------------------------------------------
 
     def handle_event(self, key: selectors.SelectorKey, mask: int) -> None:
