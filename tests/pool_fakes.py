@@ -142,8 +142,8 @@ class Harness:
         self.auto_start = auto_start
         dispatch = self.pool.dispatch
 
-        def dispatch_and_start(job, depth: int = 1) -> bool:
-            taken = dispatch(job, depth)
+        def dispatch_and_start(job, depth: int = 1, **options) -> bool:
+            taken = dispatch(job, depth, **options)
             self.start_heads()
             return taken
 

@@ -121,3 +121,16 @@ def test_a_child_holds_no_more_than_its_job_limit():
     h, _pid = one_child(max_jobs_per_child=3, max_jobs_jitter=0.0)
     queued(h, 1, 2, 3, depth=8)
     assert not h.pool.dispatch(job(4), 8)
+
+
+def test_own_queue_tops_up_only_children_running_that_queue_never_an_idle_one():
+    h = Harness(auto_start=False, size=2)
+    h.pool.start()
+    h.ready()
+    a = ClaimedJob(1, "pool_noop", "images", 1, 5, 0, None, "{}")
+    assert h.pool.dispatch(a, 4)
+    b = ClaimedJob(2, "pool_noop", "mail", 1, 5, 0, None, "{}")
+    assert not h.pool.dispatch(b, 4, own_queue=True)  # the idle child is not for top-ups
+    c = ClaimedJob(3, "pool_noop", "images", 1, 5, 0, None, "{}")
+    assert h.pool.dispatch(c, 4, own_queue=True)
+    assert h.pool._in_flight[3] is h.pool._in_flight[1] and h.pool.idle_count() == 1

@@ -172,7 +172,7 @@ class Pool(PoolQueries, PoolLife):
         most = 0
         for child in self._children.values():
             room = child.room(depth)
-            if room > most and (queue is None or child.jobs[0].queue == queue):
+            if room > most and (queue is None or (child.jobs and child.jobs[0].queue == queue)):
                 best, most = child, room
         return best
 
