@@ -103,18 +103,28 @@ def test_cancelling_the_only_queued_job_of_an_unstarted_head_frees_the_child():
 
 def test_a_start_that_crossed_stop_makes_the_child_busy_until_that_job_ends():
     h, pid = one_child(kill_grace=3.0)
-    queued(h, 1, 2)
-    h.says(pid, wire.Start(1).encode())
-    h.pool.stop()  # STOP behind job 2's RUN
-    h.says(pid, wire.Done(1, b"null").encode())
-    assert h.child(pid).state == "stopping"
-    h.says(pid, wire.Start(2).encode())  # it took job 2 before it read STOP
+    queued(h, 1)  # sent to an idle child; its START is on the way
+    h.pool.stop()
     child = h.child(pid)
+    assert child.state == "stopping" and child.exit_deadline is not None
+    h.says(pid, wire.Start(1).encode())  # it took job 1 before it read STOP
     assert child.state == "busy" and child.exit_deadline is None
     h.advance(4.0)
     assert h.signals_to(pid) == []  # no SIGKILL for the job it runs
-    h.says(pid, wire.Done(2, b"null").encode())
+    h.says(pid, wire.Done(1, b"null").encode())
     assert child.state == "stopping" and [f.type for f in h.sent(pid)].count(wire.STOP) == 1
+
+
+def test_retiring_a_busy_child_gives_back_what_is_queued_behind_its_job_at_once():
+    h, pid = one_child()
+    queued(h, 1, 2, 3)
+    h.says(pid, wire.Start(1).encode())
+    h.take()
+    h.pool.stop()
+    assert [f.type for f in h.sent(pid)][-3:] == [wire.SKIP, wire.SKIP, wire.STOP]
+    assert [(o.job.id, o.keep) for o in h.take() if isinstance(o, JobReturned)] == [
+        (2, True), (3, True)]
+    assert h.pool.held_count() == 1
 
 
 def test_a_child_holds_no_more_than_its_job_limit():

@@ -280,10 +280,14 @@ class Pool(PoolQueries, PoolLife):
                        signal.SIGKILL)
 
     def _retire(self, child: ChildProcess, now: float, why: str) -> None:
-        """No more jobs for a busy child: STOP now, so it starts none of its queued
-        ones; once it runs nothing it is stopping (its queued jobs come back when it
-        exits)."""
+        """No more jobs for a busy child: the jobs queued behind its head come back now
+        (SKIP, then STOP: the child reads both before it could start them), and once it
+        runs nothing it is stopping (a head it had not started comes back at exit)."""
         child.retire_after_job = True
+        for job in list(child.jobs)[1:]:
+            if child.skip(job.id, now) is not None:
+                del self._in_flight[job.id]
+                self._outcomes.append(JobReturned(job, f"never started ({why})", True))
         child.tell_stop()
         if not child.started:
             self._stop(child, now, why, told=False)
