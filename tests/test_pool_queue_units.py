@@ -144,3 +144,20 @@ def test_own_queue_tops_up_only_children_running_that_queue_never_an_idle_one():
     c = ClaimedJob(3, "pool_noop", "images", 1, 5, 0, None, "{}")
     assert h.pool.dispatch(c, 4, own_queue=True)
     assert h.pool._in_flight[3] is h.pool._in_flight[1] and h.pool.idle_count() == 1
+
+
+def test_args_too_large_count_as_started_and_failed_so_no_job_is_left_in_a_pipe():
+    from supervisor.engine.ledger import Ledger
+    from supervisor.pool import JobFailed
+
+    h, _pid = one_child(max_frame_bytes=200)
+    big = ClaimedJob(1, "pool_noop", "default", 1, 5, 0, None, '{"a": "' + "x" * 300 + '"}')
+    ledger = Ledger()
+    assert h.pool.dispatch(big, 4)
+    ledger.sent(big)
+    for outcome in h.take():
+        if isinstance(outcome, JobStarted):
+            ledger.started(outcome.job)
+        elif isinstance(outcome, JobFailed):
+            ledger.ended(outcome.job, "failed")
+    assert ledger.idle() and ledger.outstanding() == {}

@@ -28,7 +28,14 @@ from supervisor.pool import guards
 from supervisor.pool import process as proc
 from supervisor.pool.life import PoolLife
 from supervisor.pool.oscalls import OsCalls, monotonic
-from supervisor.pool.outcomes import ChildEvent, JobDone, JobFailed, JobReturned, PoolHalted
+from supervisor.pool.outcomes import (
+    ChildEvent,
+    JobDone,
+    JobFailed,
+    JobReturned,
+    JobStarted,
+    PoolHalted,
+)
 from supervisor.pool.process import BOOTING, BUSY, IDLE, ChildProcess
 from supervisor.pool.queries import PoolQueries
 from supervisor.pool.settings import PoolSettings
@@ -150,7 +157,7 @@ class Pool(PoolQueries, PoolLife):
         if self._idle and not own_queue:
             child = self._idle[0]
             if not child.run(job, now, depth):
-                self._outcomes.append(child.too_large(job))
+                self._too_large(child, job)
                 return True
             self._idle.popleft()
             due = child.deadline()  # the sooner of its timeout and its first heartbeat
@@ -161,11 +168,16 @@ class Pool(PoolQueries, PoolLife):
             if child is None:
                 return False
             if not child.run(job, now, depth):
-                self._outcomes.append(child.too_large(job))
+                self._too_large(child, job)
                 return True
             self._pushing.add(child)
         self._in_flight[job.id] = child
         return True
+
+    def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
+        # It fails at once, as if it had started: every job sent is started or returned.
+        self._outcomes.append(JobStarted(job))
+        self._outcomes.append(child.too_large(job))
 
     def _roomiest(self, depth: int, queue: str | None) -> ChildProcess | None:
         best = None
