@@ -146,13 +146,11 @@ class Pool(PoolQueries, PoolLife):
     def dispatch(self, job: jobs.ClaimedJob, depth: int = 1, *,
                  own_queue: bool = False) -> bool:
         """Queue ``job`` in a child: an idle one if any (never with ``own_queue``),
-        else the least loaded child holding fewer than ``depth`` jobs (its queue's
-        pipeline depth; 1: only an idle child) and, with ``own_queue``, running a job
-        of the same queue. Its timeout (``job.timeout``, already resolved; None or 0: none) and
-        heartbeat deadline are armed when it reaches the head of that child's queue
-        and again at its START. False if no child has room. Args too large for a RUN
-        frame fail the job at once (kind ``args``). Frames for busy children go out
-        at ``push``."""
+        else the least loaded child holding fewer than ``depth`` (1: only an idle
+        child) and, with ``own_queue``, running a job of that queue. Its deadlines are
+        armed at the head of that child's queue and again at its START. False if no
+        child has room; args too large for a RUN frame fail at once (kind ``args``).
+        Frames for busy children go out at ``push``."""
         now = self._clock()
         if self._idle and not own_queue:
             child = self._idle[0]
@@ -213,11 +211,14 @@ class Pool(PoolQueries, PoolLife):
             return True
         del self._in_flight[job_id]
         self._outcomes.append(JobReturned(job, "cancelled before it started", False))
+        self._idle_if_empty(child)
+        return True
+
+    def _idle_if_empty(self, child: ChildProcess) -> None:
         if not child.jobs:
             child.state = IDLE
             child.limit = proc.NO_LIMIT
             self._idle.append(child)
-        return True
 
     def take_back(self, queue: str) -> list[jobs.ClaimedJob]:
         """Every job of ``queue`` queued in a child and not started, taken back (each
@@ -231,10 +232,7 @@ class Pool(PoolQueries, PoolLife):
                 if child.skip(job.id, now) is not None:
                     del self._in_flight[job.id]
                     taken.append(job)
-            if not child.jobs:
-                child.state = IDLE
-                child.limit = proc.NO_LIMIT
-                self._idle.append(child)
+            self._idle_if_empty(child)
         return taken
 
     # -- events from the selector ----------------------------------------------
