@@ -29,7 +29,7 @@ from shared import defaults
 VERSION = 1
 
 # Message types (their bodies: the classes of the same name in ``shared.wire``).
-# Parent to child: RUN, STOP. Child to parent: the rest.
+# Parent to child: RUN, STOP, SKIP. Child to parent: the rest.
 READY = 1
 RUN = 2
 HEARTBEAT = 3
@@ -37,6 +37,8 @@ DONE = 4
 FAILED = 5
 STOP = 6
 BOOT_ERROR = 7
+START = 8  # the child takes the next job of its queue: from now on it is running
+SKIP = 9  # a job queued in the child must not run (cancelled, or its lease was lost)
 
 TYPE_NAMES = {
     READY: "READY",
@@ -46,6 +48,8 @@ TYPE_NAMES = {
     FAILED: "FAILED",
     STOP: "STOP",
     BOOT_ERROR: "BOOT_ERROR",
+    START: "START",
+    SKIP: "SKIP",
 }
 
 # Header flags.

@@ -1,7 +1,9 @@
 """The messages the parent and its children exchange: one small class per frame type.
 
-Parent to child: ``Run`` (one job) and ``Stop``. Child to parent: ``Ready``,
-``Heartbeat``, ``Done``, ``Failed`` and ``BootError``. Each class has ``encode()``, which
+Parent to child: ``Run`` (one job; the parent writes several RUN frames at once to keep
+a child's queue stocked), ``Skip`` (a queued job must not run) and ``Stop``. Child to
+parent: ``Ready``, ``Start`` (the child takes the next job of its queue), ``Heartbeat``,
+``Done``, ``Failed`` and ``BootError``. Each class has ``encode()``, which
 returns a whole frame, and ``decode(frame)``, which raises ``ProtocolError`` for a body
 that does not fit the type. The framing itself (header, size cap, readers, writers) is
 ``shared.frames``; its names are re-exported here, so ``shared.wire`` is the one door.
@@ -38,6 +40,8 @@ from shared.frames import (
     HEARTBEAT,
     READY,
     RUN,
+    SKIP,
+    START,
     STOP,
     TYPE_NAMES,
     VERSION,
@@ -53,9 +57,10 @@ from shared.frames import (
 
 __all__ = [
     "BOOT_ERROR", "DEFAULT_MAX_BODY", "DONE", "FAILED", "FLAG_LAST", "HEADER",
-    "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "STOP", "TYPE_NAMES", "VERSION",
-    "BlockingReader", "BootError", "Done", "Failed", "Frame", "FrameReader",
-    "FrameWriter", "Heartbeat", "Message", "ProtocolError", "Ready", "Run", "Stop",
+    "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "SKIP", "START", "STOP", "TYPE_NAMES",
+    "VERSION", "BlockingReader", "BootError", "Done", "Failed", "Frame", "FrameReader",
+    "FrameWriter", "Heartbeat", "Message", "ProtocolError", "Ready", "Run", "Skip",
+    "Start", "Stop",
     "decode", "encode", "encode_raw", "write_all",
 ]
 
@@ -282,9 +287,66 @@ class Failed:
             raise _missing(FAILED, exc) from None
 
 
+def _id_frame(mtype: int, job_id: int) -> bytes:
+    return _pack_header(VERSION, mtype, 0, _ID_SIZE) + _pack_id(job_id)
+
+
+def _id_of(frame: Frame) -> int:
+    if len(frame.body) != _ID_SIZE:
+        raise ProtocolError(f"{TYPE_NAMES[frame.type]} body is not a job id")
+    return _unpack_id(frame.body)[0]
+
+
+@dataclass(slots=True)
+class Start:
+    """The child takes ``job``, the next of its queue: its attempt counts from now, and
+    the parent arms the job's timeout and heartbeat deadline. The body is the job id
+    as 8 bytes (one per job on both sides' hot path)."""
+
+    TYPE: ClassVar[int] = START
+    job: int
+
+    def encode(self) -> bytes:
+        """This message as one frame."""
+        return _id_frame(START, self.job)
+
+    @staticmethod
+    def pack(job_id: int) -> bytes:
+        """A START frame for ``job_id`` (the child's per-job path)."""
+        return _id_frame(START, job_id)
+
+    @staticmethod
+    def unpack(frame: Frame) -> int:
+        """The job id of a START frame (the parent's per-job path)."""
+        return _id_of(frame)
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Start:
+        """The message a START frame carries."""
+        return cls(_id_of(frame))
+
+
+@dataclass(slots=True)
+class Skip:
+    """``job`` is queued in the child and must not run (cancelled, or its lease was
+    lost). A child that started it already runs it; the parent then kills it."""
+
+    TYPE: ClassVar[int] = SKIP
+    job: int
+
+    def encode(self) -> bytes:
+        """This message as one frame."""
+        return _id_frame(SKIP, self.job)
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Skip:
+        """The message a SKIP frame carries."""
+        return cls(_id_of(frame))
+
+
 @dataclass(slots=True)
 class Stop:
-    """Finish and exit (sent to an idle child, or after its job)."""
+    """Finish the running job, start no queued one, and exit."""
 
     TYPE: ClassVar[int] = STOP
 
@@ -320,10 +382,11 @@ class BootError:
         return cls(str(body.get("kind")), str(body.get("message")))
 
 
-Message = Ready | Run | Heartbeat | Done | Failed | Stop | BootError
+Message = Ready | Run | Start | Skip | Heartbeat | Done | Failed | Stop | BootError
 
 _CLASSES: dict[int, Any] = {cls.TYPE: cls for cls in
-                            (Ready, Run, Heartbeat, Done, Failed, Stop, BootError)}
+                            (Ready, Run, Start, Skip, Heartbeat, Done, Failed, Stop,
+                             BootError)}
 
 
 def decode(frame: Frame) -> Message:

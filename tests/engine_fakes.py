@@ -16,7 +16,7 @@ from supervisor.config import RunConfig
 from supervisor.db import Database
 from supervisor.engine import Engine
 from supervisor.observe.metrics import SupervisorMetrics
-from supervisor.pool import JobDone, JobFailed
+from supervisor.pool import JobDone, JobFailed, JobStarted
 
 
 class Clock:
@@ -230,12 +230,22 @@ class FakePool:
     def busy_count(self) -> int:
         return len(self.jobs)
 
-    def dispatch(self, job: ClaimedJob) -> bool:
+    def held_count(self) -> int:
+        return len(self.jobs)
+
+    def dispatch(self, job: ClaimedJob, depth: int = 1) -> bool:
         if self.idle == 0:
             return False
         self.idle -= 1
         self.jobs[job.id] = job
+        self.outcomes.append(JobStarted(job))  # an idle child says START at once
         return True
+
+    def push(self) -> None:
+        pass
+
+    def take_back(self, queue: str) -> list[ClaimedJob]:
+        return []  # its children hold nothing queued
 
     def running(self) -> list[ClaimedJob]:
         return list(self.jobs.values())

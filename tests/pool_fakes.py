@@ -124,7 +124,11 @@ def signalled(sig: int) -> int:
 
 
 class Harness:
-    def __init__(self, **overrides) -> None:
+    """A pool over fakes. Its children behave like real ones about START: a child
+    that gets a job while idle, or answers with more queued, starts the next at once
+    (``auto_start=False`` leaves every START to the test)."""
+
+    def __init__(self, auto_start: bool = True, **overrides) -> None:
         defaults = dict(size=2, boot_timeout=10.0, heartbeat_interval=1.0,
                         heartbeat_timeout=5.0, kill_grace=3.0)
         defaults.update(overrides)
@@ -135,6 +139,23 @@ class Harness:
         self.pool = Pool(self.settings, self.sel, oscalls=self.os, clock=self.clock,
                          rng=random.Random(7))
         self.outcomes: list = []
+        self.auto_start = auto_start
+        dispatch = self.pool.dispatch
+
+        def dispatch_and_start(job, depth: int = 1, **options) -> bool:
+            taken = dispatch(job, depth, **options)
+            self.start_heads()
+            return taken
+
+        self.pool.dispatch = dispatch_and_start
+
+    def start_heads(self) -> None:
+        """Every busy child whose head job has not started says START for it."""
+        if not self.auto_start:
+            return
+        for pid, child in list(self.pool._children.items()):
+            if child.jobs and not child.started and child.state == "busy":
+                self.says(pid, wire.Start(child.jobs[0].id).encode())
 
     # playing a child
     def child(self, pid: int):
@@ -148,6 +169,7 @@ class Harness:
         self.os.inbox.setdefault(child.read_fd, bytearray()).extend(frame)
         if deliver:
             self.pool.handle_event(self.sel.keys[child.read_fd], selectors.EVENT_READ)
+            self.start_heads()
 
     def ready(self, *pids: int) -> None:
         for pid in pids or self.pids():

@@ -172,3 +172,29 @@ def pool_bad_progress(catch: bool = True):
     except TypeError as exc:
         return f"refused: {exc}"
     return "accepted"
+
+
+def _note(path: str, what: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{what}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@job(name="pool_note")
+def pool_note(path: str):
+    """Writes ``ran <id>`` to ``path``: proof that the job ran."""
+    _note(path, f"ran {current_job().id}")
+    return current_job().id
+
+
+@job(name="pool_hold")
+def pool_hold(path: str, release: str, timeout: float = 20.0):
+    """Writes ``ran <id>`` to ``path``, then runs until ``release`` exists: a test
+    holds a job running without sleeping itself."""
+    _note(path, f"ran {current_job().id}")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return "released"

@@ -12,7 +12,7 @@ from pool_fakes import FakeOs, FakeSelector
 
 from shared import wire
 from shared.jobs import ClaimedJob
-from supervisor.pool import JobDone, JobFailed, JobProgress, PoolSettings
+from supervisor.pool import JobDone, JobFailed, JobProgress, JobStarted, PoolSettings
 from supervisor.pool.process import (
     ANSWERED,
     BOOTING,
@@ -94,7 +94,8 @@ def test_done_reports_the_result_and_frees_the_job():
     rig = busy()
     seen = rig.says(wire.Done(1, b'{"x":1}'), now=NOW + 0.5)
     assert seen == GOT_DATA | ANSWERED
-    (done,) = rig.outcomes
+    (started, done) = rig.outcomes  # no START came: the answer implies it
+    assert isinstance(started, JobStarted) and started.job.id == 1
     assert isinstance(done, JobDone) and done.result_json == '{"x":1}'
     assert done.duration == pytest.approx(0.5)
     assert rig.child.job is None and rig.child.jobs_done == 1
@@ -104,7 +105,7 @@ def test_a_last_answer_says_so():
     rig = busy()
     assert rig.says(wire.Failed(1, "error", "boom", "tb", last=True)) == (
         GOT_DATA | ANSWERED | LAST)
-    (failed,) = rig.outcomes
+    (_started, failed) = rig.outcomes
     assert isinstance(failed, JobFailed) and (failed.kind, failed.traceback) == ("error", "tb")
 
 
@@ -173,23 +174,25 @@ def test_close_reads_a_last_answer_before_judging():
     rig.os.inbox.setdefault(10, bytearray()).extend(wire.Done(1, b"7").encode())
     rig.os.eof.add(10)
     rig.child.close(NOW + 1, rig.outcomes, "child 42 killed by SIGSEGV")
-    assert [type(o) for o in rig.outcomes] == [JobDone]
+    assert [type(o) for o in rig.outcomes] == [JobStarted, JobDone]  # the answer says so
     assert {10, 11} <= rig.os.closed and not rig.sel.keys
     assert rig.os.signals[-1] == (42, signal.SIGKILL)  # whatever the group left
     assert rig.child.state == DEAD
 
 
-def test_close_reports_the_job_with_the_kill_s_kind_or_as_crashed():
+def test_close_reports_the_started_job_with_the_kill_s_kind_or_as_crashed():
     rig = busy()
+    rig.says(wire.Start(1))
     rig.child.kill(signal.SIGTERM, NOW, "timeout", "ran past its 2.0 s timeout")
     rig.os.eof.add(10)
     rig.child.close(NOW + 3, rig.outcomes, "child 42 killed by SIGTERM")
-    (failed,) = rig.outcomes
+    (_started, failed) = rig.outcomes
     assert (failed.kind, failed.message) == ("timeout", "ran past its 2.0 s timeout")
     other = busy()
+    other.says(wire.Start(1))
     other.os.eof.add(10)
     other.child.close(NOW, other.outcomes, "child 42 exited with code 3")
-    (failed,) = other.outcomes
+    (_started, failed) = other.outcomes
     assert (failed.kind, failed.message) == ("crashed", "child 42 exited with code 3")
 
 

@@ -129,7 +129,8 @@ def test_after_an_outage_longer_than_the_lease_it_writes_renews_and_reconciles_f
     store.calls.clear()
     engine.tick(clock.now, pool)
     names = store.names()
-    assert names[:3] == ["complete", "renew", "reconcile"], names
+    # Job 2's START came in after the outage began: its start is written with the rest.
+    assert names[:4] == ["complete", "started", "renew", "reconcile"], names
     assert ("reconcile", [2]) in store.calls  # job 2 still runs here: it is kept
     assert "lead" not in names, "no rescue right after our own outage"
     clock.now += 31.0
@@ -234,7 +235,8 @@ def test_a_start_rides_on_the_next_claim_or_is_written_within_the_flush_interval
     store.add(n=3)
     engine.tick(clock.now, pool)
     db.claims.answer()
-    engine.tick(clock.now, pool)  # two jobs start
+    engine.tick(clock.now, pool)  # two jobs go to children, which say START
+    engine.tick(clock.now, pool)  # the starts are booked
     assert sorted(engine.outbox.pending.starts) == [1, 2]
     pool.finish(1)
     clock.now += 0.01
@@ -243,7 +245,8 @@ def test_a_start_rides_on_the_next_claim_or_is_written_within_the_flush_interval
     assert [c.id for c in params["completions"]] == [1]
     assert engine.outbox.pending.starts == {}
     db.claims.answer()
-    engine.tick(clock.now, pool)  # job 3 starts; nothing else is due
+    engine.tick(clock.now, pool)  # job 3 goes to a child
+    engine.tick(clock.now, pool)  # its start is booked; nothing else is due
     assert list(engine.outbox.pending.starts) == [3]
     clock.now += 0.05
     engine.tick(clock.now, pool)
@@ -251,7 +254,7 @@ def test_a_start_rides_on_the_next_claim_or_is_written_within_the_flush_interval
 
 
 def test_prefetch_depth_follows_run_times():
-    from supervisor.engine.depth import MAX_DEPTH, PrefetchDepth
+    from supervisor.engine.depth import MAX_DEPTH, MAX_PIPELINE, PrefetchDepth
 
     depth = PrefetchDepth()
     assert depth.depth("q", None) == 1  # nothing measured: one per child
@@ -261,9 +264,18 @@ def test_prefetch_depth_follows_run_times():
         depth.ran("q", 0.001)
         depth.ran("noop", 0.00002)
         depth.ran("long", 2.0)
-    assert depth.depth("q", None) in (9, 10)  # 2 x 4 ms of 1 ms jobs, plus the one in hand
+    # 2 x 4 ms of 1 ms jobs, the one in hand and a spare
+    assert depth.depth("q", None) in (10, 11)
     assert depth.depth("noop", None) == MAX_DEPTH
-    assert depth.depth("long", None) == 2
+    assert depth.depth("long", None) == 2  # the one in hand and the next: no spare
+    assert depth.pipeline("q", None) in (10, 11)  # all it holds for a child, in its pipe
+    assert depth.pipeline("noop", None) == MAX_PIPELINE
+    assert depth.pipeline("long", None) == 1 and depth.pipeline("q", 3) == 3
+    depth.claimed(0.040)  # one slow claim raises the depth at once ...
+    assert depth.depth("q", None) >= 80
+    for _ in range(100):
+        depth.claimed(0.004)  # ... and it comes down as claims are quick again
+    assert depth.depth("q", None) <= 12
 
 
 def test_dispatch_metrics_count_rate_limited_plans_and_empty_claims():

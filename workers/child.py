@@ -1,10 +1,10 @@
 """The child runtime: what a forked worker runs from fork to ``os._exit``.
 
 ``child_main`` boots the child (``workers.boot.prepare_child``), imports any modules it
-was told to, says READY and then serves RUN frames one at a time until STOP, end of
-file, or its recycle limit. It never returns: every way out is ``os._exit`` with a code
-from ``shared.exitcodes``, so no ``atexit`` hook, ``finally`` block or buffered output
-of the parent's stack runs twice.
+was told to, says READY and then runs the jobs its parent queues in its pipe, one after
+another, until STOP, end of file, or its recycle limit. It never returns: every way out
+is ``os._exit`` with a code from ``shared.exitcodes``, so no ``atexit`` hook, ``finally``
+block or buffered output of the parent's stack runs twice.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext, set_current
 from workers.heartbeat import Heartbeat
+from workers.inbox import JobInbox
 from workers.jobpipe import JobPipe
 from workers.outcomes import Discard, Retry, Snooze
 from workers.reaper import reap_leftovers
@@ -138,7 +139,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 class JobRunner:
-    """The child's serve loop: one RUN in, one DONE or FAILED out."""
+    """The child's serve loop: queued RUNs in, START then DONE or FAILED out for each."""
 
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
@@ -150,28 +151,48 @@ class JobRunner:
         self.output = output.install()
 
     def serve(self) -> int:
-        """Say READY, then answer jobs until told to stop. Returns the exit code."""
+        """Say READY, then run the jobs the parent queues, back to back, until told to
+        stop. Returns the exit code.
+
+        Each job is announced with START before its handler runs, in the same write
+        as the previous job's answer when the next job was already queued: the parent
+        arms the job's deadlines and records its start from that. Before each start
+        the pipe is read without blocking, so a STOP or SKIP behind the queued jobs is
+        seen first; told STOP, the child starts nothing more and its queued jobs go
+        back to the parent's pool unstarted."""
         config = self.config
         pipe = self.pipe
         pipe.guard_forks()
         self.heartbeat.start()
         self.heartbeat.write(wire.Ready(os.getpid(), config.worker_no).encode())
-        reader = wire.BlockingReader(pipe.read_fd, config.max_frame_bytes)
+        inbox = JobInbox(pipe.read_fd, config.max_frame_bytes)
         lock = self.heartbeat.lock
+        heartbeat = self.heartbeat
         write_fd = pipe.write_fd
         limited = config.max_jobs is not None or config.max_memory is not None
-        decode_run = wire.Run.decode
         run_job = tracing.traced(self.run_job)  # itself unless the otel extra is on
+        pack_start = wire.Start.pack
+        answer = b""  # the last job's answer, written with the next job's START
         while True:
             try:
-                frame = reader.next()
+                if answer:
+                    inbox.poll()
+                else:
+                    inbox.wait()
             except OSError:
                 return CHILD_PIPE_LOST
-            if frame is None or frame.type == wire.STOP:
-                return CHILD_OK
-            if frame.type != wire.RUN:
+            run = inbox.next_run()
+            if answer or run is not None:
+                data = answer + pack_start(run.id) if run is not None else answer
+                with lock:
+                    heartbeat.end()
+                    wire.write_all(write_fd, data)
+                answer = b""
+            if run is None:
+                if inbox.stopped or inbox.closed:
+                    return CHILD_OK
                 continue
-            answer = run_job(decode_run(frame))
+            result = run_job(run)
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
             reap_leftovers()  # nothing its handler started outlives the job
@@ -181,14 +202,13 @@ class JobRunner:
                 _say("the handler closed or replaced the pipe to the parent; "
                      "its job cannot be answered")
                 return CHILD_PIPE_LOST
-            last = not read_ok or (limited and self._should_recycle())
-            answer.last = last
-            data = answer.encode()
-            with lock:
-                self.heartbeat.end()
-                wire.write_all(write_fd, data)
-            if last:
+            if not read_ok or (limited and self._should_recycle()):
+                result.last = True
+                with lock:
+                    heartbeat.end()
+                    wire.write_all(write_fd, result.encode())
                 return CHILD_RECYCLE if read_ok else CHILD_PIPE_LOST
+            answer = result.encode()
 
     def _should_recycle(self) -> bool:
         config = self.config

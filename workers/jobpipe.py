@@ -56,6 +56,9 @@ class JobPipe:
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self.read_fd = read_fd = _move_high(read_fd)
         self.write_fd = write_fd = _move_high(write_fd)
+        # The child looks for STOP and SKIP before each queued job without blocking
+        # (workers.inbox); set before the flags are noted, so intact() expects it.
+        os.set_blocking(read_fd, False)
         self._read_flags = _flags(read_fd)
         self._write_flags = _flags(write_fd)
         self.detached = False  # True in a copy forked by a handler

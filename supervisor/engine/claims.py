@@ -54,8 +54,9 @@ class Claimer:
         runner = self.db.claims
         if self.in_flight is not None or not self.accepting or runner is None:
             return
+        # Jobs queued in children's pipes count as waiting: held, not started.
         plans = self.scheduler.plan_claims(now, pool_size, self.ledger.outstanding(),
-                                           self.ledger.waiting_counts(), eager)
+                                           self.ledger.unstarted_counts(), eager)
         if not plans:
             return
         plans.sort(key=lambda plan: self._last_turn.get(plan[0], -1))

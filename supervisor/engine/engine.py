@@ -104,7 +104,7 @@ class Engine:
         self.planner.wake(db.take_notified())
         if db.take_scheduled():
             self._poll_soon(now)
-        self._paused(db.take_paused(), now)
+        self._paused(db.take_paused(), now, pool)
         self._cancelled(db.take_cancelled(), pool)
         self.dispatch(pool)
         if db.up:
@@ -149,42 +149,65 @@ class Engine:
         return self.claimer.in_flight is not None
 
     def dispatch(self, pool: Pool) -> None:
-        """Hand waiting jobs to idle children, the queue furthest below its share first."""
+        """Queue waiting jobs in children's pipes; a child's START records each start.
+        Idle children go to the queue furthest below its share first; then each busy
+        child's pipe is topped up with jobs of the queue it runs, while that queue is
+        within its share (so a queue's children drain and move on when it is not)."""
         ledger = self.ledger
-        if pool.idle_count() == 0:
-            return
+        planner = self.planner
         if len(self.queues) == 1:  # the common case needs no share arithmetic
             queue = self.queues[0]
-            # A global max_running (supervisor queues limit) bounds the starts; None: no.
-            room = self.planner.start_room(queue, ledger.running)
-            while (pool.idle_count() > 0 and room != 0
-                   and (job := ledger.pop_waiting(queue)) is not None):
-                if not pool.dispatch(job):
+            depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
+            # A global max_running (supervisor queues limit) caps the children that run
+            # the queue here; past it, only the pipes of children already running it are
+            # topped up (a queued job runs after the one ahead of it, never beside it).
+            cap = planner.start_cap(queue)
+            room = None if cap is None else cap - pool.occupied()[queue]
+            while (job := ledger.pop_waiting(queue)) is not None:
+                idle = pool.idle_count()
+                if not pool.dispatch(job, depth, own_queue=room is not None and room <= 0):
                     ledger.unpop_waiting(job)
-                    return
-                ledger.started(job)
-                self.outbox.started(job, self.clock())
-                if room is not None:
+                    break
+                ledger.sent(job)
+                if room is not None and pool.idle_count() < idle:
                     room -= 1
+            pool.push()
             return
         size = pool.size()
         while pool.idle_count() > 0:
             waiting = ledger.waiting_counts()
-            queue = self.planner.next_queue(size, waiting, ledger.running) if waiting else None
+            # Under a global max_running the caps must count children given a job whose
+            # START has not come back; without one, started jobs are the fairer measure.
+            running = pool.occupied() if planner.limited() else ledger.running
+            queue = planner.next_queue(size, waiting, running) if waiting else None
             if queue is None:
-                return
+                break
             job = ledger.pop_waiting(queue)
-            if not pool.dispatch(job):
+            if not pool.dispatch(job, planner.depth.pipeline(queue,
+                                                             planner.policies[queue].prefetch)):
                 ledger.unpop_waiting(job)
-                return
-            ledger.started(job)
-            self.outbox.started(job, self.clock())
+                break
+            ledger.sent(job)
+        waiting = ledger.waiting_counts()
+        if waiting:
+            targets = planner.targets(size, waiting)
+            for queue in waiting:
+                depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
+                if depth < 2 or ledger.running[queue] > targets.get(queue, 0):
+                    continue
+                while (job := ledger.pop_waiting(queue)) is not None:
+                    if not pool.dispatch(job, depth, own_queue=True):
+                        ledger.unpop_waiting(job)
+                        break
+                    ledger.sent(job)
+        pool.push()
 
     # -- stopping -----------------------------------------------------------------------
     def drain(self, now: float) -> int:
         """Claim nothing more; claimed jobs that have not started go back now (their
         attempt not counted). Returns how many went back."""
         self.claimer.accepting = False
+        self.reporter.releasing = True
         waiting = self.ledger.take_waiting()
         self.outbox.released(waiting, now)
         self.flush(now)
@@ -258,11 +281,16 @@ class Engine:
     def _poll_soon(self, now: float) -> None:
         self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))
 
-    def _paused(self, queues: set[str], now: float) -> None:
-        """Paused queues start nothing more here: what they hold unstarted goes back."""
+    def _paused(self, queues: set[str], now: float, pool: Pool | None = None) -> None:
+        """Paused queues start nothing more here: what they hold unstarted goes back,
+        in the ledger and queued in children's pipes."""
         for queue in queues & set(self.queues):
             self.planner.demand.discard(queue)
             waiting = self.ledger.take_waiting(queue)
+            if pool is not None:
+                for job in (taken := pool.take_back(queue)):
+                    self.ledger.returned(job)
+                waiting += taken
             if waiting:
                 log.info("queue %s paused: %d claimed jobs that had not started go back",
                          queue, len(waiting))

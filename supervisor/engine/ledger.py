@@ -1,8 +1,9 @@
 """The ledger: every job this supervisor holds, from its claim until a child ends it.
 
 Jobs wait here between the claim and a free child (``waiting``, per queue, in the order
-they should start) and are counted while a child runs them (``running``). What happens
-to a job afterwards belongs to the outbox. Nothing here talks to the database or to
+they should start), are counted while queued in a child's pipe (``in_pipes``: sent, not
+started) and while a child runs them (``running``: its START came). What happens to a
+job afterwards belongs to the outbox. Nothing here talks to the database or to
 children; the engine moves jobs through it.
 """
 
@@ -18,7 +19,8 @@ class Ledger:
 
     def __init__(self) -> None:
         self.waiting: dict[str, deque[ClaimedJob]] = {}
-        self.running: Counter[str] = Counter()
+        self.running: Counter[str] = Counter()  # started in a child (one per busy child)
+        self.in_pipes: Counter[str] = Counter()  # sent to a child, not started yet
         self.finished: Counter[str] = Counter()  # outcomes this run: completed, failed, ...
 
     # -- claimed, waiting for a child -------------------------------------------------
@@ -60,9 +62,20 @@ class Ledger:
         return taken
 
     # -- running ------------------------------------------------------------------------
+    def sent(self, job: ClaimedJob) -> None:
+        """The job went into a child's pipe; it has not started."""
+        self.in_pipes[job.queue] += 1
+
     def started(self, job: ClaimedJob) -> None:
-        """A child took the job."""
+        """The child took the job from its pipe (its START)."""
+        if self.in_pipes[job.queue] > 0:
+            self.in_pipes[job.queue] -= 1
         self.running[job.queue] += 1
+
+    def returned(self, job: ClaimedJob) -> None:
+        """A child gave the job back unstarted; where it goes next is the caller's."""
+        if self.in_pipes[job.queue] > 0:
+            self.in_pipes[job.queue] -= 1
 
     def ended(self, job: ClaimedJob, outcome: str) -> None:
         """A child finished with the job; ``outcome`` is counted for the run's summary."""
@@ -71,12 +84,21 @@ class Ledger:
         self.finished[outcome] += 1
 
     def outstanding(self) -> dict[str, int]:
-        """Jobs held per queue (running or waiting): what capacity is measured against."""
-        held = Counter(self.running)
+        """Jobs held per queue (running, in a pipe or waiting): what capacity is
+        measured against."""
+        held = self.running + self.in_pipes
         for queue, d in self.waiting.items():
             held[queue] += len(d)
         return dict(held)
 
+    def unstarted_counts(self) -> dict[str, int]:
+        """Claimed jobs not started yet per queue: waiting here or queued in a pipe."""
+        counts = +self.in_pipes
+        for queue, d in self.waiting.items():
+            counts[queue] += len(d)
+        return {q: n for q, n in counts.items() if n}
+
     def idle(self) -> bool:
-        """Nothing waiting, nothing running."""
-        return not any(self.waiting.values()) and not +self.running
+        """Nothing waiting, nothing in a pipe, nothing running."""
+        return (not any(self.waiting.values()) and not +self.running
+                and not +self.in_pipes)

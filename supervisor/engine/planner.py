@@ -113,13 +113,16 @@ class Scheduler:
                     caps[queue] = min(caps[queue], cap)
         return caps
 
-    def start_room(self, queue: str, running: Mapping[str, int]) -> int | None:
-        """How many more jobs of ``queue`` may start now under its global max_running
-        (None: no such limit). ``running``: jobs running per queue here."""
+    def limited(self) -> bool:
+        """Whether any served queue has a global limit (``supervisor queues limit``)."""
+        return bool(self.limits.settings)
+
+    def start_cap(self, queue: str) -> int | None:
+        """How many children may run ``queue`` here now under its global max_running
+        (None: no such limit)."""
         if not self.limits.settings:
             return None
-        cap = self.limits.start_cap(queue, self.clock())
-        return None if cap is None else max(cap - running.get(queue, 0), 0)
+        return self.limits.start_cap(queue, self.clock())
 
     def per_key(self, queue: str) -> int | None:
         """``queue``'s global per-concurrency-key limit (None: none): its claims must

@@ -1,6 +1,8 @@
 """What the engine does with each outcome the pool reports: end it in the ledger, put
 its write in the outbox, log failures (one line each: job id, kind, attempt, reason,
-verdict) and count it in the metrics."""
+verdict) and count it in the metrics. A start goes to the outbox (the attempt counts
+from it); a job that came back from a child unstarted waits for another child, or goes
+back to the database once the supervisor drains, its attempt unspent."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.policy import retry_delay
 from supervisor.observe import SupervisorMetrics, job_fields
-from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress
+from supervisor.pool import ChildEvent, JobDone, JobFailed, JobProgress, JobReturned, JobStarted
 
 log = logging.getLogger("supervisor.jobs")
 
@@ -32,23 +34,44 @@ class OutcomeReporter:
         self.metrics = metrics
         self.depth = depth  # learns each queue's run time from what completes
         self._killed: set[int] = set()  # children counted at their kill, not again at exit
+        self.releasing = False  # draining: jobs that come back unstarted are released
 
     def record(self, outcomes: Iterable[object], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
         for outcome in outcomes:
-            if isinstance(outcome, JobDone):
+            kind = type(outcome)
+            if kind is JobStarted:
+                self.ledger.started(outcome.job)
+                self.outbox.started(outcome.job, now)
+            elif kind is JobDone:
                 self.ledger.ended(outcome.job, "completed")
                 self.outbox.completed(outcome.job, outcome.result_json, now)
                 self.metrics.job_done(outcome.job, outcome.duration)
                 self.depth.ran(outcome.job.queue, outcome.duration)
-            elif isinstance(outcome, JobFailed):
+            elif kind is JobFailed:
                 self._failed(outcome, now)
+            elif kind is JobReturned:
+                self._returned(outcome, now)
             elif isinstance(outcome, JobProgress):
                 self.outbox.progressed(outcome.job, outcome.progress)
             elif isinstance(outcome, ChildEvent):
                 log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
                           outcome.what, outcome.detail)
                 self._child_event(outcome)
+
+    def _returned(self, outcome: JobReturned, now: float) -> None:
+        """A job queued in a child never started there: another child runs it (first,
+        in its claimed order), or it goes back when draining; a job no longer ours
+        (cancelled, lease lost) is forgotten."""
+        job = outcome.job
+        self.ledger.returned(job)
+        if not outcome.keep:
+            return
+        log.debug("job %d %s came back unstarted (%s)", job.id, job.kind, outcome.why)
+        if self.releasing:
+            self.outbox.released([job], now)
+        else:
+            self.ledger.unpop_waiting(job)
 
     def _child_event(self, event: ChildEvent) -> None:
         """Count each child's end once: a killed child's later exit is the same end."""

@@ -2,13 +2,21 @@
 
 Door: ``Pool`` (policy: spawn, dispatch, kill, reap, recycle, crash loop), its settings
 and the records it reports through ``Pool.take_outcomes()``. Behind it, each child is a
-``ChildProcess`` (its pipes, frames, job and deadlines). Nothing here touches the
+``ChildProcess`` (its pipes, frames, queue of jobs and deadlines). Nothing here touches the
 database.
 """
 
-from supervisor.pool.outcomes import ChildEvent, JobDone, JobFailed, JobProgress, PoolHalted
+from supervisor.pool.outcomes import (
+    ChildEvent,
+    JobDone,
+    JobFailed,
+    JobProgress,
+    JobReturned,
+    JobStarted,
+    PoolHalted,
+)
 from supervisor.pool.pool import Pool
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "Pool", "PoolHalted",
-           "PoolSettings"]
+__all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "JobReturned", "JobStarted",
+           "Pool", "PoolHalted", "PoolSettings"]

@@ -14,6 +14,25 @@ from shared.jobs import ClaimedJob
 
 
 @dataclass(slots=True)
+class JobStarted:
+    """A child took the job from its queue (its START): the attempt counts from now."""
+
+    job: ClaimedJob
+
+
+@dataclass(slots=True)
+class JobReturned:
+    """A job queued in a child never started there: its child died, was recycled or
+    told to stop, or the job was skipped. Its attempt is unspent. ``keep``: it is
+    still ours to run (give it to another child, or release it when draining); False:
+    the row is no longer ours (cancelled, lease lost), forget it."""
+
+    job: ClaimedJob
+    why: str
+    keep: bool
+
+
+@dataclass(slots=True)
 class JobDone:
     """The handler returned. ``result_json`` is the result as JSON text, ready for the
     store; the parent never decodes it."""

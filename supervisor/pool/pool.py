@@ -5,16 +5,18 @@ writable fds (``handle_event``), SIGCHLD (``reap``) and the passage of time (``t
 ``next_deadline()``), hands it jobs (``dispatch``) and collects what happened
 (``take_outcomes``). It is only policy: which child gets a job, when one is stopped,
 killed, replaced or retired, when forking must stop. Each child's pipes, frames and
-deadlines are its ``ChildProcess``'s. One job is in flight per child, sent only to an
-idle one. Every OS call goes through ``OsCalls`` and time comes from an injected
-monotonic clock, so the policy is tested with fakes; nothing here touches the database.
+deadlines are its ``ChildProcess``'s. Each child holds a small queue of jobs in its
+pipe (``dispatch(job, depth)``: an idle child first, else the least loaded child with
+room), so it never waits for the parent between two jobs; jobs queued in a child that
+dies, is recycled or told to stop come back unstarted (``JobReturned``). Every OS call
+goes through ``OsCalls`` and time comes from an injected monotonic clock, so the policy
+is tested with fakes; nothing here touches the database.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import os
 import random
 import selectors
 import signal
@@ -22,20 +24,29 @@ from collections import deque
 from collections.abc import Callable
 
 from shared import jobs
-from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
 from supervisor.pool import guards
 from supervisor.pool import process as proc
+from supervisor.pool.life import PoolLife
 from supervisor.pool.oscalls import OsCalls, monotonic
-from supervisor.pool.outcomes import ChildEvent, PoolHalted
-from supervisor.pool.process import ACTIVE_STATES, BOOTING, BUSY, IDLE, ChildProcess
+from supervisor.pool.outcomes import (
+    ChildEvent,
+    JobDone,
+    JobFailed,
+    JobReturned,
+    JobStarted,
+    PoolHalted,
+)
+from supervisor.pool.process import BOOTING, BUSY, IDLE, ChildProcess
 from supervisor.pool.queries import PoolQueries
 from supervisor.pool.settings import PoolSettings
-from supervisor.pool.spawn import CrashLoop, RespawnBackoff, boot_failure_of_code, spawn_child
+from supervisor.pool.spawn import CrashLoop, RespawnBackoff
 from workers.child import child_main
 
+_ENDS = (JobDone, JobFailed)  # outcomes that end a job in flight
 
-class Pool(PoolQueries):
-    """N forked children running handlers, one job each at a time."""
+
+class Pool(PoolQueries, PoolLife):
+    """N forked children running handlers, each with a small queue of jobs."""
 
     def __init__(self, settings: PoolSettings, selector: selectors.BaseSelector, *,
                  oscalls: OsCalls | None = None, clock: Callable[[], float] | None = None,
@@ -52,6 +63,7 @@ class Pool(PoolQueries):
         self._by_fd: dict[int, ChildProcess] = {}
         self._idle: deque[ChildProcess] = deque()
         self._in_flight: dict[int, ChildProcess] = {}  # job id -> child, until answered
+        self._pushing: set[ChildProcess] = set()  # busy children with RUN frames to write
         self._outcomes: list = []
         self._crashes = CrashLoop(settings.crash_loop_limit, settings.crash_loop_window)
         self._respawn = RespawnBackoff()
@@ -80,40 +92,45 @@ class Pool(PoolQueries):
         self._maintain_size()
 
     def stop(self) -> None:
-        """Graceful: STOP to idle children now, to busy ones after their job; no
-        replacements from now on."""
+        """Graceful: STOP to every child now; a busy one finishes its running job and
+        starts none of its queued ones (they come back when it exits); no replacements
+        from now on."""
         self._stopping = True
         now = self._clock()
         for child in list(self._children.values()):
             if child.state in (IDLE, BOOTING):
                 self._stop(child, now, "pool stopping")
             elif child.state == BUSY:
-                child.retire_after_job = True
+                self._retire(child, now, "pool stopping")
 
     def kill_all(self) -> None:
         """SIGKILL every child's group; no replacements. Jobs still in flight are
-        reported as ``shutdown`` when their children are reaped."""
+        reported as ``shutdown`` (queued ones as returned) when their children are
+        reaped."""
         self._stopping = True
         now = self._clock()
         for child in list(self._children.values()):
             self._kill(child, now, jobs.FAIL_SHUTDOWN, "killed at shutdown", signal.SIGKILL)
 
     def interrupt_all(self, kind: str = jobs.FAIL_SHUTDOWN) -> None:
-        """Kill every busy child's group now; each job is reported as
-        ``JobFailed(kind)`` once its child is reaped (unless it answered first)."""
+        """Kill every busy child's group now; each running job is reported as
+        ``JobFailed(kind)`` once its child is reaped (unless it answered first), each
+        queued one as returned."""
         now = self._clock()
-        for child in list(self._in_flight.values()):
+        for child in {id(c): c for c in self._in_flight.values()}.values():
             self._kill(child, now, kind, f"interrupted ({kind}) while running",
                        signal.SIGKILL)
 
     def recycle_all(self) -> None:
         """Replace every child with a fresh fork: idle ones now, busy ones after their
-        job (SIGHUP)."""
+        running job (SIGHUP); what they hold queued goes to the new ones."""
         now = self._clock()
         for child in list(self._children.values()):
             if child.state == IDLE:
                 self._stop(child, now, "recycling all")
-            elif child.state in (BUSY, BOOTING):
+            elif child.state == BUSY:
+                self._retire(child, now, "recycling all")
+            elif child.state == BOOTING:
                 # Forked before the reload: it must not serve, even once booted.
                 child.retire_after_job = True
         self._maintain_size()
@@ -126,31 +143,97 @@ class Pool(PoolQueries):
 
     # -- jobs ------------------------------------------------------------------
 
-    def dispatch(self, job: jobs.ClaimedJob) -> bool:
-        """Send ``job`` to an idle child and arm its timeout (``job.timeout``, already
-        resolved; None or 0: none) and heartbeat deadline. False if no child is idle.
-        Args too large for a RUN frame fail the job at once (kind ``args``)."""
-        if not self._idle:
-            return False
-        child = self._idle[0]
-        if not child.run(job, self._clock()):
-            self._outcomes.append(child.too_large(job))
-            return True
-        self._idle.popleft()
+    def dispatch(self, job: jobs.ClaimedJob, depth: int = 1, *,
+                 own_queue: bool = False) -> bool:
+        """Queue ``job`` in a child: an idle one if any (never with ``own_queue``),
+        else the least loaded child holding fewer than ``depth`` (1: only an idle
+        child) and, with ``own_queue``, running a job of that queue. Its deadlines are
+        armed at the head of that child's queue and again at its START. False if no
+        child has room; args too large for a RUN frame fail at once (kind ``args``).
+        Frames for busy children go out at ``push``."""
+        now = self._clock()
+        if self._idle and not own_queue:
+            child = self._idle[0]
+            if not child.run(job, now, depth):
+                self._too_large(child, job)
+                return True
+            self._idle.popleft()
+            due = child.deadline()  # the sooner of its timeout and its first heartbeat
+            if self._due is None or due < self._due:
+                self._due = due
+        else:
+            child = self._roomiest(depth, job.queue if own_queue else None)
+            if child is None:
+                return False
+            if not child.run(job, now, depth):
+                self._too_large(child, job)
+                return True
+            self._pushing.add(child)
         self._in_flight[job.id] = child
-        due = child.deadline()  # the sooner of its timeout and its first heartbeat
-        if self._due is None or due < self._due:
-            self._due = due
         return True
 
+    def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
+        # It fails at once, as if it had started: every job sent is started or returned.
+        self._outcomes.append(JobStarted(job))
+        self._outcomes.append(child.too_large(job))
+
+    def _roomiest(self, depth: int, queue: str | None) -> ChildProcess | None:
+        best = None
+        most = 0
+        for child in self._children.values():
+            room = child.room(depth)
+            if room > most and (queue is None or (child.jobs and child.jobs[0].queue == queue)):
+                best, most = child, room
+        return best
+
+    def push(self) -> None:
+        """Write the jobs ``dispatch`` queued for busy children, one write per child."""
+        pushing = self._pushing
+        if pushing:
+            for child in pushing:
+                child.push()
+            pushing.clear()
+
     def cancel(self, job_id: int) -> bool:
-        """Kill the child running ``job_id`` (SIGTERM, grace, SIGKILL); the job is
-        reported as ``cancelled``. False if that job is not running here."""
+        """Stop ``job_id`` here: a running job's child is killed (SIGTERM, grace,
+        SIGKILL) and the job reported as ``cancelled``; a queued one is taken back and
+        never starts (reported as returned, not to be run). False if that job is not
+        held here."""
         child = self._in_flight.get(job_id)
-        if child is None or child.state != BUSY:
+        if child is None:
             return False
-        self._kill(child, self._clock(), jobs.FAIL_CANCELLED, "cancelled while running")
+        if child.state != BUSY:
+            return False
+        now = self._clock()
+        job = child.skip(job_id, now)
+        if job is None:  # it is the running one
+            self._kill(child, now, jobs.FAIL_CANCELLED, "cancelled while running")
+            return True
+        del self._in_flight[job_id]
+        self._outcomes.append(JobReturned(job, "cancelled before it started", False))
+        self._idle_if_empty(child)
         return True
+
+    def _idle_if_empty(self, child: ChildProcess) -> None:
+        if not child.jobs:
+            child.state = IDLE
+            child.limit = proc.NO_LIMIT
+            self._idle.append(child)
+
+    def take_back(self, queue: str) -> list[jobs.ClaimedJob]:
+        """Every job of ``queue`` queued in a child and not started, taken back (each
+        child is told to skip them): a paused queue starts nothing more."""
+        taken = []
+        now = self._clock()
+        for child in list(self._children.values()):
+            if child.state != BUSY:
+                continue
+            for job in [j for j in child.jobs if j.queue == queue]:
+                if child.skip(job.id, now) is not None:
+                    del self._in_flight[job.id]
+                    taken.append(job)
+            self._idle_if_empty(child)
+        return taken
 
     # -- events from the selector ----------------------------------------------
 
@@ -161,39 +244,63 @@ class Pool(PoolQueries):
             return
         if key.fd == child.read_fd:
             if mask & selectors.EVENT_READ:
-                job = child.job
+                outcomes = self._outcomes
+                mark = len(outcomes)
                 now = self._clock()
-                seen = child.read(now, self._outcomes)
+                seen = child.read(now, outcomes)
                 if seen & ~proc.GOT_DATA:  # more than bytes: something to decide
-                    self._after_read(child, seen, job, now)
+                    self._after_read(child, seen, outcomes, mark, now)
         elif mask & selectors.EVENT_WRITE:
             child.flush()
 
-    def _after_read(self, child: ChildProcess, seen: int, job: jobs.ClaimedJob | None,
+    def _after_read(self, child: ChildProcess, seen: int, outcomes: list, mark: int,
                     now: float) -> None:
         if seen & proc.ANSWERED:
-            del self._in_flight[job.id]
+            in_flight = self._in_flight
+            for outcome in outcomes[mark:]:
+                if type(outcome) in _ENDS:
+                    in_flight.pop(outcome.job.id, None)
             if child.state != BUSY:
-                pass  # being killed or already dead: the answer still counts
+                pass  # being killed or already dead: the answers still count
             elif seen & proc.LAST:
                 # The child exits right after this frame: never dispatch to it again.
                 self._stop(child, now, "recycling: its job or memory limit was reached",
                            told=False)
             elif child.retire_after_job or self._stopping:
-                self._stop(child, now, "retiring after its job")
+                self._retire(child, now, "retiring after its job")
             elif child.max_jobs is not None and child.jobs_done >= child.max_jobs:
-                self._stop(child, now, "job limit reached")
+                self._retire(child, now, "job limit reached")
             elif guards.peaked(self._os, self.settings, child):
-                self._stop(child, now, "recycling: its peak RSS passed the memory limit")
-            else:
+                self._retire(child, now, "recycling: its peak RSS passed the memory limit")
+            elif not child.jobs:
                 child.state = IDLE
                 self._idle.append(child)
+            else:
+                self._arm(child.deadline())
+        elif seen & proc.STARTED:
+            self._arm(child.deadline())
+        if seen & proc.STARTED_SKIPPED:
+            self._kill(child, now, None, "started a job it was told to skip",
+                       signal.SIGKILL)
         if seen & proc.READIED:
             self._on_ready(child, now)
         if seen & proc.BROKEN:
             self._kill(child, now, jobs.FAIL_CRASHED,
                        f"child {child.pid} broke the wire protocol: {child.broken}",
                        signal.SIGKILL)
+
+    def _retire(self, child: ChildProcess, now: float, why: str) -> None:
+        """No more jobs for a busy child: the jobs queued behind its head come back now
+        (SKIP, then STOP: the child reads both before it could start them), and once it
+        runs nothing it is stopping (a head it had not started comes back at exit)."""
+        child.retire_after_job = True
+        for job in list(child.jobs)[1:]:
+            if child.skip(job.id, now) is not None:
+                del self._in_flight[job.id]
+                self._outcomes.append(JobReturned(job, f"never started ({why})", True))
+        child.tell_stop()
+        if not child.started:
+            self._stop(child, now, why, told=False)
 
     def _on_ready(self, child: ChildProcess, now: float) -> None:
         self._crashes.ready()
@@ -213,6 +320,7 @@ class Pool(PoolQueries):
         """Enforce every deadline that has passed and fork replacements. Raises
         ``PoolHalted`` once, at the first tick after children crash-looped at boot;
         later ticks keep enforcing deadlines (kills still escalate) and fork nothing."""
+        self.push()
         due = self._due
         if due is not None:
             now = self._clock()
@@ -286,104 +394,6 @@ class Pool(PoolQueries):
         self._arm(child.exit_deadline)
         self._size_dirty = True
         self._event(child, "stopping", why)
-
-    # -- reaping ---------------------------------------------------------------
-
-    def reap(self) -> None:
-        """Collect every exited child (and any other process we inherited), report
-        their jobs, and fork replacements."""
-        while True:
-            pid, status = self._os.waitpid_any()
-            if pid <= 0:
-                break
-            child = self._children.pop(pid, None)
-            if child is None:
-                self._log.debug("reaped pid %d (not one of ours): %s", pid,
-                                describe_child_exit(status))
-                continue
-            self._on_exit(child, status)
-        if self._size_dirty:
-            self._maintain_size()
-
-    def _on_exit(self, child: ChildProcess, status: int) -> None:
-        now = self._clock()
-        self._size_dirty = True
-        if child.state == IDLE:
-            self._idle.remove(child)
-        job = child.job
-        how = f"child {child.pid} {describe_child_exit(status)}"
-        child.close(now, self._outcomes, how)
-        if job is not None:
-            self._in_flight.pop(job.id, None)
-        for fd in (child.read_fd, child.write_fd):
-            if self._by_fd.get(fd) is child:
-                del self._by_fd[fd]
-        if not child.ready and not child.expected_exit:
-            detail = f"{child.describe()} {describe_child_exit(status)}"
-            if child.boot_error:
-                detail += f": {child.boot_error}"
-            self._event(child, "boot_failed", detail)
-            self._log.error("%s died before it was ready", detail)
-            if not boot_failure_of_code(status, bool(child.boot_error), child.sigkilled):
-                self._respawn.died(now)  # not the code's fault: fork again, spaced out
-                self._arm(self._respawn.due)
-            elif self._crashes.failed(now, detail) and not self._halted:
-                self._halted = self._crashes.message()
-                self._log.critical("%s; no more children will be forked", self._halted)
-        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHILD_RECYCLE:
-            self._event(child, "recycled", how)
-        else:
-            self._event(child, "exited", how)
-
-    # -- size ------------------------------------------------------------------
-
-    def _maintain_size(self) -> None:
-        self._size_dirty = False
-        if not self._started or self._stopping or self._halted:
-            return
-        active = [c for c in self._children.values() if c.state in ACTIVE_STATES]
-        missing = self._target - len(active)
-        if missing > 0 and self._respawn.waiting(self._clock()):
-            self._size_dirty = True  # tick forks them once the backoff is over
-            self._arm(self._respawn.due)
-            missing = 0
-        for _ in range(missing):
-            if not self._spawn():
-                self._size_dirty = True  # try again at the next tick
-                break
-        staying = [c for c in active if not c.retire_after_job]
-        excess = len(staying) - self._target
-        if excess > 0:
-            self._shrink(staying, excess)
-
-    def _shrink(self, staying: list[ChildProcess], excess: int) -> None:
-        now = self._clock()
-        order = {IDLE: 0, BOOTING: 1, BUSY: 2}
-        for child in sorted(staying, key=lambda c: order[c.state])[:excess]:
-            if child.state == BUSY:
-                child.retire_after_job = True
-            else:
-                self._stop(child, now, "pool shrinking")
-
-    def _spawn(self) -> bool:
-        taken = {c.worker_no for c in self._children.values() if c.state in ACTIVE_STATES}
-        worker_no = 1
-        while worker_no in taken:
-            worker_no += 1
-        max_jobs = self.settings.draw_max_jobs(self._rng)
-        try:
-            child = spawn_child(self._os, self.settings, self._sel, self, self._log,
-                                worker_no=worker_no, max_jobs=max_jobs,
-                                parent_pid=self._parent_pid, now=self._clock(),
-                                entry=self._entry)
-        except OSError as exc:
-            self._log.error("could not fork worker %d: %s", worker_no, exc)
-            return False
-        self._children[child.pid] = child
-        self._by_fd[child.read_fd] = self._by_fd[child.write_fd] = child
-        self._arm(child.boot_deadline)
-        self._event(child, "spawned", f"max_jobs={max_jobs}")
-        return True
 
     def _event(self, child: ChildProcess, what: str, detail: str) -> None:
         self._outcomes.append(ChildEvent(child.pid, child.worker_no, what, detail))

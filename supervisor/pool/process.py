@@ -1,12 +1,16 @@
-"""One forked child as the parent sees it: its pipes, its frames, its job and deadlines.
+"""One forked child as the parent sees it: its pipes, its frames, its queue of jobs and
+their deadlines.
 
 A ``ChildProcess`` owns the parent's ends of one child's pipes (registered with the
 parent's selector, with the pool as the key's data), the ``FrameReader`` and
-``FrameWriter`` on them, the job in flight and every deadline that job and the child's
-life carry. It sends (``run``, ``stop``), signals (``kill``), reads and reports
-(``read`` returns what the frames meant; outcomes for the job go into the list it is
-given), and winds itself up once reaped (``close``). It decides nothing: which child
-gets a job, when one is stopped or killed and what replaces it is ``Pool``'s policy.
+``FrameWriter`` on them, the jobs it was sent and has not answered (``jobs``, in the
+order the child runs them: the head runs once its START came, the rest are queued and
+unstarted) and every deadline the head job and the child's life carry. It sends
+(``run``, ``skip``, ``stop``), signals (``kill``), reads and reports (``read`` returns
+what the frames meant; outcomes go into the list it is given), and winds itself up once
+reaped (``close``: the running job fails, the queued ones come back unstarted). It
+decides nothing: which child gets a job, when one is stopped or killed and what
+replaces it is ``Pool``'s policy.
 """
 
 from __future__ import annotations
@@ -14,48 +18,42 @@ from __future__ import annotations
 import logging
 import selectors
 import signal
+from collections import deque
 from functools import partial
 
 from shared import wire
-from shared.jobs import FAIL_ARGS, FAIL_CRASHED, TERMINAL_FAILURES, ClaimedJob
+from shared.jobs import FAIL_ARGS, FAIL_CRASHED, ClaimedJob
 from supervisor.pool.oscalls import OsCalls
-from supervisor.pool.outcomes import JobDone, JobFailed, JobProgress
+from supervisor.pool.outcomes import JobFailed, JobReturned
+from supervisor.pool.reading import ChildReading
 from supervisor.pool.settings import PoolSettings
+from supervisor.pool.states import (  # noqa: F401 (the states are this module's names too)
+    ACTIVE_STATES,
+    ANSWERED,
+    BOOTING,
+    BROKEN,
+    BUSY,
+    CLOSED,
+    DEAD,
+    GOT_DATA,
+    IDLE,
+    KILLED,
+    LAST,
+    NO_LIMIT,
+    READIED,
+    STARTED,
+    STARTED_SKIPPED,
+    STOPPING,
+)
 
 EVENT_READ = selectors.EVENT_READ
 EVENT_WRITE = selectors.EVENT_WRITE
-READ_CHUNK = 1 << 16
 
-# Child states, as the parent sees them.
-BOOTING = "booting"  # forked, READY not seen yet
-IDLE = "idle"  # ready for a job
-BUSY = "busy"  # one job in flight
-STOPPING = "stopping"  # told STOP, or its last answer said so: expected to exit
-KILLED = "killed"  # signalled by the parent: waiting to reap it
-DEAD = "dead"  # reaped; the record is being wound up
-
-ACTIVE_STATES = frozenset({BOOTING, IDLE, BUSY})  # count toward the pool's size
-
-# What one ``read`` saw, as bits.
-GOT_DATA = 1  # bytes arrived: the pipe may hold more
-READIED = 2  # its first READY
-ANSWERED = 4  # the job in flight was answered (its outcome is in the list)
-LAST = 8  # ... and the child exits right after that answer
-BROKEN = 16  # a frame that cannot be trusted: ``broken`` says why; kill the child
-CLOSED = 32  # end of file: nothing more will come
-
-_DONE = wire.DONE
-_FAILED = wire.FAILED
-_HEARTBEAT = wire.HEARTBEAT
-_ANSWERS = (_DONE, _FAILED)
-_unpack_done = wire.Done.unpack
-_decode_failed = wire.Failed.decode
-_FLAG_LAST = wire.FLAG_LAST
 _pack_run = wire.Run.pack
 _STOP_FRAME = wire.Stop().encode()
 
 
-class ChildProcess:
+class ChildProcess(ChildReading):
     """One child from fork until it is reaped: pipes, frames, job and deadlines."""
 
     __slots__ = (
@@ -72,23 +70,29 @@ class ChildProcess:
         "broken",
         "exit_deadline",
         "expected_exit",
-        "job",
         "job_deadline",
         "job_started",
+        "jobs",
         "jobs_done",
         "kill_kind",
         "kill_message",
+        "limit",
         "max_jobs",
         "mem_deadline",
+        "outgoing",
         "pid",
         "read_fd",
         "read_open",
         "reader",
         "ready",
         "retire_after_job",
+        "sent",
         "sigkilled",
+        "skipping",
         "spawned_at",
+        "started",
         "state",
+        "stop_sent",
         "timeout",
         "worker_no",
         "write_fd",
@@ -110,7 +114,13 @@ class ChildProcess:
         self.writer = wire.FrameWriter()
         self.state = BOOTING
         self.ready = False
-        self.job: ClaimedJob | None = None
+        self.jobs: deque[ClaimedJob] = deque()  # sent, unanswered, in running order
+        self.started = False  # the head of ``jobs`` runs: its START came
+        self.skipping: set[int] = set()  # told SKIP: must never START
+        self.limit = NO_LIMIT  # jobs it may hold: the least depth of those it holds
+        self.sent = 0  # jobs ever sent (never more than its max_jobs)
+        self.outgoing: list[bytes] = []  # RUN frames for a busy child, sent by ``push``
+        self.stop_sent = False
         self.job_started = 0.0
         self.timeout: float | None = None
         self.job_deadline: float | None = None
@@ -140,6 +150,23 @@ class ChildProcess:
     def describe(self) -> str:
         """``worker 3 (pid 1234)``, for messages."""
         return f"worker {self.worker_no} (pid {self.pid})"
+
+    @property
+    def job(self) -> ClaimedJob | None:
+        """The head of its queue: the job it runs (or is about to start), or None."""
+        jobs = self.jobs
+        return jobs[0] if jobs else None
+
+    def room(self, depth: int) -> int:
+        """How many more jobs it may take whose queue holds ``depth`` per child: none
+        once told to stop, past its job limit, or holding a job that wants a child
+        to itself (``limit``)."""
+        if self.stop_sent or self.retire_after_job or self.state not in (IDLE, BUSY):
+            return 0
+        room = min(self.limit, depth) - len(self.jobs)
+        if self.max_jobs is not None:
+            room = min(room, self.max_jobs - self.sent)
+        return room
 
     def deadline(self) -> float | None:
         """The earliest moment the parent must look at this child again."""
@@ -172,25 +199,61 @@ class ChildProcess:
 
     # -- sending ---------------------------------------------------------------
 
-    def run(self, job: ClaimedJob, now: float) -> bool:
-        """Send ``job`` and arm its deadlines: its timeout (already resolved; None or
-        0: none) and the first heartbeat's. False, and nothing sent or changed, if its
-        RUN frame would be over the frame cap (the job's args are too large)."""
+    def run(self, job: ClaimedJob, now: float, depth: int = 1) -> bool:
+        """Queue ``job`` in the child (``depth``: how many its queue holds per child).
+        To an idle child the RUN frame goes at once and the job's deadlines are armed
+        (again at its START); behind other jobs it waits in ``outgoing`` for ``push``,
+        so one turn's jobs for a child travel in one write. False, and nothing sent or
+        changed, if its RUN frame would be over the frame cap."""
         data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
                          job.args_json, job.trace_context)
         if len(data) > self._max_frame:
             return False
+        jobs = self.jobs
+        jobs.append(job)
+        self.sent += 1
+        if len(jobs) == 1:
+            self.state = BUSY
+            self.limit = depth
+            self._arm_head(job, now)
+            self.send(data)
+        else:
+            if depth < self.limit:
+                self.limit = depth
+            self.outgoing.append(data)
+        return True
+
+    def push(self) -> None:
+        """Write the RUN frames ``run`` queued, in one write."""
+        if self.outgoing:
+            self.send(b"")
+
+    def _arm_head(self, job: ClaimedJob, now: float) -> None:
+        """The deadlines of the job at the head: its timeout (already resolved; None
+        or 0: none), its heartbeat (until its START comes, the start is awaited that
+        long), the memory sample."""
         timeout = job.timeout
-        self.state = BUSY
-        self.job = job
         self.job_started = now
         self.timeout = timeout
         self.job_deadline = now + timeout if timeout else None
         self.beat_deadline = now + self._settings.heartbeat_timeout
         if self._settings.max_memory_per_child:
             self.mem_deadline = now + self._settings.memory_sample_interval()
-        self.send(data)
-        return True
+
+    def skip(self, job_id: int, now: float) -> ClaimedJob | None:
+        """Take a queued, unstarted job back and tell the child to skip it. Returns
+        the job, or None if it is not queued here (unknown, or already running)."""
+        jobs = self.jobs
+        i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
+        if i is None or (i == 0 and self.started):
+            return None
+        job = jobs[i]
+        del jobs[i]
+        self.skipping.add(job_id)
+        self.send(wire.Skip(job_id).encode())
+        if i == 0 and jobs:
+            self._arm_head(jobs[0], now)
+        return job
 
     def too_large(self, job: ClaimedJob) -> JobFailed:
         """The failure of a job whose args cannot fit in a RUN frame."""
@@ -209,11 +272,22 @@ class ChildProcess:
         self.expected_exit = True
         self.exit_deadline = now + grace
         if told:
+            self.tell_stop()
+
+    def tell_stop(self) -> None:
+        """Send STOP once: the child finishes its running job and starts none of its
+        queued ones (they come back when it exits)."""
+        if not self.stop_sent:
+            self.stop_sent = True
             self.send(_STOP_FRAME)
 
     def send(self, data: bytes) -> None:
-        """Write ``data`` now if the pipe takes it, else queue it and ask the selector
-        for writability."""
+        """Write ``data`` (after any RUN frames ``run`` queued) now if the pipe takes
+        it, else queue it and ask the selector for writability."""
+        if self.outgoing:
+            self.outgoing.append(data)
+            data = b"".join(self.outgoing)
+            self.outgoing.clear()
         try:
             done = self.writer.send(data, self._write)
         except OSError:
@@ -277,105 +351,12 @@ class ChildProcess:
         self.sigkilled = True
         self.exit_deadline = None
 
-    # -- reading ---------------------------------------------------------------
-
-    def read(self, now: float, outcomes: list) -> int:
-        """One read from the child's pipe. Outcomes for its job go into ``outcomes``;
-        the return value says what else was seen (``GOT_DATA``, ``READIED``,
-        ``ANSWERED``, ``LAST``, ``BROKEN``, ``CLOSED`` bits; 0: nothing there)."""
-        try:
-            data = self._os.read(self.read_fd, READ_CHUNK)
-        except BlockingIOError:
-            return 0
-        except OSError:
-            data = b""
-        if not data:
-            self._close_read()
-            return CLOSED
-        try:
-            frames = self.reader.feed(data)
-        except wire.ProtocolError as exc:
-            return self._broke(exc)
-        seen = GOT_DATA
-        for frame in frames:
-            mtype = frame.type
-            try:
-                if mtype in _ANSWERS:
-                    seen |= self._on_answer(frame, now, outcomes)
-                elif mtype == _HEARTBEAT:
-                    self._on_heartbeat(frame, now, outcomes)
-                elif mtype == wire.READY:
-                    if not self.ready:
-                        self.ready = True
-                        self.boot_deadline = None
-                        seen |= READIED
-                elif mtype == wire.BOOT_ERROR:
-                    said = wire.BootError.decode(frame)
-                    self.boot_error = f"{said.kind} error: {said.message}"
-            except wire.ProtocolError as exc:
-                return seen | self._broke(exc)
-        return seen
-
-    def drain(self, now: float, outcomes: list) -> None:
-        """Read whatever is left in the pipe (an answer written just before death
-        still counts)."""
-        while self.read_open and self.read(now, outcomes) & GOT_DATA:
-            pass
-
-    def _on_answer(self, frame: wire.Frame, now: float, outcomes: list) -> int:
-        job = self.job
-        if job is None:
-            self._log.warning("%s answered with no job in flight", self.describe())
-            return 0
-        duration = now - self.job_started
-        if frame.type == _DONE:
-            job_id, result = _unpack_done(frame)
-            if job_id != job.id:
-                return self._stray(job_id)
-            outcomes.append(JobDone(job, result, duration))
-        else:
-            answer = _decode_failed(frame)
-            if answer.job != job.id:
-                return self._stray(answer.job)
-            kind = answer.kind
-            outcomes.append(JobFailed(job, kind, answer.message, answer.traceback,
-                                      answer.retry_delay, kind in TERMINAL_FAILURES,
-                                      duration))
-        self.job = None  # its deadlines are ignored from now on: deadline() is by state
-        if self.kill_kind is not None:
-            self.kill_kind = self.kill_message = None
-        self.jobs_done += 1
-        return ANSWERED | LAST if frame.flags & _FLAG_LAST else ANSWERED
-
-    def _stray(self, job_id: int) -> int:
-        # Not the job this child was given (a copy its handler forked, say): drop it.
-        self._log.warning("%s answered for job %d while running job %d: answer dropped",
-                          self.describe(), job_id, self.job.id)
-        return 0
-
-    def _on_heartbeat(self, frame: wire.Frame, now: float, outcomes: list) -> None:
-        job = self.job
-        if job is None:
-            return
-        beat = wire.Heartbeat.decode(frame)
-        if beat.job != job.id:
-            return  # not a sign of life of this job
-        self.beat_deadline = now + self._settings.heartbeat_timeout
-        if beat.progress is not None:
-            outcomes.append(JobProgress(job, beat.progress))
-
-    def _broke(self, exc: Exception) -> int:
-        self.broken = str(exc)
-        self._log.error("%s sent a bad frame: %s", self.describe(), exc)
-        self._close_read()
-        return BROKEN
-
     # -- winding up ------------------------------------------------------------
 
     def close(self, now: float, outcomes: list, how: str) -> None:
         """The child was reaped (``how``: its exit in words): read what it left in the
-        pipe, close both ends, kill whatever it left running in its group, and report
-        its job in flight, if any, as failed."""
+        pipe, close both ends, kill whatever it left running in its group, report its
+        running job, if any, as failed and its queued jobs as returned unstarted."""
         self.state = DEAD
         self.drain(now, outcomes)
         self._close_read()
@@ -385,12 +366,15 @@ class ChildProcess:
         self._os.close(self.write_fd)
         self.writer.clear()
         self._os.killpg(self.pid, signal.SIGKILL)
-        job = self.job
-        if job is not None:
-            self.job = None
-            outcomes.append(JobFailed(job, self.kill_kind or FAIL_CRASHED,
+        self.outgoing.clear()
+        jobs = self.jobs
+        if jobs and self.started:
+            outcomes.append(JobFailed(jobs.popleft(), self.kill_kind or FAIL_CRASHED,
                                       self.kill_message or how, None, None, False,
                                       now - self.job_started))
+        self.started = False
+        while jobs:
+            outcomes.append(JobReturned(jobs.popleft(), f"never started: {how}", True))
 
     def _close_read(self) -> None:
         if not self.read_open:

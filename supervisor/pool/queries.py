@@ -4,7 +4,7 @@ module holds only decisions."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 from shared import jobs
 from supervisor.pool.process import ChildProcess
@@ -39,12 +39,24 @@ class PoolQueries:
         return len(self._idle)
 
     def busy_count(self) -> int:
-        """Jobs in flight."""
+        """Children holding jobs (running one, with or without more queued)."""
+        return sum(1 for child in self._children.values() if child.jobs)
+
+    def occupied(self) -> Counter[str]:
+        """Children per queue whose pipe holds its jobs (a child runs one queue at a
+        time): how many run each queue here, counting those whose START is still on
+        its way back."""
+        return Counter(child.jobs[0].queue for child in self._children.values()
+                       if child.jobs)
+
+    def held_count(self) -> int:
+        """Jobs in children: running, or queued behind a running one."""
         return len(self._in_flight)
 
     def running(self) -> list[jobs.ClaimedJob]:
-        """The jobs in flight now (for lease renewal and drain)."""
-        return [child.job for child in self._in_flight.values() if child.job is not None]
+        """Every job held in a child now, running or queued (for lease renewal and
+        reconciliation: all of them are leased by this supervisor)."""
+        return [job for child in self._children.values() for job in child.jobs]
 
     def take_outcomes(self) -> list:
         """Every JobDone, JobFailed, JobProgress and ChildEvent since the last call."""

@@ -1,0 +1,58 @@
+"""Pipelined children under a real supervisor: jobs queued in a child's pipe behind a
+job that crashes it run elsewhere with their attempt unspent, and a drain releases what
+children hold queued without running it."""
+
+from __future__ import annotations
+
+import signal
+
+import psycopg
+import pytest
+from e2e import Supervisor, read_log, run_burst, wait_until
+
+from shared.enqueue import enqueue_many
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.mark.parametrize("extra", [(), ("--prefetch", "8")], ids=["auto", "prefetch-8"])
+def test_max_attempts_1_jobs_queued_behind_a_crashing_job_all_complete(dsn, tmp_path,
+                                                                       extra):
+    # The crasher comes after enough short jobs for the auto depth to queue jobs behind
+    # it in the child's pipe: they come back unstarted and another child runs them.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        before = enqueue_many("e2e_noop", [{}] * 60, conn=conn, max_attempts=1)
+        (crasher,) = enqueue_many("e2e_segv_once", [{}], conn=conn, max_attempts=1)
+        after = enqueue_many("e2e_noop", [{}] * 60, conn=conn, max_attempts=1)
+    log = tmp_path / "run.log"
+    run_burst(dsn, "-n", "1", *extra, log_path=log)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = dict(conn.execute("SELECT id, state FROM supervisor.jobs").fetchall())
+    assert rows.pop(crasher) == "discarded"
+    assert set(rows.values()) == {"completed"}, rows
+    runs = [r["id"] for r in read_log(log) if r["event"] == "run" and r["id"] != crasher]
+    assert sorted(runs) == sorted(before + after)  # each exactly once
+
+
+def test_sigterm_releases_jobs_queued_in_a_child_without_running_them(dsn, tmp_path):
+    release = tmp_path / "release"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (held,) = enqueue_many("e2e_wait_for", [{"path": str(release)}], conn=conn)
+        queued = enqueue_many("e2e_noop", [{}] * 10, conn=conn, max_attempts=1)
+    log = tmp_path / "run.log"
+    sup = Supervisor(dsn, "-n", "1", "--prefetch", "11", "--grace", "30", log_path=log)
+    try:
+        wait_until(lambda: any(r["event"] == "start" for r in read_log(log)),
+                   what="the held job to start")
+        sup.signal(signal.SIGTERM)
+        sup.wait_for_log("draining")
+        release.touch()
+        assert sup.wait(30) == 0
+    finally:
+        sup.stop()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = {r[0]: r[1:] for r in conn.execute(
+            "SELECT id, state, attempt FROM supervisor.jobs").fetchall()}
+    assert rows[held] == ("completed", 1)
+    assert {rows[i] for i in queued} == {("available", 0)}  # back, attempt unspent
+    assert [r["id"] for r in read_log(log) if r["event"] == "run"] == []
