@@ -6,7 +6,7 @@ are the real code), a claim connection the test answers by hand, and a pool.
 from __future__ import annotations
 
 import selectors
-from collections import deque
+from collections import Counter, deque
 
 import psycopg
 
@@ -233,8 +233,11 @@ class FakePool:
     def held_count(self) -> int:
         return len(self.jobs)
 
-    def dispatch(self, job: ClaimedJob, depth: int = 1) -> bool:
-        if self.idle == 0:
+    def occupied(self) -> Counter:
+        return Counter(job.queue for job in self.jobs.values())  # one job per child
+
+    def dispatch(self, job: ClaimedJob, depth: int = 1, *, own_queue: bool = False) -> bool:
+        if self.idle == 0 or own_queue:  # no pipes here: only idle children take jobs
             return False
         self.idle -= 1
         self.jobs[job.id] = job
