@@ -18,7 +18,7 @@ from shared.migrate import migrate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
-JOBS = 3000
+JOBS = 12000  # enough that work remains through every restart at pipelined speed
 RESTARTS = 4
 
 
