@@ -373,7 +373,7 @@ def measure(base_dsn: str, jobs: int, runs: int, *, venv_dir: Path | None = None
         results += [
             repeat(Result("ours", "`supervisor run -n 2 --burst --prefetch 64`"), runs,
                    lambda: ours_once(bench, 64)),
-            repeat(Result("ours", "`supervisor run -n 2 --burst` (prefetch 1, default)"),
+            repeat(Result("ours", "`supervisor run -n 2 --burst` (defaults: prefetch auto)"),
                    runs, lambda: ours_once(bench, None)),
         ]
     peers = [
