@@ -13,7 +13,7 @@ from tracing_support import memory_tracer
 
 import supervisor
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # real supervisors: CI lane
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from tracing_support import memory_tracer
 
 import supervisor
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # real supervisors: CI lane
 
 
 @pytest.fixture
