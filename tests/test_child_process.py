@@ -13,7 +13,8 @@ from pool_fakes import FakeOs, FakeSelector
 from shared import wire
 from shared.jobs import ClaimedJob
 from supervisor.pool import JobDone, JobFailed, JobProgress, JobStarted, PoolSettings
-from supervisor.pool.process import (
+from supervisor.pool.process import ChildProcess
+from supervisor.pool.states import (
     ANSWERED,
     BOOTING,
     BROKEN,
@@ -25,7 +26,6 @@ from supervisor.pool.process import (
     LAST,
     READIED,
     STOPPING,
-    ChildProcess,
 )
 
 pytestmark = pytest.mark.timeout(10)

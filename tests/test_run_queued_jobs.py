@@ -20,6 +20,22 @@ def started_in_db(dsn: str) -> int:
                             "NULL").fetchone()[0]
 
 
+
+def finish_elsewhere(dsn: str, log, ids: list[int]) -> dict[int, str]:
+    """Start a second supervisor, let it finish every job of ``ids`` (rescued after the
+    first one's leases run out), and return every job's state."""
+    second = Supervisor(dsn, "-n", "2", "--lease-ttl", "3", log_path=log)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            def finished():
+                return conn.execute(
+                    "SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s) AND state IN "
+                    "('completed', 'discarded')", (ids,)).fetchone()[0] == len(ids)
+            wait_until(finished, timeout=60, what="every job to finish")
+            return dict(conn.execute("SELECT id, state FROM supervisor.jobs").fetchall())
+    finally:
+        second.stop()
+
 def test_a_killed_supervisors_queued_jobs_are_rescued_with_their_attempts_unspent(
         dsn, tmp_path):
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -34,17 +50,7 @@ def test_a_killed_supervisors_queued_jobs_are_rescued_with_their_attempts_unspen
         wait_until(lambda: started_in_db(dsn) > 0, what="the first start to be written")
         first.signal(signal.SIGKILL)
         first.wait(10)
-        second = Supervisor(dsn, "-n", "2", "--lease-ttl", "3", log_path=log)
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                def finished():
-                    return conn.execute(
-                        "SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s) AND state IN "
-                        "('completed', 'discarded')", (ids,)).fetchone()[0] == len(ids)
-                wait_until(finished, timeout=60, what="every job to finish")
-                rows = dict(conn.execute("SELECT id, state FROM supervisor.jobs").fetchall())
-        finally:
-            second.stop()
+        rows = finish_elsewhere(dsn, log, ids)
     finally:
         first.stop()
     started = {r["id"] for r in read_log(log) if r["event"] == "start"}
@@ -72,17 +78,7 @@ def test_a_killed_supervisors_jobs_queued_in_its_children_are_rescued_unspent(ds
         with psycopg.connect(dsn, autocommit=True) as conn:
             held = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state = 'running'"
                                 ).fetchone()[0]
-        second = Supervisor(dsn, "-n", "2", "--lease-ttl", "3", log_path=log)
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                def finished():
-                    return conn.execute(
-                        "SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s) AND state IN "
-                        "('completed', 'discarded')", (ids,)).fetchone()[0] == len(ids)
-                wait_until(finished, timeout=60, what="every job to finish")
-                rows = dict(conn.execute("SELECT id, state FROM supervisor.jobs").fetchall())
-        finally:
-            second.stop()
+        rows = finish_elsewhere(dsn, log, ids)
     finally:
         first.stop()
     started = {r["id"] for r in read_log(log) if r["event"] == "start"}

@@ -12,8 +12,9 @@ import logging
 from collections.abc import Iterable
 
 from supervisor.pool.oscalls import OsCalls
-from supervisor.pool.process import BOOTING, BUSY, ChildProcess
+from supervisor.pool.process import ChildProcess
 from supervisor.pool.settings import PoolSettings
+from supervisor.pool.states import BOOTING, BUSY
 
 _MIB = 1 << 20
 

@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
 from supervisor.pool.oscalls import OsCalls
-from supervisor.pool.process import ACTIVE_STATES, BOOTING, BUSY, IDLE, ChildProcess
+from supervisor.pool.process import ChildProcess
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import CrashLoop, RespawnBackoff, boot_failure_of_code, spawn_child
+from supervisor.pool.states import ACTIVE_STATES, BOOTING, BUSY, IDLE
 
 
 class PoolLife:

@@ -24,8 +24,7 @@ from collections import deque
 from collections.abc import Callable
 
 from shared import jobs
-from supervisor.pool import guards
-from supervisor.pool import process as proc
+from supervisor.pool import guards, states
 from supervisor.pool.life import PoolLife
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
@@ -36,10 +35,11 @@ from supervisor.pool.outcomes import (
     JobStarted,
     PoolHalted,
 )
-from supervisor.pool.process import BOOTING, BUSY, IDLE, ChildProcess
+from supervisor.pool.process import ChildProcess
 from supervisor.pool.queries import PoolQueries
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import CrashLoop, RespawnBackoff
+from supervisor.pool.states import BOOTING, BUSY, IDLE
 from workers.child import child_main
 
 _ENDS = (JobDone, JobFailed)  # outcomes that end a job in flight
@@ -217,7 +217,7 @@ class Pool(PoolQueries, PoolLife):
     def _idle_if_empty(self, child: ChildProcess) -> None:
         if not child.jobs:
             child.state = IDLE
-            child.limit = proc.NO_LIMIT
+            child.limit = states.NO_LIMIT
             self._idle.append(child)
 
     def take_back(self, queue: str) -> list[jobs.ClaimedJob]:
@@ -248,21 +248,21 @@ class Pool(PoolQueries, PoolLife):
                 mark = len(outcomes)
                 now = self._clock()
                 seen = child.read(now, outcomes)
-                if seen & ~proc.GOT_DATA:  # more than bytes: something to decide
+                if seen & ~states.GOT_DATA:  # more than bytes: something to decide
                     self._after_read(child, seen, outcomes, mark, now)
         elif mask & selectors.EVENT_WRITE:
             child.flush()
 
     def _after_read(self, child: ChildProcess, seen: int, outcomes: list, mark: int,
                     now: float) -> None:
-        if seen & proc.ANSWERED:
+        if seen & states.ANSWERED:
             in_flight = self._in_flight
             for outcome in outcomes[mark:]:
                 if type(outcome) in _ENDS:
                     in_flight.pop(outcome.job.id, None)
             if child.state != BUSY:
                 pass  # being killed or already dead: the answers still count
-            elif seen & proc.LAST:
+            elif seen & states.LAST:
                 # The child exits right after this frame: never dispatch to it again.
                 self._stop(child, now, "recycling: its job or memory limit was reached",
                            told=False)
@@ -277,14 +277,14 @@ class Pool(PoolQueries, PoolLife):
                 self._idle.append(child)
             else:
                 self._arm(child.deadline())
-        elif seen & proc.STARTED:
+        elif seen & states.STARTED:
             self._arm(child.deadline())
-        if seen & proc.STARTED_SKIPPED:
+        if seen & states.STARTED_SKIPPED:
             self._kill(child, now, None, "started a job it was told to skip",
                        signal.SIGKILL)
-        if seen & proc.READIED:
+        if seen & states.READIED:
             self._on_ready(child, now)
-        if seen & proc.BROKEN:
+        if seen & states.BROKEN:
             self._kill(child, now, jobs.FAIL_CRASHED,
                        f"child {child.pid} broke the wire protocol: {child.broken}",
                        signal.SIGKILL)

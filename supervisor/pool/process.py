@@ -27,22 +27,13 @@ from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import JobFailed, JobReturned
 from supervisor.pool.reading import ChildReading
 from supervisor.pool.settings import PoolSettings
-from supervisor.pool.states import (  # noqa: F401 (the states are this module's names too)
-    ACTIVE_STATES,
-    ANSWERED,
+from supervisor.pool.states import (
     BOOTING,
-    BROKEN,
     BUSY,
-    CLOSED,
     DEAD,
-    GOT_DATA,
     IDLE,
     KILLED,
-    LAST,
     NO_LIMIT,
-    READIED,
-    STARTED,
-    STARTED_SKIPPED,
     STOPPING,
 )
 
