@@ -60,15 +60,21 @@ def wait(job_id: int, timeout: float | None = None, *, dsn: str | None = None) -
         conn.execute(_WATCH, (job_id,))
         wanted = f"j{job_id}"
         while True:
-            row = conn.execute(_STATE, (job_id,)).fetchone()
-            if row is None:
-                raise JobNotFound(f"no job {job_id}")
-            state, result, errors = row
+            state, result = job_outcome(job_id, conn.execute(_STATE, (job_id,)).fetchone())
             if state == "completed":
                 return result
-            if state in ("discarded", "cancelled"):
-                raise JobFailed(job_id, state, errors[-1] if errors else None)
             _await(conn, wanted, deadline, f"job {job_id} ({state})")
+
+
+def job_outcome(job_id: int, row: tuple | None) -> tuple[str, Any]:
+    """``(state, result)`` from a job's ``_STATE`` row; ``JobNotFound`` without a row,
+    ``JobFailed`` (with its last error) when it ended discarded or cancelled."""
+    if row is None:
+        raise JobNotFound(f"no job {job_id}")
+    state, result, errors = row
+    if state in ("discarded", "cancelled"):
+        raise JobFailed(job_id, state, errors[-1] if errors else None)
+    return state, result
 
 
 def wait_batch(batch_id: int, timeout: float | None = None, *,

@@ -19,9 +19,8 @@ from shared.waiting import (
     _WATCH,
     CHANNEL,
     FALLBACK_POLL,
-    JobFailed,
-    JobNotFound,
     _check,
+    job_outcome,
 )
 
 
@@ -40,13 +39,9 @@ async def wait_async(job_id: int, timeout: float | None = None, *,
         wanted = f"j{job_id}"
         while True:
             row = await (await conn.execute(_STATE, (job_id,))).fetchone()
-            if row is None:
-                raise JobNotFound(f"no job {job_id}")
-            state, result, errors = row
+            state, result = job_outcome(job_id, row)
             if state == "completed":
                 return result
-            if state in ("discarded", "cancelled"):
-                raise JobFailed(job_id, state, errors[-1] if errors else None)
             await _await(conn, wanted, deadline, f"job {job_id} ({state})")
 
 

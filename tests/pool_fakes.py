@@ -194,3 +194,12 @@ class Harness:
 
     def signals_to(self, pid: int) -> list[int]:
         return [sig for pgid, sig in self.os.signals if pgid == pid]
+
+
+def started(**overrides) -> Harness:
+    """A ``Harness`` whose pool is started, its children READY and the READYs read."""
+    h = Harness(**overrides)
+    h.pool.start()
+    h.ready()
+    h.take()
+    return h

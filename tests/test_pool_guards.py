@@ -8,7 +8,7 @@ import signal
 
 import pool_handlers  # noqa: F401  (registers the pool_* kinds the parent looks up)
 import pytest
-from pool_fakes import Harness, exited, signalled
+from pool_fakes import Harness, exited, signalled, started
 
 from shared import wire
 from shared.exitcodes import CHILD_BOOT_ERROR
@@ -21,14 +21,6 @@ MIB = 1 << 20
 
 def job(job_id: int = 1, timeout: float | None = None) -> ClaimedJob:
     return ClaimedJob(job_id, "pool_noop", "default", 1, 5, 0, timeout, "{}")
-
-
-def started(**overrides) -> Harness:
-    h = Harness(**overrides)
-    h.pool.start()
-    h.ready()
-    h.take()
-    return h
 
 
 def test_a_busy_child_over_the_memory_cap_is_killed_as_memory():

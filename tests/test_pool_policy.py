@@ -11,7 +11,7 @@ import signal
 
 import pool_handlers  # noqa: F401  (registers the pool_* kinds the parent looks up)
 import pytest
-from pool_fakes import Harness, exited, signalled
+from pool_fakes import Harness, exited, signalled, started
 
 from shared import wire
 from shared.exitcodes import CHILD_IMPORT_ERROR, CHILD_OK, CHILD_RECYCLE
@@ -23,14 +23,6 @@ pytestmark = pytest.mark.timeout(10)
 
 def job(job_id: int = 1, kind: str = "pool_noop", timeout: float | None = None) -> ClaimedJob:
     return ClaimedJob(job_id, kind, "default", 1, 5, 0, timeout, "{}")
-
-
-def started(**overrides) -> Harness:
-    h = Harness(**overrides)
-    h.pool.start()
-    h.ready()
-    h.take()
-    return h
 
 
 def busy_pid(h: Harness, job_id: int) -> int:
