@@ -296,3 +296,44 @@ def test_dispatch_metrics_count_rate_limited_plans_and_empty_claims():
     assert 'supervisor_claims_rate_limited_total{queue="default"} 1' in text
     assert 'supervisor_claims_empty_total{queue="default"} 1' in text
     assert 'supervisor_rate_tokens_refunded_total{queue="default"} 1' in text
+
+
+def test_a_job_that_ends_before_its_start_is_written_leaves_no_write_due():
+    # Its completion carries the start; a start time left behind made the loop spin
+    # (a zero wait every turn) until the next claim. Two children, one job: the claim
+    # came back short, so no claim follows and the completion is written on its own.
+    engine, db, store, pool, clock = make_engine(children=2)
+    store.add(n=1)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    engine.tick(clock.now, pool)  # the START is booked
+    assert list(engine.outbox.pending.starts) == [1]
+    pool.finish(1)
+    clock.now += 0.005
+    for _ in range(3):
+        engine.tick(clock.now, pool)
+        if db.claims.sent:
+            db.claims.answer()
+    clock.now += 0.1
+    engine.tick(clock.now, pool)
+    assert engine.outbox.count() == 0
+    assert engine.next_deadline(clock.now, pool) > clock.now
+
+
+def test_the_last_outcome_of_a_burst_is_written_at_once_and_the_burst_ends_then():
+    engine, db, store, pool, clock = make_engine(children=1, burst=True)
+    store.add(n=1)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    for _ in range(5):  # the job runs a while; the burst check finds it running
+        clock.now += 0.03
+        engine.tick(clock.now, pool)
+    pool.finish(1)
+    engine.tick(clock.now, pool)  # no time passes: nothing runs, so nothing waits
+    if db.claims.sent:
+        db.claims.answer()
+        engine.tick(clock.now, pool)
+    assert "complete" in store.names() or engine.outbox.count() == 0
+    assert engine.burst_finished

@@ -4,6 +4,7 @@ would be seconds late."""
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 
@@ -97,3 +98,35 @@ def test_burst_waits_for_work_due_within_its_horizon_and_names_what_is_left(dsn,
     assert [r["id"] for r in runs(log)] == [soon]
     last = [line for line in sup.err.splitlines() if "burst:" in line][-1]
     assert "1 jobs are due later than the 60 s horizon" in last, last
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_once_its_jobs_are_done_an_idle_supervisor_sleeps(dsn, tmp_path):
+    # One job for two children: the claim comes back short, so the completion is
+    # written on its own and no claim follows until the next poll (5 s). A write time
+    # left behind by the job's start once kept the parent spinning until then.
+    log = tmp_path / "run.log"
+    sup = Supervisor(dsn, "-n", "2", "--poll-interval", POLL, log_path=log)
+    try:
+        wait_until(lambda: beat_recorded(dsn), what="the first maintenance round")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            job_id = enqueue("e2e_noop", {}, conn=conn)
+        wait_until(lambda: job_state(dsn, job_id) == "completed", what="the job")
+        before = cpu_seconds(sup.proc.pid)
+        time.sleep(2.0)
+        used = cpu_seconds(sup.proc.pid) - before
+    finally:
+        sup.stop()
+    assert used < 0.5, f"the idle parent used {used:.2f} s of CPU in 2 s"
+
+
+def job_state(dsn: str, job_id: int) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                            (job_id,)).fetchone()[0]

@@ -113,7 +113,7 @@ class Engine:
         if self.claimer.accepting and db.up:
             self.claimer.claim(now, pool.size(), eager=self.outbox.due(now, in_flight))
             self.dispatch(pool)
-        if db.up and self.outbox.due(now, self.claim_in_flight):
+        if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0):
             self.outbox.flush(db, now)
         if self.outbox.retries_written:
             self.outbox.retries_written = 0
@@ -133,13 +133,13 @@ class Engine:
         fire_at = self.schedules.next_due() if self.schedules is not None else None
         if fire_at is not None:
             due.append(fire_at)
-        flush_at = self.outbox.next_flush_at(self.claim_in_flight)
+        flush_at = self.outbox.next_flush_at(self.claim_in_flight, pool.busy_count() == 0)
         if flush_at is not None:
             due.append(flush_at)
         token_at = self.planner.next_token_at(now)
         if token_at is not None:
             due.append(token_at)
-        if self.config.burst and self.claimer.accepting and pool.busy_count() == 0:
+        if self.config.burst and self.claimer.accepting and self._settled(pool):
             due.append(self.next_burst_check)
         return min(due)
 
@@ -335,13 +335,18 @@ class Engine:
             self.metrics.reconciled(len(returned))
         self.next_poll = now  # look at the queues again right away
 
+    def _settled(self, pool: Pool) -> bool:
+        """Nothing runs, nothing is held, written or claimed: only the database can
+        say whether work is left."""
+        return not (pool.busy_count() or not self.ledger.idle() or self.outbox.count()
+                    or not self.db.up or self.claim_in_flight)
+
     def _check_burst(self, now: float, pool: Pool) -> None:
-        if now < self.next_burst_check:
+        if now < self.next_burst_check or not self._settled(pool):
             return
+        # Only the database checks wait between tries: once the last job's outcome is
+        # written the check runs in the same turn.
         self.next_burst_check = now + BURST_CHECK_INTERVAL
-        if (pool.busy_count() or not self.ledger.idle() or self.outbox.count()
-                or not self.db.up or self.claim_in_flight):
-            return
         db = self.db
         promoted = db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
         horizon = self.config.burst_horizon

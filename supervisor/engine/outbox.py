@@ -84,7 +84,7 @@ class Outbox:
     def completed(self, job: ClaimedJob, result_json: str | None, now: float) -> None:
         """The handler returned: the job completes with its result."""
         self.pending.progress.pop(job.id, None)
-        self.pending.starts.pop(job.id, None)  # its completion says it ran
+        self._drop_start(job.id)  # its completion says it ran
         self.pending.completions.append(Completion(job.id, job.attempt, result_json))
         self._touch(now)
 
@@ -92,7 +92,7 @@ class Outbox:
                retry_delay: float | None, terminal: bool, now: float) -> None:
         """The attempt failed; a shutdown interruption goes back without counting."""
         self.pending.progress.pop(job.id, None)
-        self.pending.starts.pop(job.id, None)
+        self._drop_start(job.id)
         failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
                           clean_text(traceback), retry_delay,
                           terminal or kind in jobs.TERMINAL_FAILURES)
@@ -103,6 +103,14 @@ class Outbox:
         else:
             self.pending.failures.append(failure)
         self._touch(now)
+
+    def _drop_start(self, job_id: int) -> None:
+        """The job's outcome carries its start. With no start left to write, no start
+        write is due either (a stale due time would have the loop spin until a claim)."""
+        starts = self.pending.starts
+        starts.pop(job_id, None)
+        if not starts:
+            self.starts_since = None
 
     def released(self, claimed: list[ClaimedJob], now: float) -> None:
         """Claimed jobs that will not start here: available again, attempt uncounted."""
@@ -126,24 +134,27 @@ class Outbox:
         return self.pending.count()
 
     # -- timing -------------------------------------------------------------------------
-    def next_flush_at(self, claim_in_flight: bool) -> float | None:
+    def next_flush_at(self, claim_in_flight: bool, idle: bool = False) -> float | None:
         """When the pending outcomes must be written (None: nothing pending). While a
-        claim is in flight, completions alone may wait a little for it to carry them."""
+        claim is in flight, completions alone may wait a little for it to carry them.
+        ``idle``: no child runs a job, so no other outcome is coming to share the write;
+        the batch is written at once (the last jobs of a burst, a lone job someone waits
+        for)."""
         if self.since is None:
             if self.starts_since is not None:
                 return self.starts_since + self.flush_interval
             return None
         pending = self.pending
-        if pending.count() >= BATCH:
+        if pending.count() >= BATCH or (idle and not claim_in_flight):
             return self.since
         only_completions = pending.count() == len(pending.completions) and not self._solo
         if only_completions and claim_in_flight:
             return self.since + max(self.flush_interval, CARRY_LIMIT)
         return self.since + self.flush_interval
 
-    def due(self, now: float, claim_in_flight: bool) -> bool:
+    def due(self, now: float, claim_in_flight: bool, idle: bool = False) -> bool:
         """Whether a write is due now."""
-        at = self.next_flush_at(claim_in_flight)
+        at = self.next_flush_at(claim_in_flight, idle)
         return at is not None and now >= at
 
     # -- carrying on a claim ------------------------------------------------------------
@@ -184,7 +195,7 @@ class Outbox:
         """Write everything pending; what cannot be written (database down, a statement
         failing) stays for the next try. ``last_chance``: the supervisor is exiting."""
         if not self.pending.count() and not self.pending.progress and not self.pending.starts:
-            self.since = None
+            self.since = self.starts_since = None
             return
         tracer = self.tracer
         if tracer is not None:
