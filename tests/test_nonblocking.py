@@ -10,9 +10,10 @@ from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 pytestmark = pytest.mark.timeout(30)
 
 
-def run(query: NonBlockingQuery, sel: selectors.BaseSelector, statement: Prepared, params: dict):
+def run(query: NonBlockingQuery, sel: selectors.BaseSelector, statement: Prepared, params: dict,
+        prepare: bool = False):
     outcomes = []
-    query.send(statement, params, outcomes.append)
+    query.send(statement, params, outcomes.append, prepare=prepare)
     assert query.busy
     while not outcomes:
         for key, mask in sel.select(5):
@@ -63,3 +64,45 @@ def test_a_dropped_connection_fails_the_statement(runner, dsn):
     except psycopg.OperationalError as exc:  # noticed at send: also a clean error
         outcome = exc
     assert isinstance(outcome, psycopg.OperationalError)
+
+
+SERVER_PREPARED = Prepared("SELECT name FROM pg_prepared_statements ORDER BY name")
+
+
+def test_a_statement_sent_with_prepare_is_prepared_once_then_only_executed(runner):
+    query, sel, _ = runner
+    double = Prepared("SELECT %(n)s::bigint * 2")
+    assert run(query, sel, double, {"n": 1}, prepare=True) == [(2,)]
+    assert run(query, sel, double, {"n": 5}, prepare=True) == [(10,)]
+    # A value that dumps as another type (int8, not int2) gets a statement of its own.
+    assert run(query, sel, double, {"n": 2**40}, prepare=True) == [(2**41,)]
+    assert run(query, sel, double, {"n": 7}, prepare=True) == [(14,)]
+    names = [name for name, in run(query, sel, SERVER_PREPARED, {})]
+    assert names == ["_supervisor_1", "_supervisor_2"]
+
+
+def test_a_failed_prepared_statement_is_prepared_afresh_under_a_new_name(runner):
+    query, sel, _ = runner
+    one = Prepared("SELECT %(n)s::int")
+    assert run(query, sel, one, {"n": 1}, prepare=True) == [(1,)]
+    run(query, sel, Prepared("DEALLOCATE ALL"), {})  # the server forgets it
+    assert isinstance(run(query, sel, one, {"n": 2}, prepare=True), psycopg.Error)
+    assert run(query, sel, one, {"n": 3}, prepare=True) == [(3,)]
+    assert query.prepares
+
+
+def test_where_preparing_fails_statements_are_sent_as_they_are(runner):
+    query, sel, _ = runner
+    # The name the runner will choose is taken, so its PREPARE fails (as behind a
+    # pooler that refuses them): the statement still runs, unnamed, and so do the next.
+    run(query, sel, Prepared("PREPARE _supervisor_1 AS SELECT 0"), {})
+    assert run(query, sel, Prepared("SELECT %(n)s::int"), {"n": 4}, prepare=True) == [(4,)]
+    assert not query.prepares
+    assert run(query, sel, Prepared("SELECT %(n)s::int + 1"), {"n": 4}, prepare=True) == [(5,)]
+
+
+def test_with_prepares_off_nothing_is_prepared(runner):
+    query, sel, _ = runner
+    query.prepares = False
+    assert run(query, sel, Prepared("SELECT %(n)s::int"), {"n": 4}, prepare=True) == [(4,)]
+    assert run(query, sel, SERVER_PREPARED, {}) == []

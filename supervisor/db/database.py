@@ -117,6 +117,7 @@ class Database:
                                       f"connecting: {first_line(exc)}") from None
         self.store.conn = work
         self.claims = NonBlockingQuery(claims, self.selector)
+        self.claims.prepares = self.listen  # see the module docstring
         if listen is not None:
             self.listen_conn = listen
             self._listen_fd = listen.fileno()

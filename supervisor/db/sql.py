@@ -155,6 +155,33 @@ COMPLETE_AND_CLAIM_KEYED = COMPLETE_AND_CLAIM.replace(CLAIM.strip(), CLAIM_KEYED
 COMPLETE_AND_CLAIM_KEYED_NONBLOCKING = Prepared(COMPLETE_AND_CLAIM_KEYED)
 
 
+def _claim_alone(claim: str) -> Prepared:
+    """A claim that carries no writes, in COMPLETE_AND_CLAIM's row shape. Its plan
+    may be cached (the parent prepares it): no batch arrays, so no plan that fits one
+    batch size and not another."""
+    return Prepared(f"""
+WITH claimed AS ({claim.strip()})
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+       false
+FROM claimed
+""")
+
+
+CLAIM_ALONE_NONBLOCKING = _claim_alone(CLAIM)
+CLAIM_AGED_ALONE_NONBLOCKING = _claim_alone(CLAIM_AGED)
+CLAIM_KEYED_ALONE_NONBLOCKING = _claim_alone(CLAIM_KEYED)
+
+
+def claim_alone_statement(aging: float, per_key: int | None = None) -> Prepared:
+    """The non-blocking claim that carries no writes, for a queue's ``aging`` or
+    per-key limit (the rows of ``claim_statements``' third statement)."""
+    if per_key is not None:
+        return CLAIM_KEYED_ALONE_NONBLOCKING
+    if aging > 0:
+        return CLAIM_AGED_ALONE_NONBLOCKING
+    return CLAIM_ALONE_NONBLOCKING
+
+
 def claim_statements(aging: float, per_key: int | None = None) -> tuple[str, str, Prepared]:
     """(claim, complete-and-claim, its non-blocking form) for a queue's ``aging``, or for
     a queue whose jobs run at most ``per_key`` at once per concurrency key."""

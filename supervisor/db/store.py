@@ -44,6 +44,7 @@ from supervisor.db.sql import (
     SNOOZE,
     STARTED,
     TRY_LEAD,
+    claim_alone_statement,
     claim_statements,
 )
 
@@ -134,7 +135,10 @@ class Store:
         params = self.complete_and_claim_params(items, queue, kinds, limit, aging, starts)
         if per_key is not None:
             params["per_key"] = per_key
-        runner.send(claim_statements(aging, per_key)[2], params, callback)
+        if not items and not starts:  # an idle pickup, say: its plan may be cached
+            runner.send(claim_alone_statement(aging, per_key), params, callback, prepare=True)
+        else:  # planned for each batch (see the note on _FENCE in sql.py)
+            runner.send(claim_statements(aging, per_key)[2], params, callback)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
                                   kinds: Sequence[str], limit: int, aging: float = 0.0,
