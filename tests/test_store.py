@@ -280,3 +280,48 @@ def test_claim_plan_uses_the_index_after_analyze(conn):
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + CLAIM, params))
     assert "jobs_available_idx" in plan
     assert "Seq Scan on jobs" not in plan, plan
+
+
+def test_claims_without_writes_or_with_a_few_run_prepared_and_large_batches_do_not(dsn, conn):
+    import selectors
+
+    from supervisor.db.nonblocking import NonBlockingQuery, Prepared
+    from supervisor.db.store import CACHED_PLAN_BATCH
+
+    ids = enqueue_many("k", [{}] * 60, conn=conn)
+    with psycopg.connect(dsn, autocommit=True) as own:
+        sel = selectors.DefaultSelector()
+        store, runner = Store(own, "me"), NonBlockingQuery(own, sel)
+
+        def answer():
+            out = []
+            yield out.append
+            while not out:
+                for key, mask in sel.select(5):
+                    key.data.handle_event(key, mask)
+            assert not isinstance(out[0], Exception), out[0]
+            yield out[0]
+
+        def claim(items, limit):
+            waiting = answer()
+            store.send_complete_and_claim(runner, items, "default", ["k"], limit, next(waiting))
+            return store.complete_and_claim_rows(items, next(waiting))
+
+        def done(jobs):
+            return [Completion(j.id, j.attempt, '"ok"') for j in jobs]
+
+        _, held = claim([], 40)  # the claim alone
+        _, more = claim(done(held[:3]), 5)  # three completions ride on it
+        large = done(held[3:3 + CACHED_PLAN_BATCH + 1])
+        fenced, _ = claim(large, 5)
+        assert fenced == [] and len(more) == 5
+        waiting = answer()
+        runner.send(Prepared("SELECT generic_plans + custom_plans FROM pg_prepared_statements"
+                             " ORDER BY name"), {}, next(waiting))
+        executions = next(waiting)
+        sel.close()
+    assert executions == [(1,), (1,)]  # the claim alone and the small batch; the large one not
+    states = dict(conn.execute("SELECT state, count(*) FROM supervisor.jobs WHERE id = ANY(%s) "
+                               "GROUP BY state", (ids,)).fetchall())
+    assert states == {"completed": 3 + len(large), "running": 50 - 3 - len(large),
+                      "available": 10}

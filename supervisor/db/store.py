@@ -74,6 +74,12 @@ class Failure:
     terminal: bool = False
 
 
+# Claims carrying at most this many writes run as prepared statements: a generic plan
+# guesses ten rows for a batch, which is as good as a custom one for a few, and saves
+# the parse and planning (about 1 ms of server CPU) of the claim that follows each job.
+CACHED_PLAN_BATCH = 16
+
+
 class Store:
     """The parent's only way to change jobs. ``conn`` is an autocommit connection;
     ``Database`` assigns a new one after the old one broke (psycopg prepares statements
@@ -137,8 +143,11 @@ class Store:
             params["per_key"] = per_key
         if not items and not starts:  # an idle pickup, say: its plan may be cached
             runner.send(claim_alone_statement(aging, per_key), params, callback, prepare=True)
-        else:  # planned for each batch (see the note on _FENCE in sql.py)
-            runner.send(claim_statements(aging, per_key)[2], params, callback)
+        else:
+            # A cached plan for a few writes; a large batch is planned for its size (see
+            # the note on _FENCE in sql.py).
+            runner.send(claim_statements(aging, per_key)[2], params, callback,
+                        prepare=len(items) + len(starts) <= CACHED_PLAN_BATCH)
 
     def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
                                   kinds: Sequence[str], limit: int, aging: float = 0.0,
