@@ -87,21 +87,27 @@ class Arbiter:
     def run(self) -> int:
         """Serve until drained or stopped; returns the process exit code. Raises
         ``DatabaseUnavailable`` if the database cannot be reached at start."""
-        self.engine.open()
-        if self.config.metrics_port is not None:
-            self.metrics_server = MetricsServer(self.config.metrics_port, self.metrics.render,
-                                                self.selector, self.config.metrics_host)
-            log.info("metrics on http://%s:%d/metrics", self.metrics_server.host,
-                     self.metrics_server.port)
         self.inbox.install(self.selector)
         log.info("supervisor %s starting %d children for queues %s", self.owner,
                  self.config.children, ",".join(self.queues))
+        # The children boot while the parent connects (start-up is on the clock of every
+        # batch run), and they inherit no database socket.
         self.pool.start()
+        opened = False
         try:
+            self.engine.open()
+            opened = True
+            if self.config.metrics_port is not None:
+                self.metrics_server = MetricsServer(
+                    self.config.metrics_port, self.metrics.render, self.selector,
+                    self.config.metrics_host)
+                log.info("metrics on http://%s:%d/metrics", self.metrics_server.host,
+                         self.metrics_server.port)
             while not self._finished():
                 self.turn()
         finally:
-            self.engine.close(self.pool, self.clock())
+            if opened:
+                self.engine.close(self.pool, self.clock())
             self.pool.kill_all()
             if self.metrics_server is not None:
                 self.metrics_server.close()
