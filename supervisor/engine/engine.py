@@ -113,6 +113,8 @@ class Engine:
         if self.claimer.accepting and db.up:
             self.claimer.claim(now, pool.size(), eager=self.outbox.due(now, in_flight))
             self.dispatch(pool)
+        if db.up:  # after the claim is sent: these round trips overlap its execution
+            self._housekeeping(now, pool)
         if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0):
             self.outbox.flush(db, now)
         if self.outbox.retries_written:
@@ -250,6 +252,10 @@ class Engine:
             self.db.call(lambda s: self.planner.refresh_limits(
                 s, now, pool.size(), ledger.running, ledger.waiting_counts()),
                 None, "renewing global limits")
+
+    def _housekeeping(self, now: float, pool: Pool) -> None:
+        """What the claim does not wait for: the maintenance round (beat, rescue,
+        pruning) and firing periodic jobs."""
         if self.maintenance.due(now):
             info = {"kinds": self.kinds}
             rescued = self.db.call(lambda s: self.maintenance.run_round(
