@@ -33,7 +33,7 @@ import psycopg
 from shared.db import DatabaseUnavailable, first_line
 from shared.defaults import CANCEL_CHANNEL, NOTIFY_CHANNEL, PAUSED_CHANNEL, SCHEDULED_CHANNEL
 from shared.dsn import describe
-from supervisor.db.connections import open_connection
+from supervisor.db.connections import open_connections
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.store import Store
 
@@ -102,8 +102,9 @@ class Database:
         timeout = self.statement_timeout
         conns: list[psycopg.Connection] = []
         try:
-            for suffix in ("", " claims", " listen")[:3 if self.listen else 2]:
-                conns.append(open_connection(self.dsn, name + suffix, timeout))
+            conns = open_connections(self.dsn, [name + suffix for suffix in
+                                                ("", " claims", " listen")[:3 if self.listen
+                                                                           else 2]], timeout)
             work, claims = conns[:2]
             listen = self._start_listening(work, conns[2]) if self.listen else None
             if not self.listen:
@@ -129,8 +130,7 @@ class Database:
         ``self.listen`` False, with a warning) when LISTEN is refused or deaf."""
         probe = f"supervisor_probe_{os.getpid()}_{random.getrandbits(32):x}"
         try:
-            for channel in (*_CHANNELS, probe):
-                listen.execute(f"LISTEN {channel}")
+            listen.execute("; ".join(f"LISTEN {channel}" for channel in (*_CHANNELS, probe)))
             work.execute(f"NOTIFY {probe}")
             heard = _await_notify(listen, probe.encode(), PROBE_TIMEOUT)
             listen.execute(f"UNLISTEN {probe}")
