@@ -139,18 +139,25 @@ def test_a_waiting_supervisor_behind_pgbouncer_picks_up_new_work_by_polling(boun
 def test_direct_connection_keeps_listen_and_no_listen_drops_it(dsn):
     """Against PostgreSQL itself the probe passes (no warning, a listen connection in
     pg_stat_activity); with ``--no-listen`` there is no listen connection."""
-    def listen_conns(conn: psycopg.Connection) -> int:
+    def conns(conn: psycopg.Connection, role: str) -> int:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                            "current_database() AND application_name LIKE "
-                            "'supervisor % listen'").fetchone()[0]
+                            "current_database() AND application_name LIKE %s",
+                            (f"supervisor % {role}",)).fetchone()[0]
+
+    def registered(conn: psycopg.Connection, pid: int) -> bool:
+        return conn.execute("SELECT count(*) FROM supervisor.supervisors WHERE pid = %s",
+                            (pid,)).fetchone()[0] == 1
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for flags, expected in (((), 1), (("--no-listen",), 0)):
             sup = Supervisor(dsn, "-n", "1", *flags)
             try:
-                sup.wait_for_log("starting 1 children", timeout=30)
-                # the connections open before the children start, so the count is settled
-                assert listen_conns(conn) == expected, flags
+                # The connections open together once the children are forked; this
+                # supervisor's first maintenance round (its row) comes after all of them.
+                wait_until(lambda pid=sup.proc.pid: registered(conn, pid), timeout=30,
+                           what="the first maintenance round")
+                assert conns(conn, "claims") == 1
+                assert conns(conn, "listen") == expected, flags
                 assert DEAF not in sup.err
             finally:
                 sup.stop()
