@@ -27,6 +27,23 @@ def run_cpu(n: int) -> int:
     return spin(n)
 
 
+def timed_spin(n: int) -> list:
+    """``spin(n)``, reporting [thread CPU seconds, wall seconds, pid, start, end] (epoch
+    seconds): what the job cost where it ran, and when. Shared by both sides of
+    ``scripts/bench/job_timeline.py``."""
+    started = time.time()
+    cpu, wall = time.thread_time(), time.perf_counter()
+    spin(n)
+    return [time.thread_time() - cpu, time.perf_counter() - wall, os.getpid(), started,
+            time.time()]
+
+
+@job(queue="bench_timed")
+def run_cpu_timed(n: int) -> list:
+    """``timed_spin`` as a job: its result is the record."""
+    return timed_spin(n)
+
+
 @job(queue="probe")
 def run_probe() -> None:
     """Records when it started (for pickup latency), to the file in BENCH_PROBE_LOG."""
