@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from shared.db import DatabaseUnavailable, connect, connect_async
-from supervisor.db.connections import open_connection, open_connections
+from supervisor.db.connections import open_connection
 
 BAD = [
     "postgresql://u:s3cr3tpw@[::1/x",  # unparsable host
@@ -22,22 +22,10 @@ BAD = [
 def test_no_connect_path_shows_the_password(dsn):
     openers = [lambda: connect(dsn, connect_timeout=1),
                lambda: asyncio.run(connect_async(dsn, connect_timeout=1)),
-               lambda: open_connection(dsn, "test", 5.0),
-               lambda: open_connections(dsn, ["a", "b", "c"], 5.0)]
+               lambda: open_connection(dsn, "test", 5.0)]
     for opener in openers:
         with pytest.raises(DatabaseUnavailable) as caught:
             opener()
         message = str(caught.value)
         assert "s3cr3tpw" not in message and "\n" not in message, message
 
-
-def test_the_parents_connections_open_together_each_under_its_own_name(dsn):
-    conns = open_connections(dsn, ["sv", "sv claims", "sv listen"], 5.0)
-    try:
-        seen = {c.execute("SELECT pg_backend_pid(), current_setting('application_name')")
-                .fetchone() for c in conns}
-    finally:
-        for conn in conns:
-            conn.close()
-    assert sorted(name for _, name in seen) == ["sv", "sv claims", "sv listen"]
-    assert len({pid for pid, _ in seen}) == 3

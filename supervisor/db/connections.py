@@ -8,8 +8,6 @@ or a cut network turns into an error within seconds instead of a wedged loop.
 
 from __future__ import annotations
 
-import threading
-
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
@@ -41,31 +39,3 @@ def open_connection(dsn: str, name: str, statement_timeout: float) -> psycopg.Co
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         raise unavailable(exc, dsn) from None
 
-
-def open_connections(dsn: str, names: list[str],
-                     statement_timeout: float) -> list[psycopg.Connection]:
-    """``open_connection`` for each name, all at once: each is a few round trips and a
-    server process started, so in turn they were most of the parent's time to its first
-    claim, and against a host that does not answer they would wait ``CONNECT_TIMEOUT``
-    each. Raises the first failure, having closed the connections that did open."""
-    opened: list[psycopg.Connection | BaseException | None] = [None] * len(names)
-
-    def connect(i: int) -> None:
-        try:
-            opened[i] = open_connection(dsn, names[i], statement_timeout)
-        except BaseException as exc:  # handed to the caller's thread below
-            opened[i] = exc
-
-    threads = [threading.Thread(target=connect, args=(i,), name=f"connect {names[i]}")
-               for i in range(len(names))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    failures = [o for o in opened if not isinstance(o, psycopg.Connection)]
-    if failures:
-        for conn in opened:
-            if isinstance(conn, psycopg.Connection):
-                conn.close()
-        raise failures[0] if failures[0] is not None else RuntimeError("connect failed")
-    return opened  # type: ignore[return-value]

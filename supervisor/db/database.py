@@ -33,7 +33,7 @@ import psycopg
 from shared.db import DatabaseUnavailable, first_line
 from shared.defaults import CANCEL_CHANNEL, NOTIFY_CHANNEL, PAUSED_CHANNEL, SCHEDULED_CHANNEL
 from shared.dsn import describe
-from supervisor.db.connections import open_connections
+from supervisor.db.connections import open_connection
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.store import Store
 
@@ -102,9 +102,8 @@ class Database:
         timeout = self.statement_timeout
         conns: list[psycopg.Connection] = []
         try:
-            conns = open_connections(self.dsn, [name + suffix for suffix in
-                                                ("", " claims", " listen")[:3 if self.listen
-                                                                           else 2]], timeout)
+            for suffix in ("", " claims", " listen")[:3 if self.listen else 2]:
+                conns.append(open_connection(self.dsn, name + suffix, timeout))
             work, claims = conns[:2]
             listen = self._start_listening(work, conns[2]) if self.listen else None
             if not self.listen:
