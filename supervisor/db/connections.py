@@ -38,4 +38,3 @@ def open_connection(dsn: str, name: str, statement_timeout: float) -> psycopg.Co
                                connect_timeout=CONNECT_TIMEOUT, options=options, **KEEPALIVES)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         raise unavailable(exc, dsn) from None
-
