@@ -56,3 +56,46 @@ def test_sigterm_releases_jobs_queued_in_a_child_without_running_them(dsn, tmp_p
     assert rows[held] == ("completed", 1)
     assert {rows[i] for i in queued} == {("available", 0)}  # back, attempt unspent
     assert [r["id"] for r in read_log(log) if r["event"] == "run"] == []
+
+
+def test_repeated_drains_under_a_stream_of_short_jobs_never_run_a_job_twice(dsn, tmp_path):
+    # A drained child used to have its queued jobs taken back with SKIP at once; a child
+    # already done with its head had run some of them before the SKIP arrived, and they
+    # ran again elsewhere (the kill storm: about three per drain). Now they come back
+    # only once the child has exited.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = enqueue_many("e2e_noop", [{}] * 6000, conn=conn, max_attempts=1)
+    log = tmp_path / "run.log"
+
+    def runs() -> int:
+        return sum(1 for r in read_log(log) if r["event"] == "run")
+
+    def left() -> int:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state <> "
+                                "'completed'").fetchone()[0]
+
+    drains = 0
+    while left():
+        sup = Supervisor(dsn, "-n", "2", "--burst", log_path=log)
+        try:
+            seen = runs()
+            # Drain mid-stream: once this supervisor has run a few hundred jobs.
+            wait_until(lambda seen=seen, proc=sup.proc: runs() >= min(seen + 400, len(ids))
+                       or proc.poll() is not None, timeout=60, interval=0.005,
+                       what="a few hundred runs")
+            if sup.proc.poll() is None:
+                sup.signal(signal.SIGTERM)
+                drains += 1
+            code = sup.wait(60)
+            # A TERM that lands as a finished burst is already exiting meets the default
+            # action (the handlers are gone): its work was done and written.
+            assert code == 0 or (code == -signal.SIGTERM and "stopped (" in sup.err), \
+                sup.err[-2000:]
+        finally:
+            sup.stop()
+    ran = [r["id"] for r in read_log(log) if r["event"] == "run"]
+    twice = sorted({i for i in ran if ran.count(i) > 1})
+    assert drains >= 5
+    assert not twice, f"{len(twice)} jobs ran twice after {drains} drains: {twice[:10]}"
+    assert sorted(ran) == sorted(ids)

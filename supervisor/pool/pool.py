@@ -290,14 +290,12 @@ class Pool(PoolQueries, PoolLife):
                        signal.SIGKILL)
 
     def _retire(self, child: ChildProcess, now: float, why: str) -> None:
-        """No more jobs for a busy child: the jobs queued behind its head come back now
-        (SKIP, then STOP: the child reads both before it could start them), and once it
-        runs nothing it is stopping (a head it had not started comes back at exit)."""
+        """No more jobs for a busy child: STOP goes out now. It finishes its running
+        job; a queued job it STARTs before it reads STOP runs too; the ones it never
+        started come back when it exits. Only its exit proves it will not start them:
+        jobs taken back with SKIP at this point ran twice in the kill storm, because a
+        child done with its head had already run them when the SKIP arrived."""
         child.retire_after_job = True
-        for job in list(child.jobs)[1:]:
-            if child.skip(job.id, now) is not None:
-                del self._in_flight[job.id]
-                self._outcomes.append(JobReturned(job, f"never started ({why})", True))
         child.tell_stop()
         if not child.started:
             self._stop(child, now, why, told=False)
