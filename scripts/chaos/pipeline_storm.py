@@ -15,7 +15,7 @@ A discarded job with no run record of its own was killed between its START and i
 handler's first line (it had started: its child said so); those are counted, not
 failed.
 
-Usage: python scripts/chaos/pipeline_storm.py [--dsn DSN] [--jobs 4000] [--seed 1]
+Usage: python scripts/chaos/pipeline_storm.py [--dsn DSN] [--jobs 20000] [--seed 1]
        [--drains] [--timeout 300]
 """
 
@@ -145,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=os.environ.get(
         "SUPERVISOR_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
-    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drains", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0)
