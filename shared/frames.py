@@ -39,6 +39,7 @@ STOP = 6
 BOOT_ERROR = 7
 START = 8  # the child takes the next job of its queue: from now on it is running
 SKIP = 9  # a job queued in the child must not run (cancelled, or its lease was lost)
+SKIPPED = 10  # the child dropped a queued job it was told to skip: it never ran
 
 TYPE_NAMES = {
     READY: "READY",
@@ -50,6 +51,7 @@ TYPE_NAMES = {
     BOOT_ERROR: "BOOT_ERROR",
     START: "START",
     SKIP: "SKIP",
+    SKIPPED: "SKIPPED",
 }
 
 # Header flags.

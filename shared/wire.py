@@ -2,8 +2,9 @@
 
 Parent to child: ``Run`` (one job; the parent writes several RUN frames at once to keep
 a child's queue stocked), ``Skip`` (a queued job must not run) and ``Stop``. Child to
-parent: ``Ready``, ``Start`` (the child takes the next job of its queue), ``Heartbeat``,
-``Done``, ``Failed`` and ``BootError``. Each class has ``encode()``, which
+parent: ``Ready``, ``Start`` (the child takes the next job of its queue), ``Skipped``
+(it dropped a queued job it was told to skip), ``Heartbeat``, ``Done``, ``Failed`` and
+``BootError``. Each class has ``encode()``, which
 returns a whole frame, and ``decode(frame)``, which raises ``ProtocolError`` for a body
 that does not fit the type. The framing itself (header, size cap, readers, writers) is
 ``shared.frames``; its names are re-exported here, so ``shared.wire`` is the one door.
@@ -41,6 +42,7 @@ from shared.frames import (
     READY,
     RUN,
     SKIP,
+    SKIPPED,
     START,
     STOP,
     TYPE_NAMES,
@@ -57,10 +59,11 @@ from shared.frames import (
 
 __all__ = [
     "BOOT_ERROR", "DEFAULT_MAX_BODY", "DONE", "FAILED", "FLAG_LAST", "HEADER",
-    "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "SKIP", "START", "STOP", "TYPE_NAMES",
+    "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "SKIP", "SKIPPED", "START", "STOP",
+    "TYPE_NAMES",
     "VERSION", "BlockingReader", "BootError", "Done", "Failed", "Frame", "FrameReader",
     "FrameWriter", "Heartbeat", "Message", "ProtocolError", "Ready", "Run", "Skip",
-    "Start", "Stop",
+    "Skipped", "Start", "Stop",
     "decode", "encode", "encode_raw", "write_all",
 ]
 
@@ -328,8 +331,9 @@ class Start:
 
 @dataclass(slots=True)
 class Skip:
-    """``job`` is queued in the child and must not run (cancelled, or its lease was
-    lost). A child that started it already runs it; the parent then kills it."""
+    """``job`` is queued in the child and must not run (cancelled, its lease lost, or
+    its queue paused). The child drops it and says SKIPPED; a child that had taken it
+    already says START instead (for a cancelled job the parent then kills it)."""
 
     TYPE: ClassVar[int] = SKIP
     job: int
@@ -341,6 +345,25 @@ class Skip:
     @classmethod
     def decode(cls, frame: Frame) -> Skip:
         """The message a SKIP frame carries."""
+        return cls(_id_of(frame))
+
+
+@dataclass(slots=True)
+class Skipped:
+    """The child dropped ``job``, queued behind others, because a SKIP reached it before
+    it took the job: the job never ran there. The only proof a job given back is not
+    also running: a child that took it first says START instead."""
+
+    TYPE: ClassVar[int] = SKIPPED
+    job: int
+
+    def encode(self) -> bytes:
+        """This message as one frame."""
+        return _id_frame(SKIPPED, self.job)
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Skipped:
+        """The message a SKIPPED frame carries."""
         return cls(_id_of(frame))
 
 
@@ -382,10 +405,10 @@ class BootError:
         return cls(str(body.get("kind")), str(body.get("message")))
 
 
-Message = Ready | Run | Start | Skip | Heartbeat | Done | Failed | Stop | BootError
+Message = Ready | Run | Start | Skip | Skipped | Heartbeat | Done | Failed | Stop | BootError
 
 _CLASSES: dict[int, Any] = {cls.TYPE: cls for cls in
-                            (Ready, Run, Start, Skip, Heartbeat, Done, Failed, Stop,
+                            (Ready, Run, Start, Skip, Skipped, Heartbeat, Done, Failed, Stop,
                              BootError)}
 
 

@@ -209,9 +209,12 @@ def test_a_recycled_child_hands_its_queue_to_its_replacement(make_driver, work):
 def test_a_paused_queue_takes_back_what_children_hold_queued(make_driver, work):
     d = make_driver(size=1)
     held, queued = queue_behind_a_held_job(d, work, behind=3)
-    taken = d.pool.take_back("default")
-    assert [j.id for j in taken] == [j.id for j in queued]  # not the running one
-    assert d.pool.held_count() == 1
+    assert d.pool.take_back("default") == 3  # not the running one
+    # They stay the child's until it says it dropped them: it reads the SKIPs before it
+    # takes the next job, and says SKIPPED with the running job's answer.
     work.release.touch()
     d.until(lambda: d.pool.idle_count() == 1)
-    assert work.ran() == [held.id] and of(d, JobReturned) == []
+    returned = of(d, JobReturned)
+    assert [(o.job.id, o.keep, o.release) for o in returned] == [
+        (j.id, True, True) for j in queued]
+    assert work.ran() == [held.id] and d.pool.held_count() == 0

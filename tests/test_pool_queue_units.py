@@ -137,6 +137,50 @@ def test_retiring_a_busy_child_sends_stop_and_gives_back_only_what_it_never_star
     assert [(o.job.id, o.keep) for o in outcomes if isinstance(o, JobReturned)] == [(3, True)]
 
 
+def test_a_paused_queues_jobs_come_back_only_when_the_child_says_it_dropped_them():
+    h, pid = one_child()
+    queued(h, 1, 2, 3)
+    h.says(pid, wire.Start(1).encode())
+    h.take()
+    assert h.pool.take_back("default") == 2
+    assert [f.type for f in h.sent(pid)][-2:] == [wire.SKIP, wire.SKIP]
+    assert h.take(JobReturned) == [] and h.pool.held_count() == 3
+    h.says(pid, wire.Done(1, b"null").encode() + wire.Skipped(2).encode()
+           + wire.Skipped(3).encode())
+    outcomes = h.take()
+    assert [(o.job.id, o.release) for o in outcomes if isinstance(o, JobReturned)] == [
+        (2, True), (3, True)]
+    assert h.pool.held_count() == 0 and h.pool.idle_count() == 1
+
+
+def test_a_paused_queues_job_the_child_took_first_runs_and_is_not_given_back():
+    # The race that a SKIP taken at its word lost: done with job 1, the child had
+    # already taken job 2 when the SKIP arrived. Job 2 runs, once; only job 3 comes back.
+    h, pid = one_child()
+    queued(h, 1, 2, 3)
+    h.says(pid, wire.Start(1).encode())
+    h.take()
+    assert h.pool.take_back("default") == 2
+    h.says(pid, wire.Done(1, b"null").encode() + wire.Start(2).encode())
+    h.says(pid, wire.Done(2, b"null").encode() + wire.Skipped(3).encode())
+    outcomes = h.take()
+    assert sorted(o.job.id for o in outcomes if isinstance(o, JobDone)) == [1, 2]
+    assert [o.job.id for o in outcomes if isinstance(o, JobReturned)] == [3]
+    assert h.signals_to(pid) == []  # taking it first is no fault: nothing is killed
+    assert h.pool.idle_count() == 1
+
+
+def test_a_recalled_job_still_queued_when_its_child_dies_is_released_not_rerun_here():
+    h, pid = one_child()
+    queued(h, 1, 2)
+    h.says(pid, wire.Start(1).encode())
+    h.take()
+    assert h.pool.take_back("default") == 1
+    h.exits(pid, -9)
+    returned = [o for o in h.take() if isinstance(o, JobReturned)]
+    assert [(o.job.id, o.keep, o.release) for o in returned] == [(2, True, True)]
+
+
 def test_a_child_holds_no_more_than_its_job_limit():
     h, _pid = one_child(max_jobs_per_child=3, max_jobs_jitter=0.0)
     queued(h, 1, 2, 3, depth=8)

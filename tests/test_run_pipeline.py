@@ -99,3 +99,40 @@ def test_repeated_drains_under_a_stream_of_short_jobs_never_run_a_job_twice(dsn,
     assert drains >= 5
     assert not twice, f"{len(twice)} jobs ran twice after {drains} drains: {twice[:10]}"
     assert sorted(ran) == sorted(ids)
+
+
+def test_pausing_and_resuming_under_a_stream_of_short_jobs_never_runs_a_job_twice(dsn,
+                                                                                   tmp_path):
+    # A pause asks children for the jobs of the queue they hold queued. Taken back at
+    # the SKIP's word, a job the child had already run came back and ran again after
+    # the resume; now a job comes back only when its child says it dropped it.
+    from supervisor.cli.admin import set_paused
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = enqueue_many("e2e_noop", [{}] * 6000, conn=conn, max_attempts=1)
+    log = tmp_path / "run.log"
+
+    def runs() -> int:
+        return sum(1 for r in read_log(log) if r["event"] == "run")
+
+    sup = Supervisor(dsn, "-n", "2", log_path=log)
+    pauses = 0
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while runs() < len(ids) and pauses < 40:
+                seen = runs()
+                wait_until(lambda seen=seen: runs() >= min(seen + 150, len(ids)),
+                           timeout=30, interval=0.005, what="runs between pauses")
+                set_paused(conn, "default", True)
+                pauses += 1
+                set_paused(conn, "default", False)
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM supervisor.jobs WHERE state <> 'completed'"
+            ).fetchone()[0] == 0, timeout=60, what="every job completed")
+    finally:
+        sup.stop()
+    ran = [r["id"] for r in read_log(log) if r["event"] == "run"]
+    twice = sorted({i for i in ran if ran.count(i) > 1})
+    assert pauses >= 10
+    assert not twice, f"{len(twice)} jobs ran twice after {pauses} pauses: {twice[:10]}"
+    assert sorted(ran) == sorted(ids)

@@ -182,8 +182,12 @@ class JobRunner:
             except OSError:
                 return CHILD_PIPE_LOST
             run = inbox.next_run()
-            if answer or run is not None:
-                data = answer + pack_start(run.id) if run is not None else answer
+            # The last answer, then any jobs dropped as told, then the next START: in
+            # that order, so the parent always reads them about the head of its queue.
+            data = answer + inbox.take_dropped()
+            if run is not None:
+                data += pack_start(run.id)
+            if data:
                 with lock:
                     heartbeat.end()
                     wire.write_all(write_fd, data)

@@ -5,7 +5,8 @@ The parent keeps each child's pipe stocked with a few jobs, so that the child ne
 waits for it between two jobs. Before it starts each job the child looks at the pipe
 without blocking (``poll``), so a STOP or SKIP the parent wrote behind the queued jobs
 is seen in time: a child told STOP starts none of its queued jobs, and a skipped job
-never starts. Only when it holds no job does the child block (``wait``).
+never starts (the child says SKIPPED for it). Only when it holds no job does the child
+block (``wait``).
 
 The read end is non-blocking for that look: one ``read`` that finds nothing costs
 about a microsecond, a ``poll`` call more than that.
@@ -38,6 +39,7 @@ class JobInbox:
         self._poller.register(fd, select.POLLIN)
         self.stopped = False  # told STOP: start nothing more
         self.closed = False  # end of file: the parent is gone
+        self._dropped: list[int] = []  # skipped jobs passed over, not yet reported
 
     @property
     def queued(self) -> int:
@@ -78,9 +80,19 @@ class JobInbox:
             run = _decode_run(runs.popleft())
             if run.id in self._skipped:
                 self._skipped.discard(run.id)
+                self._dropped.append(run.id)
                 continue
             return run
         return None
+
+    def take_dropped(self) -> bytes:
+        """SKIPPED frames for the skipped jobs passed over since the last call (empty
+        if none): the parent gives such a job back only once it reads one."""
+        if not self._dropped:
+            return b""
+        frames = b"".join(wire.Skipped(job_id).encode() for job_id in self._dropped)
+        self._dropped.clear()
+        return frames
 
     def _take(self, frames: list[wire.Frame]) -> None:
         for frame in frames:

@@ -289,17 +289,16 @@ class Engine:
 
     def _paused(self, queues: set[str], now: float, pool: Pool | None = None) -> None:
         """Paused queues start nothing more here: what they hold unstarted goes back,
-        in the ledger and queued in children's pipes."""
+        from the ledger now and from children's pipes as each child gives it up."""
         for queue in queues & set(self.queues):
             self.planner.demand.discard(queue)
             waiting = self.ledger.take_waiting(queue)
-            if pool is not None:
-                for job in (taken := pool.take_back(queue)):
-                    self.ledger.returned(job)
-                waiting += taken
-            if waiting:
+            # Those queued in children come back as their children give them up.
+            asked = pool.take_back(queue) if pool is not None else 0
+            if waiting or asked:
                 log.info("queue %s paused: %d claimed jobs that had not started go back",
-                         queue, len(waiting))
+                         queue, len(waiting) + asked)
+            if waiting:
                 self.outbox.released(waiting, now)
 
     def _renew(self, pool: Pool) -> None:

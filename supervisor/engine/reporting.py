@@ -61,14 +61,14 @@ class OutcomeReporter:
 
     def _returned(self, outcome: JobReturned, now: float) -> None:
         """A job queued in a child never started there: another child runs it (first,
-        in its claimed order), or it goes back when draining; a job no longer ours
-        (cancelled, lease lost) is forgotten."""
+        in its claimed order), or it goes back when draining or when its queue was
+        paused; a job no longer ours (cancelled, lease lost) is forgotten."""
         job = outcome.job
         self.ledger.returned(job)
         if not outcome.keep:
             return
         log.debug("job %d %s came back unstarted (%s)", job.id, job.kind, outcome.why)
-        if self.releasing:
+        if self.releasing or outcome.release:
             self.outbox.released([job], now)
         else:
             self.ledger.unpop_waiting(job)

@@ -25,11 +25,13 @@ class JobReturned:
     """A job queued in a child never started there: its child died, was recycled or
     told to stop, or the job was skipped. Its attempt is unspent. ``keep``: it is
     still ours to run (give it to another child, or release it when draining); False:
-    the row is no longer ours (cancelled, lease lost), forget it."""
+    the row is no longer ours (cancelled, lease lost), forget it. ``release``: give
+    it back to the database, not to another child (its queue was paused)."""
 
     job: ClaimedJob
     why: str
     keep: bool
+    release: bool = False
 
 
 @dataclass(slots=True)

@@ -220,20 +220,19 @@ class Pool(PoolQueries, PoolLife):
             child.limit = states.NO_LIMIT
             self._idle.append(child)
 
-    def take_back(self, queue: str) -> list[jobs.ClaimedJob]:
-        """Every job of ``queue`` queued in a child and not started, taken back (each
-        child is told to skip them): a paused queue starts nothing more."""
-        taken = []
-        now = self._clock()
+    def take_back(self, queue: str) -> int:
+        """Ask for every job of ``queue`` queued in a child and not started (a paused
+        queue starts nothing more). Each comes back later as
+        ``JobReturned(release=True)``, when its child says it dropped it; one the child
+        had already taken runs. Returns how many were asked for."""
+        asked = 0
+        why = f"queue {queue} paused"
         for child in list(self._children.values()):
             if child.state != BUSY:
                 continue
             for job in [j for j in child.jobs if j.queue == queue]:
-                if child.skip(job.id, now) is not None:
-                    del self._in_flight[job.id]
-                    taken.append(job)
-            self._idle_if_empty(child)
-        return taken
+                asked += child.recall(job.id, why)
+        return asked
 
     # -- events from the selector ----------------------------------------------
 
@@ -279,6 +278,12 @@ class Pool(PoolQueries, PoolLife):
                 self._arm(child.deadline())
         elif seen & states.STARTED:
             self._arm(child.deadline())
+        if seen & states.RETURNED:
+            for outcome in outcomes[mark:]:
+                if type(outcome) is JobReturned:
+                    self._in_flight.pop(outcome.job.id, None)
+            if child.state == BUSY and not seen & states.ANSWERED:
+                self._idle_if_empty(child)
         if seen & states.STARTED_SKIPPED:
             self._kill(child, now, None, "started a job it was told to skip",
                        signal.SIGKILL)

@@ -76,6 +76,7 @@ class ChildProcess(ChildReading):
         "read_open",
         "reader",
         "ready",
+        "recalling",
         "retire_after_job",
         "sent",
         "sigkilled",
@@ -108,6 +109,9 @@ class ChildProcess(ChildReading):
         self.jobs: deque[ClaimedJob] = deque()  # sent, unanswered, in running order
         self.started = False  # the head of ``jobs`` runs: its START came
         self.skipping: set[int] = set()  # told SKIP: must never START
+        # Asked back with SKIP, still queued here until the child says SKIPPED (it never
+        # ran: returned, to be released) or START (it took it first: it runs).
+        self.recalling: dict[int, str] = {}
         self.limit = NO_LIMIT  # jobs it may hold: the least depth of those it holds
         self.sent = 0  # jobs ever sent (never more than its max_jobs)
         self.outgoing: list[bytes] = []  # RUN frames for a busy child, sent by ``push``
@@ -246,6 +250,20 @@ class ChildProcess(ChildReading):
             self._arm_head(jobs[0], now)
         return job
 
+    def recall(self, job_id: int, why: str) -> bool:
+        """Ask the child to give back a job queued here that it has not started: SKIP
+        now; the job stays in the queue until the child answers. Unlike ``skip`` this
+        never races: a child done with the jobs ahead of it may already have taken it,
+        and only its SKIPPED or START says which. False if the job is not queued here
+        (unknown, running, or already asked for)."""
+        jobs = self.jobs
+        i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
+        if i is None or (i == 0 and self.started) or job_id in self.recalling:
+            return False
+        self.recalling[job_id] = why
+        self.send(wire.Skip(job_id).encode())
+        return True
+
     def too_large(self, job: ClaimedJob) -> JobFailed:
         """The failure of a job whose args cannot fit in a RUN frame."""
         return JobFailed(job, FAIL_ARGS, f"args are {len(job.args_json.encode())} bytes of "
@@ -364,8 +382,12 @@ class ChildProcess(ChildReading):
                                       self.kill_message or how, None, None, False,
                                       now - self.job_started))
         self.started = False
+        recalling = self.recalling
         while jobs:
-            outcomes.append(JobReturned(jobs.popleft(), f"never started: {how}", True))
+            job = jobs.popleft()
+            outcomes.append(JobReturned(job, f"never started: {how}", True,
+                                        release=job.id in recalling))
+        recalling.clear()
 
     def _close_read(self) -> None:
         if not self.read_open:

@@ -2,8 +2,9 @@
 
 ``read`` takes what one non-blocking read of the child's pipe returned and turns each
 frame into the child's record and outcomes: READY ends its boot, START makes the head
-of its queue the running job (its deadlines re-armed, a ``JobStarted`` reported), DONE
-and FAILED end the head (any other job id is dropped: an answer belongs to the job at
+of its queue the running job (its deadlines re-armed, a ``JobStarted`` reported),
+SKIPPED gives back a job it was asked to (``recall``) and never ran, DONE and FAILED end
+the head (any other job id is dropped: an answer belongs to the job at
 the head of that child's queue, nobody else's), HEARTBEAT keeps the head alive and
 carries its progress. Kept apart from ``process`` so that each module holds one concern.
 """
@@ -15,7 +16,7 @@ from collections import deque
 
 from shared import wire
 from shared.jobs import TERMINAL_FAILURES, ClaimedJob
-from supervisor.pool.outcomes import JobDone, JobFailed, JobProgress, JobStarted
+from supervisor.pool.outcomes import JobDone, JobFailed, JobProgress, JobReturned, JobStarted
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.states import (
     ANSWERED,
@@ -26,6 +27,7 @@ from supervisor.pool.states import (
     LAST,
     NO_LIMIT,
     READIED,
+    RETURNED,
     STARTED,
     STARTED_SKIPPED,
     STOPPING,
@@ -37,6 +39,7 @@ _DONE = wire.DONE
 _FAILED = wire.FAILED
 _HEARTBEAT = wire.HEARTBEAT
 _START = wire.START
+_SKIPPED = wire.SKIPPED
 _ANSWERS = (_DONE, _FAILED)
 _unpack_done = wire.Done.unpack
 _decode_failed = wire.Failed.decode
@@ -60,8 +63,8 @@ class ChildReading:
     def read(self, now: float, outcomes: list) -> int:
         """One read from the child's pipe. Outcomes for its jobs go into ``outcomes``;
         the return value says what else was seen (``GOT_DATA``, ``READIED``,
-        ``STARTED``, ``STARTED_SKIPPED``, ``ANSWERED``, ``LAST``, ``BROKEN``,
-        ``CLOSED`` bits; 0: nothing there)."""
+        ``STARTED``, ``STARTED_SKIPPED``, ``RETURNED``, ``ANSWERED``, ``LAST``,
+        ``BROKEN``, ``CLOSED`` bits; 0: nothing there)."""
         try:
             data = self._os.read(self.read_fd, READ_CHUNK)
         except BlockingIOError:
@@ -85,6 +88,8 @@ class ChildReading:
                     seen |= self._on_answer(frame, now, outcomes)
                 elif mtype == _HEARTBEAT:
                     self._on_heartbeat(frame, now, outcomes)
+                elif mtype == _SKIPPED:
+                    seen |= self._on_skipped(frame, now, outcomes)
                 elif mtype == wire.READY:
                     if not self.ready:
                         self.ready = True
@@ -115,6 +120,8 @@ class ChildReading:
             self._log.warning("%s started job %d, not the next of its queue: ignored",
                               self.describe(), job_id)
             return 0
+        # Asked back, but it took the job before it read the SKIP: the job runs here.
+        self.recalling.pop(job_id, None)
         self.started = True
         job = jobs[0]
         self._arm_head(job, now)
@@ -125,6 +132,25 @@ class ChildReading:
             self.exit_deadline = None
             self.retire_after_job = True
         return STARTED
+
+    def _on_skipped(self, frame: wire.Frame, now: float, outcomes: list) -> int:
+        job_id = wire.Skipped.decode(frame).job
+        why = self.recalling.pop(job_id, None)
+        if why is None:  # a cancelled job, already forgotten (``skip``)
+            self.skipping.discard(job_id)
+            return 0
+        jobs = self.jobs
+        i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
+        if i is None or (i == 0 and self.started):
+            self._log.warning("%s gave back job %d, which it does not hold unstarted: "
+                              "ignored", self.describe(), job_id)
+            return 0
+        job = jobs[i]
+        del jobs[i]
+        if i == 0 and jobs:
+            self._arm_head(jobs[0], now)
+        outcomes.append(JobReturned(job, f"given back: {why}", True, release=True))
+        return RETURNED
 
     def _on_answer(self, frame: wire.Frame, now: float, outcomes: list) -> int:
         jobs = self.jobs

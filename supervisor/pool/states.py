@@ -21,4 +21,5 @@ BROKEN = 16  # a frame that cannot be trusted: ``broken`` says why; kill the chi
 CLOSED = 32  # end of file: nothing more will come
 STARTED = 64  # the child took the next job of its queue
 STARTED_SKIPPED = 128  # ... a job it was told to skip (the START crossed the SKIP): kill it
+RETURNED = 256  # it gave back a job it was asked to (SKIPPED): its queue may be empty now
 
