@@ -28,4 +28,3 @@ def test_no_connect_path_shows_the_password(dsn):
             opener()
         message = str(caught.value)
         assert "s3cr3tpw" not in message and "\n" not in message, message
-
