@@ -91,7 +91,9 @@ def test_entrypoint_as_pid_1_drains_on_sigterm_and_passes_its_healthcheck(dsn, t
         pid1 = wait_until(init, timeout=10, what="the namespace's PID 1")
         status = Path(f"/proc/{pid1}/status").read_text()
         assert re.search(r"^NSpid:.*\s1$", status, flags=re.MULTILINE), status
-        assert Path(f"/proc/{pid1}/comm").read_text().strip() == "tini"
+        # Forked by unshare, it is "unshare" until it has exec'd tini.
+        wait_until(lambda: Path(f"/proc/{pid1}/comm").read_text().strip() == "tini",
+                   timeout=10, what="PID 1 to be tini")
         wait_until(lambda: any(r["event"] == "start" for r in read_log(log_path)),
                    timeout=30, what="the job to start")
 
