@@ -301,17 +301,28 @@ def _id_of(frame: Frame) -> int:
 
 
 @dataclass(slots=True)
-class Start:
-    """The child takes ``job``, the next of its queue: its attempt counts from now, and
-    the parent arms the job's timeout and heartbeat deadline. The body is the job id
-    as 8 bytes (one per job on both sides' hot path)."""
+class _JobIdMessage:
+    """A message whose body is one job id as 8 bytes."""
 
-    TYPE: ClassVar[int] = START
+    TYPE: ClassVar[int]
     job: int
 
     def encode(self) -> bytes:
         """This message as one frame."""
-        return _id_frame(START, self.job)
+        return _id_frame(self.TYPE, self.job)
+
+    @classmethod
+    def decode(cls, frame: Frame) -> Any:
+        """The message a frame of this type carries."""
+        return cls(_id_of(frame))
+
+
+@dataclass(slots=True)
+class Start(_JobIdMessage):
+    """The child takes ``job``, the next of its queue: its attempt counts from now and
+    its deadlines are armed. ``pack``/``unpack``: the per-job path, without an object."""
+
+    TYPE: ClassVar[int] = START
 
     @staticmethod
     def pack(job_id: int) -> bytes:
@@ -323,48 +334,21 @@ class Start:
         """The job id of a START frame (the parent's per-job path)."""
         return _id_of(frame)
 
-    @classmethod
-    def decode(cls, frame: Frame) -> Start:
-        """The message a START frame carries."""
-        return cls(_id_of(frame))
-
 
 @dataclass(slots=True)
-class Skip:
-    """``job`` is queued in the child and must not run (cancelled, its lease lost, or
-    its queue paused). The child drops it and says SKIPPED; a child that had taken it
-    already says START instead (for a cancelled job the parent then kills it)."""
+class Skip(_JobIdMessage):
+    """``job``, queued in the child, must not run (cancelled, lease lost, queue paused):
+    dropped, it is answered SKIPPED; a child that had taken it already says START."""
 
     TYPE: ClassVar[int] = SKIP
-    job: int
-
-    def encode(self) -> bytes:
-        """This message as one frame."""
-        return _id_frame(SKIP, self.job)
-
-    @classmethod
-    def decode(cls, frame: Frame) -> Skip:
-        """The message a SKIP frame carries."""
-        return cls(_id_of(frame))
 
 
 @dataclass(slots=True)
-class Skipped:
-    """The child dropped ``job``, queued behind others, because a SKIP reached it before
-    it took the job: the job never ran there. The only proof a job given back is not
-    also running: a child that took it first says START instead."""
+class Skipped(_JobIdMessage):
+    """The child dropped queued ``job`` as told: it never ran there (the parent gives a
+    job back only on this, since a child may have taken it before the SKIP arrived)."""
 
     TYPE: ClassVar[int] = SKIPPED
-    job: int
-
-    def encode(self) -> bytes:
-        """This message as one frame."""
-        return _id_frame(SKIPPED, self.job)
-
-    @classmethod
-    def decode(cls, frame: Frame) -> Skipped:
-        """The message a SKIPPED frame carries."""
-        return cls(_id_of(frame))
 
 
 @dataclass(slots=True)
@@ -407,9 +391,7 @@ class BootError:
 
 Message = Ready | Run | Start | Skip | Skipped | Heartbeat | Done | Failed | Stop | BootError
 
-_CLASSES: dict[int, Any] = {cls.TYPE: cls for cls in
-                            (Ready, Run, Start, Skip, Skipped, Heartbeat, Done, Failed, Stop,
-                             BootError)}
+_CLASSES: dict[int, Any] = {cls.TYPE: cls for cls in Message.__args__}
 
 
 def decode(frame: Frame) -> Message:

@@ -103,7 +103,10 @@ def read_log(path: Path) -> list[dict]:
     """Every record the handlers wrote."""
     if not path.exists():
         return []
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    data = path.read_bytes()
+    # A handler may be appending right now: a last line without its newline is not done.
+    lines = data.split(b"\n")[:-1]
+    return [orjson.loads(line) for line in lines if line.strip()]
 
 
 def job_row(dsn: str, job_id: int) -> dict:

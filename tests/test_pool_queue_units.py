@@ -34,6 +34,13 @@ def queued(h: Harness, *ids: int, depth: int = 4, timeout: float | None = None) 
     h.pool.push()
 
 
+def running_with_two_queued(h: Harness, pid: int) -> None:
+    """Job 1 started in the child, jobs 2 and 3 queued behind it."""
+    queued(h, 1, 2, 3)
+    h.says(pid, wire.Start(1).encode())
+    h.take()
+
+
 def test_frames_for_a_busy_child_go_out_together_at_push():
     h, pid = one_child()
     assert h.pool.dispatch(job(1), 4)
@@ -120,9 +127,7 @@ def test_retiring_a_busy_child_sends_stop_and_gives_back_only_what_it_never_star
     # done with its head, the child had already run them when the SKIP arrived. Only
     # its exit proves which ones it never started.
     h, pid = one_child()
-    queued(h, 1, 2, 3)
-    h.says(pid, wire.Start(1).encode())
-    h.take()
+    running_with_two_queued(h, pid)
     h.pool.stop()
     sent = [f.type for f in h.sent(pid)]
     assert sent[-1] == wire.STOP and wire.SKIP not in sent
@@ -139,9 +144,7 @@ def test_retiring_a_busy_child_sends_stop_and_gives_back_only_what_it_never_star
 
 def test_a_paused_queues_jobs_come_back_only_when_the_child_says_it_dropped_them():
     h, pid = one_child()
-    queued(h, 1, 2, 3)
-    h.says(pid, wire.Start(1).encode())
-    h.take()
+    running_with_two_queued(h, pid)
     assert h.pool.take_back("default") == 2
     assert [f.type for f in h.sent(pid)][-2:] == [wire.SKIP, wire.SKIP]
     assert h.take(JobReturned) == [] and h.pool.held_count() == 3
@@ -157,9 +160,7 @@ def test_a_paused_queues_job_the_child_took_first_runs_and_is_not_given_back():
     # The race that a SKIP taken at its word lost: done with job 1, the child had
     # already taken job 2 when the SKIP arrived. Job 2 runs, once; only job 3 comes back.
     h, pid = one_child()
-    queued(h, 1, 2, 3)
-    h.says(pid, wire.Start(1).encode())
-    h.take()
+    running_with_two_queued(h, pid)
     assert h.pool.take_back("default") == 2
     h.says(pid, wire.Done(1, b"null").encode() + wire.Start(2).encode())
     h.says(pid, wire.Done(2, b"null").encode() + wire.Skipped(3).encode())

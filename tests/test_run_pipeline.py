@@ -5,6 +5,7 @@ children hold queued without running it."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -58,32 +59,48 @@ def test_sigterm_releases_jobs_queued_in_a_child_without_running_them(dsn, tmp_p
     assert [r["id"] for r in read_log(log) if r["event"] == "run"] == []
 
 
+class ShortJobStream:
+    """6,000 no-op jobs with one attempt each, and their run log: the storms below
+    interrupt the supervisors running them and then check that each ran exactly once."""
+
+    def __init__(self, dsn: str, log: Path) -> None:
+        self.dsn, self.log = dsn, log
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            self.ids = enqueue_many("e2e_noop", [{}] * 6000, conn=conn, max_attempts=1)
+
+    def ran(self) -> list[int]:
+        return [r["id"] for r in read_log(self.log) if r["event"] == "run"]
+
+    def runs_past(self, seen: int, more: int):
+        """A predicate: ``more`` runs after ``seen`` (or all of them)."""
+        return lambda: len(self.ran()) >= min(seen + more, len(self.ids))
+
+    def left(self) -> int:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state <> "
+                                "'completed'").fetchone()[0]
+
+    def assert_each_ran_once(self, after: str) -> None:
+        ran = self.ran()
+        twice = sorted({i for i in ran if ran.count(i) > 1})
+        assert not twice, f"{len(twice)} jobs ran twice after {after}: {twice[:10]}"
+        assert sorted(ran) == sorted(self.ids)
+
+
 def test_repeated_drains_under_a_stream_of_short_jobs_never_run_a_job_twice(dsn, tmp_path):
     # A drained child used to have its queued jobs taken back with SKIP at once; a child
     # already done with its head had run some of them before the SKIP arrived, and they
     # ran again elsewhere (the kill storm: about three per drain). Now they come back
     # only once the child has exited.
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        ids = enqueue_many("e2e_noop", [{}] * 6000, conn=conn, max_attempts=1)
-    log = tmp_path / "run.log"
-
-    def runs() -> int:
-        return sum(1 for r in read_log(log) if r["event"] == "run")
-
-    def left() -> int:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            return conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state <> "
-                                "'completed'").fetchone()[0]
-
+    stream = ShortJobStream(dsn, tmp_path / "run.log")
     drains = 0
-    while left():
-        sup = Supervisor(dsn, "-n", "2", "--burst", log_path=log)
+    while stream.left():
+        sup = Supervisor(dsn, "-n", "2", "--burst", log_path=stream.log)
         try:
-            seen = runs()
             # Drain mid-stream: once this supervisor has run a few hundred jobs.
-            wait_until(lambda seen=seen, proc=sup.proc: runs() >= min(seen + 400, len(ids))
-                       or proc.poll() is not None, timeout=60, interval=0.005,
-                       what="a few hundred runs")
+            enough = stream.runs_past(len(stream.ran()), 400)
+            wait_until(lambda enough=enough, proc=sup.proc: enough() or proc.poll() is not None,
+                       timeout=60, interval=0.005, what="a few hundred runs")
             if sup.proc.poll() is None:
                 sup.signal(signal.SIGTERM)
                 drains += 1
@@ -94,11 +111,8 @@ def test_repeated_drains_under_a_stream_of_short_jobs_never_run_a_job_twice(dsn,
                 sup.err[-2000:]
         finally:
             sup.stop()
-    ran = [r["id"] for r in read_log(log) if r["event"] == "run"]
-    twice = sorted({i for i in ran if ran.count(i) > 1})
     assert drains >= 5
-    assert not twice, f"{len(twice)} jobs ran twice after {drains} drains: {twice[:10]}"
-    assert sorted(ran) == sorted(ids)
+    stream.assert_each_ran_once(f"{drains} drains")
 
 
 def test_pausing_and_resuming_under_a_stream_of_short_jobs_never_runs_a_job_twice(dsn,
@@ -108,31 +122,19 @@ def test_pausing_and_resuming_under_a_stream_of_short_jobs_never_runs_a_job_twic
     # the resume; now a job comes back only when its child says it dropped it.
     from supervisor.cli.admin import set_paused
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        ids = enqueue_many("e2e_noop", [{}] * 6000, conn=conn, max_attempts=1)
-    log = tmp_path / "run.log"
-
-    def runs() -> int:
-        return sum(1 for r in read_log(log) if r["event"] == "run")
-
-    sup = Supervisor(dsn, "-n", "2", log_path=log)
+    stream = ShortJobStream(dsn, tmp_path / "run.log")
+    sup = Supervisor(dsn, "-n", "2", log_path=stream.log)
     pauses = 0
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            while runs() < len(ids) and pauses < 40:
-                seen = runs()
-                wait_until(lambda seen=seen: runs() >= min(seen + 150, len(ids)),
-                           timeout=30, interval=0.005, what="runs between pauses")
+            while len(stream.ran()) < len(stream.ids) and pauses < 60:
+                wait_until(stream.runs_past(len(stream.ran()), 100), timeout=30,
+                           interval=0.005, what="runs between pauses")
                 set_paused(conn, "default", True)
                 pauses += 1
                 set_paused(conn, "default", False)
-            wait_until(lambda: conn.execute(
-                "SELECT count(*) FROM supervisor.jobs WHERE state <> 'completed'"
-            ).fetchone()[0] == 0, timeout=60, what="every job completed")
+        wait_until(lambda: stream.left() == 0, timeout=60, what="every job completed")
     finally:
         sup.stop()
-    ran = [r["id"] for r in read_log(log) if r["event"] == "run"]
-    twice = sorted({i for i in ran if ran.count(i) > 1})
     assert pauses >= 10
-    assert not twice, f"{len(twice)} jobs ran twice after {pauses} pauses: {twice[:10]}"
-    assert sorted(ran) == sorted(ids)
+    stream.assert_each_ran_once(f"{pauses} pauses")

@@ -286,7 +286,7 @@ def test_claims_without_writes_or_with_a_few_run_prepared_and_large_batches_do_n
     import selectors
 
     from supervisor.db.nonblocking import NonBlockingQuery, Prepared
-    from supervisor.db.store import CACHED_PLAN_BATCH
+    from supervisor.db.sql import CACHED_PLAN_BATCH
 
     ids = enqueue_many("k", [{}] * 60, conn=conn)
     with psycopg.connect(dsn, autocommit=True) as own:

@@ -38,6 +38,10 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
 # statements are planned per execution (prepare=False): a prepared generic plan cannot
 # see the batch size and chose a nested loop that rescanned the batch for every running
 # row (10x slower at batch 512).
+# Claims carrying at most this many writes run as prepared statements all the same: a
+# generic plan guesses ten rows for a batch, as good as a custom plan for a few, and it
+# saves the parse and planning (about 1 ms of server CPU) of the claim after each job.
+CACHED_PLAN_BATCH = 16
 _FENCE = ("j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt "
           "AND j.lease_owner = %(owner)s AND j.state = 'running'")
 

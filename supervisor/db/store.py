@@ -24,6 +24,7 @@ from supervisor.db.leases import StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
+    CACHED_PLAN_BATCH,
     COMPLETE,
     DROP_STALE,
     FAIL,
@@ -72,12 +73,6 @@ class Failure:
     traceback: str | None = None
     retry_delay: float | None = None
     terminal: bool = False
-
-
-# Claims carrying at most this many writes run as prepared statements: a generic plan
-# guesses ten rows for a batch, which is as good as a custom one for a few, and saves
-# the parse and planning (about 1 ms of server CPU) of the claim that follows each job.
-CACHED_PLAN_BATCH = 16
 
 
 class Store:

@@ -221,10 +221,9 @@ class Pool(PoolQueries, PoolLife):
             self._idle.append(child)
 
     def take_back(self, queue: str) -> int:
-        """Ask for every job of ``queue`` queued in a child and not started (a paused
-        queue starts nothing more). Each comes back later as
-        ``JobReturned(release=True)``, when its child says it dropped it; one the child
-        had already taken runs. Returns how many were asked for."""
+        """Ask children for the jobs of ``queue`` queued unstarted (a paused queue starts
+        nothing more): each comes back as ``JobReturned(release=True)`` when its child
+        says it dropped it, or runs if it took it first. Returns how many were asked."""
         asked = 0
         why = f"queue {queue} paused"
         for child in list(self._children.values()):
@@ -295,11 +294,9 @@ class Pool(PoolQueries, PoolLife):
                        signal.SIGKILL)
 
     def _retire(self, child: ChildProcess, now: float, why: str) -> None:
-        """No more jobs for a busy child: STOP goes out now. It finishes its running
-        job; a queued job it STARTs before it reads STOP runs too; the ones it never
-        started come back when it exits. Only its exit proves it will not start them:
-        jobs taken back with SKIP at this point ran twice in the kill storm, because a
-        child done with its head had already run them when the SKIP arrived."""
+        """No more jobs for a busy child: STOP now. It finishes its running job (and any
+        it takes before reading STOP); what it never started comes back when it exits,
+        the one proof (taken back with SKIP here, jobs ran twice in the kill storm)."""
         child.retire_after_job = True
         child.tell_stop()
         if not child.started:
