@@ -88,8 +88,6 @@ class Arbiter:
         """Serve until drained or stopped; returns the process exit code. Raises
         ``DatabaseUnavailable`` if the database cannot be reached at start."""
         self.inbox.install(self.selector)
-        log.info("supervisor %s starting %d children for queues %s", self.owner,
-                 self.config.children, ",".join(self.queues))
         # The children boot while the parent connects (start-up is on the clock of every
         # batch run), and they inherit no database socket.
         self.pool.start()
@@ -97,6 +95,10 @@ class Arbiter:
         try:
             self.engine.open()
             opened = True
+            # Said once connected, as before the children were forked first: scripts
+            # that wait for this line may count on the database connections.
+            log.info("supervisor %s starting %d children for queues %s", self.owner,
+                     self.config.children, ",".join(self.queues))
             if self.config.metrics_port is not None:
                 self.metrics_server = MetricsServer(
                     self.config.metrics_port, self.metrics.render, self.selector,

@@ -152,8 +152,8 @@ def test_direct_connection_keeps_listen_and_no_listen_drops_it(dsn):
         for flags, expected in (((), 1), (("--no-listen",), 0)):
             sup = Supervisor(dsn, "-n", "1", *flags)
             try:
-                # The connections open together once the children are forked; this
-                # supervisor's first maintenance round (its row) comes after all of them.
+                # This supervisor's first maintenance round (its row) comes after all of
+                # its connections are open.
                 wait_until(lambda pid=sup.proc.pid: registered(conn, pid), timeout=30,
                            what="the first maintenance round")
                 assert conns(conn, "claims") == 1
