@@ -1,6 +1,7 @@
 """Kill storm against pipelined children: short jobs, ``max_attempts=1``, children
-SIGKILLed at random (and, with ``--drains``, the supervisor drained by SIGTERM and
-replaced) while ``supervisor run -n 2`` with default settings works through them.
+SIGKILLed at random (with ``--drains``, the supervisor also drained by SIGTERM and
+replaced; with ``--pauses``, the queue also paused and resumed) while
+``supervisor run -n 2`` with default settings works through them.
 
 A job queued in a child's pipe behind a killed job never started, so it must come back
 unstarted and run elsewhere with its single attempt unspent. The checks at the end:
@@ -16,7 +17,7 @@ handler's first line (it had started: its child said so); those are counted, not
 failed.
 
 Usage: python scripts/chaos/pipeline_storm.py [--dsn DSN] [--jobs 20000] [--seed 1]
-       [--drains] [--timeout 300]
+       [--drains] [--pauses] [--timeout 300]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from scripts.chaos import procs
 from scripts.chaos.runlog import read_runs
 from shared.enqueue import enqueue_many
+from supervisor.cli.admin import set_paused
 
 DATABASE = "supervisor_chaos_pipeline"
 
@@ -50,7 +52,8 @@ def scratch(dsn: str) -> str:
     return target
 
 
-def storm(dsn: str, jobs: int, seed: int, drains: bool, timeout: float, workdir: Path):
+def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: float,
+          workdir: Path):
     rng = random.Random(seed)
     kinds = [("chaos_cpu", {"loops": 20_000}), ("chaos_noop", {})]
     ids = []
@@ -59,7 +62,7 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, timeout: float, workdir:
             ids += enqueue_many(kind, [args] * (jobs // len(kinds)), conn=conn,
                                 max_attempts=1)
     runlog = workdir / "runs.log"
-    kills = drained = 0
+    kills = drained = paused = 0
     started = time.monotonic()
     generation = 0
 
@@ -71,6 +74,7 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, timeout: float, workdir:
 
     sup = launch()
     next_drain = time.monotonic() + rng.uniform(1.0, 2.0)
+    next_pause = time.monotonic() + rng.uniform(0.2, 0.5)
     try:
         while time.monotonic() - started < timeout:
             if not sup.alive():
@@ -87,6 +91,15 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, timeout: float, workdir:
             if children:
                 os.kill(rng.choice(children), signal.SIGKILL)
                 kills += 1
+            if pauses and time.monotonic() >= next_pause:
+                # Paused for a moment: the children give back what they hold queued of
+                # it (or run what they took first); then work goes on.
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    set_paused(conn, "default", True)
+                    time.sleep(rng.uniform(0.01, 0.1))  # the storm's pace
+                    set_paused(conn, "default", False)
+                paused += 1
+                next_pause = time.monotonic() + rng.uniform(0.2, 0.5)
             if drains and time.monotonic() >= next_drain:
                 sup.terminate()
                 sup.wait(30)
@@ -96,7 +109,7 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, timeout: float, workdir:
                 next_drain = time.monotonic() + rng.uniform(1.0, 2.0)
     finally:
         sup.close()
-    return ids, runlog, kills, drained, time.monotonic() - started
+    return ids, runlog, kills, drained, paused, time.monotonic() - started
 
 
 def left(dsn: str) -> int:
@@ -148,13 +161,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drains", action="store_true")
+    parser.add_argument("--pauses", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
     dsn = scratch(args.dsn)
     with tempfile.TemporaryDirectory(prefix="pipeline-storm-") as tmp:
-        ids, runlog, kills, drained, took = storm(dsn, args.jobs, args.seed, args.drains,
-                                                  args.timeout, Path(tmp))
-        print(f"{took:.1f} s, {kills} children SIGKILLed, {drained} drains")
+        ids, runlog, kills, drained, paused, took = storm(
+            dsn, args.jobs, args.seed, args.drains, args.pauses, args.timeout, Path(tmp))
+        print(f"{took:.1f} s, {kills} children SIGKILLed, {drained} drains, {paused} pauses")
         problems = check(dsn, ids, runlog, kills)
     for problem in problems:
         print("PROBLEM:", problem)
