@@ -1,6 +1,7 @@
 """Pipelined children under a real supervisor: jobs queued in a child's pipe behind a
-job that crashes it run elsewhere with their attempt unspent, and a drain releases what
-children hold queued without running it."""
+job that crashes it run elsewhere with their attempt unspent, and storms of drains and
+pauses never run a job twice. (A drain releasing what a child holds queued, unrun:
+tests/test_run_signals.py.)"""
 
 from __future__ import annotations
 
@@ -33,30 +34,6 @@ def test_max_attempts_1_jobs_queued_behind_a_crashing_job_all_complete(dsn, tmp_
     assert set(rows.values()) == {"completed"}, rows
     runs = [r["id"] for r in read_log(log) if r["event"] == "run" and r["id"] != crasher]
     assert sorted(runs) == sorted(before + after)  # each exactly once
-
-
-def test_sigterm_releases_jobs_queued_in_a_child_without_running_them(dsn, tmp_path):
-    release = tmp_path / "release"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        (held,) = enqueue_many("e2e_wait_for", [{"path": str(release)}], conn=conn)
-        queued = enqueue_many("e2e_noop", [{}] * 10, conn=conn, max_attempts=1)
-    log = tmp_path / "run.log"
-    sup = Supervisor(dsn, "-n", "1", "--prefetch", "11", "--grace", "30", log_path=log)
-    try:
-        wait_until(lambda: any(r["event"] == "start" for r in read_log(log)),
-                   what="the held job to start")
-        sup.signal(signal.SIGTERM)
-        sup.wait_for_log("draining")
-        release.touch()
-        assert sup.wait(30) == 0
-    finally:
-        sup.stop()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = {r[0]: r[1:] for r in conn.execute(
-            "SELECT id, state, attempt FROM supervisor.jobs").fetchall()}
-    assert rows[held] == ("completed", 1)
-    assert {rows[i] for i in queued} == {("available", 0)}  # back, attempt unspent
-    assert [r["id"] for r in read_log(log) if r["event"] == "run"] == []
 
 
 class ShortJobStream:

@@ -55,6 +55,7 @@ def test_sigterm_releases_claimed_jobs_that_had_not_started(dsn, tmp_path):
         sup.stop()
     rows = [job_row(dsn, i) for i in ids]
     assert sorted(r["state"] for r in rows) == ["available"] * 3 + ["completed"]
+    assert len([r for r in read_log(log) if r["event"] == "start"]) == 1  # none of the 3 ran
     for row in rows:
         if row["state"] == "available":
             assert row["attempt"] == 0  # the claim was not counted
