@@ -384,22 +384,21 @@ def sigterm_run(bench: Bench, system: System) -> str:
             if counted(client):
                 return f"finished ({how})"
             procs = start_workers(cmds, env, log)
-            t_restart = time.monotonic()
+            t_restart = time.time()
             try:
-                reply = client.command("BLPOP", bench_job.DONE_KEY,
+                # The job starting again is enough: a rerun as long as the first would
+                # outlast the window.
+                reply = client.command("BLPOP", bench_job.STARTED_KEY,
                                        max(1, round(bench.sigterm_window)))
+                where = "" if reply else probe(bench, system)
             finally:
-                stop_workers(procs, IDLE_STOP_GRACE)
+                stop_workers(procs, 0)
             if reply:
-                return (f"requeued ({how}; ran again, done "
-                        f"{time.monotonic() - t_restart:.1f} s after the restart)")
-            where = probe(bench, system)
-            again = int(client.command("LLEN", bench_job.STARTED_KEY) or 0)
-            word = {"held": "held", "failed": "failed", "queued": "queued"}.get(where, "lost")
-            detail = f"{how}; not run again within {bench.sigterm_window:.0f} s, {where}"
-            if again:
-                detail += f", restarted {again} time(s) unfinished"
-            return f"{word} ({detail})"
+                return (f"requeued ({how}; started again "
+                        f"{float(reply[1]) - t_restart:.1f} s after the restart)")
+            word = {"held": "held", "failed": "failed", "queued": "queued",
+                    "gone": "lost"}.get(where, "unknown")
+            return f"{word} ({how}; not run again within {bench.sigterm_window:.0f} s: {where})"
     finally:
         client.close()
 
@@ -412,7 +411,8 @@ def probe(bench: Bench, system: System) -> str:
         with psycopg.connect(bench.dsn, autocommit=True) as conn:
             row = conn.execute("SELECT state FROM supervisor.jobs").fetchone()
         state = row[0] if row else "gone"
-        return {"running": "held", "available": "queued"}.get(state, state)
+        return {"running": "held", "available": "queued", "retryable": "queued",
+                "scheduled": "queued"}.get(state, state)
     venv = bench.venvs[system.venv]
     try:
         out = peers.check([str(venv.python), str(peers.PEER_APPS / f"{system.app}.py"),
@@ -636,10 +636,18 @@ def main() -> None:
     print(f"Load average before / after: {' '.join(f'{x:.2f}' for x in load_before)} / "
           f"{facts['load']}")
     print("Versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()))
-    print(f"Medians of {args.rounds} interleaved round(s); {args.cpu_seconds:g} CPU-seconds "
-          f"per row; efficiency = Pool's time / the system's (its time in brackets); "
-          f"SIGTERM: stop grace {args.stop_grace:g} s, job {args.stop_grace + 10:g} s, "
-          f"restart window {args.sigterm_window:g} s\n")
+    notes = []
+    if "cpu" in args.parts or "noop" in args.parts:
+        notes.append(f"medians of {args.rounds} interleaved round(s)")
+    if "cpu" in args.parts:
+        notes.append(f"{args.cpu_seconds:g} CPU-seconds per row; efficiency = the Pool's "
+                     "time / the system's (its own time in brackets)")
+    if "noop" in args.parts:
+        notes.append("no-op: jobs/s from worker start to the last completion")
+    if "sigterm" in args.parts:
+        notes.append(f"SIGTERM: stop grace {args.stop_grace:g} s, job "
+                     f"{args.stop_grace + 10:g} s, restart window {args.sigterm_window:g} s")
+    print("; ".join(notes).capitalize() + "\n")
     print(table(outcomes, args.lengths, args.noop_jobs))
 
 
