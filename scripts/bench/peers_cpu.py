@@ -398,7 +398,8 @@ def sigterm_run(bench: Bench, system: System) -> str:
                         f"{float(reply[1]) - t_restart:.1f} s after the restart)")
             word = {"held": "held", "failed": "failed", "queued": "queued",
                     "gone": "lost"}.get(where, "unknown")
-            return f"{word} ({how}; not run again within {bench.sigterm_window:.0f} s: {where})"
+            detail = f": {where}" if word == "unknown" else ""
+            return f"{word} ({how}; not run again within {bench.sigterm_window:.0f} s{detail})"
     finally:
         client.close()
 
@@ -459,13 +460,17 @@ def measure(args: argparse.Namespace) -> tuple[list[Outcome], dict[str, str]]:
     import compileall
 
     compileall.compile_dir(str(peers.PEER_APPS), quiet=1)
+    extras = {"celery": ("kombu", "amqp", "redis"), "dramatiq": ("redis",), "rq": ("redis",)}
+    versions: dict[str, str] = {}
+    for name, venv in venvs.items():
+        found = [f"{d} {peers.installed_version(venv.python, d)}" for d in extras.get(name, ())]
+        versions[f"{venv.name} {venv.version}"] = f"(with {', '.join(found)})"
     for outcome in outcomes:
         system = outcome.system
         if system.venv in install_errors:
             outcome.errors = {p: install_errors[system.venv] for p in PARTS}
         elif system.venv:
             outcome.version = venvs[system.venv].version
-    versions: dict[str, str] = {}
     redis_server = rabbitmq = None
     rabbitmq_error = ""
     dsn = ""
@@ -647,7 +652,8 @@ def main() -> None:
     if "sigterm" in args.parts:
         notes.append(f"SIGTERM: stop grace {args.stop_grace:g} s, job "
                      f"{args.stop_grace + 10:g} s, restart window {args.sigterm_window:g} s")
-    print("; ".join(notes).capitalize() + "\n")
+    text = "; ".join(notes)
+    print(text[:1].upper() + text[1:] + "\n")
     print(table(outcomes, args.lengths, args.noop_jobs))
 
 
