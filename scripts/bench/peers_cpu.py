@@ -434,12 +434,18 @@ def attempt(outcome: Outcome, part: str, run: Callable[[], float]) -> None:
     name = outcome.system.key
     try:
         seconds = run()
-    except BenchError as exc:
-        outcome.errors[part] = str(exc).splitlines()[0]
+    except Exception as exc:  # any failure of one system is a cell of the table
+        outcome.errors[part] = describe(exc)
         print(f"  {name} {part}: failed: {exc}", file=sys.stderr, flush=True)
         return
     outcome.seconds.setdefault(part, []).append(seconds)
     print(f"  {name} {part}: {seconds:.2f} s", file=sys.stderr, flush=True)
+
+
+def describe(exc: Exception) -> str:
+    """The first line of a failure, with its type unless it is one of ours."""
+    first = (str(exc).splitlines() or [""])[0]
+    return first if isinstance(exc, BenchError) else f"{type(exc).__name__}: {first}"
 
 
 def measure(args: argparse.Namespace) -> tuple[list[Outcome], dict[str, str]]:
@@ -487,7 +493,7 @@ def measure(args: argparse.Namespace) -> tuple[list[Outcome], dict[str, str]]:
         if any(s.key == "ours" for s in chosen):
             dsn = common.scratch_database(args.dsn, DATABASE)
         bench = Bench(dsn, redis_server, rabbitmq, rabbitmq_error, venvs,
-                      cpu_timeout=60 + 4 * args.cpu_seconds,
+                      cpu_timeout=120 + 10 * args.cpu_seconds,
                       noop_timeout=60 + args.noop_jobs / 20, stop_grace=args.stop_grace,
                       sigterm_window=args.sigterm_window)
         run_parts(bench, outcomes, args)
@@ -526,8 +532,8 @@ def run_parts(bench: Bench, outcomes: list[Outcome], args: argparse.Namespace) -
             print(f"SIGTERM: {o.system.key}", file=sys.stderr, flush=True)
             try:
                 o.sigterm = sigterm_run(bench, o.system)
-            except BenchError as exc:
-                o.sigterm = f"failed: {str(exc).splitlines()[0]}"
+            except Exception as exc:  # as in attempt()
+                o.sigterm = f"failed: {describe(exc)}"
             print(f"  {o.sigterm}", file=sys.stderr, flush=True)
 
 
