@@ -30,7 +30,7 @@ from shared.jobs import (
 from workers.binding import ArgsChecker
 from workers.context import JobContext, set_current
 from workers.outcomes import Discard, Retry, Snooze
-from workers.registry import get_handler
+from workers.registry import JobHandle, get_handler
 from workers.results import non_finite
 from workers.softtimer import SoftTimer
 
@@ -58,23 +58,26 @@ class JobExecutor:
     its heartbeat and output capture there). ``soft_timer``: soft timeouts are armed
     with it (None: none are). ``keep_exception``: the exception a failed handler raised
     is kept in ``raised`` (a test wants the original; the child does not keep it, which
-    would hold its frames alive until the next failure)."""
+    would hold its frames alive until the next failure). ``lookup``: the handler of a
+    kind (the registry's, unless a test runs one handle)."""
 
     __slots__ = ("_checkers", "begin", "default_soft_timeout", "end", "keep_exception",
-                 "max_result_bytes", "raised", "soft_timer")
+                 "lookup", "max_result_bytes", "raised", "soft_timer")
 
     def __init__(self, *, max_result_bytes: int = defaults.MAX_RESULT_BYTES,
                  default_soft_timeout: float | None = None,
                  soft_timer: SoftTimer | None = None,
                  begin: Callable[[JobContext], None] | None = None,
                  end: Callable[[], None] | None = None,
-                 keep_exception: bool = False) -> None:
+                 keep_exception: bool = False,
+                 lookup: Callable[[str], JobHandle | None] = get_handler) -> None:
         self.max_result_bytes = max_result_bytes
         self.default_soft_timeout = default_soft_timeout
         self.soft_timer = soft_timer
         self.begin = begin
         self.end = end
         self.keep_exception = keep_exception
+        self.lookup = lookup
         self.raised: BaseException | None = None
         self._checkers: dict[str, ArgsChecker] = {}
 
@@ -85,7 +88,7 @@ class JobExecutor:
         args = run.args
         if run.args_error is not None:
             return wire.Failed(job_id, FAIL_ARGS, run.args_error)
-        handle = get_handler(kind)
+        handle = self.lookup(kind)
         if handle is None:
             return wire.Failed(job_id, FAIL_UNKNOWN_KIND,
                                f"no handler for kind {kind!r} in this worker")

@@ -8,12 +8,31 @@
   writes, until none is due; returns a ``DrainSummary``;
 * ``run_inline(handle, **args)``: call one handler as a job would run, no database.
 
-The pytest fixtures are in ``supervisor.testing.plugin`` (opt-in: see docs/testing.md).
+The pytest fixtures are in ``supervisor.testing.plugin`` (see docs/testing.md). Names
+load on first use, so the plugin, which pytest imports in every run once the package is
+installed, costs nothing until a fixture is requested.
 """
 
-from supervisor.testing.draining import DrainedJob, DrainSummary, KindCounts, drain
-from supervisor.testing.enqueued import EnqueuedJob, enqueued
-from supervisor.testing.inline import JobBindingError, JobResultError, run_inline
+from typing import Any
 
-__all__ = ["DrainSummary", "DrainedJob", "EnqueuedJob", "JobBindingError", "JobResultError",
-           "KindCounts", "drain", "enqueued", "run_inline"]
+_NAMES = {
+    "DrainSummary": "supervisor.testing.draining",
+    "DrainedJob": "supervisor.testing.draining",
+    "KindCounts": "supervisor.testing.draining",
+    "drain": "supervisor.testing.draining",
+    "EnqueuedJob": "supervisor.testing.enqueued_jobs",
+    "enqueued": "supervisor.testing.enqueued_jobs",
+    "JobBindingError": "supervisor.testing.inline",
+    "JobResultError": "supervisor.testing.inline",
+    "run_inline": "supervisor.testing.inline",
+}
+__all__ = list(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'supervisor.testing' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
