@@ -5,6 +5,7 @@ producer call without ``conn=``."""
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -13,6 +14,9 @@ from psycopg.conninfo import make_conninfo
 
 from shared.db import connect
 from shared.dsn import ENV_DSN, resolve_dsn
+from shared.migrate import ensure_schema
+
+_checked: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
 
 
 @contextmanager
@@ -50,3 +54,11 @@ def environment_dsn(dsn: str) -> Iterator[None]:
             os.environ.pop(ENV_DSN, None)
         else:
             os.environ[ENV_DSN] = before
+
+
+def checked_schema(conn: psycopg.Connection) -> None:
+    """Raise ``SchemaMissing`` ("run `supervisor migrate`") unless ``conn``'s database
+    holds this code's schema; checked once per connection."""
+    if conn not in _checked:
+        ensure_schema(conn)
+        _checked.add(conn)

@@ -10,8 +10,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from shared.migrate import ensure_schema
-from supervisor.testing.connection import connection
+from supervisor.testing.connection import checked_schema, connection
 
 WAITING = ("available", "scheduled", "retryable")
 
@@ -67,7 +66,7 @@ def enqueued(kind: Any = None, queue: str | None = None,
     params = {"states": list(states), "kind": kind_name, "queue": queue,
               "args": None if args is None else orjson.dumps(dict(args)).decode()}
     with connection(conn, dsn) as c:
-        ensure_schema(c)
+        checked_schema(c)
         rows = c.execute(_SELECT, params).fetchall()
     return [EnqueuedJob(id=r[0], kind=r[1], queue=r[2], args=orjson.loads(r[3]), state=r[4],
                         priority=r[5], attempt=r[6], max_attempts=r[7], run_at=r[8],
