@@ -5,6 +5,7 @@ the test server, with no ``supervisor run``."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -96,6 +97,16 @@ def test_a_users_tests_with_the_plugin_pass_and_leave_no_database(tmp_path, pg_b
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout
     assert databases_made(pg_base_dsn) <= before  # the session's databases were dropped
+
+
+@pytest.mark.slow
+def test_the_test_module_of_docs_testing_md_passes(tmp_path, pg_base_dsn):
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "testing.md").read_text()
+    handlers, tests = re.findall(r"```python\n(.*?)```", doc, re.S)[:2]
+    project = make_project(tmp_path, mypipeline=handlers, test_mypipeline=tests)
+    done = run_pytest(project, pg_base_dsn)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5 passed" in done.stdout
 
 
 @pytest.mark.slow
