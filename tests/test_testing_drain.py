@@ -230,3 +230,20 @@ def test_fork_records_a_crash_and_a_timeout_as_the_pool_does(conn):
     assert errors[crash] == "crashed: child exited with code 3"
     assert errors[slow] == "timeout: ran past its 0.5 s timeout"
     assert row(conn, slow)[3][-1]["kind"] == "timeout"
+
+
+def test_ctrl_c_and_pytest_outcomes_in_a_handler_reach_the_test_and_the_job_goes_back(conn):
+    ctrl_c = h.th_interrupted.options(conn=conn).enqueue(how="ctrl-c")
+    with pytest.raises(KeyboardInterrupt):
+        drain(conn=conn)
+    assert row(conn, ctrl_c)[:2] == ("available", 0)  # back, its attempt unspent
+    conn.execute("DELETE FROM supervisor.jobs")
+    failed = h.th_interrupted.options(conn=conn).enqueue(how="pytest.fail")
+    with pytest.raises(pytest.fail.Exception, match="failed from inside the handler"):
+        drain(conn=conn)
+    assert row(conn, failed)[:2] == ("available", 0)
+    conn.execute("DELETE FROM supervisor.jobs")
+    # sys.exit() in a handler fails its job, as in a child, and the drain goes on
+    exits = h.th_interrupted.options(conn=conn, max_attempts=1).enqueue(how="exit")
+    assert drain(conn=conn).attempts[0].error == "error: SystemExit: 3"
+    assert row(conn, exits)[0] == "discarded"

@@ -89,3 +89,14 @@ def th_nan() -> float:
 @job(queue="th_steps")
 def th_step(name: str) -> str:
     return name
+
+
+@job(queue="th_interrupt")
+def th_interrupted(how: str) -> None:
+    if how == "ctrl-c":
+        raise KeyboardInterrupt
+    if how == "pytest.fail":
+        import pytest
+
+        pytest.fail("failed from inside the handler")
+    raise SystemExit(3)

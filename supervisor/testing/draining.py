@@ -240,8 +240,8 @@ class _Drain:
         self.outbox = Outbox(_metrics(), flush_interval=0.0)
         self.database = _DirectDatabase(self.store)
         self.contexts: list[JobContext] = []
-        executor = JobExecutor(begin=self.contexts.append)
-        self.run_here = tracing.traced(executor.run)  # itself unless the otel extra is on
+        self.executor = JobExecutor(begin=self.contexts.append, keep_exception=True)
+        self.run_here = tracing.traced(self.executor.run)  # itself unless otel is on
 
     def run(self, max_jobs: int | None) -> list[DrainedJob]:
         done: list[DrainedJob] = []
@@ -296,11 +296,20 @@ class _Drain:
                              job.args_json, job.trace_context)
         run = wire.Run.decode(FrameReader().feed(data)[0])
         self.contexts.clear()
+        self.executor.raised = None
         answer = self.run_here(run)
         for context in self.contexts:  # progress: what a heartbeat would have carried
             _, report = context.take_progress(0)
             if report is not None:
                 self._progress(job, report)
+        raised, self.executor.raised = self.executor.raised, None
+        if isinstance(raised, BaseException) and not isinstance(raised, Exception | SystemExit):
+            # Ctrl-C, or pytest's own outcome (a timeout, pytest.fail or skip in the
+            # handler): it belongs to the test, not to the job. The job goes back as at a
+            # supervisor's shutdown (attempt not counted) and the test sees the exception.
+            self._write(job, wire.Failed(job.id, jobs.FAIL_SHUTDOWN,
+                                         f"interrupted in a test: {answer.message}"))
+            raise raised
         return answer
 
     def _progress(self, job: ClaimedJob, report: dict) -> None:
