@@ -5,9 +5,10 @@ A scratch project (the README's ``resize`` handler and a module of ``--tests`` t
 each enqueueing one job, asserting it with ``supervisor_enqueued`` and running it with
 ``supervisor_drain``) is run by its own ``pytest`` process on ``SUPERVISOR_TEST_DSN``
 (default: the local server). Per test: setup + call + teardown from ``--durations``;
-the first test also pays the session's database (created and migrated once), so it is
-reported apart. Then the same job with ``supervisor migrate`` done, enqueued, and run by
-``supervisor run -n 1 --burst``: the wall time of that command.
+the first test also pays the session's database (created and migrated once) and the
+last its drop, so they are reported apart. Then the same job with ``supervisor migrate``
+done, enqueued, and run by ``supervisor run -n 1 --burst``: the wall time of that
+command.
 
     python scripts/bench/plugin_tests.py [--tests 20] [--runs 3]
 """
@@ -46,8 +47,9 @@ def test_resize_{n}(supervisor_enqueued, supervisor_drain):
 '''
 
 
-def run_plugin_tests(base_dsn: str, tests: int) -> tuple[list[float], float, float]:
-    """(per-test seconds after the first, the first test's, the pytest process's wall)."""
+def run_plugin_tests(base_dsn: str, tests: int) -> tuple[list[float], float, float, float]:
+    """(per-test seconds but the first and the last, the first test's (with the session's
+    database made), the last test's (with it dropped), the pytest process's wall)."""
     with tempfile.TemporaryDirectory(prefix="plugin-bench-") as tmp:
         project = Path(tmp)
         (project / "mypipeline.py").write_text(HANDLERS)
@@ -68,7 +70,8 @@ def run_plugin_tests(base_dsn: str, tests: int) -> tuple[list[float], float, flo
                                     done.stdout, re.M):
         per_test[name] = per_test.get(name, 0.0) + float(seconds)
     first = per_test.pop("test_resize_0")
-    return list(per_test.values()), first, wall
+    last = per_test.pop(f"test_resize_{tests - 1}")
+    return list(per_test.values()), first, last, wall
 
 
 def run_supervisor_once(base_dsn: str) -> float:
@@ -97,12 +100,13 @@ def main() -> None:
     options = parser.parse_args()
     base_dsn = os.environ.get("SUPERVISOR_TEST_DSN", DEFAULT_DSN)
     for run in range(1, options.runs + 1):
-        per_test, first, wall = run_plugin_tests(base_dsn, options.tests)
+        per_test, first, last, wall = run_plugin_tests(base_dsn, options.tests)
         supervised = run_supervisor_once(base_dsn)
         print(f"run {run}: plugin test median {statistics.median(per_test) * 1000:.0f} ms, "
               f"max {max(per_test) * 1000:.0f} ms over {len(per_test)} tests; first test "
-              f"(session database) {first:.2f} s; pytest process {wall:.2f} s for "
-              f"{options.tests} tests | supervisor run --burst, one job: {supervised:.2f} s")
+              f"(database made) {first:.2f} s, last (dropped) {last:.2f} s; pytest process "
+              f"{wall:.2f} s for {options.tests} tests | supervisor run --burst, one job: "
+              f"{supervised:.2f} s")
 
 
 if __name__ == "__main__":
