@@ -247,3 +247,14 @@ def test_ctrl_c_and_pytest_outcomes_in_a_handler_reach_the_test_and_the_job_goes
     exits = h.th_interrupted.options(conn=conn, max_attempts=1).enqueue(how="exit")
     assert drain(conn=conn).attempts[0].error == "error: SystemExit: 3"
     assert row(conn, exits)[0] == "discarded"
+
+
+def test_a_job_that_snoozes_for_ever_stops_the_drain_with_its_name(conn, monkeypatch):
+    from supervisor.testing import draining
+
+    monkeypatch.setattr(draining, "RUNS_PER_JOB_LIMIT", 5)
+    job_id = h.th_snoozes_forever.options(conn=conn).enqueue()
+    with pytest.raises(RuntimeError, match=rf"job {job_id} \(th_snoozes_forever\) ran 5 times"):
+        drain(conn=conn)
+    assert row(conn, job_id)[:2] == ("available", 0)  # given back, not left running
+    assert drain(queues=["th_forever"], conn=conn, max_jobs=3).snoozed == 3

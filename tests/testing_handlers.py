@@ -100,3 +100,8 @@ def th_interrupted(how: str) -> None:
 
         pytest.fail("failed from inside the handler")
     raise SystemExit(3)
+
+
+@job(queue="th_forever")
+def th_snoozes_forever() -> None:
+    raise Snooze(0)
