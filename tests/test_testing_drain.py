@@ -258,3 +258,29 @@ def test_a_job_that_snoozes_for_ever_stops_the_drain_with_its_name(conn, monkeyp
         drain(conn=conn)
     assert row(conn, job_id)[:2] == ("available", 0)  # given back, not left running
     assert drain(queues=["th_forever"], conn=conn, max_jobs=3).snoozed == 3
+
+
+def test_interrupting_a_forked_drain_kills_the_child_and_gives_the_job_back(conn):
+    import signal
+    import threading
+
+    job_id = h.th_sleeps.options(conn=conn, timeout=60).enqueue(seconds=30)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    # Ctrl-C, a second into the job (the child sleeps 30 s)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR1))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            drain(conn=conn, fork=True)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    state, attempt, _, errors, _, _ = row(conn, job_id)
+    assert (state, attempt) == ("available", 0)
+    assert errors[-1]["kind"] == "shutdown"
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # the child was killed and reaped

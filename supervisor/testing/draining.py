@@ -38,7 +38,7 @@ from supervisor.observe import SupervisorMetrics
 from supervisor.testing.connection import checked_schema, connection, dsn_of, environment_dsn
 from workers import tracing
 from workers.context import JobContext
-from workers.execution import JobExecutor
+from workers.execution import JobExecutor, one_line
 from workers.registry import REGISTRY
 
 log = logging.getLogger("supervisor.testing")
@@ -271,13 +271,21 @@ class _Drain:
 
     def _run_one(self, job: ClaimedJob) -> DrainedJob:
         self.store.started([(job.id, job.attempt)])
-        if self.fork:
-            from supervisor.testing.forked import run_forked
+        try:
+            if self.fork:
+                from supervisor.testing.forked import run_forked
 
-            answer = run_forked(job, resolve_timeout(job, defaults.JOB_TIMEOUT),
-                                lambda progress: self._progress(job, progress))
-        else:
-            answer = self._run_here(job)
+                answer = run_forked(job, resolve_timeout(job, defaults.JOB_TIMEOUT),
+                                    lambda progress: self._progress(job, progress))
+            else:
+                answer = self._run_here(job)
+        except BaseException as exc:
+            # Ctrl-C, or pytest's own outcome (a timeout, pytest.fail or skip in the
+            # handler): it belongs to the test, not to the job. The job goes back as at a
+            # supervisor's shutdown (attempt not counted) and the test sees the exception.
+            self._write(job, wire.Failed(job.id, jobs.FAIL_SHUTDOWN,
+                                         f"interrupted in a test: {one_line(exc)}"))
+            raise
         self._write(job, answer)
         state, result, last_error = self.conn.execute(_AFTER, {"id": job.id}).fetchone()
         outcome = _OUTCOMES.get(state, state)
@@ -304,12 +312,7 @@ class _Drain:
                 self._progress(job, report)
         raised, self.executor.raised = self.executor.raised, None
         if isinstance(raised, BaseException) and not isinstance(raised, Exception | SystemExit):
-            # Ctrl-C, or pytest's own outcome (a timeout, pytest.fail or skip in the
-            # handler): it belongs to the test, not to the job. The job goes back as at a
-            # supervisor's shutdown (attempt not counted) and the test sees the exception.
-            self._write(job, wire.Failed(job.id, jobs.FAIL_SHUTDOWN,
-                                         f"interrupted in a test: {answer.message}"))
-            raise raised
+            raise raised  # the child booked it as the job's failure; it is the test's
         return answer
 
     def _progress(self, job: ClaimedJob, report: dict) -> None:

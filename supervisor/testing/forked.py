@@ -49,6 +49,10 @@ def run_forked(job: ClaimedJob, timeout: float | None,
                                                  job.max_attempts, job.args_json,
                                                  job.trace_context))
         answer = _read_answer(pid, from_child_r, job, timeout, progressed)
+    except BaseException:  # Ctrl-C or a test's timeout while the child runs: it goes too
+        _kill_group(pid)
+        os.waitpid(pid, 0)
+        raise
     finally:
         os.close(to_child_w)
         os.close(from_child_r)
