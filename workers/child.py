@@ -14,9 +14,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, NoReturn
-
-import orjson
+from typing import NoReturn
 
 from shared import defaults, wire
 from shared.exitcodes import (
@@ -27,27 +25,14 @@ from shared.exitcodes import (
     CHILD_PIPE_LOST,
     CHILD_RECYCLE,
 )
-from shared.jobs import (
-    FAIL_ARGS,
-    FAIL_BINDING,
-    FAIL_DISCARD,
-    FAIL_ERROR,
-    FAIL_RESULT,
-    FAIL_RETRY,
-    FAIL_SNOOZE,
-    FAIL_UNKNOWN_KIND,
-)
 from workers import output, tracing
-from workers.binding import ArgsChecker
 from workers.boot import ParentGone, current_rss, prepare_child
-from workers.context import JobContext, set_current
+from workers.context import JobContext
+from workers.execution import JobExecutor, one_line
 from workers.heartbeat import Heartbeat
 from workers.inbox import JobInbox
 from workers.jobpipe import JobPipe
-from workers.outcomes import Discard, Retry, Snooze
 from workers.reaper import reap_leftovers
-from workers.registry import get_handler
-from workers.results import non_finite
 from workers.softtimer import SoftTimer
 
 
@@ -107,7 +92,7 @@ def _boot_and_serve(config: ChildConfig) -> int:
 def _print_to_stderr(exc: BaseException) -> None:
     # Straight to the fd (output.runtime_line): sys.stderr may wrap an fd the boot has
     # just closed (pytest's capture file, a log handler's stream).
-    output.runtime_line("error", f"supervisor child {os.getpid()}: {_one_line(exc)}",
+    output.runtime_line("error", f"supervisor child {os.getpid()}: {one_line(exc)}",
                         "".join(traceback.format_exception(exc)))
 
 
@@ -117,25 +102,11 @@ def _say(message: str) -> None:
 
 def _report_boot_error(config: ChildConfig, kind: str, exc: BaseException) -> None:
     _print_to_stderr(exc)
-    message = _one_line(exc)
+    message = one_line(exc)
     try:
         wire.write_all(config.write_fd, wire.BootError(kind, message).encode())
     except OSError:
         pass  # the exit code still tells the parent what happened
-
-
-def _one_line(exc: BaseException) -> str:
-    """``Type: first line of the message``: the type says what went wrong, and notes or
-    further lines (kept in the traceback) must not stand in for the message."""
-    name = type(exc).__qualname__
-    module = type(exc).__module__
-    if module not in ("builtins", "__main__"):
-        name = f"{module}.{name}"
-    try:
-        lines = str(exc).strip().splitlines()
-    except Exception:  # a broken __str__ must not cost the answer
-        lines = []
-    return f"{name}: {lines[0].strip()}" if lines else name
 
 
 class JobRunner:
@@ -144,11 +115,15 @@ class JobRunner:
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
         self.jobs_done = 0
-        self._checkers: dict[str, ArgsChecker] = {}
         self.pipe = JobPipe(config.read_fd, config.write_fd)
         self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
         self.soft_timer = SoftTimer()
         self.output = output.install()
+        self.executor = JobExecutor(max_result_bytes=config.max_result_bytes,
+                                    default_soft_timeout=config.default_soft_timeout,
+                                    soft_timer=self.soft_timer, begin=self._begin,
+                                    end=self.output.end)
+        self.run_job = self.executor.run
 
     def serve(self) -> int:
         """Say READY, then run the jobs the parent queues, back to back, until told to
@@ -220,67 +195,7 @@ class JobRunner:
             return True
         return config.max_memory is not None and current_rss() > config.max_memory
 
-    def run_job(self, run: wire.Run) -> wire.Done | wire.Failed:
-        """Run one job; return its answer."""
-        job_id = run.id
-        kind = run.kind
-        args = run.args
-        if run.args_error is not None:
-            return wire.Failed(job_id, FAIL_ARGS, run.args_error)
-        handle = get_handler(kind)
-        if handle is None:
-            return wire.Failed(job_id, FAIL_UNKNOWN_KIND,
-                               f"no handler for kind {kind!r} in this worker")
-        if not isinstance(args, dict):
-            return wire.Failed(job_id, FAIL_BINDING,
-                               f"args must be a JSON object, not {type(args).__name__}")
-        checker = self._checkers.get(kind)
-        if checker is None:
-            checker = self._checkers[kind] = ArgsChecker(handle.signature)
-        try:
-            checker.check(args)
-        except TypeError as exc:
-            return wire.Failed(job_id, FAIL_BINDING,
-                               f"args do not fit {kind}{handle.signature}: {exc}")
-        context = JobContext(id=job_id, kind=kind, queue=run.queue, attempt=run.attempt,
-                             args=args, max_attempts=run.max_attempts)
-        set_current(context)
-        self.heartbeat.begin(job_id, context)  # its thread also sets the title
-        soft = handle.defaults.soft_timeout
-        if soft is None:
-            soft = self.config.default_soft_timeout
-        self.output.begin(job_id, kind)
-        try:
-            result = (self.soft_timer.call(soft, handle.func, args) if soft
-                      else handle.func(**args))
-        except Discard as exc:
-            return wire.Failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())
-        except Retry as exc:
-            return wire.Failed(job_id, FAIL_RETRY, exc.reason, None, exc.delay)
-        except Snooze as exc:
-            return wire.Failed(job_id, FAIL_SNOOZE, str(exc), None, exc.delay)
-        except BaseException as exc:
-            return wire.Failed(job_id, FAIL_ERROR, _one_line(exc), traceback.format_exc())
-        finally:
-            set_current(None)
-            self.output.end()
-        return self._encode_result(job_id, result)
-
-    def _encode_result(self, job_id: int, result: Any) -> wire.Done | wire.Failed:
-        try:
-            data = orjson.dumps(result)
-        except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-            return wire.Failed(job_id, FAIL_RESULT,
-                               f"result is not JSON-serializable: {exc}")
-        # orjson writes NaN and infinities as null; a result that silently changed is
-        # worse than a failed job. Only a float can be one, so most results skip the walk.
-        if result is not None and b"null" in data:
-            problem = non_finite(result)
-            if problem is not None:
-                return wire.Failed(job_id, FAIL_RESULT,
-                                   f"result is not valid JSON: {problem} is not a finite number")
-        limit = self.config.max_result_bytes
-        if len(data) > limit:
-            return wire.Failed(job_id, FAIL_RESULT,
-                               f"result is {len(data)} bytes of JSON, over the {limit}-byte limit")
-        return wire.Done(job_id, data)
+    def _begin(self, context: JobContext) -> None:
+        """A job's handler is about to run: beat for it, and tag its output."""
+        self.heartbeat.begin(context.id, context)  # its thread also sets the title
+        self.output.begin(context.id, context.kind)
