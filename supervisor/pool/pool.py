@@ -58,6 +58,8 @@ from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
 from workers.child import child_main
 
+_ANSWERS = (JobDone, JobFailed)  # what ends the job at the head of a child's queue
+
 
 class Pool:
     """N forked children running handlers, each with a small queue of jobs."""
@@ -328,7 +330,7 @@ class Pool:
         for said in news:
             if isinstance(said, JobStarted):
                 started = True
-            elif isinstance(said, JobDone | JobFailed):
+            elif isinstance(said, _ANSWERS):
                 in_flight.pop(said.job.id, None)
                 answered = True
             elif isinstance(said, JobReturned):
