@@ -54,7 +54,10 @@ class Arbiter:
 
     def __init__(self, config: RunConfig, dsn: str, queues: list[str], kinds: list[str],
                  *, app_modules: list[str] | None = None, progress: BurstProgress | None = None,
-                 schedules: list[ScheduleSpec] | None = None, clock=time.monotonic) -> None:
+                 schedules: list[ScheduleSpec] | None = None, clock=time.monotonic,
+                 engine: Engine | None = None, pool: Pool | None = None) -> None:
+        """``engine`` and ``pool``: built from ``config`` unless given (the state
+        machine's tests give fakes)."""
         self.config = config
         self.queues = queues
         self.app_modules = app_modules or []
@@ -70,9 +73,11 @@ class Arbiter:
         if self.tracer is not None:
             child_tracing.enable()
             log.info("OpenTelemetry tracing on: claim, settle and per-job process spans")
-        self.engine = Engine(config, dsn, self.owner, queues, kinds, self.metrics,
-                             self.selector, clock=clock, schedules=fires, tracer=self.tracer)
-        self.pool = Pool(config.pool_settings(), self.selector, clock=clock)
+        self.engine = engine if engine is not None else Engine(
+            config, dsn, self.owner, queues, kinds, self.metrics, self.selector, clock=clock,
+            schedules=fires, tracer=self.tracer)
+        self.pool = pool if pool is not None else Pool(config.pool_settings(), self.selector,
+                                                       clock=clock)
         self.metrics_server: MetricsServer | None = None
         self.progress = progress
         self.inbox = SignalInbox(HANDLED_SIGNALS)

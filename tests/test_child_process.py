@@ -1,6 +1,6 @@
 """One child's record on its own (``ChildProcess``), against a fake OS: what it sends,
-what it makes of the frames it reads, how it signals and winds up. No policy here:
-that is ``test_pool_policy.py``."""
+what it makes of the frames it reads (typed events, in the order the child said them),
+how it signals and winds up. No policy here: that is ``test_pool_policy.py``."""
 
 from __future__ import annotations
 
@@ -13,19 +13,17 @@ from pool_fakes import FakeOs, FakeSelector
 from shared import wire
 from shared.jobs import ClaimedJob
 from supervisor.pool import JobDone, JobFailed, JobProgress, JobStarted, PoolSettings
-from supervisor.pool.process import ChildProcess
-from supervisor.pool.states import (
-    ANSWERED,
+from supervisor.pool.process import (
     BOOTING,
-    BROKEN,
     BUSY,
-    CLOSED,
     DEAD,
-    GOT_DATA,
     KILLED,
-    LAST,
-    READIED,
     STOPPING,
+    Broken,
+    ChildProcess,
+    CrossedSkip,
+    Leaving,
+    Readied,
 )
 
 pytestmark = pytest.mark.timeout(10)
@@ -48,13 +46,18 @@ class Rig:
                                   settings=PoolSettings(**settings), oscalls=self.os,
                                   selector=self.sel, tag=TAG,
                                   log=logging.getLogger("test.child"))
-        self.outcomes: list = []
+        self.outcomes: list = []  # the job records it reported, over every read
 
-    def says(self, *messages, now: float = NOW) -> int:
+    def says(self, *messages, now: float = NOW) -> list:
+        """What one read of these frames meant; its job records also go to
+        ``outcomes``."""
         for m in messages:
             self.os.inbox.setdefault(10, bytearray()).extend(
                 m if isinstance(m, bytes) else m.encode())
-        return self.child.read(now, self.outcomes)
+        news = self.child.read(now)
+        self.outcomes += [n for n in news if type(n) not in (Readied, Leaving, Broken,
+                                                            CrossedSkip)]
+        return news
 
     def sent(self) -> list[wire.Message]:
         return [wire.decode(f) for f in wire.FrameReader().feed(bytes(self.os.written[11]))]
@@ -75,9 +78,9 @@ def test_a_new_child_is_booting_with_its_read_end_watched():
 
 def test_ready_is_reported_once():
     rig = Rig()
-    assert rig.says(wire.Ready(42, 3)) == GOT_DATA | READIED
+    assert rig.says(wire.Ready(42, 3)) == [Readied()]
     assert rig.child.ready and rig.child.boot_deadline is None
-    assert rig.says(wire.Ready(42, 3)) == GOT_DATA
+    assert rig.says(wire.Ready(42, 3)) == []
 
 
 def test_run_sends_the_job_and_arms_both_deadlines():
@@ -92,8 +95,8 @@ def test_run_sends_the_job_and_arms_both_deadlines():
 
 def test_done_reports_the_result_and_frees_the_job():
     rig = busy()
-    seen = rig.says(wire.Done(1, b'{"x":1}'), now=NOW + 0.5)
-    assert seen == GOT_DATA | ANSWERED
+    news = rig.says(wire.Done(1, b'{"x":1}'), now=NOW + 0.5)
+    assert news == rig.outcomes
     (started, done) = rig.outcomes  # no START came: the answer implies it
     assert isinstance(started, JobStarted) and started.job.id == 1
     assert isinstance(done, JobDone) and done.result_json == '{"x":1}'
@@ -103,9 +106,8 @@ def test_done_reports_the_result_and_frees_the_job():
 
 def test_a_last_answer_says_so():
     rig = busy()
-    assert rig.says(wire.Failed(1, "error", "boom", "tb", last=True)) == (
-        GOT_DATA | ANSWERED | LAST)
-    (_started, failed) = rig.outcomes
+    (_started, failed, leaving) = rig.says(wire.Failed(1, "error", "boom", "tb", last=True))
+    assert leaving == Leaving() and rig.outcomes == [_started, failed]
     assert isinstance(failed, JobFailed) and (failed.kind, failed.traceback) == ("error", "tb")
 
 
@@ -128,7 +130,8 @@ def test_boot_error_is_kept_for_the_exit_message():
 ])
 def test_a_frame_that_cannot_be_trusted_closes_the_read_end(garbage):
     rig = busy(max_frame_bytes=1000)
-    assert rig.says(garbage) & BROKEN
+    (broken,) = rig.says(garbage)
+    assert isinstance(broken, Broken) and broken.why == rig.child.broken
     assert rig.child.broken and not rig.child.read_open
     assert 10 in rig.os.closed and 10 not in rig.sel.keys
 
@@ -136,7 +139,7 @@ def test_a_frame_that_cannot_be_trusted_closes_the_read_end(garbage):
 def test_end_of_file_closes_the_read_end():
     rig = Rig()
     rig.os.eof.add(10)
-    assert rig.says() == CLOSED
+    assert rig.says() == []
     assert 10 in rig.os.closed and not rig.child.read_open
 
 
@@ -173,8 +176,8 @@ def test_close_reads_a_last_answer_before_judging():
     rig = busy()
     rig.os.inbox.setdefault(10, bytearray()).extend(wire.Done(1, b"7").encode())
     rig.os.eof.add(10)
-    rig.child.close(NOW + 1, rig.outcomes, "child 42 killed by SIGSEGV")
-    assert [type(o) for o in rig.outcomes] == [JobStarted, JobDone]  # the answer says so
+    records = rig.child.close(NOW + 1, "child 42 killed by SIGSEGV")
+    assert [type(o) for o in records] == [JobStarted, JobDone]  # the answer says so
     assert {10, 11} <= rig.os.closed and not rig.sel.keys
     assert rig.os.signals[-1] == (42, signal.SIGKILL)  # whatever the group left
     assert rig.child.state == DEAD
@@ -185,25 +188,23 @@ def test_close_reports_the_started_job_with_the_kill_s_kind_or_as_crashed():
     rig.says(wire.Start(1))
     rig.child.kill(signal.SIGTERM, NOW, "timeout", "ran past its 2.0 s timeout")
     rig.os.eof.add(10)
-    rig.child.close(NOW + 3, rig.outcomes, "child 42 killed by SIGTERM")
-    (_started, failed) = rig.outcomes
+    (failed,) = rig.child.close(NOW + 3, "child 42 killed by SIGTERM")
     assert (failed.kind, failed.message) == ("timeout", "ran past its 2.0 s timeout")
     other = busy()
     other.says(wire.Start(1))
     other.os.eof.add(10)
-    other.child.close(NOW, other.outcomes, "child 42 exited with code 3")
-    (_started, failed) = other.outcomes
+    (failed,) = other.child.close(NOW, "child 42 exited with code 3")
     assert (failed.kind, failed.message) == ("crashed", "child 42 exited with code 3")
 
 
 def test_an_answer_for_a_job_it_was_not_given_is_dropped_with_a_warning(caplog):
     rig = busy()
     with caplog.at_level(logging.WARNING, logger="test.child"):
-        seen = rig.says(wire.Done(99, b'"stray"'), wire.Failed(98, "error", "stray"))
-    assert seen == GOT_DATA and rig.outcomes == []
+        news = rig.says(wire.Done(99, b'"stray"'), wire.Failed(98, "error", "stray"))
+    assert news == [] and rig.outcomes == []
     assert rig.child.job is not None and rig.child.jobs_done == 0
     assert "job 99 while running job 1" in caplog.text
-    assert rig.says(wire.Done(1, b'"mine"')) == GOT_DATA | ANSWERED
+    assert [type(n) for n in rig.says(wire.Done(1, b'"mine"'))] == [JobStarted, JobDone]
 
 
 def test_a_heartbeat_for_another_job_is_no_sign_of_life():
@@ -221,3 +222,35 @@ def test_a_job_whose_run_frame_would_be_over_the_cap_is_not_sent():
     failed = rig.child.too_large(big)
     assert (failed.kind, failed.terminal) == ("args", True)
     assert "209 bytes" in failed.message and "100-byte" in failed.message
+
+
+def test_one_read_says_its_news_in_the_order_the_child_said_them():
+    rig = busy()
+    rig.child.run(job(2), NOW)
+    rig.child.push()
+    news = rig.says(wire.Start(1), wire.Done(1, b"1"), wire.Start(2),
+                    wire.Heartbeat(2, {"done": 1}), wire.Done(2, b"2", last=True))
+    assert [(type(n).__name__, getattr(getattr(n, "job", None), "id", None))
+            for n in news] == [("JobStarted", 1), ("JobDone", 1), ("JobStarted", 2),
+                               ("JobProgress", 2), ("JobDone", 2), ("Leaving", None)]
+    assert rig.child.job is None and rig.child.jobs_done == 2
+
+
+def test_a_start_that_crossed_a_skip_is_news_not_a_start():
+    rig = busy()
+    rig.child.run(job(2), NOW)
+    assert rig.child.skip(2, NOW).id == 2
+    news = rig.says(wire.Start(1), wire.Done(1, b"1"), wire.Start(2))
+    assert news[-1] == CrossedSkip(2)
+    assert [type(n) for n in news[:-1]] == [JobStarted, JobDone]
+
+
+def test_a_recalled_job_comes_back_on_skipped_or_runs_on_start():
+    rig = busy()
+    rig.child.run(job(2), NOW)
+    rig.child.run(job(3), NOW)
+    assert rig.child.recall(2, "queue q paused") and rig.child.recall(3, "queue q paused")
+    news = rig.says(wire.Start(1), wire.Done(1, b"1"), wire.Skipped(2), wire.Start(3))
+    (_s1, _d1, returned, started) = news
+    assert (returned.job.id, returned.keep, returned.release) == (2, True, True)
+    assert isinstance(started, JobStarted) and started.job.id == 3 and rig.child.started

@@ -79,6 +79,13 @@ class ChildEvent:
     detail: str
 
 
+# What became of one job, as a child's frames or its exit said.
+JobRecord = JobStarted | JobReturned | JobDone | JobFailed | JobProgress
+
+# Everything ``Pool.take_outcomes()`` hands back.
+Outcome = JobRecord | ChildEvent
+
+
 class PoolHalted(Exception):
     """Children keep dying before they are ready (a crash loop): the pool stopped
     forking. The message says what the last of them died of."""

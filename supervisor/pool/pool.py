@@ -3,49 +3,65 @@
 The pool is event-driven and never blocks: the parent loop feeds it readable and
 writable fds (``handle_event``), SIGCHLD (``reap``) and the passage of time (``tick`` at
 ``next_deadline()``), hands it jobs (``dispatch``) and collects what happened
-(``take_outcomes``). It is only policy: which child gets a job, when one is stopped,
-killed, replaced or retired, when forking must stop. Each child's pipes, frames and
-deadlines are its ``ChildProcess``'s. Each child holds a small queue of jobs in its
-pipe (``dispatch(job, depth)``: an idle child first, else the least loaded child with
-room), so it never waits for the parent between two jobs; jobs queued in a child that
-dies, is recycled or told to stop come back unstarted (``JobReturned``). Every OS call
-goes through ``OsCalls`` and time comes from an injected monotonic clock, so the policy
-is tested with fakes; nothing here touches the database.
+(``take_outcomes``). It is only policy, read top to bottom as a child's life: forking
+to the target size, which child gets a job, what a child's news means for it (idle,
+retired, killed), when one is stopped, killed, replaced or retired, reaping, and when
+forking must stop (a crash loop). Each child's pid, pipes, frames and deadlines are its
+``ChildProcess``'s; what its frames meant comes back from ``ChildProcess.read`` as typed
+events. Each child holds a small queue of jobs in its pipe (``dispatch(job, depth)``:
+an idle child first, else the least loaded child with room), so it never waits for the
+parent between two jobs; jobs queued in a child that dies, is recycled or told to stop
+come back unstarted (``JobReturned``). Every OS call goes through ``OsCalls`` and time
+comes from an injected monotonic clock, so the policy is tested with fakes; nothing
+here touches the database.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import random
 import selectors
 import signal
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 
 from shared import jobs
-from supervisor.pool import guards, states
-from supervisor.pool.life import PoolLife
+from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
+from supervisor.pool import guards
+from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
     ChildEvent,
     JobDone,
     JobFailed,
+    JobProgress,
     JobReturned,
     JobStarted,
+    Outcome,
     PoolHalted,
 )
-from supervisor.pool.process import ChildProcess
-from supervisor.pool.queries import PoolQueries
+from supervisor.pool.process import (
+    ACTIVE_STATES,
+    BOOTING,
+    BUSY,
+    IDLE,
+    Broken,
+    ChildNews,
+    ChildProcess,
+    CrossedSkip,
+    Leaving,
+    Readied,
+)
 from supervisor.pool.settings import PoolSettings
-from supervisor.pool.spawn import CrashLoop, RespawnBackoff
-from supervisor.pool.states import BOOTING, BUSY, IDLE
+from supervisor.pool.spawn import fork_child
 from workers.child import child_main
 
-_ENDS = (JobDone, JobFailed)  # outcomes that end a job in flight
+_ANSWERS = (JobDone, JobFailed)  # what ends the job at the head of a child's queue
 
 
-class Pool(PoolQueries, PoolLife):
+class Pool:
     """N forked children running handlers, each with a small queue of jobs."""
 
     def __init__(self, settings: PoolSettings, selector: selectors.BaseSelector, *,
@@ -64,7 +80,7 @@ class Pool(PoolQueries, PoolLife):
         self._idle: deque[ChildProcess] = deque()
         self._in_flight: dict[int, ChildProcess] = {}  # job id -> child, until answered
         self._pushing: set[ChildProcess] = set()  # busy children with RUN frames to write
-        self._outcomes: list = []
+        self._outcomes: list[Outcome] = []
         self._crashes = CrashLoop(settings.crash_loop_limit, settings.crash_loop_window)
         self._respawn = RespawnBackoff()
         self._target = settings.size
@@ -79,7 +95,7 @@ class Pool(PoolQueries, PoolLife):
         self._size_dirty = True  # a child left the active states: recount in tick
         self._nap = guards.nap_threshold(settings)
 
-    # -- lifecycle -------------------------------------------------------------
+    # -- the pool's life ---------------------------------------------------------
 
     def start(self) -> None:
         """Fork the children. Call from the main thread once the handler modules are
@@ -132,7 +148,7 @@ class Pool(PoolQueries, PoolLife):
                 self._retire(child, now, "recycling all")
             elif child.state == BOOTING:
                 # Forked before the reload: it must not serve, even once booted.
-                child.retire_after_job = True
+                child.retire()
         self._maintain_size()
 
     def resize(self, n: int) -> None:
@@ -141,7 +157,59 @@ class Pool(PoolQueries, PoolLife):
         self._target = max(0, n)
         self._maintain_size()
 
-    # -- jobs ------------------------------------------------------------------
+    # -- the pool's answers to the loop ------------------------------------------
+
+    @property
+    def halted(self) -> str | None:
+        """Why the pool stopped forking (a crash loop), or None."""
+        return self._halted
+
+    def size(self) -> int:
+        """The current target number of children."""
+        return self._target
+
+    def alive(self) -> int:
+        """Children not reaped yet (the parent's drain waits for 0)."""
+        return len(self._children)
+
+    def idle_count(self) -> int:
+        """Children ready for a job now."""
+        return len(self._idle)
+
+    def busy_count(self) -> int:
+        """Children holding jobs (running one, with or without more queued)."""
+        return sum(1 for child in self._children.values() if child.jobs)
+
+    def occupied(self) -> Counter[str]:
+        """Children per queue whose pipe holds its jobs (a child runs one queue at a
+        time): how many run each queue here, counting those whose START is still on
+        its way back."""
+        return Counter(child.jobs[0].queue for child in self._children.values()
+                       if child.jobs)
+
+    def held_count(self) -> int:
+        """Jobs in children: running, or queued behind a running one."""
+        return len(self._in_flight)
+
+    def running(self) -> list[jobs.ClaimedJob]:
+        """Every job held in a child now, running or queued (for lease renewal and
+        reconciliation: all of them are leased by this supervisor)."""
+        return [job for child in self._children.values() for job in child.jobs]
+
+    def take_outcomes(self) -> list[Outcome]:
+        """Every JobStarted, JobReturned, JobDone, JobFailed, JobProgress and
+        ChildEvent since the last call, in order."""
+        outcomes = self._outcomes
+        if outcomes:
+            self._outcomes = []
+        return outcomes
+
+    def next_deadline(self) -> float | None:
+        """Monotonic time by which ``tick`` must run: the next boot, heartbeat, job or
+        kill deadline (possibly a little early, never late)."""
+        return self._due
+
+    # -- jobs --------------------------------------------------------------------
 
     def dispatch(self, job: jobs.ClaimedJob, depth: int = 1, *,
                  own_queue: bool = False) -> bool:
@@ -159,12 +227,13 @@ class Pool(PoolQueries, PoolLife):
                 return True
             self._idle.popleft()
             due = child.deadline()  # the sooner of its timeout and its first heartbeat
-            if self._due is None or due < self._due:
+            if self._due is None or (due is not None and due < self._due):
                 self._due = due
         else:
-            child = self._roomiest(depth, job.queue if own_queue else None)
-            if child is None:
+            roomiest = self._roomiest(depth, job.queue if own_queue else None)
+            if roomiest is None:
                 return False
+            child = roomiest
             if not child.run(job, now, depth):
                 self._too_large(child, job)
                 return True
@@ -214,12 +283,6 @@ class Pool(PoolQueries, PoolLife):
         self._idle_if_empty(child)
         return True
 
-    def _idle_if_empty(self, child: ChildProcess) -> None:
-        if not child.jobs:
-            child.state = IDLE
-            child.limit = states.NO_LIMIT
-            self._idle.append(child)
-
     def take_back(self, queue: str) -> int:
         """Ask children for the jobs of ``queue`` queued unstarted (a paused queue starts
         nothing more): each comes back as ``JobReturned(release=True)`` when its child
@@ -233,7 +296,12 @@ class Pool(PoolQueries, PoolLife):
                 asked += child.recall(job.id, why)
         return asked
 
-    # -- events from the selector ----------------------------------------------
+    def _idle_if_empty(self, child: ChildProcess) -> None:
+        if not child.jobs:
+            child.become_idle()
+            self._idle.append(child)
+
+    # -- what the children say ---------------------------------------------------
 
     def handle_event(self, key: selectors.SelectorKey, mask: int) -> None:
         """Read a child's frames or flush its queued writes."""
@@ -242,65 +310,79 @@ class Pool(PoolQueries, PoolLife):
             return
         if key.fd == child.read_fd:
             if mask & selectors.EVENT_READ:
-                outcomes = self._outcomes
-                mark = len(outcomes)
                 now = self._clock()
-                seen = child.read(now, outcomes)
-                if seen & ~states.GOT_DATA:  # more than bytes: something to decide
-                    self._after_read(child, seen, outcomes, mark, now)
+                news = child.read(now)
+                if news:
+                    self._heard(child, news, now)
         elif mask & selectors.EVENT_WRITE:
             child.flush()
 
-    def _after_read(self, child: ChildProcess, seen: int, outcomes: list, mark: int,
-                    now: float) -> None:
-        if seen & states.ANSWERED:
-            in_flight = self._in_flight
-            for outcome in outcomes[mark:]:
-                if type(outcome) in _ENDS:
-                    in_flight.pop(outcome.job.id, None)
-            if child.state != BUSY:
-                pass  # being killed or already dead: the answers still count
-            elif seen & states.LAST:
-                # The child exits right after this frame: never dispatch to it again.
-                self._stop(child, now, "recycling: its job or memory limit was reached",
-                           told=False)
-            elif child.retire_after_job or self._stopping:
-                self._retire(child, now, "retiring after its job")
-            elif child.max_jobs is not None and child.jobs_done >= child.max_jobs:
-                self._retire(child, now, "job limit reached")
-            elif guards.peaked(self._os, self.settings, child):
-                self._retire(child, now, "recycling: its peak RSS passed the memory limit")
-            elif not child.jobs:
-                child.state = IDLE
-                self._idle.append(child)
-            else:
-                self._arm(child.deadline())
-        elif seen & states.STARTED:
+    def _heard(self, child: ChildProcess, news: list[ChildNews], now: float) -> None:
+        """Act on what one read of ``child`` brought. Its job records go on to the
+        engine in the order the child said them; what becomes of the child itself is
+        decided once, from its state after the whole read (an answer, the START of the
+        next job and the one after may all come in one write)."""
+        outcomes = self._outcomes
+        in_flight = self._in_flight
+        answered = leaving = started = gave_back = readied = False
+        crossed: CrossedSkip | None = None
+        broken: Broken | None = None
+        for said in news:
+            if isinstance(said, JobStarted):
+                started = True
+            elif isinstance(said, _ANSWERS):
+                in_flight.pop(said.job.id, None)
+                answered = True
+            elif isinstance(said, JobReturned):
+                in_flight.pop(said.job.id, None)
+                gave_back = True
+            elif not isinstance(said, JobProgress):  # news of the child itself
+                if isinstance(said, Leaving):
+                    leaving = True
+                elif isinstance(said, Readied):
+                    readied = True
+                elif isinstance(said, CrossedSkip):
+                    crossed = said
+                else:
+                    broken = said
+                continue
+            outcomes.append(said)
+        if answered:
+            self._after_answer(child, now, leaving)
+        elif started:
             self._arm(child.deadline())
-        if seen & states.RETURNED:
-            for outcome in outcomes[mark:]:
-                if type(outcome) is JobReturned:
-                    self._in_flight.pop(outcome.job.id, None)
-            if child.state == BUSY and not seen & states.ANSWERED:
-                self._idle_if_empty(child)
-        if seen & states.STARTED_SKIPPED:
+        if gave_back and child.state == BUSY and not answered:
+            self._idle_if_empty(child)
+        if crossed is not None:
             self._kill(child, now, None, "started a job it was told to skip",
                        signal.SIGKILL)
-        if seen & states.READIED:
+        if readied:
             self._on_ready(child, now)
-        if seen & states.BROKEN:
+        if broken is not None:
             self._kill(child, now, jobs.FAIL_CRASHED,
-                       f"child {child.pid} broke the wire protocol: {child.broken}",
+                       f"child {child.pid} broke the wire protocol: {broken.why}",
                        signal.SIGKILL)
 
-    def _retire(self, child: ChildProcess, now: float, why: str) -> None:
-        """No more jobs for a busy child: STOP now. It finishes its running job (and any
-        it takes before reading STOP); what it never started comes back when it exits,
-        the one proof (taken back with SKIP here, jobs ran twice in the kill storm)."""
-        child.retire_after_job = True
-        child.tell_stop()
-        if not child.started:
-            self._stop(child, now, why, told=False)
+    def _after_answer(self, child: ChildProcess, now: float, leaving: bool) -> None:
+        """The child answered for its head job: recycle, retire, idle it, or watch
+        the next job it holds."""
+        if child.state != BUSY:
+            return  # being killed or already dead: the answers still count
+        if leaving:
+            # The child exits right after this answer: never dispatch to it again.
+            self._stop(child, now, "recycling: its job or memory limit was reached",
+                       told=False)
+        elif child.retire_after_job or self._stopping:
+            self._retire(child, now, "retiring after its job")
+        elif child.max_jobs is not None and child.jobs_done >= child.max_jobs:
+            self._retire(child, now, "job limit reached")
+        elif guards.peaked(self._os, self.settings, child.pid):
+            self._retire(child, now, "recycling: its peak RSS passed the memory limit")
+        elif not child.jobs:
+            child.become_idle()
+            self._idle.append(child)
+        else:
+            self._arm(child.deadline())
 
     def _on_ready(self, child: ChildProcess, now: float) -> None:
         self._crashes.ready()
@@ -311,10 +393,117 @@ class Pool(PoolQueries, PoolLife):
         if self._stopping or child.retire_after_job:
             self._stop(child, now, "pool stopping" if self._stopping else "recycling all")
             return
-        child.state = IDLE
+        child.become_idle()
         self._idle.append(child)
 
-    # -- deadlines and kills ---------------------------------------------------
+    # -- reaping -----------------------------------------------------------------
+
+    def reap(self) -> None:
+        """Collect every exited child (and any other process we inherited), report
+        their jobs, and fork replacements."""
+        while True:
+            pid, status = self._os.waitpid_any()
+            if pid <= 0:
+                break
+            child = self._children.pop(pid, None)
+            if child is None:
+                self._log.debug("reaped pid %d (not one of ours): %s", pid,
+                                describe_child_exit(status))
+                continue
+            self._on_exit(child, status)
+        if self._size_dirty:
+            self._maintain_size()
+
+    def _on_exit(self, child: ChildProcess, status: int) -> None:
+        now = self._clock()
+        self._size_dirty = True
+        if child.state == IDLE:
+            self._idle.remove(child)
+        held = list(child.jobs)
+        self._pushing.discard(child)
+        how = f"child {child.pid} {describe_child_exit(status)}"
+        self._outcomes += child.close(now, how)
+        for job in held:
+            if self._in_flight.get(job.id) is child:
+                del self._in_flight[job.id]
+        for fd in (child.read_fd, child.write_fd):
+            if self._by_fd.get(fd) is child:
+                del self._by_fd[fd]
+        if not child.ready and not child.expected_exit:
+            self._boot_failed(child, status, now)
+        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHILD_RECYCLE:
+            self._event(child, "recycled", how)
+        else:
+            self._event(child, "exited", how)
+
+    def _boot_failed(self, child: ChildProcess, status: int, now: float) -> None:
+        """A child died before it was ready: fork again later if that was not its
+        code's fault, else count it toward the crash loop."""
+        detail = f"{child.describe()} {describe_child_exit(status)}"
+        if child.boot_error:
+            detail += f": {child.boot_error}"
+        self._event(child, "boot_failed", detail)
+        self._log.error("%s died before it was ready", detail)
+        if not boot_failure_of_code(status, bool(child.boot_error), child.sigkilled):
+            self._respawn.died(now)  # not the code's fault: fork again, spaced out
+            self._arm(self._respawn.due)
+        elif self._crashes.failed(now, detail) and not self._halted:
+            self._halted = self._crashes.message()
+            self._log.critical("%s; no more children will be forked", self._halted)
+
+    # -- size --------------------------------------------------------------------
+
+    def _maintain_size(self) -> None:
+        self._size_dirty = False
+        if not self._started or self._stopping or self._halted:
+            return
+        active = [c for c in self._children.values() if c.state in ACTIVE_STATES]
+        missing = self._target - len(active)
+        if missing > 0 and self._respawn.waiting(self._clock()):
+            self._size_dirty = True  # tick forks them once the backoff is over
+            self._arm(self._respawn.due)
+            missing = 0
+        for _ in range(missing):
+            if not self._spawn():
+                self._size_dirty = True  # try again at the next tick
+                break
+        staying = [c for c in active if not c.retire_after_job]
+        excess = len(staying) - self._target
+        if excess > 0:
+            self._shrink(staying, excess)
+
+    def _shrink(self, staying: list[ChildProcess], excess: int) -> None:
+        now = self._clock()
+        order = {IDLE: 0, BOOTING: 1, BUSY: 2}
+        for child in sorted(staying, key=lambda c: order[c.state])[:excess]:
+            if child.state == BUSY:
+                self._retire(child, now, "pool shrinking")
+            else:
+                self._stop(child, now, "pool shrinking")
+
+    def _spawn(self) -> bool:
+        taken = {c.worker_no for c in self._children.values() if c.state in ACTIVE_STATES}
+        worker_no = 1
+        while worker_no in taken:
+            worker_no += 1
+        max_jobs = self.settings.draw_max_jobs(self._rng)
+        try:
+            forked = fork_child(self._os, self.settings, worker_no=worker_no,
+                                max_jobs=max_jobs, parent_pid=self._parent_pid,
+                                entry=self._entry)
+        except OSError as exc:
+            self._log.error("could not fork worker %d: %s", worker_no, exc)
+            return False
+        child = ChildProcess(forked.pid, worker_no, forked.read_fd, forked.write_fd,
+                             max_jobs=max_jobs, now=self._clock(), settings=self.settings,
+                             oscalls=self._os, selector=self._sel, tag=self, log=self._log)
+        self._children[child.pid] = child
+        self._by_fd[child.read_fd] = self._by_fd[child.write_fd] = child
+        self._arm(child.boot_deadline)
+        self._event(child, "spawned", f"max_jobs={max_jobs}")
+        return True
+
+    # -- deadlines ---------------------------------------------------------------
 
     def tick(self) -> None:
         """Enforce every deadline that has passed and fork replacements. Raises
@@ -325,8 +514,7 @@ class Pool(PoolQueries, PoolLife):
         if due is not None:
             now = self._clock()
             if now - due > self._nap:
-                guards.rearm_after_nap(self._children.values(), self.settings, now,
-                                       now - due, self._log)
+                self._after_nap(now, now - due)
             if now >= due:
                 self._enforce_deadlines(now)
                 self._due = self._earliest()
@@ -335,6 +523,15 @@ class Pool(PoolQueries, PoolLife):
         if self._halted and not self._halt_raised:
             self._halt_raised = True
             raise PoolHalted(self._halted)
+
+    def _after_nap(self, now: float, late: float) -> None:
+        # The parent did not run for ``late`` seconds past a deadline, so it could not
+        # hear its children (or, in a frozen tree, they could not beat): give them the
+        # lost time before anything is enforced.
+        self._log.warning("the supervisor itself did not run for %.1f s (paused?): "
+                          "heartbeat and boot deadlines re-armed", late)
+        for child in self._children.values():
+            child.after_nap(now, late)
 
     def _earliest(self) -> float | None:
         dues = [due for due in (c.deadline() for c in self._children.values())
@@ -346,14 +543,6 @@ class Pool(PoolQueries, PoolLife):
     def _arm(self, when: float | None) -> None:
         if when is not None and (self._due is None or when < self._due):
             self._due = when
-
-    def _check_memory(self, child: ChildProcess, now: float) -> None:
-        why = guards.over_memory(self._os, self.settings, child)
-        if why is not None:
-            # SIGKILL at once: a grace would only let it grow further.
-            self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
-        else:
-            child.mem_deadline = now + self.settings.memory_sample_interval()
 
     def _enforce_deadlines(self, now: float) -> None:
         settings = self.settings
@@ -374,6 +563,32 @@ class Pool(PoolQueries, PoolLife):
                                   child.describe())
                 child.escalate()
 
+    def _check_memory(self, child: ChildProcess, now: float) -> None:
+        why = guards.over_memory(self._os, self.settings, child.pid)
+        if why is not None:
+            # SIGKILL at once: a grace would only let it grow further.
+            self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
+        else:
+            child.memory_sampled(now)
+
+    # -- stopping and killing ----------------------------------------------------
+
+    def _retire(self, child: ChildProcess, now: float, why: str) -> None:
+        """No more jobs for a busy child: STOP now. It finishes its running job (and any
+        it takes before reading STOP); what it never started comes back when it exits,
+        the one proof (taken back with SKIP here, jobs ran twice in the kill storm)."""
+        child.retire()
+        if not child.started:
+            self._stop(child, now, why, told=False)
+
+    def _stop(self, child: ChildProcess, now: float, why: str, *, told: bool = True) -> None:
+        if child.state == IDLE:
+            self._idle.remove(child)
+        child.stop(now, told=told)
+        self._arm(child.exit_deadline)
+        self._size_dirty = True
+        self._event(child, "stopping", why)
+
     def _kill(self, child: ChildProcess, now: float, kind: str | None, message: str,
               sig: int = signal.SIGTERM, *, boot: bool = False) -> None:
         """Signal the child's whole group; with SIGTERM, SIGKILL follows after the
@@ -386,14 +601,6 @@ class Pool(PoolQueries, PoolLife):
         self._arm(child.exit_deadline)
         self._size_dirty = True
         self._event(child, "killed", message)
-
-    def _stop(self, child: ChildProcess, now: float, why: str, *, told: bool = True) -> None:
-        if child.state == IDLE:
-            self._idle.remove(child)
-        child.stop(now, told=told)
-        self._arm(child.exit_deadline)
-        self._size_dirty = True
-        self._event(child, "stopping", why)
 
     def _event(self, child: ChildProcess, what: str, detail: str) -> None:
         self._outcomes.append(ChildEvent(child.pid, child.worker_no, what, detail))

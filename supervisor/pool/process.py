@@ -1,16 +1,29 @@
-"""One forked child as the parent sees it: its pipes, its frames, its queue of jobs and
-their deadlines.
+"""One forked child as the parent sees it: its pid, its pipes and frames, its queue of
+jobs and their deadlines, and what its frames mean.
 
-A ``ChildProcess`` owns the parent's ends of one child's pipes (registered with the
+A ``ChildProcess`` is one child from fork until it is reaped, as uvicorn's ``Process``
+wraps one worker. It owns the parent's ends of the child's pipes (registered with the
 parent's selector, with the pool as the key's data), the ``FrameReader`` and
 ``FrameWriter`` on them, the jobs it was sent and has not answered (``jobs``, in the
 order the child runs them: the head runs once its START came, the rest are queued and
-unstarted) and every deadline the head job and the child's life carry. It sends
-(``run``, ``skip``, ``stop``), signals (``kill``), reads and reports (``read`` returns
-what the frames meant; outcomes go into the list it is given), and winds itself up once
-reaped (``close``: the running job fails, the queued ones come back unstarted). It
-decides nothing: which child gets a job, when one is stopped or killed and what
-replaces it is ``Pool``'s policy.
+unstarted) and every deadline the head job and the child's life carry.
+
+It sends (``run``, ``push``, ``skip``, ``recall``, ``stop``), signals (``kill``,
+``escalate``), reads (``read``: what the frames meant, as typed events in the order
+they were said) and winds itself up once reaped (``close``: the running job fails, the
+queued ones come back unstarted). It decides nothing: which child gets a job, when one
+is stopped or killed and what replaces it is ``Pool``'s policy, made from the events
+``read`` returns.
+
+The states a child goes through, as the parent sees it::
+
+    BOOTING --READY--> IDLE --run--> BUSY --last answer, queue empty--> IDLE
+       |                 |            |
+       +------stop-------+----stop----+--> STOPPING --exit--> (reaped) DEAD
+       +------kill-------+----kill----+--> KILLED ----exit--> (reaped) DEAD
+
+A START that crosses a STOP (the child took its next job before it read STOP) brings a
+STOPPING child back to BUSY until that job ends.
 """
 
 from __future__ import annotations
@@ -19,33 +32,94 @@ import logging
 import selectors
 import signal
 from collections import deque
+from dataclasses import dataclass
 from functools import partial
 
 from shared import wire
-from shared.jobs import FAIL_ARGS, FAIL_CRASHED, ClaimedJob
+from shared.jobs import FAIL_ARGS, FAIL_CRASHED, TERMINAL_FAILURES, ClaimedJob
 from supervisor.pool.oscalls import OsCalls
-from supervisor.pool.outcomes import JobFailed, JobReturned
-from supervisor.pool.reading import ChildReading
-from supervisor.pool.settings import PoolSettings
-from supervisor.pool.states import (
-    BOOTING,
-    BUSY,
-    DEAD,
-    IDLE,
-    KILLED,
-    NO_LIMIT,
-    STOPPING,
+from supervisor.pool.outcomes import (
+    JobDone,
+    JobFailed,
+    JobProgress,
+    JobRecord,
+    JobReturned,
+    JobStarted,
 )
+from supervisor.pool.settings import PoolSettings
 
+# A child's states, as the parent sees it.
+BOOTING = "booting"  # forked, READY not seen yet
+IDLE = "idle"  # ready for a job
+BUSY = "busy"  # jobs in flight: the head running (or about to), the rest queued
+STOPPING = "stopping"  # told STOP, or its last answer said so, running nothing: to exit
+KILLED = "killed"  # signalled by the parent: waiting to reap it
+DEAD = "dead"  # reaped; the record is being wound up
+
+ACTIVE_STATES = frozenset({BOOTING, IDLE, BUSY})  # count toward the pool's size
+
+NO_LIMIT = 2**30  # what an empty child may hold (more than any depth): its next job sets it
+
+
+# -- what a child's frames mean -------------------------------------------------------
+#
+# ``read`` returns these in the order the child said them, together with the job
+# records of ``outcomes`` (``JobStarted``, ``JobDone``, ``JobFailed``, ``JobProgress``,
+# ``JobReturned``), which the pool passes on to the engine as they are.
+
+@dataclass(frozen=True, slots=True)
+class Readied:
+    """Its first READY: it booted and may be given jobs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leaving:
+    """The answer just before this one was its last: the child exits right after it
+    (its job or memory limit was reached), so it must never be given another job."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrossedSkip:
+    """It started a job it had been told to skip (its START crossed the SKIP): the job
+    was given back or to another child meanwhile, so this child must be killed."""
+
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Broken:
+    """A frame that cannot be trusted (``why``): its read end is closed; kill it."""
+
+    why: str
+
+
+ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | \
+    Readied | Leaving | CrossedSkip | Broken
+
+_READIED = Readied()
+_LEAVING = Leaving()
+
+READ_CHUNK = 64 * 1024
 EVENT_READ = selectors.EVENT_READ
 EVENT_WRITE = selectors.EVENT_WRITE
 
 _pack_run = wire.Run.pack
 _STOP_FRAME = wire.Stop().encode()
+_DONE = wire.DONE
+_FAILED = wire.FAILED
+_HEARTBEAT = wire.HEARTBEAT
+_START = wire.START
+_SKIPPED = wire.SKIPPED
+_ANSWERS = (_DONE, _FAILED)
+_unpack_done = wire.Done.unpack
+_decode_failed = wire.Failed.decode
+_unpack_start = wire.Start.unpack
+_FLAG_LAST = wire.FLAG_LAST
+_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned)
 
 
-class ChildProcess(ChildReading):
-    """One child from fork until it is reaped: pipes, frames, job and deadlines."""
+class ChildProcess:
+    """One child from fork until it is reaped: pipes, frames, jobs and deadlines."""
 
     __slots__ = (
         "_log",
@@ -123,7 +197,7 @@ class ChildProcess(ChildReading):
         self.mem_deadline: float | None = None  # next RSS sample (a memory limit is set)
         self.boot_deadline: float | None = now + settings.boot_timeout
         self.exit_deadline: float | None = None  # STOP or SIGTERM sent: SIGKILL then
-        self.retire_after_job = False
+        self.retire_after_job = False  # no more jobs: it stops once it runs none
         self.expected_exit = False  # the parent asked it to go: not a boot failure
         self.sigkilled = False
         self.kill_kind: str | None = None  # failure kind for the job if the kill ends it
@@ -145,6 +219,8 @@ class ChildProcess(ChildReading):
     def describe(self) -> str:
         """``worker 3 (pid 1234)``, for messages."""
         return f"worker {self.worker_no} (pid {self.pid})"
+
+    # -- what the pool asks ------------------------------------------------------
 
     @property
     def job(self) -> ClaimedJob | None:
@@ -192,7 +268,35 @@ class ChildProcess(ChildReading):
             return "exit"
         return None
 
-    # -- sending ---------------------------------------------------------------
+    # -- what the pool decides about it ------------------------------------------
+
+    def become_idle(self) -> None:
+        """It holds no job and may be given one."""
+        self.state = IDLE
+        self.limit = NO_LIMIT
+
+    def retire(self) -> None:
+        """No more jobs: STOP now if it has booted (a booting child is stopped once it
+        is ready). It finishes its running job and any it takes before reading STOP."""
+        self.retire_after_job = True
+        if self.state != BOOTING:
+            self.tell_stop()
+
+    def memory_sampled(self, now: float) -> None:
+        """Its RSS was under the cap: sample it again after the interval."""
+        self.mem_deadline = now + self._settings.memory_sample_interval()
+
+    def after_nap(self, now: float, late: float) -> None:
+        """The parent did not run for ``late`` seconds past a deadline, so it could not
+        hear this child: a busy one gets a fresh heartbeat window, a booting one the
+        lost time again. Job timeouts stand: they are the job's budget of wall time."""
+        if self.state == BUSY and self.beat_deadline is not None:
+            self.beat_deadline = max(self.beat_deadline,
+                                     now + self._settings.heartbeat_timeout)
+        elif self.state == BOOTING and self.boot_deadline is not None:
+            self.boot_deadline = max(self.boot_deadline, now) + late
+
+    # -- sending -----------------------------------------------------------------
 
     def run(self, job: ClaimedJob, now: float, depth: int = 1) -> bool:
         """Queue ``job`` in the child (``depth``: how many its queue holds per child).
@@ -318,7 +422,171 @@ class ChildProcess(ChildReading):
             self._sel.unregister(self.write_fd)
             self.write_registered = False
 
-    # -- signals ---------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------
+
+    def read(self, now: float) -> list[ChildNews]:
+        """One read from the child's pipe: what its frames meant, in the order it
+        said them (empty: nothing there, only heartbeats, or end of file, after which
+        ``read_open`` is False). READY ends its boot, START makes the head of its queue
+        the running job, SKIPPED gives back a job it was asked for, DONE and FAILED end
+        the head (an answer for any other job is dropped: it belongs to the head of
+        this child's queue, nobody else's), HEARTBEAT keeps the head alive and carries
+        its progress."""
+        news: list[ChildNews] = []
+        self._read_once(now, news)
+        return news
+
+    def drain(self, now: float) -> list[ChildNews]:
+        """Read whatever is left in the pipe (an answer written just before death
+        still counts)."""
+        news: list[ChildNews] = []
+        while self.read_open and self._read_once(now, news):
+            pass
+        return news
+
+    def _read_once(self, now: float, news: list[ChildNews]) -> bool:
+        """One ``read``; True if bytes arrived (the pipe may hold more)."""
+        try:
+            data = self._os.read(self.read_fd, READ_CHUNK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self._close_read()
+            return False
+        try:
+            frames = self.reader.feed(data)
+        except wire.ProtocolError as exc:
+            self._broke(exc, news)
+            return False
+        for frame in frames:
+            mtype = frame.type
+            try:
+                if mtype == _START:
+                    self._on_start(frame, now, news)
+                elif mtype in _ANSWERS:
+                    self._on_answer(frame, now, news)
+                elif mtype == _HEARTBEAT:
+                    self._on_heartbeat(frame, now, news)
+                elif mtype == _SKIPPED:
+                    self._on_skipped(frame, now, news)
+                elif mtype == wire.READY:
+                    if not self.ready:
+                        self.ready = True
+                        self.boot_deadline = None
+                        news.append(_READIED)
+                elif mtype == wire.BOOT_ERROR:
+                    said = wire.BootError.decode(frame)
+                    self.boot_error = f"{said.kind} error: {said.message}"
+            except wire.ProtocolError as exc:
+                self._broke(exc, news)
+                break
+        return True
+
+    def _on_start(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
+        job_id = _unpack_start(frame)
+        if job_id in self.skipping:
+            self.skipping.discard(job_id)
+            self._log.warning("%s started job %d although told to skip it",
+                              self.describe(), job_id)
+            news.append(CrossedSkip(job_id))
+            return
+        jobs = self.jobs
+        if not jobs or self.started or jobs[0].id != job_id:
+            self._log.warning("%s started job %d, not the next of its queue: ignored",
+                              self.describe(), job_id)
+            return
+        # Asked back, but it took the job before it read the SKIP: the job runs here.
+        self.recalling.pop(job_id, None)
+        self.started = True
+        job = jobs[0]
+        self._arm_head(job, now)
+        news.append(JobStarted(job))
+        if self.state == STOPPING:
+            # It took the job before it read STOP: the job runs; stop after it.
+            self.state = BUSY
+            self.exit_deadline = None
+            self.retire_after_job = True
+
+    def _on_skipped(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
+        job_id = wire.Skipped.decode(frame).job
+        why = self.recalling.pop(job_id, None)
+        if why is None:  # a cancelled job, already forgotten (``skip``)
+            self.skipping.discard(job_id)
+            return
+        jobs = self.jobs
+        i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
+        if i is None or (i == 0 and self.started):
+            self._log.warning("%s gave back job %d, which it does not hold unstarted: "
+                              "ignored", self.describe(), job_id)
+            return
+        job = jobs[i]
+        del jobs[i]
+        if i == 0 and jobs:
+            self._arm_head(jobs[0], now)
+        news.append(JobReturned(job, f"given back: {why}", True, release=True))
+
+    def _on_answer(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
+        jobs = self.jobs
+        if not jobs:
+            self._log.warning("%s answered with no job in flight", self.describe())
+            return
+        job = jobs[0]
+        duration = now - self.job_started
+        if frame.type == _DONE:
+            job_id, result = _unpack_done(frame)
+            if job_id != job.id:
+                self._stray(job_id)
+                return
+            if not self.started:  # an answer says it ran, START or not
+                news.append(JobStarted(job))
+            news.append(JobDone(job, result, duration))
+        else:
+            answer = _decode_failed(frame)
+            if answer.job != job.id:
+                self._stray(answer.job)
+                return
+            if not self.started:
+                news.append(JobStarted(job))
+            kind = answer.kind
+            news.append(JobFailed(job, kind, answer.message, answer.traceback,
+                                  answer.retry_delay, kind in TERMINAL_FAILURES, duration))
+        jobs.popleft()
+        self.started = False
+        if self.kill_kind is not None:
+            self.kill_kind = self.kill_message = None
+        self.jobs_done += 1
+        if jobs:
+            self._arm_head(jobs[0], now)  # its START follows: the deadlines move then
+        else:
+            self.limit = NO_LIMIT
+        if frame.flags & _FLAG_LAST:
+            news.append(_LEAVING)
+
+    def _stray(self, job_id: int) -> None:
+        # Not the job at the head of its queue (a copy its handler forked, say): drop it.
+        self._log.warning("%s answered for job %d while running job %d: answer dropped",
+                          self.describe(), job_id, self.jobs[0].id)
+
+    def _on_heartbeat(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
+        job = self.job
+        if job is None:
+            return
+        beat = wire.Heartbeat.decode(frame)
+        if beat.job != job.id:
+            return  # not a sign of life of this job
+        self.beat_deadline = now + self._settings.heartbeat_timeout
+        if beat.progress is not None:
+            news.append(JobProgress(job, beat.progress))
+
+    def _broke(self, exc: Exception, news: list[ChildNews]) -> None:
+        self.broken = str(exc)
+        self._log.error("%s sent a bad frame: %s", self.describe(), exc)
+        self._close_read()
+        news.append(Broken(self.broken))
+
+    # -- signals -----------------------------------------------------------------
 
     def can_signal(self, sig: int) -> bool:
         """False if signalling adds nothing: reaped, SIGKILLed already, or a second
@@ -360,14 +628,16 @@ class ChildProcess(ChildReading):
         self.sigkilled = True
         self.exit_deadline = None
 
-    # -- winding up ------------------------------------------------------------
+    # -- winding up --------------------------------------------------------------
 
-    def close(self, now: float, outcomes: list, how: str) -> None:
+    def close(self, now: float, how: str) -> list[JobRecord]:
         """The child was reaped (``how``: its exit in words): read what it left in the
-        pipe, close both ends, kill whatever it left running in its group, report its
-        running job, if any, as failed and its queued jobs as returned unstarted."""
+        pipe, close both ends, kill whatever it left running in its group. Returns what
+        became of its jobs: what the pipe still said about them, then its running job,
+        if any, as failed and its queued jobs as returned unstarted."""
         self.state = DEAD
-        self.drain(now, outcomes)
+        records: list[JobRecord] = [news for news in self.drain(now)
+                                    if isinstance(news, _JOB_RECORDS)]
         self._close_read()
         if self.write_registered:
             self._sel.unregister(self.write_fd)
@@ -378,16 +648,17 @@ class ChildProcess(ChildReading):
         self.outgoing.clear()
         jobs = self.jobs
         if jobs and self.started:
-            outcomes.append(JobFailed(jobs.popleft(), self.kill_kind or FAIL_CRASHED,
-                                      self.kill_message or how, None, None, False,
-                                      now - self.job_started))
+            records.append(JobFailed(jobs.popleft(), self.kill_kind or FAIL_CRASHED,
+                                     self.kill_message or how, None, None, False,
+                                     now - self.job_started))
         self.started = False
         recalling = self.recalling
         while jobs:
             job = jobs.popleft()
-            outcomes.append(JobReturned(job, f"never started: {how}", True,
-                                        release=job.id in recalling))
+            records.append(JobReturned(job, f"never started: {how}", True,
+                                       release=job.id in recalling))
         recalling.clear()
+        return records
 
     def _close_read(self) -> None:
         if not self.read_open:

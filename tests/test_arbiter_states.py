@@ -1,0 +1,334 @@
+"""The arbiter's state machine on its own: RUNNING -> DRAINING -> STOPPING, driven by
+signals, the grace, a burst that ran out of work and a crash loop, against a fake engine
+and a fake pool (no process forked, no database). What each state asks of the engine
+and the pool, and in which order, is what the real-process tests
+(``test_run_signals.py``, ``test_edges_signals.py``) rely on."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import pytest
+
+from shared import jobs
+from supervisor import arbiter as arbiter_module
+from supervisor.arbiter import DRAINING, RUNNING, STOP_TIMEOUT, STOPPING, Arbiter
+from supervisor.config import RunConfig
+from supervisor.pool import PoolHalted
+
+pytestmark = pytest.mark.timeout(10)
+
+GRACE = 30.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeLedger:
+    def __init__(self) -> None:
+        self.finished: Counter[str] = Counter()
+
+
+class FakeEngine:
+    """What the arbiter asks of the engine, written into the shared ``calls``."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+        self.ledger = FakeLedger()
+        self.claim_in_flight = False
+        self.burst_finished = False
+        self.database_up = True
+        self.to_release = 0
+        self.ticks = 0
+        self.on_tick = None  # called at each tick (a test's way to act mid-loop)
+
+    def open(self) -> None:
+        self.calls.append("engine.open")
+
+    def close(self, pool, now: float) -> None:
+        self.calls.append("engine.close")
+
+    def tick(self, now: float, pool) -> None:
+        self.ticks += 1
+        if self.on_tick is not None:
+            self.on_tick(self.ticks)
+
+    def next_deadline(self, now: float, pool) -> float:
+        return now  # always due: the loop never waits in select
+
+    def drain(self, now: float) -> int:
+        self.calls.append("engine.drain")
+        return self.to_release
+
+    def collect(self, pool, now: float) -> None:
+        self.calls.append("engine.collect")
+
+    def flush(self, now: float) -> None:
+        self.calls.append("engine.flush")
+
+    def queue_counts(self) -> dict:
+        return {}
+
+
+class FakePool:
+    """Children are numbers: ``alive`` until reaped, ``busy`` of them running jobs."""
+
+    def __init__(self, calls: list, size: int = 2) -> None:
+        self.calls = calls
+        self.target = size
+        self.alive_n = 0
+        self.busy = 0
+        self.halt: str | None = None
+
+    def start(self) -> None:
+        self.calls.append("pool.start")
+        self.alive_n = self.target
+
+    def stop(self) -> None:
+        self.calls.append("pool.stop")
+
+    def kill_all(self) -> None:
+        self.calls.append("pool.kill_all")
+
+    def interrupt_all(self, kind: str = jobs.FAIL_SHUTDOWN) -> None:
+        self.calls.append(f"pool.interrupt_all({kind})")
+
+    def recycle_all(self) -> None:
+        self.calls.append("pool.recycle_all")
+
+    def resize(self, n: int) -> None:
+        self.calls.append(f"pool.resize({n})")
+        self.target = n
+
+    def reap(self) -> None:
+        pass
+
+    def tick(self) -> None:
+        if self.halt is not None:
+            why, self.halt = self.halt, None
+            raise PoolHalted(why)
+
+    def alive(self) -> int:
+        return self.alive_n
+
+    def busy_count(self) -> int:
+        return self.busy
+
+    def idle_count(self) -> int:
+        return self.alive_n - self.busy
+
+    def size(self) -> int:
+        return self.target
+
+    def next_deadline(self) -> float | None:
+        return None
+
+
+class Rig:
+    def __init__(self, **config) -> None:
+        self.calls: list[str] = []
+        self.clock = Clock()
+        self.engine = FakeEngine(self.calls)
+        self.pool = FakePool(self.calls)
+        settings = {"children": 2, "grace": GRACE, "otel": False, **config}
+        self.arbiter = Arbiter(RunConfig(**settings), "dsn-not-used", ["default"], ["k"],
+                               clock=self.clock, engine=self.engine, pool=self.pool)
+        self.pool.start()  # as run() does before its first turn
+        self.calls.clear()
+
+    def signal(self, sig: int) -> None:
+        """A signal the handler recorded, handled at the next turn."""
+        self.arbiter.inbox.pending.append(sig)
+        self.arbiter.turn()
+
+    def advance(self, seconds: float) -> None:
+        self.clock.now += seconds
+        self.arbiter.turn()
+
+    @property
+    def state(self) -> str:
+        return self.arbiter.state
+
+    def finished(self) -> bool:
+        return self.arbiter._finished()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_title(monkeypatch):
+    monkeypatch.setattr(arbiter_module, "setproctitle", lambda title: None)
+
+
+def test_running_turns_until_told_otherwise():
+    rig = Rig()
+    for _ in range(3):
+        rig.advance(1.0)
+    assert rig.state == RUNNING and not rig.finished()
+    assert rig.calls == [] and rig.engine.ticks == 3
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_drains_the_engine_then_stops_the_pool(sig):
+    rig = Rig()
+    rig.engine.to_release = 3
+    rig.pool.busy = 1
+    rig.signal(sig)
+    assert rig.state == DRAINING
+    assert rig.calls == ["engine.drain", "pool.stop"]  # claim nothing more, then STOP
+    assert rig.arbiter.drain_deadline == rig.clock.now + GRACE
+    assert not rig.finished()  # its children are not reaped yet
+
+
+def test_a_drain_ends_once_every_child_is_reaped_and_no_claim_is_in_flight():
+    rig = Rig()
+    rig.signal(signal.SIGTERM)
+    rig.pool.alive_n = 0
+    rig.engine.claim_in_flight = True  # its answer must be booked (released) first
+    rig.advance(1.0)
+    assert rig.state == DRAINING and not rig.finished()
+    rig.engine.claim_in_flight = False
+    assert rig.finished()
+    assert "pool.kill_all" not in rig.calls  # nobody was killed
+
+
+def test_a_drain_never_waits_forever_for_a_claim_a_hung_database_never_answers():
+    rig = Rig()
+    rig.signal(signal.SIGTERM)
+    rig.pool.alive_n = 0
+    rig.engine.claim_in_flight = True
+    rig.advance(GRACE + STOP_TIMEOUT - 1)
+    assert not rig.finished()
+    rig.clock.now += 1
+    assert rig.finished()
+
+
+def test_the_end_of_the_grace_stops_only_a_drain_that_still_runs_jobs():
+    rig = Rig()
+    rig.signal(signal.SIGTERM)
+    rig.pool.busy = 0
+    rig.advance(GRACE)
+    assert rig.state == DRAINING  # nothing runs: the children are on their way out
+    rig.pool.busy = 1
+    rig.advance(0.5)
+    assert rig.state == STOPPING
+    assert rig.calls[-5:] == ["engine.drain", f"pool.interrupt_all({jobs.FAIL_SHUTDOWN})",
+                              "pool.kill_all", "engine.collect", "engine.flush"]
+
+
+def test_a_second_stop_signal_while_draining_stops_now():
+    rig = Rig()
+    rig.pool.busy = 2
+    rig.signal(signal.SIGTERM)
+    rig.calls.clear()
+    rig.signal(signal.SIGINT)
+    assert rig.state == STOPPING
+    # Running jobs are interrupted (attempt not counted) before the children die, and
+    # what that reported is booked and written before the loop turns again.
+    assert rig.calls == ["engine.drain", f"pool.interrupt_all({jobs.FAIL_SHUTDOWN})",
+                         "pool.kill_all", "engine.collect", "engine.flush"]
+    assert rig.arbiter.stop_deadline == rig.clock.now + STOP_TIMEOUT
+
+
+def test_quit_stops_at_once_from_running_and_later_signals_change_nothing():
+    rig = Rig()
+    rig.signal(signal.SIGQUIT)
+    assert rig.state == STOPPING and "pool.stop" not in rig.calls
+    before = list(rig.calls)
+    rig.signal(signal.SIGTERM)
+    rig.signal(signal.SIGQUIT)
+    assert rig.state == STOPPING and rig.calls == before
+
+
+def test_stopping_ends_when_the_children_are_reaped_or_at_the_stop_deadline():
+    rig = Rig()
+    rig.signal(signal.SIGQUIT)
+    assert not rig.finished()
+    rig.advance(STOP_TIMEOUT - 0.5)
+    assert not rig.finished()  # a child that is never reaped is waited for this long
+    rig.advance(0.5)
+    assert rig.finished()
+    reaped = Rig()
+    reaped.signal(signal.SIGQUIT)
+    reaped.pool.alive_n = 0
+    assert reaped.finished()
+
+
+def test_a_burst_that_ran_out_of_work_drains_itself():
+    rig = Rig(burst=True)
+    rig.advance(1.0)
+    assert rig.state == RUNNING
+    rig.engine.burst_finished = True
+    rig.advance(1.0)
+    assert rig.state == DRAINING and rig.calls == ["engine.drain", "pool.stop"]
+    assert rig.arbiter.exit_code == 0
+
+
+def test_a_crash_loop_halts_with_exit_code_1_and_says_why():
+    rig = Rig()
+    why = "crash loop: 5 children died before they were ready"
+    rig.pool.halt = why
+    rig.advance(1.0)
+    assert rig.state == STOPPING and rig.arbiter.exit_code == 1
+    assert rig.arbiter.halt_reason == why
+    assert rig.arbiter._unhealthy() == f"halted: {why}"
+    assert "pool.kill_all" in rig.calls
+
+
+def test_ttin_and_ttou_resize_the_pool_never_below_one_child():
+    rig = Rig()
+    rig.signal(signal.SIGTTIN)
+    assert rig.pool.size() == 3
+    for _ in range(4):
+        rig.signal(signal.SIGTTOU)
+    assert rig.pool.size() == 1
+    assert rig.calls == ["pool.resize(3)", "pool.resize(2)", "pool.resize(1)"]
+
+
+def test_hup_recycles_the_children_only_if_the_code_reloaded(monkeypatch):
+    from supervisor import apps
+
+    rig = Rig()
+    monkeypatch.setattr(apps, "reload_apps", lambda modules: True)
+    rig.signal(signal.SIGHUP)
+    assert rig.calls == ["pool.recycle_all"] and rig.state == RUNNING
+    monkeypatch.setattr(apps, "reload_apps", lambda modules: False)
+    rig.signal(signal.SIGHUP)
+    assert rig.calls == ["pool.recycle_all"]  # a broken deploy keeps the children
+
+
+def test_run_drains_on_a_real_sigterm_and_returns_0():
+    """The whole loop, ``run()``: the signal goes through the real handler and wakeup
+    fd; the pool is reaped empty two turns after its STOP."""
+    calls: list[str] = []
+    clock = Clock()
+    engine = FakeEngine(calls)
+    pool = FakePool(calls)
+    arbiter = Arbiter(RunConfig(children=2, grace=GRACE, otel=False), "dsn-not-used",
+                      ["default"], ["k"], clock=clock, engine=engine, pool=pool)
+
+    stopped_at: list[int] = []
+
+    def on_tick(n: int) -> None:
+        clock.now += 0.1
+        if n == 3:
+            signal.raise_signal(signal.SIGTERM)
+        if "pool.stop" in calls and not stopped_at:
+            stopped_at.append(n)
+        if stopped_at and n >= stopped_at[0] + 2:
+            pool.alive_n = 0
+
+    engine.on_tick = on_tick
+    saved = {sig: signal.getsignal(sig) for sig in arbiter_module.HANDLED_SIGNALS}
+    try:
+        assert arbiter.run() == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert arbiter.state == DRAINING
+    assert calls == ["pool.start", "engine.open", "engine.drain", "pool.stop",
+                     "engine.close", "pool.kill_all"]
