@@ -116,12 +116,12 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
     if not args_list:
         raise ValueError("a batch needs at least one job")
     callback = check_callback(then) if then is not None else None
-    encoded = [plans.encode_args(kind, args) for args in args_list]
+    encoded = plans.encode_all(kind, args_list)
     return _insert_batch(kind, encoded, callback, queue, priority, max_attempts, timeout,
                          run_at, float(delay or 0.0), current_trace_context())
 
 
-def _insert_batch(kind: str, encoded: list[bytes], callback: Callback | None, queue: str,
+def _insert_batch(kind: str, encoded: plans.ArgsBuffer, callback: Callback | None, queue: str,
                   priority: int, max_attempts: int | None, timeout: float | None,
                   run_at: datetime | None, delay: float, trace_context: str | None) -> Plan:
     cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
