@@ -7,6 +7,7 @@ import threading
 import psycopg
 import pytest
 
+from shared.batches import Callback
 from shared.enqueue import enqueue, enqueue_many
 
 pytestmark = pytest.mark.timeout(60)
@@ -121,3 +122,28 @@ def test_fan_in_costs_linear_work(conn, dsn):
     small = _work_to_complete(conn, dsn, 200)
     large = _work_to_complete(conn, dsn, 800)
     assert large < 5 * small, (small, large)
+
+
+def test_no_producer_path_left_open_makes_the_parents_writes_wait(conn, dsn):
+    """Every way a producer writes (depends_on, a batch, a unique key, COPY), inside one
+    transaction left open: renewing, completing and failing running jobs, dependencies
+    and batch members among them, waits for nothing."""
+
+    running = enqueue_many("bt_step", [{}] * 4, dsn=dsn)
+    member = enqueue_many("bt_step", [{}], then=Callback("bt_step", {}), dsn=dsn).ids[0]
+    conn.execute("UPDATE supervisor.jobs SET state = 'running', attempt = 1, "
+                 "lease_owner = 'p' WHERE id = ANY(%s)", ([*running, member],))
+    with psycopg.connect(dsn) as producer, writer(dsn) as parent:
+        on_first = enqueue("bt_step", {}, depends_on=running[:2], conn=producer)
+        on_member = enqueue("bt_step", {}, depends_on=[member], conn=producer)
+        enqueue_many("bt_step", [{}] * 3, then=Callback("bt_step", {}), conn=producer)
+        enqueue("bt_step", {}, unique_key="k", conn=producer)
+        enqueue_many("bt_step", [{}] * 3, conn=producer)
+        parent.execute("UPDATE supervisor.jobs SET lease_expires_at = now() + interval '8 s' "
+                       "WHERE state = 'running'")
+        finish(parent, [*running[:3], member])
+        finish(parent, running[3:], "retryable")
+        producer.commit()
+    assert (row(conn, on_first)[0], row(conn, on_member)[0]) == ("available", "available")
+    assert conn.execute("SELECT count(*) FROM supervisor.batches WHERE finished_at IS NOT NULL"
+                        ).fetchone() == (1,)
