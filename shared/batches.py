@@ -4,8 +4,9 @@
 members (with ``batch_id``) in one transaction. The database closes the batch: a trigger
 on ``supervisor.jobs`` (schema 0006) enqueues the callback in the transaction that makes
 the last member final, under a per-batch lock, so it happens exactly once whatever the
-supervisors do. ``depends_on`` holds a job back ('scheduled' at ``HOLD``) until the same
-trigger sees every dependency completed, or cancels it when one did not.
+supervisors do. ``depends_on`` holds a job back ('scheduled' at ``HOLD``, with one row
+per unfinished dependency in ``supervisor.job_dependencies``, schema 0009) until the same
+trigger has counted every dependency completed, or cancels it when one did not.
 """
 
 from __future__ import annotations
@@ -115,12 +116,12 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
     if not args_list:
         raise ValueError("a batch needs at least one job")
     callback = check_callback(then) if then is not None else None
-    encoded = [plans.encode_args(kind, args) for args in args_list]
+    encoded = plans.encode_all(kind, args_list)
     return _insert_batch(kind, encoded, callback, queue, priority, max_attempts, timeout,
                          run_at, float(delay or 0.0), current_trace_context())
 
 
-def _insert_batch(kind: str, encoded: list[bytes], callback: Callback | None, queue: str,
+def _insert_batch(kind: str, encoded: plans.ArgsBuffer, callback: Callback | None, queue: str,
                   priority: int, max_attempts: int | None, timeout: float | None,
                   run_at: datetime | None, delay: float, trace_context: str | None) -> Plan:
     cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
@@ -135,9 +136,11 @@ def _insert_batch(kind: str, encoded: list[bytes], callback: Callback | None, qu
     return batch_id, ids
 
 
-_WATCH_DEPENDENCIES = """
-UPDATE supervisor.jobs SET watched = true WHERE id = ANY(%s::bigint[]) RETURNING id, state
-"""
+# Read without a lock: a producer's transaction may stay open for minutes, and a lock on
+# a dependency's row would stop its supervisor from completing it or renewing its lease
+# meanwhile. A dependency that becomes final before our commit is settled by the
+# deferred trigger of schema 0009, under a lock held only while we commit.
+_DEPENDENCY_STATES = "SELECT id, state FROM supervisor.jobs WHERE id = ANY(%s::bigint[])"
 
 _INSERT_DEPENDENT = """
 INSERT INTO supervisor.jobs (kind, queue, args, state, priority, max_attempts, timeout,
@@ -182,19 +185,31 @@ def plan_dependent(kind: str, args: Mapping[str, Any] | None, depends_on: Any, *
     return _insert_dependent(params)
 
 
+_HOLD_DEPENDENT = """
+WITH edges AS (
+    INSERT INTO supervisor.job_dependencies (dependency_id, dependent_id)
+    SELECT unnest(%(pending)s::bigint[]), %(id)s)
+INSERT INTO supervisor.dependents (id, pending) VALUES (%(id)s, cardinality(%(pending)s))
+RETURNING id
+"""
+
+
 def _insert_dependent(params: dict[str, Any]) -> Plan:
-    # Marking the dependencies locks them until we commit: one finishing meanwhile is
-    # either seen here (its state) or, after our commit, sees us (the trigger).
-    states = dict((yield Execute(_WATCH_DEPENDENCIES, (params["deps"],))))
+    states = dict((yield Execute(_DEPENDENCY_STATES, (params["deps"],))))
     missing = [i for i in params["deps"] if i not in states]
     if missing:
         raise ValueError(f"depends_on: no job {missing[0]}")
     failed = [(i, s) for i, s in sorted(states.items()) if s in ("discarded", "cancelled")]
+    pending = [i for i, s in sorted(states.items()) if s != jobs.COMPLETED]
     if failed:
         state, message = jobs.CANCELLED, f"dependency {failed[0][0]} ended {failed[0][1]}"
-    elif all(s == jobs.COMPLETED for s in states.values()):
+    elif not pending:
         state, message = jobs.AVAILABLE, None
     else:
         state, message = jobs.SCHEDULED, None
     [(job_id,)] = yield Execute(_INSERT_DEPENDENT, dict(params, state=state, message=message))
+    if state == jobs.SCHEDULED:
+        # One edge per dependency still to complete; the deferred trigger settles them
+        # at our commit (see above).
+        yield Execute(_HOLD_DEPENDENT, {"id": job_id, "pending": pending})
     return job_id

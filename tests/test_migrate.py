@@ -11,7 +11,13 @@ import psycopg
 import pytest
 
 from shared.db import SchemaMissing
-from shared.migrate import available_migrations, current_version, ensure_schema, migrate
+from shared.migrate import (
+    _BOOTSTRAP,
+    available_migrations,
+    current_version,
+    ensure_schema,
+    migrate,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -88,3 +94,40 @@ def test_a_schema_newer_than_the_code_is_refused_by_run_and_migrate(dsn, tmp_pat
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and f"version {newer}, newer than this code" in lines[0], lines
         assert "up to date" not in done.stdout
+
+
+def test_migrate_upgrades_a_database_at_0008_and_its_held_dependents(fresh_dsn):
+    """Jobs held by 0008's depends_on (an array and watched dependencies, no edges) are
+    carried into 0009's edges and counters, and released as their dependencies finish."""
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute(_BOOTSTRAP)
+            for m in available_migrations():
+                if m.version <= 8:
+                    conn.execute(m.sql)
+                    conn.execute("INSERT INTO supervisor.migrations (version, name) "
+                                 "VALUES (%s, %s)", (m.version, m.name))
+        a, b, c = (conn.execute("INSERT INTO supervisor.jobs (kind, watched) VALUES ('k', true) "
+                                "RETURNING id").fetchone()[0] for _ in range(3))
+        conn.execute("UPDATE supervisor.jobs SET state = 'completed' WHERE id = %s", (c,))
+        held = [conn.execute(
+            "INSERT INTO supervisor.jobs (kind, state, run_at, depends_on) "
+            "VALUES ('k', 'scheduled', '9999-12-31 00:00:00+00', %s) RETURNING id",
+            (deps,)).fetchone()[0] for deps in ([a, b, c], [c])]
+    done = subprocess.run([sys.executable, "-m", "supervisor", "migrate", "--dsn", fresh_dsn],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        assert current_version(conn) == available_migrations()[-1].version
+
+        def state(job_id):
+            return conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                                (job_id,)).fetchone()[0]
+
+        assert conn.execute("SELECT pending FROM supervisor.dependents WHERE id = %s",
+                            (held[0],)).fetchone() == (2,)
+        assert state(held[1]) == "available"  # its one dependency had completed
+        conn.execute("UPDATE supervisor.jobs SET state = 'completed' WHERE id = %s", (a,))
+        assert state(held[0]) == "scheduled"
+        conn.execute("UPDATE supervisor.jobs SET state = 'completed' WHERE id = %s", (b,))
+        assert state(held[0]) == "available"

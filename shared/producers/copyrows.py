@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from shared.producers.argsbuffer import ArgsBuffer
+
 COPY_CHUNK = 2000  # rows per write: the server parses one chunk while we build the next
 
 
-def copy_job_rows(ids: list[int], encoded: list[bytes], common: dict, state: str,
+def copy_job_rows(ids: list[int], encoded: ArgsBuffer, common: dict, state: str,
                   due: str | None) -> tuple[str, Iterator[bytes]]:
     """The COPY statement and its buffer, ``COPY_CHUNK`` rows per piece. ``common``
     holds what every row shares (kind, queue, priority, max_attempts, timeout, and when
@@ -41,7 +43,7 @@ def copy_job_rows(ids: list[int], encoded: list[bytes], common: dict, state: str
                                                                    tail, ends)
 
 
-def _chunks(ids: list[int], encoded: list[bytes], middle: bytes, tail: bytes,
+def _chunks(ids: list[int], encoded: ArgsBuffer, middle: bytes, tail: bytes,
             ends: list[bytes] | None) -> Iterator[bytes]:
     for start in range(0, len(ids), COPY_CHUNK):
         stop = start + COPY_CHUNK
@@ -49,12 +51,12 @@ def _chunks(ids: list[int], encoded: list[bytes], middle: bytes, tail: bytes,
             last = tail + b"\n"
             yield b"".join([
                 b"%d%s%s%s" % (job_id, middle, args.replace(b"\\", b"\\\\"), last)
-                for job_id, args in zip(ids[start:stop], encoded[start:stop], strict=True)
+                for job_id, args in zip(ids[start:stop], encoded.span(start, stop), strict=True)
             ])
         else:
             yield b"".join([
                 b"%d%s%s%s%s" % (job_id, middle, args.replace(b"\\", b"\\\\"), tail, end)
-                for job_id, args, end in zip(ids[start:stop], encoded[start:stop],
+                for job_id, args, end in zip(ids[start:stop], encoded.span(start, stop),
                                              ends[start:stop], strict=True)
             ])
 
