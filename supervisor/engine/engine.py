@@ -99,6 +99,7 @@ class Engine:
         """Do everything that is due; never blocks longer than one statement."""
         db = self.db
         self.reporter.record(pool.take_outcomes(), now)
+        self.planner.jobs_ended(self.reporter.take_ended())
         if not db.up and db.maybe_reconnect():
             self._reconnected(now, pool)
         self.planner.wake(db.take_notified())
@@ -249,8 +250,10 @@ class Engine:
             self._renew(pool)
         if self.planner.limits.due(now):
             ledger = self.ledger
+            # A slice must cover every job handed to a child, started or not: counting
+            # only confirmed starts gave slots back that a START on its way would use.
             self.db.call(lambda s: self.planner.refresh_limits(
-                s, now, pool.size(), ledger.running, ledger.waiting_counts()),
+                s, now, pool.size(), pool.occupied(), ledger.waiting_counts()),
                 None, "renewing global limits")
 
     def _housekeeping(self, now: float, pool: Pool) -> None:

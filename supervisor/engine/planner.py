@@ -50,6 +50,9 @@ class Scheduler:
         self.depth = PrefetchDepth()  # jobs held per child where prefetch is "auto"
         self._short_since: dict[str, float] = {}  # queues below their allotment, since
         self._claiming: set[str] = set()  # planned claims not yet answered
+        # Queues with a per-key limit whose last claim came back short: their keys with
+        # work may all be at the limit, so a job of theirs ending may free one.
+        self._keys_full: set[str] = set()
         self._shares_key: tuple[int, frozenset[str]] | None = None
         self._shares: dict[str, float] = {}
         self.buckets = {
@@ -193,6 +196,17 @@ class Scheduler:
         if got < asked:
             self.demand.discard(queue)
             self._refund(queue, asked - got)
+            if self.limits.per_key(queue) is not None:
+                self._keys_full.add(queue)
+
+    def jobs_ended(self, queues: Iterable[str]) -> None:
+        """Jobs of ``queues`` ended here: a keyed queue whose claim came back short
+        claims again, since the ended job may have freed its key (other supervisors
+        learn it from the NOTIFY the schema sends when a keyed job stops running)."""
+        for queue in queues:
+            if queue in self._keys_full:
+                self._keys_full.discard(queue)
+                self.demand.add(queue)
 
     def unplanned(self, queue: str, tokens: int) -> None:
         """A planned claim was not made after all: give its rate-limit tokens back."""

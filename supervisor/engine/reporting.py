@@ -35,6 +35,9 @@ class OutcomeReporter:
         self.depth = depth  # learns each queue's run time from what completes
         self._killed: set[int] = set()  # children counted at their kill, not again at exit
         self.releasing = False  # draining: jobs that come back unstarted are released
+        # Queues a job of which ended since the engine last asked (``take_ended``): a
+        # queue whose keys were all at their limit may claim again.
+        self.ended_queues: set[str] = set()
 
     def record(self, outcomes: Iterable[object], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -45,6 +48,7 @@ class OutcomeReporter:
                 self.outbox.started(outcome.job, now)
             elif kind is JobDone:
                 self.ledger.ended(outcome.job, "completed")
+                self.ended_queues.add(outcome.job.queue)
                 self.outbox.completed(outcome.job, outcome.result_json, now)
                 self.metrics.job_done(outcome.job, outcome.duration)
                 self.depth.ran(outcome.job.queue, outcome.duration)
@@ -58,6 +62,11 @@ class OutcomeReporter:
                 log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
                           outcome.what, outcome.detail)
                 self._child_event(outcome)
+
+    def take_ended(self) -> set[str]:
+        """The queues a job of which ended since the last call."""
+        ended, self.ended_queues = self.ended_queues, set()
+        return ended
 
     def _returned(self, outcome: JobReturned, now: float) -> None:
         """A job queued in a child never started there: another child runs it (first,
@@ -97,6 +106,7 @@ class OutcomeReporter:
 
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job
+        self.ended_queues.add(job.queue)
         shutdown = outcome.kind == jobs.FAIL_SHUTDOWN
         # Killed because the row is no longer ours (an operator cancelled it, or the
         # lease moved on): whatever the row says now stands; nothing retries from here.
