@@ -16,7 +16,7 @@ _PRODUCERS = {
     "enqueue_many": "shared.enqueue",
     "enqueue_async": "shared.producers.aio",
     "enqueue_many_async": "shared.producers.aio",
-    "enqueue_on_commit": "shared.producers.oncommit",
+    "enqueue_on_commit": "shared.oncommit",
     "wait": "shared.waiting",
     "wait_async": "shared.waiting_async",
     "JobFailed": "shared.waiting",
