@@ -47,7 +47,8 @@ class Callback:
     args: Mapping[str, Any]
     options: JobOptions
 
-    def __init__(self, kind: str, args: Mapping[str, Any], **options: Unpack[JobOptions]):
+    def __init__(self, kind: str, args: Mapping[str, Any],
+                 **options: Unpack[JobOptions]) -> None:
         check_names(options, JOB_OPTIONS, "Callback")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "args", args)
