@@ -13,11 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from shared import jobs
 from shared.batchstate import BatchSummary, Member, iter_results, summary
+from shared.options import (
+    JOB_OPTIONS,
+    EnqueueOptions,
+    JobOptions,
+    ManyOptions,
+    check_names,
+    resolved,
+)
 from shared.producers import plans
 from shared.producers.plans import Execute, Plan
 from shared.tracing import current_trace_context
@@ -32,16 +39,21 @@ __all__ = ["HOLD", "Batch", "BatchSummary", "Callback", "Member", "check_callbac
 HOLD = "9999-12-31 00:00:00+00"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Callback:
-    """A job to enqueue when a batch closes: ``handle.bind(**args)``."""
+    """A job to enqueue when a batch closes: ``handle.bind(**args)``, or
+    ``Callback(kind, args, queue=...)`` with any ``JobOptions``."""
 
     kind: str
     args: Mapping[str, Any]
-    queue: str = jobs.DEFAULT_QUEUE
-    priority: int = jobs.DEFAULT_PRIORITY
-    max_attempts: int | None = None
-    timeout: float | None = None
+    options: JobOptions
+
+    def __init__(self, kind: str, args: Mapping[str, Any],
+                 **options: Unpack[JobOptions]) -> None:
+        check_names(options, JOB_OPTIONS, "Callback")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "args", args)
+        object.__setattr__(self, "options", options)
 
 
 class Batch:
@@ -97,42 +109,39 @@ def check_callback(then: Any) -> Callback:
     """``then`` checked like any enqueue, before the database is touched."""
     if not isinstance(then, Callback):
         raise TypeError(f"then= must be a job's bind(...) (a Callback), not {then!r}")
-    plans.check_options(then.kind, then.queue, then.priority, then.max_attempts,
-                        then.timeout, None, None)
+    plans.check_options(then.kind, resolved(then.options))
     plans.encode_args(then.kind, then.args)
     return then
 
 
-def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: Any, *,
-               queue: str, priority: int, max_attempts: int | None, timeout: float | None,
-               run_at: datetime | None, delay: float | None,
-               unique_keys: Any = None) -> Plan:
+def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: Any,
+               options: ManyOptions) -> Plan:
     """Check everything, then the plan storing the batch and its members (run it in one
     transaction); it returns ``(batch_id, ids)``."""
-    plans.check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
-    if unique_keys is not None:
+    o = resolved(options)
+    plans.check_options(kind, o)
+    if o["unique_keys"] is not None or o["unique_key"] is not None:
         raise ValueError("a batch cannot use unique keys: every member must be its own job")
     plans.check_batch(args_list, None, None)
     if not args_list:
         raise ValueError("a batch needs at least one job")
     callback = check_callback(then) if then is not None else None
     encoded = plans.encode_all(kind, args_list)
-    return _insert_batch(kind, encoded, callback, queue, priority, max_attempts, timeout,
-                         run_at, float(delay or 0.0), current_trace_context())
+    common = {"kind": kind, "queue": o["queue"], "priority": o["priority"],
+              "max_attempts": o["max_attempts"], "timeout": o["timeout"],
+              "trace_context": current_trace_context()}
+    return _insert_batch(encoded, callback, common, o["run_at"], float(o["delay"] or 0.0))
 
 
-def _insert_batch(kind: str, encoded: plans.ArgsBuffer, callback: Callback | None, queue: str,
-                  priority: int, max_attempts: int | None, timeout: float | None,
-                  run_at: datetime | None, delay: float, trace_context: str | None) -> Plan:
+def _insert_batch(encoded: plans.ArgsBuffer, callback: Callback | None, common: dict[str, Any],
+                  run_at: Any, delay: float) -> Plan:
+    cb = resolved(callback.options) if callback else None
     cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
     [(batch_id,)] = yield Execute(_INSERT_BATCH, (
-        len(encoded), callback and callback.kind, callback and callback.queue, cb_args,
-        callback.priority if callback else 0, callback and callback.max_attempts,
-        callback and callback.timeout))
-    common = {"kind": kind, "queue": queue, "priority": priority,
-              "max_attempts": max_attempts, "timeout": timeout, "batch_id": batch_id,
-              "trace_context": trace_context}
-    ids = yield from plans._insert_many(encoded, None, common, run_at, delay)
+        len(encoded), callback and callback.kind, cb and cb["queue"], cb_args,
+        cb["priority"] if cb else 0, cb and cb["max_attempts"], cb and cb["timeout"]))
+    ids = yield from plans._insert_many(encoded, None, dict(common, batch_id=batch_id),
+                                        run_at, delay)
     return batch_id, ids
 
 
@@ -169,18 +178,18 @@ def check_depends_on(depends_on: Any) -> list[int]:
     return sorted(set(ids))
 
 
-def plan_dependent(kind: str, args: Mapping[str, Any] | None, depends_on: Any, *,
-                   queue: str, priority: int, max_attempts: int | None,
-                   timeout: float | None, run_at: Any = None, delay: Any = None,
-                   unique_key: Any = None) -> Plan:
-    """Check everything, then the plan inserting a job held until ``depends_on``
-    completed (run it in one transaction); it returns the id."""
-    plans.check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
-    if run_at is not None or delay is not None or unique_key is not None:
+def plan_dependent(kind: str, args: Mapping[str, Any] | None,
+                   options: EnqueueOptions) -> Plan:
+    """Check everything, then the plan inserting a job held until every job of
+    ``options["depends_on"]`` completed (run it in one transaction); it returns the id."""
+    o = resolved(options)
+    plans.check_options(kind, o)
+    if o["run_at"] is not None or o["delay"] is not None or o["unique_key"] is not None:
         raise ValueError("depends_on cannot be combined with run_at, delay or unique_key")
-    deps = check_depends_on(depends_on)
-    params = {"kind": kind, "queue": queue, "args": plans.encode_args(kind, args).decode(),
-              "priority": priority, "max_attempts": max_attempts, "timeout": timeout,
+    deps = check_depends_on(o["depends_on"])
+    params = {"kind": kind, "queue": o["queue"],
+              "args": plans.encode_args(kind, args).decode(), "priority": o["priority"],
+              "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "deps": deps, "hold": HOLD, "trace_context": current_trace_context()}
     return _insert_dependent(params)
 

@@ -10,21 +10,22 @@ it each call borrows an autocommit connection from this process's small pool
 never shares its parent's sockets.
 
 The asyncio twins are ``shared.producers.aio.enqueue_async``/``enqueue_many_async``;
-``shared.producers.oncommit.enqueue_on_commit`` waits for a Django commit.
+``shared.oncommit.enqueue_on_commit`` waits for a Django commit. Every form takes the
+options of ``shared.options``, declared there once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 
-from shared import batches, jobs
+from shared import batches
 from shared.db import SchemaMissing
 from shared.dsn import dsn_source, resolve_dsn
+from shared.options import ENQUEUE_OPTIONS, MANY_OPTIONS, EnqueueOptions, ManyOptions, check_names
 from shared.producers import plans
 from shared.producers.combine import combiner
 from shared.producers.connections import drive, sync_connection
@@ -34,43 +35,29 @@ from shared.producers.pool import producer_pool
 __all__ = ["MAX_QUEUE_NAME", "encode_args", "enqueue", "enqueue_many"]
 
 
-def enqueue(
-    kind: str,
-    args: Mapping[str, Any] | None = None,
-    *,
-    queue: str = jobs.DEFAULT_QUEUE,
-    priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int | None = None,
-    timeout: float | None = None,
-    run_at: datetime | None = None,
-    delay: float | None = None,
-    unique_key: str | None = None,
-    depends_on: Sequence[int] | None = None,
-    conn: Any = None,
-    dsn: str | None = None,
-    concurrency_key: str | None = None,
-) -> int:
+def enqueue(kind: str, args: Mapping[str, Any] | None = None,
+            **options: Unpack[EnqueueOptions]) -> int:
     """Insert one job of ``kind`` with ``args`` (a JSON object) and return its id.
 
-    ``run_at`` (timezone-aware) or ``delay`` (seconds) postpone it; ``unique_key`` makes
-    this return the id of the live job (available, scheduled, running or retryable) with
-    the same key instead of inserting another. ``conn`` inserts in the caller's
-    transaction; ``dsn`` picks the database otherwise (see ``shared.dsn``).
+    ``options`` (``shared.options.EnqueueOptions``): ``queue``, ``priority`` (lower runs
+    first), ``max_attempts`` and ``timeout`` (None: the handler's). ``run_at``
+    (timezone-aware) or ``delay`` (seconds) postpone it; ``unique_key`` makes this return
+    the id of the live job (available, scheduled, running or retryable) with the same key
+    instead of inserting another. ``conn`` inserts in the caller's transaction; ``dsn``
+    picks the database otherwise (see ``shared.dsn``).
     ``depends_on`` (job ids) holds the job back until every one of them completed, and
     cancels it if one ends discarded or cancelled (``shared.batches``).
     ``concurrency_key``: jobs sharing it run at most their queue's per-key limit at once
     (``supervisor queues limit QUEUE --per-key-max-running K``).
     """
-    if depends_on is not None:
-        _no_key_with("depends_on", concurrency_key)
-        plan = batches.plan_dependent(kind, args, depends_on, queue=queue, priority=priority,
-                                      max_attempts=max_attempts, timeout=timeout,
-                                      run_at=run_at, delay=delay, unique_key=unique_key)
+    check_names(options, ENQUEUE_OPTIONS, "enqueue")
+    conn, dsn = options.get("conn"), options.get("dsn")
+    if options.get("depends_on") is not None:
+        _no_key_with("depends_on", options.get("concurrency_key"))
+        plan = batches.plan_dependent(kind, args, options)
         with _dsn_named(dsn):
             return run_plan(plan, conn, dsn, atomic=True)
-    plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
-                    timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key,
-                    concurrency_key=concurrency_key)
+    plan = plan_one(kind, args, options)
     if conn is not None:
         return run_plan(as_plan(plan), conn, dsn, atomic=False)
     with _dsn_named(dsn):
@@ -79,24 +66,9 @@ def enqueue(
         return run_plan(as_plan(plan), conn, dsn, atomic=False)
 
 
-def enqueue_many(
-    kind: str,
-    args_list: Sequence[Mapping[str, Any] | None],
-    *,
-    queue: str = jobs.DEFAULT_QUEUE,
-    priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int | None = None,
-    timeout: float | None = None,
-    run_at: datetime | None = None,
-    delay: float | None = None,
-    unique_key: str | None = None,
-    unique_keys: Sequence[str | None] | None = None,
-    then: batches.Callback | None = None,
-    conn: Any = None,
-    dsn: str | None = None,
-    concurrency_key: str | None = None,
-    concurrency_keys: Sequence[str | None] | None = None,
-) -> Any:
+def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
+                 then: batches.Callback | None = None,
+                 **options: Unpack[ManyOptions]) -> Any:
     """Insert one job of ``kind`` per element of ``args_list``; returns ids in order.
 
     Uses COPY (fast) unless ``unique_keys`` is given: a key per job (None for no key),
@@ -111,18 +83,16 @@ def enqueue_many(
     ``concurrency_key`` gives every job that key, ``concurrency_keys`` one per job (None:
     no key); the rows still travel by COPY.
     """
+    check_names(options, MANY_OPTIONS, "enqueue_many")
+    conn, dsn = options.get("conn"), options.get("dsn")
     if then is not None:
-        _no_key_with("then", concurrency_key if concurrency_keys is None else concurrency_keys)
-        plan = batches.plan_batch(kind, args_list, then, queue=queue, priority=priority,
-                                  max_attempts=max_attempts, timeout=timeout, run_at=run_at,
-                                  delay=delay, unique_keys=unique_keys or unique_key)
+        keys = options.get("concurrency_keys")
+        _no_key_with("then", options.get("concurrency_key") if keys is None else keys)
+        plan = batches.plan_batch(kind, args_list, then, options)
         with _dsn_named(dsn):
             batch_id, ids = run_plan(plan, conn, dsn, atomic=True)
         return batches.Batch(batch_id, ids, dsn)
-    plan = plan_many(kind, args_list, queue=queue, priority=priority,
-                     max_attempts=max_attempts, timeout=timeout, run_at=run_at, delay=delay,
-                     unique_key=unique_key, unique_keys=unique_keys,
-                     concurrency_key=concurrency_key, concurrency_keys=concurrency_keys)
+    plan = plan_many(kind, args_list, options)
     if plan is None:
         if conn is not None:
             sync_connection(conn)  # a bad conn is refused even for an empty batch

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from cronsim import CronSim, CronSimError
 
-from shared import jobs
+from shared.options import DEFAULTS
 
 MAX_NAME = 200
 MAX_QUEUE = 255  # the jobs table's own limit
@@ -39,6 +39,8 @@ class ScheduleSpec:
     ``catch_up`` replays slots missed while no supervisor ran (capped) instead of
     coalescing them into one fire; ``overlap = False`` skips a slot while the previous
     fire's job is still live. ``source`` says where it was defined ("code" or "config").
+    Of a job's options (``shared.options.JobOptions``) a schedule stores the queue and
+    the priority; its jobs' attempts and timeout are their handler's, read at claim.
     """
 
     name: str
@@ -47,8 +49,8 @@ class ScheduleSpec:
     every: int | None = None
     timezone: str = "UTC"
     args: dict[str, Any] = field(default_factory=dict)
-    queue: str = jobs.DEFAULT_QUEUE
-    priority: int = jobs.DEFAULT_PRIORITY
+    queue: str = DEFAULTS["queue"]
+    priority: int = DEFAULTS["priority"]
     catch_up: bool = False
     overlap: bool = True
     source: str = "code"
@@ -100,10 +102,10 @@ def make_spec(name: str, kind: str, *, cron: Any = None, every: Any = None,
         orjson.dumps(args)
     except TypeError as exc:
         raise bad(f"args are not JSON: {exc}") from None
-    queue = jobs.DEFAULT_QUEUE if queue is None else queue
+    queue = DEFAULTS["queue"] if queue is None else queue
     if not isinstance(queue, str) or not 1 <= len(queue) <= MAX_QUEUE:
         raise bad(f"queue must be 1 to {MAX_QUEUE} characters, got {queue!r}")
-    priority = jobs.DEFAULT_PRIORITY if priority is None else priority
+    priority = DEFAULTS["priority"] if priority is None else priority
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise bad(f"priority must be an integer, got {priority!r}")
     for option, value in (("catch_up", catch_up), ("overlap", overlap)):

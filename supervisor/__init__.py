@@ -1,6 +1,7 @@
 """The parent process, one package per room (see docs/architecture.md): the arbiter and the
 CLI, ``engine`` (the job flow), ``db`` (connections and SQL), ``pool`` (the forked
-children), ``observe``, ``schedules`` and ``dashboard``.
+children), ``observe``, ``schedules``, ``admin`` (the operator's queries) and
+``dashboard``.
 
 Producers without handler code use ``supervisor.enqueue`` and ``supervisor.enqueue_many``
 (the same functions as ``shared.enqueue``), their asyncio twins ``enqueue_async`` and
@@ -16,7 +17,7 @@ _PRODUCERS = {
     "enqueue_many": "shared.enqueue",
     "enqueue_async": "shared.producers.aio",
     "enqueue_many_async": "shared.producers.aio",
-    "enqueue_on_commit": "shared.producers.oncommit",
+    "enqueue_on_commit": "shared.oncommit",
     "wait": "shared.waiting",
     "wait_async": "shared.waiting_async",
     "JobFailed": "shared.waiting",

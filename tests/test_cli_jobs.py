@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from e2e import Supervisor, job_row, read_log, wait_until
 
 from shared.enqueue import enqueue
-from supervisor.cli import admin_jobs
+from supervisor.admin import jobs as admin_jobs
 from supervisor.cli.main import main
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # processes or waits: CI lane

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from supervisor.cli.refusals import AdminError
+from supervisor.admin import AdminError
 from supervisor.dashboard import auth, queries, render
 from supervisor.dashboard.app import is_loopback
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from supervisor.cli.admin_limits import describe_limits, parse_rate, parse_whole
-from supervisor.cli.refusals import AdminError
+from supervisor.admin import AdminError, parse_rate, parse_whole
+from supervisor.cli.format import describe_limits
 from supervisor.db import LeaseRow
 from supervisor.engine.leases import (
     burst_slice,

@@ -13,7 +13,7 @@ django = pytest.importorskip("django")
 
 from shared.db import UnusableConnection  # noqa: E402
 from shared.enqueue import enqueue, enqueue_many  # noqa: E402
-from shared.producers.oncommit import enqueue_on_commit  # noqa: E402
+from shared.oncommit import enqueue_on_commit  # noqa: E402
 from workers.registry import REGISTRY, job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)

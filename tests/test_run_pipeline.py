@@ -97,7 +97,7 @@ def test_pausing_and_resuming_under_a_stream_of_short_jobs_never_runs_a_job_twic
     # A pause asks children for the jobs of the queue they hold queued. Taken back at
     # the SKIP's word, a job the child had already run came back and ran again after
     # the resume; now a job comes back only when its child says it dropped it.
-    from supervisor.cli.admin import set_paused
+    from supervisor.admin import set_paused
 
     stream = ShortJobStream(dsn, tmp_path / "run.log")
     sup = Supervisor(dsn, "-n", "2", log_path=stream.log)

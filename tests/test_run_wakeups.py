@@ -13,7 +13,7 @@ import pytest
 from e2e import Supervisor, read_log, wait_until
 
 from shared.enqueue import enqueue, enqueue_many
-from supervisor.cli.admin import set_paused
+from supervisor.admin import set_paused
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 

@@ -4,7 +4,7 @@ Without this a handler's ``print()`` (and anything its subprocesses write) reach
 supervisor's stderr raw, mixed unmarked into its log stream; with ``--log-format json``
 a collector then meets lines that are not JSON. After boot the child points fds 1 and 2
 at pipes of its own; a reader thread turns each line into one record on the stream the
-child inherited (the supervisor's stderr), in the supervisor's format:
+child inherited (the supervisor's stderr), in the supervisor's format (``shared.logformat``):
 
 - json: ``{"time", "level": "info", "logger": "supervisor.output", "message", "job_id",
   "kind", "stream"}``, one object per line;
@@ -31,29 +31,14 @@ import sys
 import termios
 import threading
 import time
-from typing import Any
 
-import orjson
-
+from shared import logformat
 from shared.validation import printable
 
 CHUNK = 600  # characters per record: even fully escaped, a record stays under PIPE_BUF
 DRAIN_LIMIT = 1.0  # seconds ``end`` waits for the reader (fd 1 or 2 may have been replaced)
 PIPE_SIZE = 1 << 20  # room for a burst while the reader waits for the GIL
 _FIONREAD = struct.pack("i", 0)
-
-
-def parent_format() -> str:
-    """``json`` when the supervisor this child was forked from logs JSON, else ``text``
-    (the logging set-up is inherited through fork)."""
-    try:
-        import logging
-
-        from supervisor.observe.logs import JsonFormatter
-    except ImportError:
-        return "text"
-    handlers = logging.getLogger("supervisor").handlers
-    return "json" if any(isinstance(h.formatter, JsonFormatter) for h in handlers) else "text"
 
 
 class OutputCapture:
@@ -151,14 +136,9 @@ class OutputCapture:
 
     def _record(self, stream: str, text: str, job: tuple[int, str] | None) -> bytes:
         if self.json:
-            entry: dict[str, Any] = {
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-                + f".{int(time.time() * 1000) % 1000:03d}Z",
-                "level": "info", "logger": "supervisor.output", "message": text,
-                "stream": stream, "pid": os.getpid()}
-            if job is not None:
-                entry["job_id"], entry["kind"] = job
-            return orjson.dumps(entry) + b"\n"
+            job_id, kind = job if job is not None else (None, None)
+            return logformat.json_line("info", "supervisor.output", text, stream=stream,
+                                       pid=os.getpid(), job_id=job_id, kind=kind) + b"\n"
         tag = f"job {job[0]} {printable(job[1])}" if job is not None else f"child {os.getpid()}"
         return f"[{tag} {stream}] {printable(text)}\n".encode(errors="replace")
 
@@ -173,11 +153,12 @@ def _unread(fd: int) -> int:
 _capture: OutputCapture | None = None
 
 
-def install(fmt: str | None = None) -> OutputCapture:
-    """Capture this child's fds 1 and 2 (once); ``fmt`` None: as the parent logs."""
+def install(fmt: logformat.LogFormat | None = None) -> OutputCapture:
+    """Capture this child's fds 1 and 2 (once); ``fmt`` None: as the parent logs
+    (``shared.logformat``, inherited through the fork)."""
     global _capture
     if _capture is None:
-        _capture = OutputCapture(fmt or parent_format())
+        _capture = OutputCapture(fmt or logformat.current_format())
     return _capture
 
 
@@ -190,13 +171,9 @@ def finish() -> None:
 def runtime_line(level: str, message: str, trace: str | None = None) -> None:
     """One message of the child runtime itself (not of a handler) on the supervisor's
     stderr, in its log format: JSON there must never meet a raw traceback."""
-    if parent_format() == "json":
-        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
-                 "level": level, "logger": "supervisor.child", "message": message,
-                 "pid": os.getpid()}
-        if trace is not None:
-            entry["traceback"] = trace
-        data = orjson.dumps(entry) + b"\n"
+    if logformat.current_format() == "json":
+        data = logformat.json_line(level, "supervisor.child", message, pid=os.getpid(),
+                                   traceback=trace) + b"\n"
     else:
         data = (trace if trace is not None else message + "\n").encode(errors="replace")
     try:

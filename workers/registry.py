@@ -10,12 +10,20 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Unpack
 
 from shared import jobs
 from shared.jobs import Backoff
+from shared.options import (
+    ENQUEUE_OPTIONS,
+    JOB_OPTIONS,
+    EnqueueOptions,
+    JobOptions,
+    check_names,
+    job_options,
+    over_defaults,
+)
 from shared.schedules import ScheduleError, ScheduleSpec, make_spec
 
 
@@ -25,34 +33,33 @@ class DuplicateKindError(RuntimeError):
 
 @dataclass(frozen=True)
 class JobDefaults:
-    """A kind's defaults, set by ``@job`` and copied onto each enqueued row."""
+    """A kind's defaults, set by ``@job``: ``options`` (every ``JobOptions``, copied
+    onto each enqueued row unless the call overrides them), and what only the child
+    and the supervisor use (``backoff``, ``soft_timeout``)."""
 
-    queue: str = jobs.DEFAULT_QUEUE
-    priority: int = jobs.DEFAULT_PRIORITY
-    max_attempts: int | None = None  # None: the supervisor's config decides, at claim
-    timeout: float | None = None
+    options: JobOptions = field(default_factory=lambda: job_options({}))
     backoff: Backoff = jobs.DEFAULT_BACKOFF
     soft_timeout: float | None = None  # None: the supervisor's default_soft_timeout; 0: none
 
+    @property
+    def queue(self) -> str:
+        """The kind's queue."""
+        return self.options["queue"]
 
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """Per-call options; None means the kind's default."""
+    @property
+    def priority(self) -> int:
+        """The kind's priority (lower runs first)."""
+        return self.options["priority"]
 
-    queue: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    timeout: float | None = None
-    run_at: datetime | None = None
-    delay: float | None = None
-    unique_key: str | None = None
-    depends_on: Any = None  # job ids; see shared.batches
-    concurrency_key: str | None = None  # see `supervisor queues limit --per-key-max-running`
-    conn: Any = None
-    dsn: str | None = None
+    @property
+    def max_attempts(self) -> int | None:
+        """The kind's attempts; None: the supervisor's config decides, at claim."""
+        return self.options["max_attempts"]
 
-
-_ENQUEUE_FIELDS = set(EnqueueOptions.__dataclass_fields__)
+    @property
+    def timeout(self) -> float | None:
+        """The kind's hard timeout in seconds; None: the supervisor's config."""
+        return self.options["timeout"]
 
 
 class JobHandle:
@@ -73,41 +80,41 @@ class JobHandle:
     def __repr__(self) -> str:
         return f"<job {self.kind!r} queue={self.defaults.queue!r}>"
 
-    def options(self, **options: Any) -> BoundJob:
-        """The same kind with per-call options: queue, priority, max_attempts, timeout,
-        run_at or delay, unique_key, depends_on (job ids to wait for), concurrency_key
-        (jobs sharing it run at most their queue's per-key limit at once), conn (enqueue
-        in the caller's transaction), dsn."""
-        return BoundJob(self, _make_options(options))
+    def options(self, **options: Unpack[EnqueueOptions]) -> BoundJob:
+        """The same kind with per-call options (``shared.options.EnqueueOptions``):
+        queue, priority, max_attempts, timeout, run_at or delay, unique_key, depends_on
+        (job ids to wait for), concurrency_key (jobs sharing it run at most their queue's
+        per-key limit at once), conn (enqueue in the caller's transaction), dsn. An option
+        given as None keeps the kind's default."""
+        return BoundJob(self, {}).options(**options)
 
     def bind(self, **args: Any) -> Any:
         """This kind with ``args``, to enqueue later: ``enqueue_many(..., then=...)``."""
-        return BoundJob(self, EnqueueOptions()).bind(**args)
+        return BoundJob(self, {}).bind(**args)
 
     def enqueue(self, **args: Any) -> int:
         """Insert one job with ``args`` as its keyword arguments; returns its id."""
         from shared.enqueue import enqueue
 
-        d = self.defaults  # the hot path of web apps: no BoundJob, no options to resolve
-        return enqueue(self.kind, args, queue=d.queue, priority=d.priority,
-                       max_attempts=d.max_attempts, timeout=d.timeout)
+        # The hot path of web apps: no BoundJob, nothing to layer.
+        return enqueue(self.kind, args, **self.defaults.options)
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
         """Insert many jobs of this kind in one COPY; returns their ids in order, or with
         ``then=other.bind(...)`` a ``Batch`` whose last final member enqueues ``then``."""
-        return BoundJob(self, EnqueueOptions()).enqueue_many(args_list, then=then)
+        return BoundJob(self, {}).enqueue_many(args_list, then=then)
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio (``conn=`` an async connection, if any)."""
-        return await BoundJob(self, EnqueueOptions()).enqueue_async(**args)
+        return await BoundJob(self, {}).enqueue_async(**args)
 
     async def enqueue_many_async(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """``enqueue_many`` for asyncio."""
-        return await BoundJob(self, EnqueueOptions()).enqueue_many_async(args_list)
+        return await BoundJob(self, {}).enqueue_many_async(args_list)
 
     def enqueue_on_commit(self, **args: Any) -> None:
         """Enqueue once Django's current transaction on its default database commits."""
-        BoundJob(self, EnqueueOptions()).enqueue_on_commit(**args)
+        BoundJob(self, {}).enqueue_on_commit(**args)
 
 
 class BoundJob:
@@ -117,34 +124,18 @@ class BoundJob:
         self.handle = handle
         self.opts = options
 
-    def options(self, **options: Any) -> BoundJob:
+    def options(self, **options: Unpack[EnqueueOptions]) -> BoundJob:
         """Layer more options over these."""
-        _make_options(options)  # validates the names
-        return BoundJob(self.handle, replace(self.opts, **options))
+        check_names(options, ENQUEUE_OPTIONS, "options")
+        return BoundJob(self.handle, {**self.opts, **options})
 
     def _resolved(self) -> dict[str, Any]:
-        d = self.handle.defaults
-        o = self.opts
-        resolved = {
-            "queue": o.queue if o.queue is not None else d.queue,
-            "priority": o.priority if o.priority is not None else d.priority,
-            "max_attempts": o.max_attempts if o.max_attempts is not None else d.max_attempts,
-            "timeout": o.timeout if o.timeout is not None else d.timeout,
-            "run_at": o.run_at,
-            "delay": o.delay,
-            "unique_key": o.unique_key,
-            "depends_on": o.depends_on,
-            "conn": o.conn,
-            "dsn": o.dsn,
-        }
-        if o.concurrency_key is not None:  # passed only when set, like an extension
-            resolved["concurrency_key"] = o.concurrency_key
-        return resolved
+        return over_defaults(self.handle.defaults.options, self.opts)
 
     def _plain(self, what: str) -> dict[str, Any]:
         """The options of a call that cannot wait for other jobs."""
         resolved = self._resolved()
-        if resolved.pop("depends_on") is not None:
+        if resolved.pop("depends_on", None) is not None:
             raise ValueError(f"depends_on is only supported by enqueue(), not {what}()")
         return resolved
 
@@ -156,12 +147,10 @@ class BoundJob:
 
     def bind(self, **args: Any) -> Any:
         """This kind with ``args`` and these options, to enqueue later (a batch's
-        callback)."""
+        callback); only how the job runs (``JobOptions``) is kept."""
         from shared.batches import Callback
 
-        r = self._resolved()
-        return Callback(self.handle.kind, args, queue=r["queue"], priority=r["priority"],
-                        max_attempts=r["max_attempts"], timeout=r["timeout"])
+        return Callback(self.handle.kind, args, **job_options(self._resolved()))
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
         """Insert many jobs in one statement; returns their ids in order (a ``Batch``
@@ -188,16 +177,9 @@ class BoundJob:
         """Enqueue once Django's current transaction on its default database commits (at
         once outside a transaction; never if it rolls back). Returns nothing: the id
         exists only after the commit."""
-        from shared.producers.oncommit import enqueue_on_commit
+        from shared.oncommit import enqueue_on_commit
 
         enqueue_on_commit(self.handle.kind, args, **self._plain("enqueue_on_commit"))
-
-
-def _make_options(options: Mapping[str, Any]) -> EnqueueOptions:
-    unknown = set(options) - _ENQUEUE_FIELDS
-    if unknown:
-        raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
-    return EnqueueOptions(**options)
 
 
 REGISTRY: dict[str, JobHandle] = {}
@@ -207,10 +189,6 @@ def job(
     func: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
-    queue: str = jobs.DEFAULT_QUEUE,
-    priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int | None = None,
-    timeout: float | None = None,
     backoff: Backoff | None = None,
     soft_timeout: float | None = None,
     cron: str | None = None,
@@ -218,12 +196,16 @@ def job(
     timezone: str | None = None,
     catch_up: bool = False,
     overlap: bool = True,
+    **options: Unpack[JobOptions],
 ) -> Any:
     """Register a handler. Use bare (``@job``) or with options (``@job(queue="images")``).
 
-    The kind is the function's name unless ``name`` is given; registering a second
-    handler for a kind raises ``DuplicateKindError``. ``timeout`` is the hard limit in
-    seconds for one attempt; ``backoff`` shapes the delay between attempts;
+    ``options`` (``shared.options.JobOptions``: queue, priority, max_attempts, timeout)
+    are the kind's defaults, copied onto each job enqueued through its handle; a call's
+    own options override them. The kind is the function's name unless ``name`` is
+    given; registering a second handler for a kind raises ``DuplicateKindError``.
+    ``timeout`` is the hard limit in seconds for one attempt; ``backoff`` shapes the
+    delay between attempts;
     ``soft_timeout`` raises ``workers.SoftTimeout`` inside the handler after that many
     seconds (0: never), so it can clean up before the hard timeout kills it.
 
@@ -232,14 +214,15 @@ def job(
     module enqueue it once per slot (``catch_up``, ``overlap``: see docs/schedules.md).
     A bad expression or timezone raises ``ScheduleError`` here, at import.
     """
-    if max_attempts is not None and max_attempts < 1:
+    check_names(options, JOB_OPTIONS, "job")
+    row = job_options(options)
+    if row["max_attempts"] is not None and row["max_attempts"] < 1:
         raise ValueError("max_attempts must be at least 1")
-    if timeout is not None and timeout <= 0:
+    if row["timeout"] is not None and row["timeout"] <= 0:
         raise ValueError("timeout must be positive")
     if soft_timeout is not None and not 0 <= soft_timeout < float("inf"):
         raise ValueError("soft_timeout must be a number of seconds >= 0 (0: none)")
-    defaults = JobDefaults(queue=queue, priority=priority, max_attempts=max_attempts,
-                           timeout=timeout, backoff=backoff or jobs.DEFAULT_BACKOFF,
+    defaults = JobDefaults(options=row, backoff=backoff or jobs.DEFAULT_BACKOFF,
                            soft_timeout=soft_timeout)
 
     def register(f: Callable[..., Any]) -> JobHandle:
@@ -247,8 +230,8 @@ def job(
         schedule = None
         if cron is not None or every is not None or timezone is not None:
             schedule = make_spec(kind, kind, cron=cron, every=every, timezone=timezone,
-                                 queue=queue, priority=priority, catch_up=catch_up,
-                                 overlap=overlap, source="code")
+                                 queue=row["queue"], priority=row["priority"],
+                                 catch_up=catch_up, overlap=overlap, source="code")
             try:  # a scheduled job gets no args: a handler that needs some would be discarded
                 inspect.signature(f).bind()
             except TypeError as exc:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from scripts.chaos import procs
 from scripts.chaos.runlog import read_runs
 from shared.enqueue import enqueue_many
-from supervisor.cli.admin import set_paused
+from supervisor.admin import set_paused
 
 DATABASE = "supervisor_chaos_pipeline"
 

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from shared import jobs
 from shared.db import DatabaseUnavailable
 from shared.dsn import resolve_dsn
+from shared.options import CALL_OPTIONS, MANY_OPTIONS, CallOptions, ManyOptions, check_names
 from shared.producers.aio_pool import async_producer_pool
 from shared.producers.combine import MAX_LEADERS, Pending
 from shared.producers.connections import async_connection, lost_connection, missing_schema
@@ -46,25 +45,13 @@ from shared.producers.plans import (
 __all__ = ["enqueue_async", "enqueue_many_async"]
 
 
-async def enqueue_async(
-    kind: str,
-    args: Mapping[str, Any] | None = None,
-    *,
-    queue: str = jobs.DEFAULT_QUEUE,
-    priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int | None = None,
-    timeout: float | None = None,
-    run_at: datetime | None = None,
-    delay: float | None = None,
-    unique_key: str | None = None,
-    conn: Any = None,
-    dsn: str | None = None,
-    concurrency_key: str | None = None,
-) -> int:
-    """``shared.enqueue.enqueue`` for asyncio: insert one job, return its id."""
-    plan = plan_one(kind, args, queue=queue, priority=priority, max_attempts=max_attempts,
-                    timeout=timeout, run_at=run_at, delay=delay, unique_key=unique_key,
-                    concurrency_key=concurrency_key)
+async def enqueue_async(kind: str, args: Mapping[str, Any] | None = None,
+                        **options: Unpack[CallOptions]) -> int:
+    """``shared.enqueue.enqueue`` for asyncio: insert one job, return its id. Options:
+    ``shared.options.CallOptions`` (all of ``enqueue``'s but ``depends_on``)."""
+    check_names(options, CALL_OPTIONS, "enqueue_async")
+    conn, dsn = options.get("conn"), options.get("dsn")
+    plan = plan_one(kind, args, options)
     if conn is None and type(plan) is Row:
         pool = async_producer_pool(resolve_dsn(dsn))
         if pool.combiner is None:
@@ -73,28 +60,13 @@ async def enqueue_async(
     return await run_plan_async(as_plan(plan), conn, dsn, atomic=False)
 
 
-async def enqueue_many_async(
-    kind: str,
-    args_list: Sequence[Mapping[str, Any] | None],
-    *,
-    queue: str = jobs.DEFAULT_QUEUE,
-    priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int | None = None,
-    timeout: float | None = None,
-    run_at: datetime | None = None,
-    delay: float | None = None,
-    unique_key: str | None = None,
-    unique_keys: Sequence[str | None] | None = None,
-    conn: Any = None,
-    dsn: str | None = None,
-    concurrency_key: str | None = None,
-    concurrency_keys: Sequence[str | None] | None = None,
-) -> list[int]:
-    """``shared.enqueue.enqueue_many`` for asyncio: insert a batch (COPY), return ids."""
-    plan = plan_many(kind, args_list, queue=queue, priority=priority,
-                     max_attempts=max_attempts, timeout=timeout, run_at=run_at, delay=delay,
-                     unique_key=unique_key, unique_keys=unique_keys,
-                     concurrency_key=concurrency_key, concurrency_keys=concurrency_keys)
+async def enqueue_many_async(kind: str, args_list: Sequence[Mapping[str, Any] | None],
+                             **options: Unpack[ManyOptions]) -> list[int]:
+    """``shared.enqueue.enqueue_many`` for asyncio: insert a batch (COPY), return ids.
+    Options: ``shared.options.ManyOptions`` (no ``then``)."""
+    check_names(options, MANY_OPTIONS, "enqueue_many_async")
+    conn, dsn = options.get("conn"), options.get("dsn")
+    plan = plan_many(kind, args_list, options)
     if plan is None:
         if conn is not None:
             await async_connection(conn)  # a bad conn is refused even for an empty batch

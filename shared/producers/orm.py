@@ -1,6 +1,6 @@
 """Django and SQLAlchemy: finding the psycopg connection inside an ORM's handle and
 joining its transaction (Django's ``enqueue_on_commit`` is in
-``shared.producers.oncommit``).
+``shared.oncommit``).
 
 Neither library is imported unless the caller uses it: an object can only be one of
 theirs if the caller has imported that library already, so we look the classes up in

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from shared import jobs
+from shared.options import CallOptions, ManyOptions, resolved
 from shared.producers.argsbuffer import ArgsBuffer
 from shared.producers.concurrency import check_concurrency_key, check_concurrency_keys
 from shared.producers.copyrows import copy_job_rows
@@ -29,11 +30,12 @@ from shared.validation import check_name
 MAX_QUEUE_NAME = 255  # the schema's CHECK; keeps the name inside a NOTIFY payload
 
 
-def check_options(
-    kind: Any, queue: Any, priority: Any, max_attempts: Any, timeout: Any, run_at: Any,
-    delay: Any,
-) -> None:
-    """Refuse options the schema would refuse (or silently misread)."""
+def check_options(kind: Any, options: Mapping[str, Any]) -> None:
+    """Refuse options the schema would refuse (or silently misread). ``options`` has
+    every option (``shared.options.resolved``)."""
+    queue, priority, max_attempts, timeout = (options["queue"], options["priority"],
+                                              options["max_attempts"], options["timeout"])
+    run_at, delay = options["run_at"], options["delay"]
     if not isinstance(kind, str) or not kind:
         raise TypeError(f"job kind must be a non-empty str, not {kind!r}")
     if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
@@ -235,66 +237,45 @@ RETURNING id
 """
 
 
-def plan_one(
-    kind: str,
-    args: Mapping[str, Any] | None,
-    *,
-    queue: str = jobs.DEFAULT_QUEUE,
-    priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int | None = None,
-    timeout: float | None = None,
-    run_at: datetime | None = None,
-    delay: float | None = None,
-    unique_key: str | None = None,
-    concurrency_key: str | None = None,
-) -> Row | Plan:
+def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) -> Row | Plan:
     """Check everything, then return the plan inserting one job (it returns the id), or
     the ``Row`` that is all the common case needs (``as_plan`` makes it a plan)."""
-    check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
+    o = resolved(options)
+    check_options(kind, o)
+    unique_key, concurrency_key = o["unique_key"], o["concurrency_key"]
     check_unique_key(unique_key)
     check_concurrency_key(concurrency_key)
     encoded = encode_args(kind, args).decode()
     trace_context = current_trace_context()
-    if unique_key is None and run_at is None and not delay and concurrency_key is None:
-        return Row(kind, queue, encoded, priority, max_attempts, timeout, trace_context)
+    if unique_key is None and o["run_at"] is None and not o["delay"] and concurrency_key is None:
+        return Row(kind, o["queue"], encoded, o["priority"], o["max_attempts"], o["timeout"],
+                   trace_context)
     params = {
-        "kind": kind, "queue": queue, "args": encoded, "priority": priority,
-        "max_attempts": max_attempts, "timeout": timeout, "run_at": run_at,
-        "delay": float(delay or 0.0), "unique_key": unique_key,
+        "kind": kind, "queue": o["queue"], "args": encoded, "priority": o["priority"],
+        "max_attempts": o["max_attempts"], "timeout": o["timeout"], "run_at": o["run_at"],
+        "delay": float(o["delay"] or 0.0), "unique_key": unique_key,
         "trace_context": trace_context,
         "concurrency_key": concurrency_key,
     }
     return _insert_one(params, unique_key)
 
 
-def plan_many(
-    kind: str,
-    args_list: Sequence[Mapping[str, Any] | None],
-    *,
-    queue: str = jobs.DEFAULT_QUEUE,
-    priority: int = jobs.DEFAULT_PRIORITY,
-    max_attempts: int | None = None,
-    timeout: float | None = None,
-    run_at: datetime | None = None,
-    delay: float | None = None,
-    unique_key: str | None = None,
-    unique_keys: Sequence[str | None] | None = None,
-    concurrency_key: str | None = None,
-    concurrency_keys: Sequence[str | None] | None = None,
-) -> Plan | None:
+def plan_many(kind: str, args_list: Sequence[Mapping[str, Any] | None],
+              options: ManyOptions) -> Plan | None:
     """Check everything, then return the plan inserting the batch (it returns the ids in
     order), or None for an empty batch. ``concurrency_key`` gives every job that key,
     ``concurrency_keys`` one per job (None for none)."""
-    check_options(kind, queue, priority, max_attempts, timeout, run_at, delay)
-    keys = check_batch(args_list, unique_key, unique_keys)
-    ckeys = check_concurrency_keys(len(args_list), concurrency_key, concurrency_keys)
+    o = resolved(options)
+    check_options(kind, o)
+    keys = check_batch(args_list, o["unique_key"], o["unique_keys"])
+    ckeys = check_concurrency_keys(len(args_list), o["concurrency_key"], o["concurrency_keys"])
     encoded = encode_all(kind, args_list)
     if not encoded:
         return None
-    common = {"kind": kind, "queue": queue, "priority": priority,
-              "max_attempts": max_attempts, "timeout": timeout, "concurrency_keys": ckeys,
-              "trace_context": current_trace_context()}
-    return _insert_many(encoded, keys, common, run_at, float(delay or 0.0))
+    common = {"kind": kind, "queue": o["queue"], "priority": o["priority"],
+              "max_attempts": o["max_attempts"], "timeout": o["timeout"],
+              "concurrency_keys": ckeys, "trace_context": current_trace_context()}
+    return _insert_many(encoded, keys, common, o["run_at"], float(o["delay"] or 0.0))
 
 
 def insert_rows(rows: list[Row]) -> Plan:

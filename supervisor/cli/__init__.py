@@ -1,4 +1,5 @@
-"""The CLI room: click commands, the admin queries they run, and their formatting.
+"""The CLI room: click commands and their formatting; the queries they run are the
+admin room's (``supervisor.admin``).
 
 Door: ``main``, the ``supervisor`` command group (the console script's entry point).
 """

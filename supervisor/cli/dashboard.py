@@ -38,25 +38,24 @@ def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple
             raise
         raise CliError(f"the dashboard needs its extra ({exc.name} is missing): "
                        f"{INSTALL_HINT}") from None
-    from supervisor.dashboard.auth import TOKEN_ENV, token_from_env
-
     url = resolve_dsn(dsn)
     with open_database(url):
         pass  # fails now, in one line, if the database is unreachable or unmigrated
-    token = token_from_env()
+    token = dashboard.token_from_env()
     try:
         sock = dashboard.listen(host, port)
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    mode = "actions need the token" if token else f"read-only ({TOKEN_ENV} is not set)"
+    mode = ("actions need the token" if token
+            else f"read-only ({dashboard.TOKEN_ENV} is not set)")
     click.echo(f"supervisor dashboard on http://{shown}:{bound_port}/ ({mode})", err=True)
     if not dashboard.is_loopback(host):
         click.echo(f"supervisor: warning: listening on {host}: anyone who can reach it "
                    "can read job args, results and errors", err=True)
     if token is not None and len(token) < MIN_TOKEN:
-        click.echo(f"supervisor: warning: {TOKEN_ENV} has {len(token)} characters; "
+        click.echo(f"supervisor: warning: {dashboard.TOKEN_ENV} has {len(token)} characters; "
                    f"use at least {MIN_TOKEN} random ones", err=True)
     app = dashboard.create_app(url, dashboard.Settings(token=token, refresh=refresh),
                                host=host, allowed_hosts=allowed_hosts)

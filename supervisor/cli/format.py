@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from shared.jsontext import dumps
 from shared.validation import printable
@@ -71,6 +72,22 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
                 parts.append(cell.ljust(widths[i]))
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
+
+
+def describe_limits(limits: dict[str, Any] | None) -> str:
+    """Limits as one word, for a table column: ``running<=5,rate<=20/s,burst=5,
+    per-key<=1``; "-" for none."""
+    if not limits:
+        return "-"
+    parts = []
+    if limits.get("max_running") is not None:
+        parts.append(f"running<={limits['max_running']}")
+    if limits.get("max_rate") is not None:
+        burst = limits.get("burst")
+        parts.append(f"rate<={limits['max_rate']:g}/s" + (f",burst={burst}" if burst else ""))
+    if limits.get("per_key_max_running") is not None:
+        parts.append(f"per-key<={limits['per_key_max_running']}")
+    return ",".join(parts) or "-"
 
 
 def to_json(value: object) -> str:

@@ -1,5 +1,5 @@
 """``supervisor jobs list|show|retry|cancel``: look at jobs and act on them one at a time
-or, for retry, in bulk by state. The SQL is in ``supervisor.cli.admin_jobs``."""
+or, for retry, in bulk by state. The SQL is in the admin room (``supervisor.admin``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import click
 from shared.exitcodes import CLI_ERROR, CLI_USAGE
 from shared.jobs import FINISHED_STATES, RUNNING, STATES
 from shared.validation import printable
-from supervisor.cli import admin_jobs
+from supervisor import admin
+from supervisor.admin import AdminError
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
 from supervisor.cli.format import json_text, one_line, since, table, to_json
-from supervisor.cli.refusals import AdminError
 
 
 @contextmanager
@@ -46,12 +46,12 @@ def list_command(queue, kind, state, limit, as_json, dsn) -> None:
     """Jobs, newest first: id, kind, queue, state, attempts, priority, when it runs (or
     finished), and the last error's first line."""
     with admin_errors():
-        admin_jobs.check_state(state)
+        admin.check_state(state)
         count = _limit(limit)
         with open_database(dsn) as conn:
             # One row more than shown tells whether more match.
-            rows = admin_jobs.list_jobs(conn, queue=queue, kind=kind, state=state,
-                                        limit=count + 1)
+            rows = admin.list_jobs(conn, queue=queue, kind=kind, state=state,
+                                   limit=count + 1)
     more = len(rows) > count
     rows = rows[:count]
     if as_json:
@@ -104,9 +104,9 @@ def show_command(job_id, as_json, dsn) -> None:
     """Everything about one job: its columns, args, result, progress, and each failed
     attempt's error with its traceback."""
     with admin_errors():
-        ident = admin_jobs.parse_job_id(job_id)
+        ident = admin.parse_job_id(job_id)
         with open_database(dsn) as conn:
-            row = admin_jobs.get_job(conn, ident)
+            row = admin.get_job(conn, ident)
     if as_json:
         click.echo(to_json(row))
         return
@@ -170,19 +170,20 @@ def retry_command(job_id, state, queue, kind, dsn) -> None:
             if state or queue or kind:
                 raise AdminError("give a job ID or --state/--queue/--kind, not both",
                                  usage=True)
-            ident = admin_jobs.parse_job_id(job_id)
+            ident = admin.parse_job_id(job_id)
             with open_database(dsn) as conn:
-                was = admin_jobs.retry_job(conn, ident)
+                was = admin.retry_job(conn, ident)
             click.echo(f"retried job {ident} (was {was}); it is available now")
             return
         if state is None:
             raise AdminError("give a job ID, or --state discarded|cancelled|retryable "
                              "(with --queue/--kind) to retry many", usage=True)
-        admin_jobs.check_state(state, admin_jobs.RETRY_STATES)
+        admin.check_state(state, admin.RETRY_STATES)
         with open_database(dsn) as conn:
-            retried, skipped = admin_jobs.retry_jobs(conn, state=state, queue=queue, kind=kind)
-    note = f"; skipped {skipped} whose unique key another live job holds" if skipped else ""
-    click.echo(f"retried {retried} {state} job{'s' if retried != 1 else ''}{note}")
+            done = admin.retry_jobs(conn, state=state, queue=queue, kind=kind)
+    note = (f"; skipped {done.skipped} whose unique key another live job holds"
+            if done.skipped else "")
+    click.echo(f"retried {done.retried} {state} job{'s' if done.retried != 1 else ''}{note}")
 
 
 @jobs_group.command("cancel")
@@ -194,8 +195,8 @@ def cancel_command(job_id, dsn) -> None:
     (NOTIFY) and kills that child; a supervisor that missed the message stops the work
     at its next lease renewal."""
     with admin_errors():
-        ident = admin_jobs.parse_job_id(job_id)
+        ident = admin.parse_job_id(job_id)
         with open_database(dsn) as conn:
-            was = admin_jobs.cancel_job(conn, ident)
+            was = admin.cancel_job(conn, ident)
     told = "; its supervisor was told" if was == RUNNING else ""
     click.echo(f"cancelled job {ident} (was {was}{told})")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import click
 
 from shared.exitcodes import CLI_USAGE
-from supervisor.cli import admin_limits
-from supervisor.cli.admin_limits import parse_rate, parse_whole
+from supervisor import admin
+from supervisor.admin import parse_rate, parse_whole
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
-from supervisor.cli.format import json_text
+from supervisor.cli.format import describe_limits, json_text
 from supervisor.cli.jobs import admin_errors
 
 
@@ -54,14 +54,14 @@ def limit_command(queue: str, max_running: str | None, max_rate: str | None,
     held = None
     with admin_errors(), open_database(dsn) as conn:
         if not changes and not clear:
-            now = admin_limits.all_limits(conn).get(queue)
-            held = admin_limits.live_slices(conn).get(queue)
+            now = admin.all_limits(conn).get(queue)
+            held = admin.live_slices(conn).get(queue)
         else:
-            now = admin_limits.set_limits(conn, queue, changes, clear)
+            now = admin.set_limits(conn, queue, changes, clear)
     if as_json:
         click.echo(json_text({"queue": queue, "limits": now, "held": held}))
         return
-    shown = admin_limits.describe_limits(now)
+    shown = describe_limits(now)
     if not changes and not clear:
         holders = ""
         if held:

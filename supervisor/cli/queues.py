@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import click
 
-from supervisor.cli import admin
-from supervisor.cli.admin_limits import describe_limits
+from supervisor import admin
 from supervisor.cli.common import dsn_option, open_database, reports_errors
-from supervisor.cli.format import age, json_text, table
+from supervisor.cli.format import age, describe_limits, json_text, table
 from supervisor.cli.jobs import admin_errors
 from supervisor.cli.queue_limits import limit_command
 

@@ -10,10 +10,9 @@ from typing import Any
 import click
 
 from shared.validation import printable
-from supervisor.cli import admin
-from supervisor.cli.admin_limits import describe_limits
+from supervisor import admin
 from supervisor.cli.common import dsn_option, open_database, reports_errors
-from supervisor.cli.format import age, json_text, table
+from supervisor.cli.format import age, describe_limits, json_text, table
 
 # Column order follows a job's life: waiting, in flight, then the finished states.
 _SHORT = {"available": "AVAIL", "scheduled": "SCHED", "running": "RUN", "retryable": "RETRY",

@@ -17,8 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from supervisor.cli.admin_jobs import parse_job_id
-from supervisor.cli.refusals import AdminError
+from supervisor.admin import AdminError, parse_job_id
 from supervisor.dashboard import auth, queries
 from supervisor.dashboard.render import JSONResponse
 

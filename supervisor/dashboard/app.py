@@ -31,7 +31,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from supervisor.cli.refusals import AdminError
+from supervisor.admin import AdminError
 from supervisor.dashboard import actions, views
 from supervisor.dashboard.auth import Refused
 from supervisor.dashboard.database import DashboardDB, DatabaseDown

@@ -2,10 +2,10 @@
 tables (``supervisor.jobs``, ``supervisor.queues``, ``supervisor.supervisors``).
 
 Plain functions over an autocommit psycopg connection, returning plain data. The
-operator's queries that the CLI already has (counts per queue, live supervisors, one
-job, retry, cancel, pause) are reused from ``supervisor.cli.admin`` and
-``supervisor.cli.admin_jobs`` so the dashboard and ``supervisor status`` never disagree;
-only the filtered, paged job list with text search is written here.
+operator's queries the CLI runs too (counts per queue, live supervisors, one job,
+retry, cancel, pause) come from the admin room (``supervisor.admin``), so the dashboard
+and ``supervisor status`` never disagree; only the filtered, paged job list with text
+search is written here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 
 from shared.jobs import STATES
-from supervisor.cli import admin, admin_jobs
-from supervisor.cli.refusals import AdminError, check_queue_name
+from supervisor import admin
+from supervisor.admin import AdminError, check_queue_name
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
@@ -52,14 +52,6 @@ SELECT DISTINCT queue FROM supervisor.jobs
 ORDER BY 1
 """
 
-_STALE = """
-SELECT count(*) FROM supervisor.supervisors
-WHERE heartbeat_at <= now() - %(live)s * interval '1 second'
-"""
-
-_SUPERVISOR_FIELDS = ("id", "host", "pid", "started_at", "heartbeat_at", "queues", "children",
-                      "busy", "heartbeat_age", "uptime")
-
 
 class NotFound(AdminError):
     """The job or page asked for does not exist."""
@@ -91,9 +83,8 @@ def queue_names(conn: psycopg.Connection) -> list[str]:
 def supervisors(conn: psycopg.Connection) -> dict[str, Any]:
     """Live supervisors (host, pid, children, busy, queues, heartbeat age, uptime) and
     how many registered ones have stopped beating. Reads only the supervisors table."""
-    live = [{k: sup[k] for k in _SUPERVISOR_FIELDS} for sup in admin.live_supervisors(conn)]
-    stale = conn.execute(_STALE, {"live": admin.LIVE_AFTER_SECONDS}).fetchone()[0]
-    return {"supervisors": live, "stale": stale}
+    live = [admin.public_supervisor(sup) for sup in admin.live_supervisors(conn)]
+    return {"supervisors": live, "stale": admin.stale_supervisors(conn)}
 
 
 def parse_filters(params: dict[str, str]) -> dict[str, Any]:
@@ -104,7 +95,7 @@ def parse_filters(params: dict[str, str]) -> dict[str, Any]:
         value = (params.get(name) or "").strip()
         return value or None
 
-    state = admin_jobs.check_state(text("state"))
+    state = admin.check_state(text("state"))
     queue = text("queue")
     if queue is not None:
         check_queue_name(queue)
@@ -119,7 +110,7 @@ def parse_filters(params: dict[str, str]) -> dict[str, Any]:
         "kind": text("kind"),
         "state": state,
         "q": search,
-        "before": admin_jobs.parse_job_id(before) if before is not None else None,
+        "before": admin.parse_job_id(before) if before is not None else None,
         "limit": _limit(limit) if limit is not None else DEFAULT_PAGE,
     }
 
@@ -155,20 +146,20 @@ def job(conn: psycopg.Connection, job_id: int) -> dict[str, Any]:
     """Every column of one job (args, result, progress, errors with tracebacks);
     ``NotFound`` when there is none."""
     try:
-        return admin_jobs.get_job(conn, job_id)
+        return admin.get_job(conn, job_id)
     except AdminError as exc:
         raise NotFound(str(exc)) from None
 
 
 def retry(conn: psycopg.Connection, job_id: int) -> str:
     """Retry one discarded, cancelled or retryable job now; returns its former state."""
-    return _acting_on(conn, job_id, admin_jobs.retry_job)
+    return _acting_on(conn, job_id, admin.retry_job)
 
 
 def cancel(conn: psycopg.Connection, job_id: int) -> str:
     """Cancel one unfinished job (a running one's supervisor kills it); returns its
     former state."""
-    return _acting_on(conn, job_id, admin_jobs.cancel_job)
+    return _acting_on(conn, job_id, admin.cancel_job)
 
 
 def _acting_on(conn: psycopg.Connection, job_id: int, action) -> str:

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from shared.jobs import STATES
-from supervisor.cli.admin_jobs import CANCEL_STATES, RETRY_STATES, parse_job_id
+from supervisor.admin import CANCEL_STATES, RETRY_STATES, parse_job_id
 from supervisor.dashboard import queries
 from supervisor.dashboard.render import JSONResponse, page
 

@@ -9,9 +9,15 @@ claimed and started jobs, the ``outbox`` that owns every pending write, ``claims
 job's settings come from), and the limits that hold across supervisors: ``limits``
 (this supervisor's slices, read and renewed each half second) with ``leases`` (their
 arithmetic).
+
+``Outbox`` and the policy functions are also at the door for ``supervisor.testing``, which
+runs jobs in a user's test and writes their outcomes exactly as a supervisor would.
 """
 
 from supervisor.engine.engine import Engine
 from supervisor.engine.maintenance import make_owner
+from supervisor.engine.outbox import Outbox
+from supervisor.engine.policy import handler_max_attempts, resolve_timeout, retry_delay
 
-__all__ = ["Engine", "make_owner"]
+__all__ = ["Engine", "Outbox", "handler_max_attempts", "make_owner", "resolve_timeout",
+           "retry_delay"]

@@ -1,13 +1,14 @@
-"""Log lines: readable text by default, one JSON object per line for collectors."""
+"""Log lines: readable text by default, one JSON object per line for collectors.
+
+The format is set here for the whole process (``shared.logformat``), so the children
+forked after it write their own lines in the same format."""
 
 from __future__ import annotations
 
 import logging
 import sys
-import time
 
-import orjson
-
+from shared import logformat
 from shared.validation import printable
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -26,20 +27,11 @@ class JsonFormatter(logging.Formatter):
     """One orjson object per record: time, level, logger, message (and the traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for name in JOB_FIELDS:
-            value = record.__dict__.get(name)
-            if value is not None:
-                entry[name] = value
+        fields = {name: record.__dict__.get(name) for name in JOB_FIELDS}
         if record.exc_info:
-            entry["traceback"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
+            fields["traceback"] = self.formatException(record.exc_info)
+        return logformat.json_line(record.levelname.lower(), record.name, record.getMessage(),
+                                   at=record.created, **fields).decode()
 
 
 class TextFormatter(logging.Formatter):
@@ -51,27 +43,18 @@ class TextFormatter(logging.Formatter):
         return printable(super().formatMessage(record))
 
 
-_json_stream = False  # set by configure_logging: the CLI's own errors follow the format
-
-
-def json_logging() -> bool:
-    """Whether the supervisor's stderr is a stream of JSON objects (``--log-format
-    json``): then even a one-line error at start-up is one."""
-    return _json_stream
-
-
 def error_line(message: str) -> str:
-    """A one-line error for stderr, as JSON when the log format is JSON."""
-    if not _json_stream:
+    """A one-line error for stderr, as JSON when the log format is JSON (``--log-format
+    json``: then even a one-line error at start-up is one)."""
+    if logformat.current_format() != "json":
         return f"supervisor: error: {message}"
-    return orjson.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                         "level": "error", "logger": "supervisor", "message": message}).decode()
+    return logformat.json_line("error", "supervisor", message).decode()
 
 
-def configure_logging(level: str = "info", fmt: str = "text") -> None:
-    """Send the ``supervisor`` loggers to stderr at ``level`` in ``fmt`` (text|json)."""
-    global _json_stream
-    _json_stream = fmt == "json"
+def configure_logging(level: str = "info", fmt: logformat.LogFormat = "text") -> None:
+    """Send the ``supervisor`` loggers to stderr at ``level`` in ``fmt`` (text|json),
+    the format of this process and of the children it forks from now on."""
+    logformat.set_format(fmt)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger("supervisor")

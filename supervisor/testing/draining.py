@@ -32,8 +32,7 @@ from shared import defaults, jobs, wire
 from shared.frames import FrameReader
 from shared.jobs import ClaimedJob
 from supervisor.db import Store
-from supervisor.engine.outbox import Outbox
-from supervisor.engine.policy import handler_max_attempts, resolve_timeout, retry_delay
+from supervisor.engine import Outbox, handler_max_attempts, resolve_timeout, retry_delay
 from supervisor.observe import SupervisorMetrics
 from supervisor.testing.connection import checked_schema, connection, dsn_of, environment_dsn
 from workers import tracing

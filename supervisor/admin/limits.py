@@ -1,6 +1,6 @@
 """Global limits as the operator sets and reads them (``supervisor queues limit``, and the
 LIMITS column of ``queues list`` and ``status``): plain functions over an autocommit
-connection returning plain data; parsing of the command's values; no click here.
+connection returning plain data, and the parsing of the values a person types.
 
 Values are parsed strictly from their text: a whole number is digits only ("5", not
 "5.0", "+5", " 5" or "1e3"), a rate is a plain decimal ("20", "0.5"); "none" lifts one
@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli.refusals import AdminError, check_queue_name
+from supervisor.admin.refusals import AdminError, check_queue_name
 
 LIMIT_FIELDS = ("max_running", "max_rate", "burst", "per_key_max_running")
 _WHOLE = re.compile(r"[0-9]+")
@@ -124,19 +124,3 @@ def set_limits(conn: psycopg.Connection, queue: str, changes: dict[str, Any],
             return None
         conn.execute(_WRITE, {"queue": queue, **merged})
     return merged
-
-
-def describe_limits(limits: dict[str, Any] | None) -> str:
-    """Limits as one word, for a table column: ``running<=5,rate<=20/s,burst=5,
-    per-key<=1``; "-" for none."""
-    if not limits:
-        return "-"
-    parts = []
-    if limits.get("max_running") is not None:
-        parts.append(f"running<={limits['max_running']}")
-    if limits.get("max_rate") is not None:
-        burst = limits.get("burst")
-        parts.append(f"rate<={limits['max_rate']:g}/s" + (f",burst={burst}" if burst else ""))
-    if limits.get("per_key_max_running") is not None:
-        parts.append(f"per-key<={limits['per_key_max_running']}")
-    return ",".join(parts) or "-"

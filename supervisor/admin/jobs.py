@@ -14,14 +14,14 @@ is fenced off instead and it kills the child then.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import errors as pgerrors
 
 from shared.defaults import CANCEL_CHANNEL
 from shared.jobs import CANCELLED, DISCARDED, FAIL_CANCELLED, RETRYABLE, RUNNING, STATES
-from supervisor.cli.refusals import AdminError
+from supervisor.admin.refusals import AdminError
 
 RETRY_STATES = (DISCARDED, CANCELLED, RETRYABLE)
 CANCEL_STATES = ("available", "scheduled", RETRYABLE, RUNNING)
@@ -96,6 +96,14 @@ WHERE j.id = %(id)s
 """
 
 
+class BulkRetry(NamedTuple):
+    """What ``retry_jobs`` did: jobs made available, and jobs left alone because
+    another live job holds their unique key."""
+
+    retried: int
+    skipped: int
+
+
 def parse_job_id(text: str) -> int:
     """A job id typed by a person, or ``AdminError`` (usage) naming what is wrong."""
     value = text.strip()
@@ -154,10 +162,9 @@ def retry_job(conn: psycopg.Connection, job_id: int) -> str:
 
 
 def retry_jobs(conn: psycopg.Connection, *, state: str, queue: str | None = None,
-               kind: str | None = None) -> tuple[int, int]:
+               kind: str | None = None) -> BulkRetry:
     """Retry every job in ``state`` (discarded, cancelled or retryable) matching the
-    filters. Jobs whose unique key another live job holds are skipped. Returns
-    ``(retried, skipped)``."""
+    filters. Jobs whose unique key another live job holds are skipped."""
     check_state(state, RETRY_STATES)
     params = {"state": state, "queue": queue, "kind": kind}
     for _ in range(3):
@@ -165,7 +172,7 @@ def retry_jobs(conn: psycopg.Connection, *, state: str, queue: str | None = None
             matched, retried = conn.execute(_RETRY_MANY, params).fetchone()
         except pgerrors.UniqueViolation:
             continue  # a producer took one of the keys meanwhile: look again
-        return retried, matched - retried
+        return BulkRetry(retried, matched - retried)
     raise AdminError("bulk retry kept colliding with new jobs' unique keys; try again")
 
 

@@ -1,8 +1,9 @@
-"""The operator's view of the queue: ``status`` and the queue switches (pause, resume).
+"""The operator's view of the queue: ``status`` (queues, supervisors, work nobody
+serves) and the queue switches (pause, resume).
 
 Plain functions over an autocommit psycopg connection, returning plain data (dicts and
-lists) that the CLI formats; no click here. Job commands (list, show, retry, cancel)
-are in ``supervisor.cli.admin_jobs``.
+lists, JSON-ready) that ``supervisor status`` and the dashboard format, each its own way.
+Job actions (list, show, retry, cancel) are in ``jobs``, global limits in ``limits``.
 
 Counting is one pass over ``supervisor.jobs`` grouped by queue and state, with every
 figure (counts, completions in the last minute, oldest waiting job) taken in that same
@@ -16,8 +17,8 @@ from typing import Any
 import psycopg
 
 from shared.jobs import STATES
-from supervisor.cli.admin_limits import all_limits
-from supervisor.cli.refusals import check_queue_name
+from supervisor.admin.limits import all_limits
+from supervisor.admin.refusals import check_queue_name
 
 # A supervisor whose heartbeat is older than this is not counted as alive (maintenance
 # drops such rows from the registry after the same time).
@@ -73,7 +74,7 @@ def queue_stats(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Every queue that has jobs or a row in ``supervisor.queues``, sorted by name: its
     counts by state, ``rate`` (jobs completed per second over the last minute),
     ``oldest_available`` (seconds since the oldest available job's run_at, or None),
-    ``paused``, ``limits`` (global limits, see ``admin_limits.all_limits``; None)."""
+    ``paused``, ``limits`` (global limits, see ``limits.all_limits``; None)."""
     queues: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
@@ -104,6 +105,11 @@ def live_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cur]
 
 
+def stale_supervisors(conn: psycopg.Connection) -> int:
+    """How many registered supervisors have stopped beating (not yet dropped)."""
+    return conn.execute(_STALE_SUPERVISORS, {"live": LIVE_AFTER_SECONDS}).fetchone()[0]
+
+
 def status(conn: psycopg.Connection) -> dict[str, Any]:
     """Everything ``supervisor status`` shows, as one JSON-ready dict: ``queues`` (see
     ``queue_stats``), ``supervisors`` (live ones), ``stale_supervisors`` (how many rows
@@ -112,7 +118,7 @@ def status(conn: psycopg.Connection) -> dict[str, Any]:
     whose supervisors all publish their kinds and none names it)."""
     queues = queue_stats(conn)
     sups = live_supervisors(conn)
-    stale = conn.execute(_STALE_SUPERVISORS, {"live": LIVE_AFTER_SECONDS}).fetchone()[0]
+    stale = stale_supervisors(conn)
     served: dict[str, list[dict[str, Any]]] = {}
     for sup in sups:
         for name in sup["queues"] or ():
@@ -121,7 +127,7 @@ def status(conn: psycopg.Connection) -> dict[str, Any]:
     unserved = [name for name in waiting if name not in served]
     return {
         "queues": queues,
-        "supervisors": [_public_supervisor(s) for s in sups],
+        "supervisors": [public_supervisor(s) for s in sups],
         "stale_supervisors": stale,
         "unserved": unserved,
         "unhandled": _unhandled(conn, [n for n in waiting if n in served], served),
@@ -145,9 +151,13 @@ def _kinds(sup: dict[str, Any]) -> set[str] | None:
     return set(kinds) if isinstance(kinds, list) else None
 
 
-def _public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
-    return {k: sup[k] for k in ("id", "host", "pid", "started_at", "heartbeat_at", "queues",
-                                "children", "busy", "heartbeat_age", "uptime")}
+PUBLIC_SUPERVISOR_FIELDS = ("id", "host", "pid", "started_at", "heartbeat_at", "queues",
+                            "children", "busy", "heartbeat_age", "uptime")
+
+
+def public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
+    """A live supervisor as shown to people and scripts (without its ``info``)."""
+    return {k: sup[k] for k in PUBLIC_SUPERVISOR_FIELDS}
 
 
 def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, Any]:

@@ -9,41 +9,33 @@ is a window: the transaction has committed and the enqueue, run by
 ``transaction.on_commit``, may still fail (database away); Django then raises its error
 from the commit's exit, and the job is not stored.
 
-It sits above ``shared.enqueue`` (it calls it), apart from ``shared.producers.orm``, which
-``shared.enqueue`` uses to recognise a caller's connection: the two no longer import
-each other.
+It sits above ``shared.enqueue`` (it calls it), beside it rather than among the
+producers' machinery (``shared.producers``) that ``shared.enqueue`` is built on, so
+no two of them import each other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Unpack
 
 from shared.enqueue import enqueue
+from shared.options import CALL_OPTIONS, CallOptions, check_names
 from shared.producers.plans import plan_one
 from shared.tracing import keep_current_context
 
-_PLAN_OPTIONS = ("queue", "priority", "max_attempts", "timeout", "run_at", "delay",
-                 "unique_key", "concurrency_key")
 
-
-def enqueue_on_commit(
-    kind: str,
-    args: Mapping[str, Any] | None = None,
-    *,
-    using: str | None = None,
-    **options: Any,
-) -> None:
+def enqueue_on_commit(kind: str, args: Mapping[str, Any] | None = None, *,
+                      using: str | None = None, **options: Unpack[CallOptions]) -> None:
     """Enqueue ``kind`` with ``args`` when the Django transaction on database ``using``
     (default: ``"default"``) commits; at once when no transaction is open; never if it
-    rolls back. ``options`` as for ``shared.enqueue.enqueue`` (``conn``/``dsn`` choose
-    where the job is written). Bad input raises here, not after the commit."""
+    rolls back. ``options`` as for ``shared.enqueue.enqueue`` but ``depends_on``
+    (``conn``/``dsn`` choose where the job is written). Bad input raises here, not
+    after the commit."""
     from django.db import transaction
 
-    unknown = set(options) - {*_PLAN_OPTIONS, "conn", "dsn"}
-    if unknown:
-        raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
-    plan_one(kind, args, **{k: v for k, v in options.items() if k in _PLAN_OPTIONS})
+    check_names(options, CALL_OPTIONS, "enqueue_on_commit")
+    plan_one(kind, args, options)  # checks everything; the plan itself is dropped
     transaction.on_commit(keep_current_context(partial(enqueue, kind, args, **options)),
                           using=using)

@@ -1,5 +1,5 @@
 """The refusal every admin query raises, and the checks they share, apart from the
-queries themselves so that ``admin`` and ``admin_limits`` both build on it."""
+queries themselves so that ``status`` and ``limits`` both build on it."""
 
 from __future__ import annotations
 

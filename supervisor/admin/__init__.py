@@ -1,0 +1,46 @@
+"""The admin room: the operator's queries, shared by ``supervisor status|jobs|queues``
+and the dashboard, so the two never disagree and neither imports the other.
+
+Plain functions over an autocommit psycopg connection returning plain data (dicts and
+lists, JSON-ready) or small typed records; formatting belongs to ``supervisor.cli`` and
+``supervisor.dashboard``. A refusal is ``AdminError`` with a one-line message (``usage``
+when the input itself is malformed).
+
+Door:
+- ``status`` (queues, supervisors, work nobody serves), ``queue_stats``,
+  ``live_supervisors``, ``public_supervisor``, ``stale_supervisors``, ``set_paused``;
+- ``list_jobs``, ``get_job``, ``retry_job``, ``retry_jobs`` (a ``BulkRetry``),
+  ``cancel_job``, ``parse_job_id``, ``check_state``, ``RETRY_STATES``, ``CANCEL_STATES``;
+- ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
+- ``AdminError``, ``check_queue_name``.
+"""
+
+from supervisor.admin.jobs import (
+    CANCEL_STATES,
+    RETRY_STATES,
+    BulkRetry,
+    cancel_job,
+    check_state,
+    get_job,
+    list_jobs,
+    parse_job_id,
+    retry_job,
+    retry_jobs,
+)
+from supervisor.admin.limits import all_limits, live_slices, parse_rate, parse_whole, set_limits
+from supervisor.admin.refusals import AdminError, check_queue_name
+from supervisor.admin.status import (
+    LIVE_AFTER_SECONDS,
+    live_supervisors,
+    public_supervisor,
+    queue_stats,
+    set_paused,
+    stale_supervisors,
+    status,
+)
+
+__all__ = ["CANCEL_STATES", "LIVE_AFTER_SECONDS", "RETRY_STATES", "AdminError", "BulkRetry",
+           "all_limits", "cancel_job", "check_queue_name", "check_state", "get_job",
+           "list_jobs", "live_slices", "live_supervisors", "parse_job_id", "parse_rate",
+           "parse_whole", "public_supervisor", "queue_stats", "retry_job", "retry_jobs",
+           "set_limits", "set_paused", "stale_supervisors", "status"]
