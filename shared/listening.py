@@ -94,11 +94,17 @@ class Listener:
         wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._use.acquire(timeout=wait):
             raise TimeoutError("the shared connection stayed busy")
+        notes: list[psycopg.Notify] = []
         try:
             conn = self._conn or self._open()
             try:
-                result = statement(conn)
-                notes = list(conn.notifies(timeout=0))  # whatever came meanwhile
+                try:
+                    result = statement(conn)
+                finally:
+                    # What came meanwhile sits in psycopg's backlog, not on the socket
+                    # the reader watches: collect it even when the statement raised
+                    # (JobFailed, JobNotFound).
+                    notes = list(conn.notifies(timeout=0))
             except psycopg.OperationalError as exc:
                 if not _is_lost(conn):
                     raise
@@ -108,7 +114,7 @@ class Listener:
             generation = self.generation
         finally:
             self._use.release()
-        self._dispatch(notes)
+            self._dispatch(notes)
         return generation, result
 
     def _open(self) -> psycopg.Connection:
@@ -131,6 +137,8 @@ class Listener:
         with self._state:
             self._conn = conn
             self.generation += 1
+            for waiter in self._waiters:  # read again now, not at their next poll
+                waiter.event.set()
         return conn
 
     def _lose(self) -> None:

@@ -111,6 +111,8 @@ class AsyncListener:
         self._backoff = 0.0
         self._conn = conn
         self.generation += 1
+        for waiter in self._waiters:  # read again now, not at their next poll
+            waiter.event.set()
         if self._reader is None:
             self._reader = asyncio.ensure_future(self._read_loop())
         return conn
