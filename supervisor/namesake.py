@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))  # no pathlib: every import pays
 SUPERVISORD_MODULES = ("supervisord.py", "supervisorctl.py", "xmlrpc.py")
 SUPERVISORD_DISTRIBUTION = "supervisor"
 MARKER = "__pg_supervisor__"  # set by our supervisor/__init__.py, absent from theirs
@@ -45,16 +44,16 @@ def refusal(evidence: str) -> str:
             "keep supervisord in an environment of its own")
 
 
-def files_problem(package_dir: Path = PACKAGE_DIR) -> str | None:
+def files_problem(package_dir: str = PACKAGE_DIR) -> str | None:
     """The refusal when supervisord's modules sit in our package directory (a stat
     each), else None."""
     for name in SUPERVISORD_MODULES:
-        if (package_dir / name).exists():
+        if os.path.exists(os.path.join(package_dir, name)):
             return refusal(f"supervisord's {name} is in {package_dir}")
     return None
 
 
-def problem(package_dir: Path = PACKAGE_DIR) -> str | None:
+def problem(package_dir: str = PACKAGE_DIR) -> str | None:
     """Every check: supervisord's modules, an ``__init__.py`` that is not ours, and the
     files the ``supervisor`` distribution claims. The refusal, or None."""
     found = files_problem(package_dir)
@@ -62,13 +61,16 @@ def problem(package_dir: Path = PACKAGE_DIR) -> str | None:
         return found
     package = sys.modules.get("supervisor")
     if package is not None and not getattr(package, MARKER, False):
-        return refusal(f"{package_dir / '__init__.py'} is not pg-supervisor's")
+        init = os.path.join(package_dir, "__init__.py")
+        return refusal(f"{init} is not pg-supervisor's")
     return _claimed_problem(package_dir)
 
 
-def _claimed_problem(package_dir: Path) -> str | None:
+def _claimed_problem(package_dir: str) -> str | None:
     from importlib import metadata
+    from pathlib import Path
 
+    ours = Path(package_dir)
     try:
         dist = metadata.distribution(SUPERVISORD_DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -77,7 +79,7 @@ def _claimed_problem(package_dir: Path) -> str | None:
         if file.parts[:1] != ("supervisor",):
             continue
         located = Path(str(dist.locate_file(file))).resolve()
-        if located.parent == package_dir or package_dir in located.parents:
+        if located.parent == ours or ours in located.parents:
             return refusal(f"supervisor {dist.version} claims files in {package_dir}")
     return None
 
