@@ -42,6 +42,10 @@ APPLICATION_NAME = "supervisor-wait"
 READ_SLICE = 1.0  # seconds the reader sleeps at most before looking at the generation
 BACKOFF_FIRST = 0.05  # seconds before the second attempt to reconnect
 BACKOFF_MAX = 2.0
+# The watch mark is a hint: a crash that loses the last few marks also ends this
+# connection, and every waiter marks its job again after the reconnect. So its commit
+# need not wait for the WAL flush (8.4 ms a mark on a busy disk, against 1.5 ms).
+SESSION_SETTINGS = "SET synchronous_commit = off"
 
 T = TypeVar("T")
 
@@ -85,10 +89,10 @@ class Listener:
         self._error = ""
 
     # -- statements ---------------------------------------------------------------
-    def run(self, statement: Callable[[psycopg.Connection], T],
+    def run(self, statement: Callable[[psycopg.Connection, int], T],
             deadline: float | None) -> tuple[int, T]:
-        """Run ``statement`` on the shared connection (opened first if need be); the
-        generation it ran under and its result. ``Unreachable`` when the database
+        """Run ``statement(conn, generation)`` on the shared connection (opened first if
+        need be); the generation it ran under and its result. ``Unreachable`` when the database
         cannot be reached, ``TimeoutError`` if ``deadline`` passes before the
         connection is free."""
         wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
@@ -99,7 +103,7 @@ class Listener:
             conn = self._conn or self._open()
             try:
                 try:
-                    result = statement(conn)
+                    result = statement(conn, self.generation)
                 finally:
                     # What came meanwhile sits in psycopg's backlog, not on the socket
                     # the reader watches: collect it even when the statement raised
@@ -126,6 +130,7 @@ class Listener:
         try:
             conn = connect(self.dsn, application_name=APPLICATION_NAME)
             conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(SESSION_SETTINGS)
         except (DatabaseUnavailable, psycopg.OperationalError) as exc:
             if conn is not None:
                 conn.close()

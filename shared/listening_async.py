@@ -27,6 +27,7 @@ from shared.listening import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
     CHANNEL,
+    SESSION_SETTINGS,
     Unreachable,
     _is_lost,
 )
@@ -60,7 +61,7 @@ class AsyncListener:
         self._backoff = 0.0
         self._error = ""
 
-    async def run(self, statement: Callable[[psycopg.AsyncConnection], Awaitable[T]],
+    async def run(self, statement: Callable[[psycopg.AsyncConnection, int], Awaitable[T]],
                   deadline: float | None) -> tuple[int, T]:
         """``Listener.run`` for asyncio."""
         self._wanted += 1
@@ -78,7 +79,7 @@ class AsyncListener:
         try:
             conn = self._conn or await self._open()
             try:
-                result = await statement(conn)
+                result = await statement(conn, self.generation)
                 notes = [note async for note in conn.notifies(timeout=0)]
             except psycopg.OperationalError as exc:
                 if not _is_lost(conn):
@@ -101,6 +102,7 @@ class AsyncListener:
         try:
             conn = await connect_async(self.dsn, application_name=APPLICATION_NAME)
             await conn.execute(f"LISTEN {CHANNEL}")
+            await conn.execute(SESSION_SETTINGS)
         except (DatabaseUnavailable, psycopg.OperationalError) as exc:
             if conn is not None:
                 await conn.close()

@@ -83,6 +83,25 @@ def read_job(job_id: int, row: tuple | None) -> Found:
     return Found(False, None, state, soon=not row[3])  # type: ignore[index]
 
 
+class Marked:
+    """On which connection the waited-for job was last seen marked watched: the mark is
+    set once per connection, not at every read (it commits without waiting for the WAL
+    flush, so a server crash may lose it; a new connection marks again)."""
+
+    def __init__(self) -> None:
+        self.generation: int | None = None
+
+    def on(self, generation: int) -> bool:
+        """Whether the job is known to be marked, read on connection ``generation``."""
+        return self.generation == generation
+
+    def read(self, job_id: int, row: tuple | None, generation: int) -> Found:
+        """``read_job``, remembering a mark it shows."""
+        found = read_job(job_id, row)
+        self.generation = None if found.soon else generation
+        return found
+
+
 def job_outcome(job_id: int, row: tuple | None) -> tuple[str, Any]:
     """``(state, result)`` from a job's ``(state, result, errors)``; ``JobNotFound``
     without a row, ``JobFailed`` (with its last error) when discarded or cancelled."""
@@ -100,9 +119,12 @@ def wait(job_id: int, timeout: float | None = None, *, dsn: str | None = None) -
     after ``timeout`` seconds (None: no limit)."""
     _check(job_id, timeout, "job id")
 
-    def check(conn: psycopg.Connection) -> Found:
-        conn.execute(_WATCH, (job_id,))
-        return read_job(job_id, conn.execute(_STATE, (job_id,)).fetchone())
+    marked = Marked()
+
+    def check(conn: psycopg.Connection, generation: int) -> Found:
+        if not marked.on(generation):
+            conn.execute(_WATCH, (job_id,))
+        return marked.read(job_id, conn.execute(_STATE, (job_id,)).fetchone(), generation)
 
     return _wait(dsn, f"j{job_id}", check, timeout, f"job {job_id}")
 
@@ -113,7 +135,7 @@ def wait_batch(batch_id: int, timeout: float | None = None, *,
     enqueued. ``LookupError`` if there is no such batch, ``TimeoutError`` on timeout."""
     _check(batch_id, timeout, "batch id")
 
-    def check(conn: psycopg.Connection) -> Found:
+    def check(conn: psycopg.Connection, _generation: int) -> Found:
         return read_batch(batch_id, summary(conn, batch_id))
 
     return _wait(dsn, f"b{batch_id}", check, timeout, f"batch {batch_id}")
@@ -126,7 +148,7 @@ def read_batch(batch_id: int, found: Any) -> Found:
     return Found(found.finished, found, f"{found.pending} pending")
 
 
-def _wait(dsn: str | None, key: str, check: Callable[[psycopg.Connection], Found],
+def _wait(dsn: str | None, key: str, check: Callable[[psycopg.Connection, int], Found],
           timeout: float | None, what: str) -> Any:
     deadline = None if timeout is None else time.monotonic() + timeout
     listener, waiter = listening.acquire(resolve_dsn(dsn, announce=False), key)
@@ -161,7 +183,7 @@ class Pace:
         self.next_read = 0.0
         self.state = ""  # the last state read, for the timeout's message
         self.trouble = ""  # why the database cannot be reached, while it cannot
-        self.ever_read = False
+        self.reached = False  # it had a connection once (read, or lost one mid-read)
 
     def due(self, heard: bool, generation: int) -> bool:
         """Whether to read the row now: notified, a new connection, or time for it."""
@@ -169,7 +191,7 @@ class Pace:
 
     def read(self, found: Found, generation: int) -> None:
         """The row was read on the connection of ``generation``."""
-        self.ever_read = True
+        self.reached = True
         self.seen = generation
         self.state = found.state
         self.trouble = ""
@@ -178,8 +200,9 @@ class Pace:
     def failed(self, exc: Unreachable, generation: int) -> None:
         """The read failed for want of a connection. A database that cannot be reached
         when the wait begins is an error; one lost later is waited for."""
-        if exc.connecting and not self.ever_read:
+        if exc.connecting and not self.reached:
             raise DatabaseUnavailable(f"cannot wait: {exc}") from None
+        self.reached = True
         self.seen = generation
         self.trouble = str(exc)
         self.next_read = exc.retry_at

@@ -16,7 +16,7 @@ import psycopg
 from shared import listening_async
 from shared.dsn import resolve_dsn
 from shared.listening import Unreachable
-from shared.waiting import _STATE, _WATCH, Pace, _check, read_job
+from shared.waiting import _STATE, _WATCH, Marked, Pace, _check
 
 
 async def wait_async(job_id: int, timeout: float | None = None, *,
@@ -27,9 +27,13 @@ async def wait_async(job_id: int, timeout: float | None = None, *,
     _check(job_id, timeout, "job id")
     deadline = None if timeout is None else time.monotonic() + timeout
 
-    async def check(conn: psycopg.AsyncConnection) -> Any:
-        await conn.execute(_WATCH, (job_id,))
-        return read_job(job_id, await (await conn.execute(_STATE, (job_id,))).fetchone())
+    marked = Marked()
+
+    async def check(conn: psycopg.AsyncConnection, generation: int) -> Any:
+        if not marked.on(generation):
+            await conn.execute(_WATCH, (job_id,))
+        row = await (await conn.execute(_STATE, (job_id,))).fetchone()
+        return marked.read(job_id, row, generation)
 
     listener, waiter = listening_async.acquire(resolve_dsn(dsn, announce=False),
                                                f"j{job_id}")

@@ -80,8 +80,9 @@ def in_thread(fn) -> tuple[threading.Thread, dict]:
 
 def test_waits_ride_out_a_server_restart(server):
     dsn = server.dsn
-    jobs = [enqueue("w_member", {}, dsn=dsn) for _ in range(6)]
-    lost, after = jobs[:3], jobs[3:]  # completed with the notification lost / after
+    jobs = [enqueue("w_member", {}, dsn=dsn) for _ in range(7)]
+    lost, after = jobs[:3], jobs[3:6]  # completed with the notification lost / after
+    extra = jobs[6]
     batch = enqueue_many("w_member", [{}, {}], then=Callback("w_done", {}), dsn=dsn)
     threads = [in_thread(lambda j=j: supervisor.wait(j, timeout=90, dsn=dsn))
                for j in (lost[0], lost[1], after[0], after[1])]
@@ -96,8 +97,9 @@ def test_waits_ride_out_a_server_restart(server):
     # The batch waiter reads the batch once at its start: wait for its connection.
     wait_until(lambda: connections(dsn) >= 2, timeout=30, what="both listeners")
 
+    short = in_thread(lambda: supervisor.wait(extra, timeout=8, dsn=dsn))
+    wait_until(lambda: watched(dsn) == 7, timeout=30, what="the short wait under way")
     complete(dsn, lost, notify=False)  # only a read after the reconnect can see these
-    short = in_thread(lambda: supervisor.wait(after[0], timeout=8, dsn=dsn))
     server.stop()
     with pytest.raises(DatabaseUnavailable, match="cannot wait"):
         supervisor.wait(after[0], timeout=5, dsn=dsn)  # a new wait while it is down
