@@ -32,6 +32,7 @@ __all__ = ["CHANNEL", "FALLBACK_POLL", "JobFailed", "JobNotFound", "connect", "w
 
 FALLBACK_POLL = 5.0  # seconds between reads when no notification comes
 WATCH_RETRY = 0.1  # seconds before reading again a row we could not mark watched yet
+FIRST_READ_WAIT = 5.0  # seconds the first read may wait for the shared connection
 
 
 class JobFailed(Exception):
@@ -158,7 +159,7 @@ def _wait(dsn: str | None, key: str, check: Callable[[psycopg.Connection, int], 
             if pace.due(waiter.heard, listener.generation):
                 waiter.heard = False
                 try:
-                    generation, found = listener.run(check, deadline)
+                    generation, found = listener.run(check, pace.read_by())
                 except Unreachable as exc:
                     pace.failed(exc, listener.generation)
                 except TimeoutError:
@@ -206,6 +207,14 @@ class Pace:
         self.seen = generation
         self.trouble = str(exc)
         self.next_read = exc.retry_at
+
+    def read_by(self) -> float | None:
+        """How long a read may wait for the shared connection: the deadline, except that
+        the first read gets a few seconds more (``timeout=0`` still reads once, as a
+        wait on a connection of its own used to)."""
+        if self.deadline is None or self.reached:
+            return self.deadline
+        return max(self.deadline, time.monotonic() + FIRST_READ_WAIT)
 
     def until(self) -> float:
         """When to stop listening and look again."""

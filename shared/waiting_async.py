@@ -43,7 +43,7 @@ async def wait_async(job_id: int, timeout: float | None = None, *,
             if pace.due(waiter.heard, listener.generation):
                 waiter.heard = False
                 try:
-                    generation, found = await listener.run(check, deadline)
+                    generation, found = await listener.run(check, pace.read_by())
                 except Unreachable as exc:
                     pace.failed(exc, listener.generation)
                 except TimeoutError:
