@@ -1,27 +1,22 @@
 """``await supervisor.wait_async(job_id, timeout)``: ``supervisor.wait`` for asyncio.
 
-The same protocol as ``shared.waiting`` (LISTEN on ``supervisor_final``, mark the job
-watched, read its state, wait for ``j<id>`` or the fallback poll) on a psycopg
-``AsyncConnection``, so an event loop never blocks and no thread is started.
+The same protocol and policy as ``shared.waiting`` (LISTEN on ``supervisor_final``, mark
+the job watched, read its state, wait for ``j<id>`` or the fallback poll, ride out a
+lost connection) on a psycopg ``AsyncConnection`` shared by every waiter of the event
+loop (``shared.listening_async``), so an event loop never blocks and no thread is started.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import psycopg
 
+from shared import listening_async
 from shared.dsn import resolve_dsn
-from shared.waiting import (
-    _STATE,
-    _WATCH,
-    CHANNEL,
-    FALLBACK_POLL,
-    _check,
-    job_outcome,
-)
+from shared.listening import Unreachable
+from shared.waiting import _STATE, _WATCH, Marked, Pace, _check
 
 
 async def wait_async(job_id: int, timeout: float | None = None, *,
@@ -31,31 +26,33 @@ async def wait_async(job_id: int, timeout: float | None = None, *,
     after ``timeout`` seconds (None: no limit)."""
     _check(job_id, timeout, "job id")
     deadline = None if timeout is None else time.monotonic() + timeout
-    conn = await psycopg.AsyncConnection.connect(resolve_dsn(dsn, announce=False),
-                                                 autocommit=True)
-    async with conn:
-        await conn.execute(f"LISTEN {CHANNEL}")
-        await conn.execute(_WATCH, (job_id,))
-        wanted = f"j{job_id}"
-        while True:
-            row = await (await conn.execute(_STATE, (job_id,))).fetchone()
-            state, result = job_outcome(job_id, row)
-            if state == "completed":
-                return result
-            await _await(conn, wanted, deadline, f"job {job_id} ({state})")
 
+    marked = Marked()
 
-async def _await(conn: psycopg.AsyncConnection, wanted: str, deadline: float | None,
-                 what: str) -> None:
-    left = FALLBACK_POLL
-    if deadline is not None:
-        left = min(left, deadline - time.monotonic())
-        if left <= 0:
-            raise TimeoutError(f"timed out waiting for {what}")
+    async def check(conn: psycopg.AsyncConnection, generation: int) -> Any:
+        if not marked.on(generation):
+            await conn.execute(_WATCH, (job_id,))
+        row = await (await conn.execute(_STATE, (job_id,))).fetchone()
+        return marked.read(job_id, row, generation)
+
+    listener, waiter = listening_async.acquire(resolve_dsn(dsn, announce=False),
+                                               f"j{job_id}")
     try:
-        async with asyncio.timeout(left):
-            async for note in conn.notifies():
-                if note.payload == wanted:
-                    return
-    except TimeoutError:
-        return  # the fallback poll: the caller reads the state again
+        pace = Pace(deadline)
+        while True:
+            if pace.due(waiter.heard, listener.generation):
+                waiter.heard = False
+                try:
+                    generation, found = await listener.run(check, pace.read_by())
+                except Unreachable as exc:
+                    pace.failed(exc, listener.generation)
+                except TimeoutError:
+                    pass  # the deadline, checked below
+                else:
+                    if found.done:
+                        return found.value
+                    pace.read(found, generation)
+            pace.check_deadline(f"job {job_id}")
+            await listener.listen(waiter, pace.until(), pace.seen)
+    finally:
+        await listening_async.release(listener, waiter)

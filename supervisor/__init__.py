@@ -8,9 +8,17 @@ Producers without handler code use ``supervisor.enqueue`` and ``supervisor.enque
 ``enqueue_many_async``, and ``enqueue_on_commit`` (after a Django transaction commits).
 Fan-in: ``supervisor.wait(job_id, timeout)`` and ``await supervisor.wait_async(...)`` (a
 job's result, or ``JobFailed``/``JobNotFound``/``TimeoutError``) and
-``supervisor.batch(id)`` (a ``Batch`` found from any process)."""
+``supervisor.batch(id)`` (a ``Batch`` found from any process).
+
+supervisord's import name is ``supervisor`` too: with both installed in one environment,
+importing this package refuses with one line (``supervisor.namesake``)."""
 
 from typing import Any
+
+from supervisor.namesake import refuse_at_import
+
+__pg_supervisor__ = True  # this file is pg-supervisor's, not supervisord's (namesake)
+refuse_at_import()  # supervisord's files in this package: one clear line, not AttributeError
 
 _PRODUCERS = {
     "enqueue": "shared.enqueue",

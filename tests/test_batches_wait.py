@@ -8,7 +8,7 @@ import pytest
 from e2e import wait_until
 
 import supervisor
-from shared import waiting
+from shared import listening, waiting
 from shared.batches import Callback
 from shared.enqueue import enqueue, enqueue_many
 
@@ -79,27 +79,24 @@ def test_wait_on_a_finished_missing_or_slow_job(conn, dsn):
         supervisor.wait("1", dsn=dsn)
 
 
-def test_batch_wait_returns_the_summary_once_closed(conn, dsn):
+def test_batch_wait_returns_the_summary_once_closed(conn, dsn, monkeypatch):
     batch = enqueue_many("bt_member", [{}, {}, {}], then=Callback("bt_callback", {}), dsn=dsn)
-    listening = threading.Event()
-    real_await = waiting._await
+    listening_now = threading.Event()
+    real_listen = listening.Listener.listen
 
-    def noting_await(*args):
-        listening.set()
-        return real_await(*args)
+    def noting_listen(self, *args):
+        listening_now.set()  # it has read the batch once and waits for its notification
+        return real_listen(self, *args)
 
-    waiting._await = noting_await
-    try:
-        t, box = in_thread(lambda: supervisor.batch(batch.id, dsn=dsn).wait(timeout=40))
-        assert listening.wait(20)
-        conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now() "
-                     "WHERE id = ANY(%s)", (batch.ids[:2],))
-        conn.execute("UPDATE supervisor.jobs SET state = 'discarded', finished_at = now() "
-                     "WHERE id = ANY(%s)", (batch.ids[2:],))
-        t.join(15)  # woken by the notification, well before the 40 s timeout
-        assert not t.is_alive()
-    finally:
-        waiting._await = real_await
+    monkeypatch.setattr(listening.Listener, "listen", noting_listen)
+    t, box = in_thread(lambda: supervisor.batch(batch.id, dsn=dsn).wait(timeout=40))
+    assert listening_now.wait(20)
+    conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now() "
+                 "WHERE id = ANY(%s)", (batch.ids[:2],))
+    conn.execute("UPDATE supervisor.jobs SET state = 'discarded', finished_at = now() "
+                 "WHERE id = ANY(%s)", (batch.ids[2:],))
+    t.join(15)  # woken by the notification, well before the 40 s timeout
+    assert not t.is_alive()
     summary = box["value"]
     assert (summary.total, summary.completed, summary.discarded) == (3, 2, 1)
     assert summary.callback_id is not None

@@ -91,10 +91,10 @@ def test_a_gap_without_supervisor_is_coalesced_or_replayed(dsn):
     last_before = fires(dsn, "sched_tick")[-1][0]
     replay_before = fires(dsn, "sched_replay")[-1][0]
     with psycopg.connect(dsn, autocommit=True) as c:
-        # The gap is the scenario: wait until the database's clock is 5 s past the last fire.
-        wait_until(lambda: c.execute("SELECT now() >= %s + interval '5 s'",
+        # The gap is the scenario: wait until the database's clock is 8 s past the last fire.
+        wait_until(lambda: c.execute("SELECT now() >= %s + interval '8 s'",
                                      (max(last_before, replay_before),)).fetchone()[0],
-                   timeout=20, interval=0.1, what="a 5 s gap")
+                   timeout=20, interval=0.1, what="an 8 s gap")
     second = start(dsn, 1)
     try:
         wait_until(lambda: fires(dsn, "sched_tick")[-1][0] >= last_before + 8 * SECOND,
@@ -104,7 +104,16 @@ def test_a_gap_without_supervisor_is_coalesced_or_replayed(dsn):
     tick = [r for r in fires(dsn, "sched_tick") if r[0] > last_before]
     coalesced = [r for r in tick if r[2] > 1]
     assert len(coalesced) == 1, tick  # the missed slots became one fire
-    assert coalesced[0][2] >= 3  # 5 s gap less the 2 s grace, at least
+    assert coalesced[0][2] >= 8  # the whole gap: the slots inside the grace are part of it
+    assert tick[0] == coalesced[0]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        # One job at the moment the gap ends, not one plus each slot inside the grace.
+        at_once = c.execute("SELECT count(*) FROM supervisor.schedule_fires f"
+                            " WHERE schedule = 'sched_tick' AND fired_at ="
+                            " (SELECT fired_at FROM supervisor.schedule_fires"
+                            "  WHERE schedule = 'sched_tick' AND slot = %s)",
+                            (coalesced[0][0],)).fetchone()[0]
+    assert at_once == 1
     span = int((tick[-1][0] - last_before) / SECOND)
     assert sum(r[2] for r in tick) == span  # every slot accounted for exactly once
     replay = [r for r in fires(dsn, "sched_replay") if r[0] > replay_before]

@@ -99,11 +99,23 @@ def test_cron_count_stops_at_the_scan_limit_but_keeps_the_latest_slot():
 
 
 # -- the plan --------------------------------------------------------------------------------
-def test_a_gap_is_coalesced_into_one_fire_and_on_time_slots_fire_alone():
+def test_a_gap_is_coalesced_into_one_fire_at_the_newest_due_slot():
+    # The slots still inside the grace (6 and 7) used to fire beside the coalesced one:
+    # three jobs at once for a user who asked for one.
     spec = make_spec("tick", "tick", every=1)
     fires = plan(spec, at(2026, 1, 1), at(2026, 1, 1, 0, 0, 7, 500_000), grace=2.0)
-    assert [(f.slot.second, f.coalesced) for f in fires] == [(5, 5), (6, 1), (7, 1)]
-    assert sum(f.coalesced for f in fires) == 7  # every slot accounted for once
+    assert [(f.slot.second, f.coalesced) for f in fires] == [(7, 7)]
+    cron = make_spec("tick", "tick", cron="* * * * * *")
+    fires = plan(cron, at(2026, 1, 1), at(2026, 1, 1, 0, 0, 8), grace=2.0)
+    assert [(f.slot.second, f.coalesced) for f in fires] == [(8, 8)]
+
+
+def test_on_time_slots_without_a_gap_still_fire_alone():
+    spec = make_spec("tick", "tick", every=1)
+    fires = plan(spec, at(2026, 1, 1, 0, 0, 5), at(2026, 1, 1, 0, 0, 6, 900_000), grace=2.0)
+    assert [(f.slot.second, f.coalesced) for f in fires] == [(6, 1)]
+    fires = plan(spec, at(2026, 1, 1, 0, 0, 5), at(2026, 1, 1, 0, 0, 7, 500_000), grace=2.0)
+    assert [(f.slot.second, f.coalesced) for f in fires] == [(6, 1), (7, 1)]
 
 
 def test_catch_up_replays_each_missed_slot_up_to_the_cap():

@@ -25,6 +25,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     from supervisor.arbiter import Arbiter
     from supervisor.cli.limits import children_problem
     from supervisor.config import ConfigError, apply_queue_flags, build_config, load_file_settings
+    from supervisor.namesake import problem as namesake_problem
     from supervisor.observe import BurstProgress, TracingUnavailable
     from supervisor.schedules import (
         ScheduleError,
@@ -34,6 +35,9 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     )
     from workers.registry import REGISTRY, queues_of_handlers
 
+    namesake = namesake_problem()  # supervisord installed over this package
+    if namesake is not None:
+        raise CliError(namesake)
     try:
         config = build_config(load_file_settings(config_path), overrides)
         config = apply_queue_flags(config, queue_settings)

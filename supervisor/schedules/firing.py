@@ -2,9 +2,11 @@
 
 A slot is *on time* while it is at most ``grace`` seconds old: it fires on its own.
 Older due slots were *missed* (no supervisor ran, or all were stalled): by default they
-are coalesced into one fire at the latest missed slot, whose ``coalesced`` count says how
-many it stands for; with ``catch_up`` each fires, up to ``CATCH_UP_LIMIT`` (the oldest
-beyond the cap are folded into the first replay's count). With ``overlap = False`` a
+are coalesced into one fire at the newest due slot, whose ``coalesced`` count says how
+many it stands for (the on-time slots older than it are part of that fire: a user who
+asked for coalescing gets one job, not one plus each slot of the grace); with
+``catch_up`` each fires, up to ``CATCH_UP_LIMIT`` (the oldest beyond the cap are folded
+into the first replay's count). With ``overlap = False`` a
 round fires at most one job, and none while the previous fire's job is still live; the
 other slots are recorded as skipped. Either way every slot is accounted for by exactly
 one fire row.
@@ -47,12 +49,17 @@ def plan(spec: ScheduleSpec, done_until: datetime, now: datetime, *,
     fires: list[Fire] = []
     keep = CATCH_UP_LIMIT if spec.catch_up else 1
     missed, missed_total = slots_between(spec, done_until, edge, keep)
-    if missed:
-        folded = missed_total - len(missed)  # slots beyond the cap or coalesced away
-        fires.append(Fire(missed[0], 1 + folded))
-        fires.extend(Fire(slot) for slot in missed[1:])
-    on_time, _ = slots_between(spec, max(done_until, edge), now, ON_TIME_LIMIT)
-    fires.extend(Fire(slot) for slot in on_time)
+    on_time, on_time_total = slots_between(spec, max(done_until, edge), now, ON_TIME_LIMIT)
+    if missed and not spec.catch_up:
+        # One fire at the newest due slot stands for the missed slots and for the on-time
+        # ones before it.
+        fires.append(Fire((on_time or missed)[-1], missed_total + on_time_total))
+    else:
+        if missed:
+            folded = missed_total - len(missed)  # slots beyond the cap
+            fires.append(Fire(missed[0], 1 + folded))
+            fires.extend(Fire(slot) for slot in missed[1:])
+        fires.extend(Fire(slot) for slot in on_time)
     if not spec.overlap and fires:
         runs_first = not previous_live
         fires = [Fire(f.slot, f.coalesced, runs_first and i == 0) for i, f in enumerate(fires)]
