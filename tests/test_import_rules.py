@@ -31,9 +31,11 @@ TOPS = ("supervisor", "shared", "workers")
 # its signals, the run config, the --app loader, a queue's policy).
 ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
-    "__init__": set(),
+    # The package refuses to load over supervisord's files (its namesake on PyPI).
+    "__init__": {"namesake"},
+    "namesake": set(),
     "cli": {"arbiter", "config", "apps", "signals", "observe", "schedules", "admin",
-            "dashboard"},
+            "dashboard", "namesake"},
     "arbiter": {"engine", "pool", "observe", "schedules", "signals", "config", "apps"},
     "config": {"pool", "queue_policy"},
     "engine": {"db", "pool", "observe", "schedules", "config", "queue_policy"},
