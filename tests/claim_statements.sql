@@ -1,6 +1,8 @@
 -- The claim statements as they were before the claim builder (recorded from the
 -- str.replace variants of supervisor/db/sql.py); tests/test_claim_sql.py checks the
 -- builder still produces each of them, whitespace aside. Do not edit by hand.
+-- One change since the recording: the flag of the carrying and alone forms is named
+-- (false AS done), so their rows are read by column name.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -107,7 +109,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
@@ -167,7 +169,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
@@ -192,7 +194,7 @@ FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
@@ -218,7 +220,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 
 -- @@ claim_aged_alone_prepared
@@ -264,7 +266,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
@@ -275,7 +277,7 @@ FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 
 -- @@ complete_and_claim_prepared
@@ -311,7 +313,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
@@ -371,7 +373,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
@@ -396,7 +398,7 @@ FROM supervisor.claim_keyed($7, $8::text[], $9::int, $10::int,
                             $4, $11::float8, $12::int[],
                             $13::int) AS k)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
-       false
+       false AS done
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
