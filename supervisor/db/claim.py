@@ -14,7 +14,8 @@ varies from claim to claim, and picks the statement:
 Each variant's text is built on first use from the parts below and kept
 (``claim_sql``, ``claim_prepared``). The parts, in the order a statement nests them:
 
-``_candidates``      which jobs may be claimed and in what order (plain or aged);
+``_candidates``      which jobs may be claimed and in what order (plain or aged), with
+                     every claim-time rule of ``RULES`` (a new rule is one entry there);
 ``_lock_and_update`` locks the candidates (``FOR UPDATE SKIP LOCKED``) and marks them
                      running under this supervisor's lease;
 ``_keyed``           for a queue with a per-key limit, both of the above happen in the
