@@ -91,11 +91,6 @@ class ClaimResult:
     jobs: list[ClaimedJob]
     fenced: list[int]
 
-    @classmethod
-    def empty(cls) -> ClaimResult:
-        """A claim that took nothing and wrote nothing."""
-        return cls([], [])
-
 
 class Shape(enum.Enum):
     """How a claim statement is run: what it carries and in which row shape."""
