@@ -24,8 +24,8 @@ Each variant's text is built on first use from the parts below and kept
 ``_carrying``        the completions and starts written by the same statement;
 ``_alone``           the claim in the carrying form's row shape, writing nothing.
 
-Every form returns claimed jobs under the column names ``_COLUMNS`` and is decoded by
-name (``decode``), never by position.
+Every form returns claimed jobs under the column names ``_COLUMNS``; each answer's rows
+are read by those names (``row_maker``, ``decode``), never by a fixed position.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -303,17 +303,36 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
     return values
 
 
-def decode(request: ClaimRequest, rows: Sequence[Mapping[str, Any]]) -> tuple[list[int],
-                                                                               list[ClaimedJob]]:
+def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | int]:
+    """How a row of a claim statement whose columns are ``names`` is read: a claimed job
+    becomes a ``ClaimedJob``, a written completion (the carrying form's ``done`` rows)
+    its job id. Each column is found by its name, once per answer."""
+    at = {name: i for i, name in enumerate(names)}
+    (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
+     i_trace_context) = (at[column] for column in _COLUMNS)
+    i_done = at.get(_DONE)
+
+    def make(v: Sequence[Any]) -> ClaimedJob | int:
+        if i_done is not None and v[i_done]:
+            return v[i_id]
+        return ClaimedJob(id=v[i_id], kind=v[i_kind], queue=v[i_queue], attempt=v[i_attempt],
+                          max_attempts=v[i_max_attempts], priority=v[i_priority],
+                          timeout=v[i_timeout], args_json=v[i_args], wait_seconds=v[i_wait],
+                          trace_context=v[i_trace_context])
+    return make
+
+
+def cursor_rows(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob | int]:
+    """``row_maker`` as a psycopg row factory, for the blocking claim."""
+    return row_maker([column.name for column in cursor.description or ()])
+
+
+def decode(request: ClaimRequest, rows: Sequence[ClaimedJob | int]) -> tuple[list[int],
+                                                                            list[ClaimedJob]]:
     """(ids of the completions written, claimed jobs in claim order) from the rows of
-    ``request``'s statement, each a mapping of column name to value."""
-    written = [row["id"] for row in rows if row.get(_DONE)]
-    jobs = [ClaimedJob(id=row["id"], kind=row["kind"], queue=row["queue"],
-                       attempt=row["attempt"], max_attempts=row["max_attempts"],
-                       priority=row["priority"], timeout=row["timeout"],
-                       args_json=row["args"], wait_seconds=row["wait"],
-                       trace_context=row["trace_context"])
-            for row in rows if not row.get(_DONE)]
+    ``request``'s statement, as ``row_maker`` made them."""
+    written = [row for row in rows if isinstance(row, int)]
+    jobs = [row for row in rows if isinstance(row, ClaimedJob)]
     # RETURNING has no order; wait_seconds is now() - run_at, so -wait sorts by run_at.
     # An aged claim is in order of the priority it was claimed by.
     aging = request.aging

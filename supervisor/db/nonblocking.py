@@ -41,11 +41,6 @@ def tuple_rows(names: Sequence[str]) -> Callable[[Sequence[Any]], Any]:
     return tuple
 
 
-def dict_rows(names: Sequence[str]) -> Callable[[Sequence[Any]], Any]:
-    """Rows as dicts of column name to value, for answers read by name."""
-    return lambda values: dict(zip(names, values, strict=True))
-
-
 class Prepared:
     """A ``%(name)s`` statement turned into libpq's ``$n`` form once, at import."""
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 import psycopg
-from psycopg.rows import dict_row
 
 from shared import jobs
 from shared.defaults import LIVE_STATES
@@ -24,7 +23,7 @@ from shared.jobs import Backoff, ClaimedJob
 from supervisor.db import claim, leases
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import StoredLimits
-from supervisor.db.nonblocking import NonBlockingQuery, dict_rows
+from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
     COMPLETE,
@@ -109,7 +108,7 @@ class Store:
             if request.starts:
                 self.started(request.starts)
             return ClaimResult([], self.complete(request.completions))
-        rows = self.conn.cursor(row_factory=dict_row).execute(
+        rows = self.conn.cursor(row_factory=claim.cursor_rows).execute(
             claim.claim_sql(claim.variant(request, blocking=True)), self._claim_params(request),
             prepare=claim.prepare(request)).fetchall()
         return self._claim_result(request, rows)
@@ -119,13 +118,13 @@ class Store:
         """``run_claim(request)`` without blocking: sent on ``runner``; ``callback`` gets
         the ``ClaimResult``, or the error, from a later ``runner.handle_event``. Raises
         ``psycopg.OperationalError`` at once if the connection is gone."""
-        def answered(outcome: list[dict[str, Any]] | Exception) -> None:
+        def answered(outcome: list | Exception) -> None:
             callback(outcome if isinstance(outcome, Exception)
                      else self._claim_result(request, outcome))
 
         runner.send(claim.claim_prepared(claim.variant(request, blocking=False)),
                     self._claim_params(request), answered, prepare=claim.prepare(request),
-                    row_factory=dict_rows)
+                    row_factory=claim.row_maker)
 
     def _claim_params(self, request: ClaimRequest) -> dict[str, Any]:
         return claim.params(request, self.owner, self.lease_ttl, self.max_attempts,
