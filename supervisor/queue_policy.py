@@ -29,6 +29,12 @@ class QueuePolicy:
         return total if self.max_workers is None else min(self.max_workers, total)
 
 
+# The aged claim computes now() - aging seconds: much past this, PostgreSQL's interval
+# and timestamp arithmetic overflows and every claim of the queue would fail, so a
+# larger setting is refused when the config is read.
+MAX_AGING = 100 * 365 * 86400.0  # a century: aging that large never changes an order
+
+
 def _number(value: object, whole: bool = False) -> bool:
     kinds = int if whole else (int, float)
     return isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
@@ -43,7 +49,8 @@ def validate(policy: QueuePolicy) -> QueuePolicy:
         ("max_rate", policy.max_rate, False, lambda v: v > 0, "> 0"),
         ("burst", policy.burst, True, lambda v: v >= 1, ">= 1"),
         ("prefetch", policy.prefetch, True, lambda v: v >= 1, ">= 1"),
-        ("aging", policy.aging, False, lambda v: v >= 0, ">= 0 seconds (0: off)"),
+        ("aging", policy.aging, False, lambda v: 0 <= v <= MAX_AGING,
+         f">= 0 seconds (0: off) and at most {MAX_AGING:.0f} (a century)"),
     ]
     problems = []
     for name, value, whole, allowed, rule in checks:

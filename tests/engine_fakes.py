@@ -13,7 +13,7 @@ import psycopg
 from shared.db import DatabaseUnavailable
 from shared.jobs import ClaimedJob
 from supervisor.config import RunConfig
-from supervisor.db import Database
+from supervisor.db import ClaimResult, Database
 from supervisor.engine import Engine
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.pool import JobDone, JobFailed, JobStarted
@@ -68,18 +68,21 @@ class FakeStore:
         return [i for i in ids if i in self.fence]
 
     # -- the claim (run through FakeClaims) ----------------------------------------------
-    def send_complete_and_claim(self, runner, completions, queue, kinds, limit, callback,
-                                aging=0.0, starts=()):
-        params = {"completions": list(completions), "queue": queue, "limit": limit,
-                  "starts": list(starts)}
-        runner.send(None, params, callback)
+    def send_claim(self, runner, request, callback):
+        params = {"completions": list(request.completions), "queue": request.queue,
+                  "limit": request.limit, "starts": list(request.starts)}
+
+        def answered(outcome):
+            if isinstance(outcome, Exception):
+                callback(outcome)
+            else:
+                callback(ClaimResult(outcome, self._fenced(c.id for c in request.completions)))
+
+        runner.send(None, params, answered)
 
     def take(self, queue: str, limit: int) -> list[ClaimedJob]:
         jobs = self.available.get(queue, deque())
         return [jobs.popleft() for _ in range(min(limit, len(jobs)))]
-
-    def complete_and_claim_rows(self, completions, rows):
-        return self._fenced(c.id for c in completions), rows
 
     # -- blocking statements -----------------------------------------------------------
     def complete(self, items):

@@ -14,15 +14,17 @@ import pytest
 from e2e import Supervisor, read_log, wait_until
 
 from shared.enqueue import enqueue, enqueue_many
-from supervisor.db.sql import (
-    CLAIM,
-    CLAIM_AGED,
-    COMPLETE_AND_CLAIM,
-    COMPLETE_AND_CLAIM_AGED,
-    COMPLETE_AND_CLAIM_NONBLOCKING,
-    claim_statements,
+from supervisor.db.claim import (
+    ClaimRequest,
+    ClaimVariant,
+    Shape,
+    claim_sql,
+    variant,
 )
 from supervisor.db.store import Completion, Store
+
+CLAIM = claim_sql(ClaimVariant(aged=False, keyed=False, shape=Shape.BARE))
+CLAIM_AGED = claim_sql(ClaimVariant(aged=True, keyed=False, shape=Shape.BARE))
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,9 +62,9 @@ def test_complete_and_claim_ages_too(conn):
     fresh = enqueue("k", priority=0, conn=conn)
     old = enqueue("k", priority=3, conn=conn)
     set_age(conn, old, 200)  # 3 - floor(200 / 60) = 0, and older than fresh
-    fenced, claimed = store.complete_and_claim([Completion(first, job.attempt, None)],
-                                               "default", ["k"], 1, aging=60)
-    assert fenced == [] and [j.id for j in claimed] == [old]
+    result = store.run_claim(ClaimRequest("default", ["k"], 1, aging=60,
+                                          completions=[Completion(first, job.attempt, None)]))
+    assert result.fenced == [] and [j.id for j in result.jobs] == [old]
     assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
                         (first,)).fetchone()[0] == "completed"
     assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
@@ -84,10 +86,12 @@ def test_aged_claim_respects_kinds_pause_and_due_time(conn):
     assert later not in {j.id for j in store.claim("default", ["k", "other"], 10, aging=1)}
 
 
+@pytest.mark.parametrize("per_key", [None, 400])
 @pytest.mark.parametrize("limit", [1, 7, 64])
-def test_aged_claim_order_matches_the_rule_job_for_job(conn, limit):
+def test_aged_claim_order_matches_the_rule_job_for_job(conn, limit, per_key):
     """400 jobs over 6 priority levels and many ages: every claim returns exactly the
-    next ``limit`` jobs by (priority - floor(waited / aging), run_at, id)."""
+    next ``limit`` jobs by (priority - floor(waited / aging), run_at, id); the same
+    through the keyed claim (a per-key limit no key reaches, one key per job)."""
     rnd = random.Random(limit)
     aging = 600.0  # half-steps of 300 s: a slow run cannot move a job across a step
     ids = enqueue_many("k", [{}] * 400, conn=conn)
@@ -97,15 +101,16 @@ def test_aged_claim_order_matches_the_rule_job_for_job(conn, limit):
         # Ages half-way between steps, so the second or two the test takes cannot
         # move a job across a step boundary.
         age = (rnd.randrange(8) + 0.5) * aging
-        conn.execute("UPDATE supervisor.jobs SET priority = %s, "
+        conn.execute("UPDATE supervisor.jobs SET priority = %s, concurrency_key = %s, "
                      "run_at = now() - %s * interval '1 second' WHERE id = %s",
-                     (priority, age, job_id))
+                     (priority, None if per_key is None else str(job_id), age, job_id))
         jobs[job_id] = (priority - math.floor(age / aging), -age, job_id)
     expected = sorted(jobs, key=jobs.get)
     store = Store(conn, "me")
     got = []
-    while batch := store.claim("default", ["k"], limit, aging=aging):
-        got.append(sorted((j.id for j in batch), key=jobs.get))
+    while batch := store.claim("default", ["k"], limit, aging=aging, per_key=per_key):
+        assert [j.id for j in batch] == sorted((j.id for j in batch), key=jobs.get)
+        got.append([j.id for j in batch])
     flat = [job_id for batch in got for job_id in batch]
     assert flat == expected
 
@@ -113,7 +118,7 @@ def test_aged_claim_order_matches_the_rule_job_for_job(conn, limit):
 def plan(conn, sql, aging=0.0):
     from supervisor.db import Store
 
-    params = Store(conn, "me")._claim_params("default", ["noop"], 512, aging)
+    params = Store(conn, "me")._claim_params(ClaimRequest("default", ["noop"], 512, aging))
     return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
 
 
@@ -136,9 +141,12 @@ def test_aged_claim_plan_uses_the_indexes_after_analyze(conn):
 
 
 def test_aging_off_runs_the_plain_claim():
-    assert claim_statements(0) == (CLAIM, COMPLETE_AND_CLAIM, COMPLETE_AND_CLAIM_NONBLOCKING)
-    assert claim_statements(0.5)[0] is CLAIM_AGED
-    assert "aging" not in CLAIM and "aging" in COMPLETE_AND_CLAIM_AGED
+    for blocking in (True, False):
+        for writes in ((), [Completion(1, 1, None)]):
+            plain = variant(ClaimRequest("q", ["k"], 5, 0.0, completions=writes), blocking)
+            aged = variant(ClaimRequest("q", ["k"], 5, 0.5, completions=writes), blocking)
+            assert not plain.aged and aged.aged and plain.shape is aged.shape
+            assert "aging" not in claim_sql(plain) and "aging" in claim_sql(aged)
 
 
 # -- a real supervisor --------------------------------------------------------------
@@ -205,3 +213,91 @@ def test_without_aging_the_stream_starves_it(dsn, tmp_path):
     waited, urgent = starve_test(dsn, tmp_path, 0, watch_for=BOUND + 1)
     assert waited is None
     assert len(urgent) >= 0.7 * 2 * (BOUND + 1) / JOB, len(urgent)
+
+
+def test_a_queue_with_a_per_key_limit_ages_its_jobs_too(conn):
+    # Before the claim builder, the keyed claim ignored aging: the fresh job came first.
+    fresh = enqueue("k", priority=0, queue="kq", concurrency_key="a", conn=conn)
+    old = enqueue("k", priority=5, queue="kq", concurrency_key="b", conn=conn)
+    set_age(conn, old, 330)  # 5 - floor(330 / 60) = 0: ties with fresh, and is older
+    store = Store(conn, "me")
+    assert [j.id for j in store.claim("kq", ["k"], 1, aging=60, per_key=1)] == [old]
+    assert [j.id for j in store.claim("kq", ["k"], 1, aging=60, per_key=1)] == [fresh]
+
+
+def test_aging_keeps_the_per_key_limit(conn):
+    fresh = enqueue("k", priority=0, queue="kq", concurrency_key="a", conn=conn)
+    older, old = (enqueue("k", priority=5, queue="kq", concurrency_key="b", conn=conn)
+                  for _ in range(2))
+    set_age(conn, older, 400)
+    set_age(conn, old, 330)
+    unkeyed = enqueue("k", priority=9, queue="kq", conn=conn)
+    set_age(conn, unkeyed, 600)  # 9 - 10 = -1: first of all, and never limited
+    store = Store(conn, "me")
+    claimed = store.claim("kq", ["k"], 10, aging=60, per_key=1)
+    assert [j.id for j in claimed] == [unkeyed, older, fresh]  # old waits for its key
+    store.complete([Completion(j.id, j.attempt, None) for j in claimed if j.id == older])
+    assert [j.id for j in store.claim("kq", ["k"], 10, aging=60, per_key=1)] == [old]
+
+
+def test_the_non_blocking_claim_of_a_keyed_aged_queue_carries_its_writes(dsn, conn):
+    """The engine's path (send_claim): a queue with aging and a per-key limit, claims
+    alone and carrying completions and starts, prepared or not; each answer is a
+    ClaimResult in aged order."""
+    import selectors
+
+    from supervisor.db import ClaimRequest, NonBlockingQuery
+
+    keyed = [enqueue("k", priority=5, queue="kq", concurrency_key=key, conn=conn)
+             for key in ("a", "a", "b")]
+    for n, job_id in enumerate(keyed):
+        set_age(conn, job_id, 400 - n)  # 5 - 6 = -1: ahead of the fresh priority-0 jobs
+    fresh = enqueue_many("k", [{}] * 60, queue="kq", priority=0, conn=conn)
+    with psycopg.connect(dsn, autocommit=True) as own:
+        sel = selectors.DefaultSelector()
+        store, runner = Store(own, "me"), NonBlockingQuery(own, sel)
+
+        def claim(limit, completions=(), starts=()):
+            out = []
+            store.send_claim(runner, ClaimRequest("kq", ["k"], limit, aging=60, per_key=1,
+                                                  completions=completions, starts=starts),
+                             out.append)
+            while not out:
+                for key, mask in sel.select(5):
+                    key.data.handle_event(key, mask)
+            assert not isinstance(out[0], Exception), out[0]
+            return out[0]
+
+        first = claim(4)  # alone: the older "a" and "b", then fresh jobs
+        assert [j.id for j in first.jobs] == [keyed[0], keyed[2], *fresh[:2]]
+        done = [Completion(j.id, j.attempt, None) for j in first.jobs[:2]]
+        second = claim(2, done, [(j.id, j.attempt) for j in first.jobs[2:]])
+        # "a" was completed by this very statement, which its per-key count cannot see
+        # (as for a keyed claim without aging): the key's next job waits for the next.
+        assert second.fenced == [] and [j.id for j in second.jobs] == fresh[2:4]
+        held = first.jobs[2:] + second.jobs
+        many = [Completion(j.id, j.attempt, None) for j in held]
+        stale = [c.id for c in done] + fresh[40:]  # completed already, or never claimed
+        many += [Completion(job_id, 1, None) for job_id in stale]
+        third = claim(20, many)  # a large batch: planned for its size
+        sel.close()
+    assert [j.id for j in third.jobs] == [keyed[1], *fresh[4:23]]
+    assert sorted(third.fenced) == sorted(stale)
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state = 'completed'"
+                        ).fetchone()[0] == 2 + len(held)
+    started = conn.execute("SELECT id FROM supervisor.jobs WHERE attempted_at IS NOT NULL"
+                           ).fetchall()
+    assert sorted(r[0] for r in started) == fresh[:2]
+
+
+@pytest.mark.parametrize("per_key", [None, 1])
+def test_the_largest_aging_the_config_allows_still_claims(conn, per_key):
+    """config.py refuses aging past MAX_AGING because the claim cannot compute it: at
+    the bound a claim works; far past it PostgreSQL refuses the arithmetic."""
+    from supervisor.queue_policy import MAX_AGING
+
+    job = enqueue("k", queue="kq", concurrency_key="a", conn=conn)
+    store = Store(conn, "me")
+    with pytest.raises(psycopg.errors.DataError):  # interval or timestamp out of range
+        store.claim("kq", ["k"], 1, aging=1e12, per_key=per_key)
+    assert [j.id for j in store.claim("kq", ["k"], 1, aging=MAX_AGING, per_key=per_key)] == [job]

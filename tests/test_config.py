@@ -42,6 +42,9 @@ def test_explicit_file_and_cli_overrides(tmp_path):
         ("[queues.a]\nweight = 0\n", "weight must be > 0"),
         ("heartbeat_timeout = 1\nheartbeat_interval = 2\n", "heartbeat_timeout"),
         ("children = [\n", "cannot read config file"),
+        # The aged claim computes now() - aging seconds: past a century it overflows
+        # (tests/test_aging.py), so the setting is refused here, not at every claim.
+        ("[queues.a]\naging = 1e12\n", "queue 'a': aging must be .* at most 3153600000"),
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path, text, message):
@@ -63,6 +66,20 @@ def test_bad_queue_flag():
     with pytest.raises(ConfigError, match=r"images\.max_rate: expected a number, got 'fast'"):
         apply_queue_flags(config, ["images.max_rate=fast"])
     assert apply_queue_flags(config, ["images.aging=30s"]).policy("images").aging == 30.0
+    with pytest.raises(ConfigError, match=r"queue 'images': aging must be .* at most"):
+        apply_queue_flags(config, ["images.aging=1000000000000"])
+
+
+def test_run_refuses_an_aging_the_claim_cannot_compute_with_one_line():
+    from click.testing import CliRunner
+
+    from supervisor.cli.main import main
+
+    result = CliRunner().invoke(main, ["run", "-n", "1", "--app", "nowhere",
+                                       "--queue-setting", "images.aging=1000000000000"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "queue 'images': aging must be" in lines[0] and "Traceback" not in result.output
 
 
 def test_parse_size():

@@ -15,7 +15,7 @@ from e2e import wait_until
 from shared.enqueue import enqueue, enqueue_many
 from supervisor.cli.main import main
 from supervisor.db import Store, read_limits, renew_lease, return_leases
-from supervisor.db import sql as statements
+from supervisor.db.claim import ClaimRequest, ClaimVariant, Shape, claim_sql, variant
 from supervisor.db.leases import Slice
 from supervisor.engine.leases import running_slice
 
@@ -32,9 +32,12 @@ def running_per_key(conn, queue: str) -> dict:
         "WHERE state = 'running' AND queue = %s GROUP BY 1", (queue,)).fetchall())
 
 
-def test_keyed_claims_from_concurrent_supervisors_never_pass_the_per_key_limit(dsn, conn):
+@pytest.mark.parametrize("aging", ["off", "on", "mixed"])
+def test_keyed_claims_from_concurrent_supervisors_never_pass_the_per_key_limit(dsn, conn,
+                                                                                 aging):
     # Claimers with different kinds choose different rows of one key, so only the
     # queue's lock (not the row locks) can keep them from starting the same key twice.
+    # An aged keyed claim (schema 0011) takes the same lock as a plain one ("mixed").
     for _ in range(15):
         for key in ("A", "B", "C"):
             enqueue("k1", {}, queue="kq", concurrency_key=key, dsn=dsn)
@@ -47,9 +50,11 @@ def test_keyed_claims_from_concurrent_supervisors_never_pass_the_per_key_limit(d
         try:
             with psycopg.connect(dsn, autocommit=True) as own:
                 store = Store(own, f"owner-{n}", 30.0)
+                aged = aging == "on" or (aging == "mixed" and n % 3 != 0)
                 start.wait()
                 for _ in range(15):
-                    store.claim("kq", ["k1"] if n % 2 else ["k2"], 2, per_key=2)
+                    store.claim("kq", ["k1"] if n % 2 else ["k2"], 2, per_key=2,
+                                aging=30.0 if aged else 0.0)
         except Exception as exc:  # reported by the assertion below
             errors.append(exc)
 
@@ -73,9 +78,11 @@ def test_a_key_at_its_limit_does_not_hide_the_other_keys_behind_it(dsn, conn):
 
 
 def test_the_plain_claim_is_untouched_for_queues_without_a_per_key_limit():
-    assert statements.claim_statements(0.0) == statements.claim_statements(0.0, None)
-    assert statements.claim_statements(0.0)[0] is statements.CLAIM
-    assert "claim_keyed" not in statements.COMPLETE_AND_CLAIM
+    for aging in (0.0, 30.0):
+        for shape in Shape:
+            assert "claim_keyed" not in claim_sql(ClaimVariant(aging > 0, False, shape))
+            assert "claim_keyed" in claim_sql(ClaimVariant(aging > 0, True, shape))
+        assert not variant(ClaimRequest("q", ["k"], 5, aging), blocking=False).keyed
 
 
 def test_concurrency_key_by_plain_sql(conn):

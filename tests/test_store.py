@@ -11,6 +11,7 @@ import pytest
 
 from shared.enqueue import enqueue, enqueue_many
 from shared.jobs import FAIL_DISCARD, FAIL_ERROR, FAIL_SHUTDOWN, Backoff
+from supervisor.db.claim import ClaimRequest, claim_sql, variant
 from supervisor.db.store import Completion, Failure, Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -255,17 +256,14 @@ def test_rescue_gives_back_a_job_that_never_started_without_spending_its_attempt
 
 
 def test_a_start_carried_on_a_claim_never_overwrites_a_completion_in_it(conn):
-    from supervisor.db.sql import COMPLETE_AND_CLAIM
-
     a, b, c = enqueue_many("k", [{}, {}, {}], conn=conn)
     store = Store(conn, "me")
     first = {job.id: job for job in store.claim("default", ["k"], 2)}
     # a finished before its start was written: both ride on one claim statement.
-    params = store.complete_and_claim_params(
-        [Completion(a, first[a].attempt, '"done"')], "default", ["k"], 1, 0.0,
-        [(a, first[a].attempt), (b, first[b].attempt)])
-    rows = conn.execute(COMPLETE_AND_CLAIM, params).fetchall()
-    assert sorted(r[0] for r in rows) == [a, c]
+    result = store.run_claim(ClaimRequest(
+        "default", ["k"], 1, completions=[Completion(a, first[a].attempt, '"done"')],
+        starts=[(a, first[a].attempt), (b, first[b].attempt)]))
+    assert result.fenced == [] and [j.id for j in result.jobs] == [c]
     assert row(conn, a, "state, result") == ("completed", "done")
     assert row(conn, b, "state")[0] == "running" and row(conn, b, "attempted_at")[0]
 
@@ -274,10 +272,10 @@ def test_claim_plan_uses_the_index_after_analyze(conn):
     enqueue_many("noop", [{"i": i} for i in range(20_000)], conn=conn)
     enqueue_many("other", [{}] * 500, queue="q2", conn=conn)
     conn.execute("ANALYZE supervisor.jobs")
-    from supervisor.db.sql import CLAIM
-
-    params = Store(conn, "me")._claim_params("default", ["noop"], 512)
-    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + CLAIM, params))
+    request = ClaimRequest("default", ["noop"], 512)
+    params = Store(conn, "me")._claim_params(request)
+    sql = claim_sql(variant(request, blocking=True))
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
     assert "jobs_available_idx" in plan
     assert "Seq Scan on jobs" not in plan, plan
 
@@ -285,8 +283,8 @@ def test_claim_plan_uses_the_index_after_analyze(conn):
 def test_claims_without_writes_or_with_a_few_run_prepared_and_large_batches_do_not(dsn, conn):
     import selectors
 
+    from supervisor.db.claim import CACHED_PLAN_BATCH
     from supervisor.db.nonblocking import NonBlockingQuery, Prepared
-    from supervisor.db.sql import CACHED_PLAN_BATCH
 
     ids = enqueue_many("k", [{}] * 60, conn=conn)
     with psycopg.connect(dsn, autocommit=True) as own:
@@ -304,8 +302,10 @@ def test_claims_without_writes_or_with_a_few_run_prepared_and_large_batches_do_n
 
         def claim(items, limit):
             waiting = answer()
-            store.send_complete_and_claim(runner, items, "default", ["k"], limit, next(waiting))
-            return store.complete_and_claim_rows(items, next(waiting))
+            store.send_claim(runner, ClaimRequest("default", ["k"], limit, completions=items),
+                             next(waiting))
+            result = next(waiting)
+            return result.fenced, result.jobs
 
         def done(jobs):
             return [Completion(j.id, j.attempt, '"ok"') for j in jobs]

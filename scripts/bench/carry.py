@@ -15,10 +15,14 @@ import time
 
 import common
 import psycopg
+from psycopg.rows import dict_row
 
 from shared.enqueue import enqueue_many
-from supervisor.db import Completion, Store
-from supervisor.db.sql import CLAIM, COMPLETE
+from supervisor.db import ClaimRequest, Completion, Store
+from supervisor.db.claim import ClaimVariant, Shape, claim_sql
+from supervisor.db.sql import COMPLETE
+
+CLAIM = claim_sql(ClaimVariant(aged=False, keyed=False, shape=Shape.BARE))
 
 OWNER = "bench-carry"
 
@@ -26,7 +30,8 @@ OWNER = "bench-carry"
 def drain_union(store: Store, batch: int) -> int:
     done, pending = 0, []
     while True:
-        _fenced, claimed = store.complete_and_claim(pending, "default", ["noop"], batch)
+        claimed = store.run_claim(ClaimRequest("default", ["noop"], batch,
+                                               completions=pending)).jobs
         done += len(pending)
         pending = [Completion(j.id, j.attempt, "null") for j in claimed]
         if not claimed:
@@ -40,11 +45,12 @@ def drain_pipeline(store: Store, batch: int) -> int:
         with conn.pipeline(), conn.transaction():
             if pending:
                 conn.execute(COMPLETE, store._complete_params(pending), prepare=False)
-            cur = conn.execute(CLAIM, store._claim_params("default", ["noop"], batch),
-                               prepare=True)
+            cur = conn.cursor(row_factory=dict_row).execute(
+                CLAIM, store._claim_params(ClaimRequest("default", ["noop"], batch)),
+                prepare=True)
         rows = cur.fetchall()
         done += len(pending)
-        pending = [Completion(r[0], r[3], "null") for r in rows]
+        pending = [Completion(r["id"], r["attempt"], "null") for r in rows]
         if not rows:
             return done
 

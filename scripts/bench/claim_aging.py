@@ -16,7 +16,8 @@ import psycopg
 from common import DEFAULT_DSN, drop_database, scratch_database
 
 from shared.enqueue import enqueue_many
-from supervisor.db.sql import claim_statements
+from supervisor.db import ClaimRequest, Store
+from supervisor.db.claim import claim_sql, variant
 
 
 def main() -> None:
@@ -36,11 +37,11 @@ def main() -> None:
                 times: dict[float, list[float]] = {0.0: [], 60.0: []}
                 for _ in range(args.rounds):
                     for aging in times:
-                        params = {"owner": "bench", "ttl": 30.0, "queue": "default",
-                                  "kinds": ["noop"], "limit": batch, "aging": aging}
+                        request = ClaimRequest("default", ["noop"], batch, aging)
+                        params = Store(conn, "bench")._claim_params(request)
+                        sql = claim_sql(variant(request, blocking=True))
                         started = time.perf_counter()
-                        rows = conn.execute(claim_statements(aging)[0], params,
-                                            prepare=True).fetchall()
+                        rows = conn.execute(sql, params, prepare=True).fetchall()
                         times[aging].append(time.perf_counter() - started)
                         conn.rollback()
                         assert len(rows) == batch

@@ -75,15 +75,24 @@ _PARENT = r"""
 import inspect, sys, time
 sys.path.insert(0, {root!r})
 from shared.wire import Run
-from supervisor.db.store import _claimed_jobs
+try:  # rows read by column name (the claim builder, issue 25)
+    from supervisor.db.claim import ClaimRequest, decode, row_maker
+except ImportError:  # a checkout from before it: rows read by position
+    from supervisor.db.store import _claimed_jobs as claimed_jobs
+else:
+    make = row_maker(("id", "kind", "queue", "attempt", "max_attempts", "priority",
+                      "timeout", "args", "wait", "trace_context", "done"))
+    request = ClaimRequest("bench", ["run_noop"], 512)
+    def claimed_jobs(rows):
+        return decode(request, [make(row) for row in rows])[1]
 pack = Run.pack
 traced = len(inspect.signature(pack).parameters) == 7
-rows = [(i, "run_noop", "bench", 1, 20, 0, None, '{{"i": 1}}', 0.01, None)
+rows = [(i, "run_noop", "bench", 1, 20, 0, None, '{{"i": 1}}', 0.01, None, False)
         for i in range(512)]
 def once():
     t0 = time.perf_counter()
     for _ in range(20):
-        jobs = _claimed_jobs(list(rows))
+        jobs = claimed_jobs(list(rows))
         if traced:
             for j in jobs:
                 pack(j.id, j.kind, j.queue, j.attempt, j.max_attempts, j.args_json,

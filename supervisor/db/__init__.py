@@ -2,12 +2,14 @@
 
 Door: ``Database`` (connections, outage and reconnect, ``call``), ``Store`` (every SQL
 statement, blocking), ``NonBlockingQuery`` and ``Prepared`` (a statement run without
-stopping the loop), the write records ``Completion`` and ``Failure``, and
-``connection_lost``. The statements themselves are in ``supervisor.db.sql``. Global
-limits: ``read_limits``, ``renew_lease``, ``return_leases`` and their records
-(``supervisor.db.leases``).
+stopping the loop), the write records ``Completion`` and ``Failure``, the claim's
+``ClaimRequest`` and ``ClaimResult`` (``Store.run_claim``, ``Store.send_claim``; the
+statement is built in ``supervisor.db.claim``), and ``connection_lost``. The other
+statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
+``renew_lease``, ``return_leases`` and their records (``supervisor.db.leases``).
 """
 
+from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.database import Database, connection_lost
 from supervisor.db.leases import (
     LeaseRow,
@@ -20,6 +22,6 @@ from supervisor.db.leases import (
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 from supervisor.db.store import Completion, Failure, Store
 
-__all__ = ["Completion", "Database", "Failure", "LeaseRow", "NonBlockingQuery", "Prepared",
-           "Slice", "Store", "StoredLimits", "connection_lost", "read_limits", "renew_lease",
-           "return_leases"]
+__all__ = ["ClaimRequest", "ClaimResult", "Completion", "Database", "Failure", "LeaseRow",
+           "NonBlockingQuery", "Prepared", "Slice", "Store", "StoredLimits", "connection_lost",
+           "read_limits", "renew_lease", "return_leases"]

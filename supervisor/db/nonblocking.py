@@ -31,6 +31,15 @@ from psycopg.adapt import PyFormat, Transformer
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
+# How a statement's rows come back: given the column names, a maker of one row from its
+# values (as psycopg's row factories, but from the names alone).
+RowFactory = Callable[[Sequence[str]], Callable[[Sequence[Any]], Any]]
+
+
+def tuple_rows(names: Sequence[str]) -> Callable[[Sequence[Any]], Any]:
+    """Rows as tuples, in column order (the default)."""
+    return tuple
+
 
 class Prepared:
     """A ``%(name)s`` statement turned into libpq's ``$n`` form once, at import."""
@@ -63,7 +72,8 @@ class NonBlockingQuery:
         self.selector = selector
         self.fd = self.pgconn.socket
         self.transformer = Transformer(conn)
-        self._callback: Callable[[list[tuple] | Exception], None] | None = None
+        self._callback: Callable[[list | Exception], None] | None = None
+        self._row_factory: RowFactory = tuple_rows
         self._result: pq.abc.PGresult | None = None
         self._registered = False
         self.prepares = True  # server-side prepared statements allowed on this connection
@@ -79,12 +89,12 @@ class NonBlockingQuery:
         return self._callback is not None
 
     def send(self, statement: Prepared, params: Mapping[str, Any],
-             callback: Callable[[list[tuple] | Exception], None],
-             prepare: bool = False) -> None:
-        """Start ``statement``; ``callback`` is called from a later ``handle_event``.
-        ``prepare``: run it as a server-side prepared statement (see the module
-        docstring). Raises ``psycopg.OperationalError`` at once if the connection is
-        gone."""
+             callback: Callable[[list | Exception], None],
+             prepare: bool = False, row_factory: RowFactory = tuple_rows) -> None:
+        """Start ``statement``; ``callback`` is called from a later ``handle_event``
+        with its rows, each made by ``row_factory`` (tuples unless told). ``prepare``:
+        run it as a server-side prepared statement (see the module docstring). Raises
+        ``psycopg.OperationalError`` at once if the connection is gone."""
         if self.busy:
             raise RuntimeError("a statement is already in flight")
         values: Sequence[Any] = statement.values(params)
@@ -104,6 +114,7 @@ class NonBlockingQuery:
             self.pgconn.send_query_params(statement.sql, dumped, param_types=types,
                                           param_formats=formats)
         self._callback = callback
+        self._row_factory = row_factory
         self._result = None
         self._watch(selectors.EVENT_READ | selectors.EVENT_WRITE)
 
@@ -150,13 +161,14 @@ class NonBlockingQuery:
         self._unwatch()
         return callback
 
-    def _rows_or_error(self) -> list[tuple] | Exception:
+    def _rows_or_error(self) -> list | Exception:
         result = self._result
         if result is None:
             return psycopg.OperationalError("no result from the server")
         if result.status == pq.ExecStatus.TUPLES_OK:
             self.transformer.set_pgresult(result)
-            return self.transformer.load_rows(0, result.ntuples, tuple)
+            names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
+            return self.transformer.load_rows(0, result.ntuples, self._row_factory(names))
         if result.status == pq.ExecStatus.COMMAND_OK:
             return []
         # A prepared statement that failed is prepared afresh next time (the server may
@@ -170,7 +182,7 @@ class NonBlockingQuery:
             error_class = psycopg.DatabaseError
         return error_class(message)
 
-    def _finish(self, outcome: list[tuple] | Exception) -> None:
+    def _finish(self, outcome: list | Exception) -> None:
         callback, self._callback = self._callback, None
         self._unwatch()
         if callback is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import psycopg
@@ -19,12 +20,12 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
-from supervisor.db import leases
+from supervisor.db import claim, leases
+from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
-    CACHED_PLAN_BATCH,
     COMPLETE,
     DROP_STALE,
     FAIL,
@@ -45,8 +46,6 @@ from supervisor.db.sql import (
     SNOOZE,
     STARTED,
     TRY_LEAD,
-    claim_alone_statement,
-    claim_statements,
 )
 
 log = logging.getLogger("supervisor.store")
@@ -97,81 +96,49 @@ class Store:
 
     def claim(self, queue: str, kinds: Sequence[str], limit: int,
               aging: float = 0.0, per_key: int | None = None) -> list[ClaimedJob]:
-        """Claim up to ``limit`` available, due jobs of ``kinds`` in ``queue`` (none if
-        the queue is paused), in claim order: priority (one step more urgent per
-        ``aging`` seconds waited, when > 0), then run_at, then id. ``per_key``: at most
-        that many running per concurrency key (the queue's global per-key limit)."""
-        if limit <= 0 or not kinds:
-            return []
-        params = self._claim_params(queue, kinds, limit, aging)
-        if per_key is not None:
-            params["per_key"] = per_key
-        rows = self.conn.execute(claim_statements(aging, per_key)[0], params,
-                                 prepare=True).fetchall()
-        return _claimed_jobs(rows)
+        """The jobs of ``run_claim(ClaimRequest(queue, kinds, limit, aging, per_key))``: up
+        to ``limit`` available, due jobs of ``kinds`` in ``queue`` (none if the queue is
+        paused), in claim order."""
+        return self.run_claim(ClaimRequest(queue, kinds, limit, aging, per_key)).jobs
 
-    def complete_and_claim(self, items: Sequence[Completion], queue: str,
-                           kinds: Sequence[str], limit: int,
-                           aging: float = 0.0) -> tuple[list[int], list[ClaimedJob]]:
-        """``complete(items)`` and ``claim(queue, kinds, limit)`` in one statement;
-        returns (fenced-off ids, claimed jobs)."""
-        if not items:
-            return [], self.claim(queue, kinds, limit, aging)
-        if limit <= 0 or not kinds:
-            return self.complete(items), []
-        params = self.complete_and_claim_params(items, queue, kinds, limit, aging)
-        rows = self.conn.execute(claim_statements(aging)[1], params, prepare=False).fetchall()
-        return self.complete_and_claim_rows(items, rows)
+    def run_claim(self, request: ClaimRequest) -> ClaimResult:
+        """Make the claim ``request`` describes, blocking: its carried writes and up to
+        ``request.limit`` jobs in one statement. See ``supervisor.db.claim``."""
+        if not request.takes_jobs:  # nothing to claim: the writes alone
+            if request.starts:
+                self.started(request.starts)
+            return ClaimResult([], self.complete(request.completions))
+        rows = self.conn.cursor(row_factory=claim.cursor_rows).execute(
+            claim.claim_sql(claim.variant(request, blocking=True)), self._claim_params(request),
+            prepare=claim.prepare(request)).fetchall()
+        return self._claim_result(request, rows)
 
-    def send_complete_and_claim(self, runner: NonBlockingQuery, items: Sequence[Completion],
-                                queue: str, kinds: Sequence[str], limit: int,
-                                callback: Callable[[list[tuple] | Exception], None],
-                                aging: float = 0.0,
-                                starts: Sequence[tuple[int, int]] = (),
-                                per_key: int | None = None) -> None:
-        """``complete_and_claim`` without blocking, also recording ``starts``: sent on
-        ``runner``; ``callback`` gets the rows (read them with
-        ``complete_and_claim_rows``) or the error. ``per_key``: the queue's global
-        per-concurrency-key limit (None: none, the plain claim)."""
-        params = self.complete_and_claim_params(items, queue, kinds, limit, aging, starts)
-        if per_key is not None:
-            params["per_key"] = per_key
-        if not items and not starts:  # an idle pickup, say: its plan may be cached
-            runner.send(claim_alone_statement(aging, per_key), params, callback, prepare=True)
-        else:
-            # A cached plan for a few writes; a large batch is planned for its size (see
-            # the note on _FENCE in sql.py).
-            runner.send(claim_statements(aging, per_key)[2], params, callback,
-                        prepare=len(items) + len(starts) <= CACHED_PLAN_BATCH)
+    def send_claim(self, runner: NonBlockingQuery, request: ClaimRequest,
+                   callback: Callable[[ClaimResult | Exception], None]) -> None:
+        """``run_claim(request)`` without blocking: sent on ``runner``; ``callback`` gets
+        the ``ClaimResult``, or the error, from a later ``runner.handle_event``. Raises
+        ``psycopg.OperationalError`` at once if the connection is gone."""
+        def answered(outcome: list | Exception) -> None:
+            callback(outcome if isinstance(outcome, Exception)
+                     else self._claim_result(request, outcome))
 
-    def complete_and_claim_params(self, items: Sequence[Completion], queue: str,
-                                  kinds: Sequence[str], limit: int, aging: float = 0.0,
-                                  starts: Sequence[tuple[int, int]] = ()) -> dict:
-        """Parameters of ``COMPLETE_AND_CLAIM`` (for running it without blocking)."""
-        return (self._claim_params(queue, kinds, limit, aging)
-                | self._complete_params(items, starts))
+        runner.send(claim.claim_prepared(claim.variant(request, blocking=False)),
+                    self._claim_params(request), answered, prepare=claim.prepare(request),
+                    row_factory=claim.row_maker)
 
-    def complete_and_claim_rows(self, items: Sequence[Completion],
-                                rows: list) -> tuple[list[int], list[ClaimedJob]]:
-        """(fenced-off ids, claimed jobs) from ``COMPLETE_AND_CLAIM``'s rows."""
-        written = {r[0] for r in rows if r[10]}
-        return (self._report_fenced("complete", items, written),
-                _claimed_jobs([r for r in rows if not r[10]]))
+    def _claim_params(self, request: ClaimRequest) -> dict[str, Any]:
+        return claim.params(request, self.owner, self.lease_ttl, self.max_attempts,
+                            self.default_attempts)
 
-    def _claim_params(self, queue: str, kinds: Sequence[str], limit: int,
-                      aging: float = 0.0) -> dict:
-        attempts = self.max_attempts
-        return {"owner": self.owner, "ttl": self.lease_ttl, "queue": queue,
-                "kinds": list(kinds), "limit": limit, "aging": float(aging),
-                "kind_attempts": [attempts.get(kind) for kind in kinds],
-                "default_attempts": self.default_attempts}
+    def _claim_result(self, request: ClaimRequest, rows: list) -> ClaimResult:
+        written, jobs = claim.decode(request, rows)
+        return ClaimResult(jobs, self._report_fenced("complete", request.completions,
+                                                     set(written)))
 
-    def _complete_params(self, items: Sequence[Completion],
-                         starts: Sequence[tuple[int, int]] = ()) -> dict:
+    def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],
                 "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items],
-                "started_ids": [i for i, _ in starts], "started_attempts": [a for _, a in starts]}
+                "results": [c.result_json for c in items]}
 
     def started(self, items: Sequence[tuple[int, int]]) -> None:
         """Record that these ``(id, attempt)`` started in a child: from now on their
@@ -383,16 +350,6 @@ class Store:
             log.warning("%s: %d job(s) fenced off (lease moved on): %s", what, len(fenced),
                         fenced[:20])
         return fenced
-
-
-def _claimed_jobs(rows: list) -> list[ClaimedJob]:
-    claimed = [ClaimedJob(id=r[0], kind=r[1], queue=r[2], attempt=r[3], max_attempts=r[4],
-                          priority=r[5], timeout=r[6], args_json=r[7], wait_seconds=r[8],
-                          trace_context=r[9])
-               for r in rows]
-    # RETURNING has no order; wait_seconds is now() - run_at, so -wait sorts by run_at.
-    claimed.sort(key=lambda job: (job.priority, -job.wait_seconds, job.id))
-    return claimed
 
 
 def _json_or_none(value: object) -> str | None:

@@ -17,7 +17,7 @@ import time
 import psycopg
 
 from shared.jobs import ClaimedJob
-from supervisor.db import Completion, Database, connection_lost
+from supervisor.db import ClaimRequest, ClaimResult, Database, connection_lost
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
@@ -64,43 +64,42 @@ class Claimer:
         for other, tokens in plans[1:]:
             self.scheduler.unplanned(other, tokens)
         self._last_turn[queue] = next(self._order)
-        completions = self.outbox.take_completions()
-        starts = self.outbox.take_starts()
+        request = ClaimRequest(queue, self.kinds, wanted, self.scheduler.aging(queue),
+                               self.scheduler.per_key(queue),
+                               self.outbox.take_completions(), self.outbox.take_starts())
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0
 
-        def answered(outcome: list[tuple] | Exception) -> None:
+        def answered(outcome: ClaimResult | Exception) -> None:
             if isinstance(outcome, Exception):
-                self.outbox.hand_back_starts(starts, self.clock())
-            claimed = self._answered(queue, wanted, completions, started, outcome)
+                self.outbox.hand_back_starts(request.starts, self.clock())
+            claimed = self._answered(request, started, outcome)
             if self.tracer is not None:
-                self.tracer.claimed(queue, claimed, [c.id for c in completions], traced_at,
+                self.tracer.claimed(queue, claimed, [c.id for c in request.completions],
+                                    traced_at,
                                     outcome if isinstance(outcome, Exception) else None)
 
-        per_key = self.scheduler.per_key(queue)  # a global per-key limit: keyed claim
-        keyed = {} if per_key is None else {"per_key": per_key}
         try:
-            self.db.store.send_complete_and_claim(
-                runner, completions, queue, self.kinds, wanted, answered,
-                self.scheduler.aging(queue), starts, **keyed)
+            self.db.store.send_claim(runner, request, answered)
         except psycopg.Error as exc:
             answered(exc)
 
-    def _answered(self, queue: str, wanted: int, completions: list[Completion],
-                  started: float, outcome: list[tuple] | Exception) -> list[ClaimedJob]:
+    def _answered(self, request: ClaimRequest, started: float,
+                  outcome: ClaimResult | Exception) -> list[ClaimedJob]:
         """Book the claim's answer; returns the jobs it took."""
         self.in_flight = None
+        queue, wanted, completions = request.queue, request.limit, request.completions
         if isinstance(outcome, Exception):
             self.scheduler.unplanned(queue, wanted)
             refused = isinstance(outcome, psycopg.DataError) and bool(completions)
-            self.outbox.hand_back(completions, self.clock(), refused=refused)
+            self.outbox.hand_back(list(completions), self.clock(), refused=refused)
             if connection_lost(outcome):
                 self.db.lost(outcome)
             elif not refused:
                 self.db.failed(f"claim for queue {queue!r}", outcome)
             return []
-        fenced, claimed = self.db.store.complete_and_claim_rows(completions, outcome)
+        fenced, claimed = outcome.fenced, outcome.jobs
         if fenced:
             self.metrics.fenced("complete", len(fenced))
         took = time.perf_counter() - started

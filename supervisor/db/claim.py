@@ -1,0 +1,344 @@
+"""The claim: what it asks (``ClaimRequest``), what comes back (``ClaimResult``), and its
+statement, composed from named parts for each variant and built once.
+
+A claim takes up to ``limit`` due jobs of one queue and, in the same statement and the
+same commit, carries the writes that were waiting for it (completions, starts). What
+varies from claim to claim, and picks the statement:
+
+* the order: by stored priority (one ordered scan of the claim index), or aged (a job
+  gains a priority step per ``aging`` seconds waited past its run_at);
+* a per-key limit (``supervisor queues limit --per-key-max-running``) or none;
+* the shape: bare (a blocking claim carrying nothing), alone (the non-blocking claim
+  carrying nothing) or carrying (completions and starts ride on it).
+
+Each variant's text is built on first use from the parts below and kept
+(``claim_sql``, ``claim_prepared``). The parts, in the order a statement nests them:
+
+``_candidates``      which jobs may be claimed and in what order (plain or aged), with
+                     every claim-time rule of ``RULES`` (a new rule is one entry there);
+``_lock_and_update`` locks the candidates (``FOR UPDATE SKIP LOCKED``) and marks them
+                     running under this supervisor's lease;
+``_keyed``           for a queue with a per-key limit, both of the above happen in the
+                     schema's ``supervisor.claim_keyed()`` (it counts running jobs per key
+                     under the queue's lock, in a snapshot taken after the lock);
+``_carrying``        the completions and starts written by the same statement;
+``_alone``           the claim in the carrying form's row shape, writing nothing.
+
+Every form returns claimed jobs under the column names ``_COLUMNS``; each answer's rows
+are read by those names (``row_maker``, ``decode``), never by a fixed position.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shared.jobs import ClaimedJob
+from supervisor.db.nonblocking import Prepared
+from supervisor.db.sql import COMPLETE, STARTED
+
+if TYPE_CHECKING:
+    from supervisor.db.store import Completion
+
+# Claims carrying at most this many writes run as prepared statements: a generic plan
+# guesses ten rows for a batch, as good as a custom plan for a few, and it saves the
+# parse and planning (about 1 ms of server CPU) of the claim after each job. Larger
+# batches are planned for their size (see the note on the fence in sql.py).
+CACHED_PLAN_BATCH = 16
+
+# The columns every claim form returns for a claimed job, read by name.
+_COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
+            "wait", "trace_context")
+# The carrying form's extra column: true for a row that is a written completion.
+_DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One claim: up to ``limit`` due jobs of ``kinds`` in ``queue``, in priority order
+    (aged by ``aging`` seconds per step when > 0), at most ``per_key`` running per
+    concurrency key when set; ``completions`` and ``starts`` (``(id, attempt)`` of jobs a
+    child started) are written by the same statement."""
+
+    queue: str
+    kinds: Sequence[str]
+    limit: int
+    aging: float = 0.0
+    per_key: int | None = None
+    completions: Sequence[Completion] = ()
+    starts: Sequence[tuple[int, int]] = ()
+
+    @property
+    def writes(self) -> int:
+        """How many writes the claim carries."""
+        return len(self.completions) + len(self.starts)
+
+    @property
+    def takes_jobs(self) -> bool:
+        """Whether the claim can take any job at all (else only its writes are due)."""
+        return self.limit > 0 and bool(self.kinds)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What a claim did: the jobs it took, in claim order, and the ids of the carried
+    completions that were fenced off (their lease had moved on: nothing written)."""
+
+    jobs: list[ClaimedJob]
+    fenced: list[int]
+
+
+class Shape(enum.Enum):
+    """How a claim statement is run: what it carries and in which row shape."""
+
+    BARE = "bare"  # blocking, carries nothing: the claim's own RETURNING rows
+    ALONE = "alone"  # carries nothing, in the carrying form's row shape (non-blocking)
+    CARRYING = "carrying"  # completions and starts ride on it
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimVariant:
+    """Which statement a claim needs: the key of the builder's cache."""
+
+    aged: bool
+    keyed: bool
+    shape: Shape
+
+
+def variant(request: ClaimRequest, blocking: bool) -> ClaimVariant:
+    """The statement ``request`` needs, run blocking or not."""
+    shape = Shape.CARRYING if request.writes else Shape.BARE if blocking else Shape.ALONE
+    return ClaimVariant(request.aging > 0, request.per_key is not None, shape)
+
+
+def prepare(request: ClaimRequest) -> bool:
+    """Whether the claim runs as a server-side prepared statement: when it carries no
+    writes, or at most ``CACHED_PLAN_BATCH`` (a larger batch is planned for its size)."""
+    return request.writes <= CACHED_PLAN_BATCH
+
+
+# -- the parts ------------------------------------------------------------------------
+
+_NOT_PAUSED = ("NOT EXISTS (SELECT 1 FROM supervisor.queues q "
+               "WHERE q.name = %(queue)s AND q.paused)")
+
+# Claim-time rules: conditions on a supervisor.jobs row, beyond being available, due, of
+# the queue and of its kinds, that every job a claim takes must meet. A new rule is one
+# entry here (and its test); it joins every scan that chooses candidates, in both
+# orders. None today: the statements are the measured ones.
+RULES: tuple[str, ...] = ()
+
+
+def _rules() -> str:
+    return "".join(f"\n      AND {rule}" for rule in RULES)
+
+
+def _candidates(aged: bool) -> str:
+    """The ids a claim may take, best first, at most LIMIT of them.
+
+    Plain: one ordered scan of the claim index. Aged (a queue's ``aging`` seconds, > 0):
+    a job that has waited ``aging`` seconds past its run_at counts one priority step more
+    urgent, two after twice that, and so on; the stored priority is never rewritten (the
+    claim index stays as it is). The jobs that can come first by effective priority are
+    among (a) the first LIMIT in the index's own order (a job not yet aged is never
+    ahead of one before it in that order) and (b) for each priority level present, found
+    by a loose index scan (one probe per level), its LIMIT oldest jobs already aged a
+    step (within a level, older is never less urgent). The LIMIT best of those
+    candidates are taken through the primary key. A statement of its own, so a queue
+    without aging runs the plain claim unchanged (a shared statement with a branch cut
+    by a one-time filter cost a quarter of a millisecond per claim in planning)."""
+    if not aged:
+        return f"""
+    SELECT id FROM supervisor.jobs
+    WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
+      AND run_at <= now()
+      AND {_NOT_PAUSED}{_rules()}
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s"""
+    return f"""
+    SELECT id FROM supervisor.jobs
+    WHERE id = ANY(ARRAY({_aged_candidates()}))
+      AND state = 'available' AND queue = %(queue)s AND run_at <= now()
+      AND {_NOT_PAUSED}
+    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / %(aging)s::float8),
+             run_at, id
+    LIMIT %(limit)s"""
+
+
+def _aged_candidates() -> str:
+    """The aged claim's candidates (see ``_candidates``): the head of the index's order
+    and each priority level's oldest aged jobs."""
+    return f"""WITH RECURSIVE levels(priority) AS (
+    (SELECT priority FROM supervisor.jobs
+     WHERE state = 'available' AND queue = %(queue)s ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM supervisor.jobs j
+            WHERE j.state = 'available' AND j.queue = %(queue)s AND j.priority > l.priority
+            ORDER BY j.priority LIMIT 1)
+    FROM levels l WHERE l.priority IS NOT NULL)
+SELECT head.id FROM (
+    SELECT id FROM supervisor.jobs
+    WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
+      AND run_at <= now(){_rules()}
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s) AS head
+UNION ALL
+SELECT aged.id FROM levels CROSS JOIN LATERAL (
+    SELECT id FROM supervisor.jobs
+    WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
+      AND kind = ANY(%(kinds)s::text[])
+      AND run_at <= now() - %(aging)s::float8 * interval '1 second'{_rules()}
+    ORDER BY run_at, id
+    LIMIT %(limit)s) AS aged"""
+
+
+def _lock_and_update(candidates: str) -> str:
+    """Lock the candidates and mark them running under this supervisor's lease.
+
+    Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
+    ANALYZE, while id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) keeps the index
+    plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
+    trace_context (the producer's, issue 15) goes to the child as the text it is, like
+    the args."""
+    return f"""UPDATE supervisor.jobs
+SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
+    lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
+    heartbeat_at = now(),
+    -- A producer that left max_attempts out gets the handler's (or the config's) now.
+    max_attempts = coalesce(max_attempts, (
+        SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
+WHERE id = ANY(ARRAY({candidates}
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
+          extract(epoch FROM now() - run_at)::float8 AS wait,
+          trace_context::text AS trace_context"""
+
+
+def _keyed(aged: bool) -> str:
+    """The claim of a queue with a per-key limit: the schema's claim_keyed() serialises
+    these claims per queue and skips keys at their limit (shared/schema/0007_limits.sql;
+    with aging, the overload of 0011_aged_keyed_claim.sql, which orders as
+    ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
+    function predates the trace_context column (0008): the column is read here, by
+    primary key, for the few rows a claim returns."""
+    aging = ",\n                            %(aging)s::float8" if aged else ""
+    columns = "k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args"
+    return f"""SELECT {columns},
+       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
+               AS trace_context
+FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
+                            %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
+                            %(default_attempts)s::int{aging}) AS k"""
+
+
+def _carrying(claim: str) -> str:
+    """``claim`` carrying the completions of the jobs that just finished and the starts
+    of those that began: one round trip and one commit (one WAL flush) instead of two,
+    which is what bounds short jobs. A row must not be updated twice in one statement
+    (which of the two updates wins is unspecified), so a start of a job completed in the
+    same statement is left to its completion."""
+    return f"""WITH done AS ({COMPLETE.strip()}),
+started AS ({STARTED.strip()}
+  AND NOT (j.id = ANY(%(ids)s::bigint[]))),
+claimed AS ({claim})
+SELECT {", ".join(_COLUMNS)},
+       false AS done
+FROM claimed
+UNION ALL
+SELECT id, {", ".join(["NULL"] * (len(_COLUMNS) - 1))}, true FROM done"""
+
+
+def _alone(claim: str) -> str:
+    """A claim that carries no writes, in ``_carrying``'s row shape. Its plan may be
+    cached (the parent prepares it): no batch arrays, so no plan that fits one batch
+    size and not another."""
+    return f"""WITH claimed AS ({claim})
+SELECT {", ".join(_COLUMNS)},
+       false AS done
+FROM claimed"""
+
+
+@functools.cache
+def claim_sql(v: ClaimVariant) -> str:
+    """The text of variant ``v`` (``%(name)s`` placeholders), built once."""
+    claim = _keyed(v.aged) if v.keyed else _lock_and_update(_candidates(v.aged))
+    if v.shape is Shape.CARRYING:
+        return _carrying(claim)
+    if v.shape is Shape.ALONE:
+        return _alone(claim)
+    return claim
+
+
+@functools.cache
+def claim_prepared(v: ClaimVariant) -> Prepared:
+    """Variant ``v`` in libpq's ``$n`` form, for the non-blocking runner, built once."""
+    return Prepared(claim_sql(v))
+
+
+# -- parameters and answers -------------------------------------------------------------
+
+def params(request: ClaimRequest, owner: str, lease_ttl: float,
+           max_attempts: Mapping[str, int], default_attempts: int) -> dict[str, Any]:
+    """The parameters of ``request``'s statement (a superset: each variant uses its own)."""
+    kinds = list(request.kinds)
+    values: dict[str, Any] = {
+        "owner": owner, "ttl": lease_ttl, "queue": request.queue, "kinds": kinds,
+        "limit": request.limit, "aging": float(request.aging),
+        "kind_attempts": [max_attempts.get(kind) for kind in kinds],
+        "default_attempts": default_attempts}
+    if request.per_key is not None:
+        values["per_key"] = request.per_key
+    if request.writes:
+        completions = request.completions
+        values |= {"ids": [c.id for c in completions],
+                   "attempts": [c.attempt for c in completions],
+                   "results": [c.result_json for c in completions],
+                   "started_ids": [i for i, _ in request.starts],
+                   "started_attempts": [a for _, a in request.starts]}
+    return values
+
+
+def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | int]:
+    """How a row of a claim statement whose columns are ``names`` is read: a claimed job
+    becomes a ``ClaimedJob``, a written completion (the carrying form's ``done`` rows)
+    its job id. Each column is found by its name, once per answer."""
+    at = {name: i for i, name in enumerate(names)}
+    (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
+     i_trace_context) = (at[column] for column in _COLUMNS)
+    i_done = at.get(_DONE)
+
+    def make(v: Sequence[Any]) -> ClaimedJob | int:
+        if i_done is not None and v[i_done]:
+            return v[i_id]
+        return ClaimedJob(id=v[i_id], kind=v[i_kind], queue=v[i_queue], attempt=v[i_attempt],
+                          max_attempts=v[i_max_attempts], priority=v[i_priority],
+                          timeout=v[i_timeout], args_json=v[i_args], wait_seconds=v[i_wait],
+                          trace_context=v[i_trace_context])
+    return make
+
+
+def cursor_rows(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob | int]:
+    """``row_maker`` as a psycopg row factory, for the blocking claim."""
+    return row_maker([column.name for column in cursor.description or ()])
+
+
+def decode(request: ClaimRequest, rows: Sequence[ClaimedJob | int]) -> tuple[list[int],
+                                                                            list[ClaimedJob]]:
+    """(ids of the completions written, claimed jobs in claim order) from the rows of
+    ``request``'s statement, as ``row_maker`` made them."""
+    written = [row for row in rows if isinstance(row, int)]
+    jobs = [row for row in rows if isinstance(row, ClaimedJob)]
+    # RETURNING has no order; wait_seconds is now() - run_at, so -wait sorts by run_at.
+    # An aged claim is in order of the priority it was claimed by.
+    aging = request.aging
+    if aging > 0:
+        jobs.sort(key=lambda job: (job.priority - math.floor(job.wait_seconds / aging),
+                                   -job.wait_seconds, job.id))
+    else:
+        jobs.sort(key=lambda job: (job.priority, -job.wait_seconds, job.id))
+    return written, jobs
