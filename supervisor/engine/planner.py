@@ -50,6 +50,9 @@ class Scheduler:
         self.depth = PrefetchDepth()  # jobs held per child where prefetch is "auto"
         self._short_since: dict[str, float] = {}  # queues below their allotment, since
         self._claiming: set[str] = set()  # planned claims not yet answered
+        # Queues woken while their claim was out: that claim's snapshot may predate the
+        # work, so its coming back short must not put the queue to sleep.
+        self._woken_while_claiming: set[str] = set()
         # Queues with a per-key limit whose last claim came back short: their keys with
         # work may all be at the limit, so a job of theirs ending may free one.
         self._keys_full: set[str] = set()
@@ -65,7 +68,11 @@ class Scheduler:
 
     def wake(self, queues: Iterable[str]) -> None:
         """Queues that got work (named by NOTIFY)."""
-        self.demand.update(q for q in queues if q in self.policies)
+        for queue in queues:
+            if queue in self.policies:
+                self.demand.add(queue)
+                if queue in self._claiming:
+                    self._woken_while_claiming.add(queue)
 
     def observed(self, with_work: set[str]) -> None:
         """The database's answer to which queues hold due work now (a poll)."""
@@ -191,11 +198,16 @@ class Scheduler:
 
     def claimed(self, queue: str, asked: int, got: int) -> None:
         """Record a claim's result: refund unused tokens; a short claim means the queue is
-        empty for now (until a NOTIFY or the next poll)."""
+        empty for now (until a NOTIFY or the next poll), unless a wake came while it was
+        out (its snapshot may predate the work that woke it)."""
         self._claiming.discard(queue)
+        woken = queue in self._woken_while_claiming
+        self._woken_while_claiming.discard(queue)
         if got < asked:
-            self.demand.discard(queue)
             self._refund(queue, asked - got)
+            if woken:
+                return
+            self.demand.discard(queue)
             if self.limits.per_key(queue) is not None:
                 self._keys_full.add(queue)
 
@@ -207,10 +219,13 @@ class Scheduler:
             if queue in self._keys_full:
                 self._keys_full.discard(queue)
                 self.demand.add(queue)
+            elif queue in self._claiming and self.limits.per_key(queue) is not None:
+                self._woken_while_claiming.add(queue)
 
     def unplanned(self, queue: str, tokens: int) -> None:
         """A planned claim was not made after all: give its rate-limit tokens back."""
         self._claiming.discard(queue)
+        self._woken_while_claiming.discard(queue)
         self._refund(queue, tokens)
 
     def _buckets(self, queue: str, now: float) -> list[TokenBucket]:
