@@ -1,0 +1,52 @@
+"""A global max_running slice, as the engine renews it, against fakes: the slots it keeps
+must cover every job handed to a child, started or not, since dispatch counts those too
+(issue 24: 5 ran against a limit of 4 right after start-up and across drains, when a
+renewal fell between a job's dispatch and its START)."""
+
+from __future__ import annotations
+
+from engine_fakes import FakePool, make_engine
+
+from supervisor.db import LeaseRow, StoredLimits
+from supervisor.engine.leases import running_slice
+
+
+class StartLaterPool(FakePool):
+    """Children whose START is still on its way back when the engine next looks."""
+
+    def dispatch(self, job, depth=1, *, own_queue=False):
+        taken = super().dispatch(job, depth, own_queue=own_queue)
+        if taken:
+            self.outcomes.pop()  # the JobStarted the fake would report at once
+        return taken
+
+
+def test_a_renewal_keeps_the_slots_of_jobs_whose_start_has_not_come_back():
+    engine, db, store, _pool, clock = make_engine(children=2)
+    pool = StartLaterPool(2)
+    store.read_limits = lambda queues: {"default": StoredLimits(max_running=2)}
+    others: dict[str, LeaseRow] = {}  # alone at first: both slots are this one's
+    kept: list[int] = []
+
+    def renew_lease(queue, decide, to_row):
+        decided = decide(others)
+        kept.append(decided[0])
+        return decided
+
+    store.renew_lease = renew_lease
+    store.add(n=2)
+    engine.planner.wake(["default"])
+    engine.tick(clock.now, pool)  # the first renewal grants both slots
+    clock.now += 0.01
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    clock.now += 0.01
+    engine.tick(clock.now, pool)
+    assert len(pool.jobs) == 2 and not engine.ledger.running["default"]
+    # Another supervisor now wants both slots: a fair split would leave this one 1.
+    others["other"] = LeaseRow(slots=0, want_slots=2, rate=0.0, want_rate=0.0)
+    clock.now += 1.0  # the next renewal is due; both STARTs are still on their way
+    engine.tick(clock.now, pool)
+    assert kept[-1] == 2, kept
+    # What the arithmetic would store had it been told nothing runs here.
+    assert running_slice(2, "me", 2, 0, others)[0] == 1
