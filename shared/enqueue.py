@@ -52,6 +52,7 @@ def enqueue(kind: str, args: Mapping[str, Any] | None = None,
     """
     check_names(options, ENQUEUE_OPTIONS, "enqueue")
     conn, dsn = options.get("conn"), options.get("dsn")
+    plan: Row | Plan
     if options.get("depends_on") is not None:
         _no_key_with("depends_on", options.get("concurrency_key"))
         plan = batches.plan_dependent(kind, args, options)
@@ -85,6 +86,7 @@ def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
     """
     check_names(options, MANY_OPTIONS, "enqueue_many")
     conn, dsn = options.get("conn"), options.get("dsn")
+    plan: Plan | None
     if then is not None:
         keys = options.get("concurrency_keys")
         _no_key_with("then", options.get("concurrency_key") if keys is None else keys)

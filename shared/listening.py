@@ -264,7 +264,7 @@ class Listener:
         return int(self._conn is not None and not self._conn.closed)
 
 
-def _is_lost(conn: psycopg.Connection) -> bool:
+def _is_lost(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
     return conn.closed or conn.broken or conn.pgconn.status != ConnStatus.OK
 
 

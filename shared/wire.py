@@ -139,7 +139,7 @@ class Run:
 
     @staticmethod
     def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
-             args_json: str, trace_context: str | None = None) -> bytes:
+             args_json: str | bytes, trace_context: str | None = None) -> bytes:
         """A RUN frame from its fields, without building the object (the parent's
         per-job path)."""
         if trace_context is None:

@@ -6,6 +6,9 @@ Without setproctitle the titles are simply not set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+_setproctitle: Callable[[str], None] | None
 try:
     from setproctitle import setproctitle as _setproctitle
 except ImportError:  # optional at run time; a missing title never stops a worker

@@ -84,7 +84,7 @@ class _JobSpans:
 
     def __call__(self, run: wire.Run) -> wire.Done | wire.Failed:
         trace = self._trace
-        attributes = {
+        attributes: dict[str, str | int] = {
             "messaging.system": SYSTEM,
             "messaging.operation.type": "process",
             "messaging.operation.name": "process",

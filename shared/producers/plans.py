@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, final
 
 import orjson
 
@@ -133,6 +133,7 @@ class Execute(NamedTuple):
     params: Any
 
 
+@final  # lets ``type(step) is Copy`` narrow both ways
 class Copy(NamedTuple):
     """Run the COPY ``statement`` and write ``chunks`` (UTF-8 COPY text); receives None."""
 
@@ -143,6 +144,7 @@ class Copy(NamedTuple):
 Plan = Generator[Execute | Copy, Any, Any]
 
 
+@final  # lets ``type(x) is Row`` (the fast test) narrow both ways
 class Row(NamedTuple):
     """The common job, due now and without a unique key: one plain INSERT, which
     concurrent callers may share a round trip for (``shared.producers.combine``)."""

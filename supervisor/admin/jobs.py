@@ -127,6 +127,7 @@ def list_jobs(conn: psycopg.Connection, *, queue: str | None = None, kind: str |
     if limit < 1:
         raise AdminError(f"--limit must be at least 1; got {limit}", usage=True)
     cur = conn.execute(_LIST, {"queue": queue, "kind": kind, "state": state, "limit": limit})
+    assert cur.description is not None  # a SELECT describes its columns
     names = [d.name for d in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur]
 
@@ -137,6 +138,7 @@ def get_job(conn: psycopg.Connection, job_id: int) -> dict[str, Any]:
     row = cur.fetchone()
     if row is None:
         raise AdminError(f"no job with id {job_id}")
+    assert cur.description is not None  # a SELECT describes its columns
     return dict(zip([d.name for d in cur.description], row, strict=True))
 
 
@@ -169,7 +171,9 @@ def retry_jobs(conn: psycopg.Connection, *, state: str, queue: str | None = None
     params = {"state": state, "queue": queue, "kind": kind}
     for _ in range(3):
         try:
-            matched, retried = conn.execute(_RETRY_MANY, params).fetchone()
+            row = conn.execute(_RETRY_MANY, params).fetchone()
+            assert row is not None  # two counts, always one row
+            matched, retried = row
         except pgerrors.UniqueViolation:
             continue  # a producer took one of the keys meanwhile: look again
         return BulkRetry(retried, matched - retried)

@@ -12,7 +12,7 @@ pass: the cost grows with the table, never with the number of queues or states.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -101,13 +101,16 @@ def queue_stats(conn: psycopg.Connection) -> list[dict[str, Any]]:
 def live_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Supervisors whose heartbeat is within ``LIVE_AFTER_SECONDS``."""
     cur = conn.execute(_LIVE_SUPERVISORS, {"live": LIVE_AFTER_SECONDS})
+    assert cur.description is not None  # a SELECT describes its columns
     names = [d.name for d in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur]
 
 
 def stale_supervisors(conn: psycopg.Connection) -> int:
     """How many registered supervisors have stopped beating (not yet dropped)."""
-    return conn.execute(_STALE_SUPERVISORS, {"live": LIVE_AFTER_SECONDS}).fetchone()[0]
+    row = conn.execute(_STALE_SUPERVISORS, {"live": LIVE_AFTER_SECONDS}).fetchone()
+    assert row is not None  # count(*) answers one row
+    return row[0]
 
 
 def status(conn: psycopg.Connection) -> dict[str, Any]:
@@ -138,7 +141,8 @@ def _unhandled(conn: psycopg.Connection, queues: list[str],
                served: dict[str, list[dict[str, Any]]]) -> list[dict[str, str]]:
     # Kinds can only be judged when every supervisor serving the queue says which kinds
     # it has handlers for; otherwise we cannot tell and report nothing for that queue.
-    known = {q: set().union(*(_kinds(s) for s in served[q]))
+    # The cast: the condition below checked each _kinds(s) is a set; mypy cannot see it.
+    known = {q: set().union(*(cast(set[str], _kinds(s)) for s in served[q]))
              for q in queues if all(_kinds(s) is not None for s in served[q])}
     if not known:
         return []
@@ -168,8 +172,12 @@ def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, A
     (a typo, most likely)."""
     check_queue_name(name)
     with conn.transaction():
-        was = conn.execute(_SET_PAUSED, {"name": name, "paused": paused}).fetchone()[0]
-        available = conn.execute(_WAITING_IN_QUEUE, {"name": name}).fetchone()[0]
+        row = conn.execute(_SET_PAUSED, {"name": name, "paused": paused}).fetchone()
+        assert row is not None  # the upsert returns its one row
+        was = row[0]
+        row = conn.execute(_WAITING_IN_QUEUE, {"name": name}).fetchone()
+        assert row is not None  # count(*) answers one row
+        available = row[0]
         known = was is not None or available > 0 or _queue_in_use(conn, name)
     return {"name": name, "paused": paused, "was_paused": bool(was), "available": available,
             "known": known}

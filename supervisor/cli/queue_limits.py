@@ -40,7 +40,7 @@ def limit_command(queue: str, max_running: str | None, max_rate: str | None,
     if clear and given:
         raise CliError("--clear lifts every limit; give it alone", CLI_USAGE)
     with admin_errors():
-        changes = {}
+        changes: dict[str, int | float | None] = {}
         if max_running is not None:
             changes["max_running"] = parse_whole("--max-running", max_running, 0)
         if max_rate is not None:

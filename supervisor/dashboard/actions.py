@@ -48,7 +48,8 @@ async def _offered_token(request: Request) -> str | None:
         if len(body) > MAX_FORM_BYTES:
             raise AdminError("the posted form is too large", usage=True)
     values = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
-    return (values.get("token") or [None])[0]
+    tokens = values.get("token")
+    return tokens[0] if tokens else None
 
 
 async def _act(request: Request, func: Callable[..., Any], *args: Any) -> Any:

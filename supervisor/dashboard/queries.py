@@ -135,6 +135,7 @@ def jobs(conn: psycopg.Connection, filters: dict[str, Any]) -> dict[str, Any]:
               "before": filters["before"], "like": like, "id": job_id,
               "limit": filters["limit"] + 1}
     cur = conn.execute(_JOBS, params)
+    assert cur.description is not None  # a SELECT describes its columns
     names = [d.name for d in cur.description]
     rows = [dict(zip(names, row, strict=True)) for row in cur]
     more = len(rows) > filters["limit"]

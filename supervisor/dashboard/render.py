@@ -60,10 +60,11 @@ def _stamp(moment: datetime | str | None) -> str:
     # Error entries carry their time as JSON text; show it like the columns when it
     # parses, as it is otherwise.
     if isinstance(moment, str):
+        text = moment
         try:
-            moment = datetime.fromisoformat(moment)
+            moment = datetime.fromisoformat(text)
         except ValueError:
-            return moment
+            return text
     if not isinstance(moment, datetime):
         return "" if moment is None else str(moment)
     if moment.tzinfo is None:

@@ -67,6 +67,7 @@ def latest_slot(spec: ScheduleSpec, upto: datetime) -> datetime | None:
     if spec.every is not None:
         step = timedelta(seconds=spec.every)
         return EPOCH + ((upto - EPOCH) // step) * step
+    assert spec.cron is not None  # a spec has either ``every`` or ``cron``
     local = upto.astimezone(spec.zone).replace(microsecond=0)
     # A start with microseconds makes cronsim's reverse walk include the start second.
     it = CronSim(spec.cron, local.replace(microsecond=1), reverse=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from shared.schedules import ScheduleSpec
 
@@ -63,7 +64,12 @@ def read_marks(conn: psycopg.Connection,
     rows = conn.execute(
         "SELECT name, done_until, paused, clock_timestamp() FROM supervisor.schedules"
         " WHERE name = ANY(%s)", (list(names),)).fetchall()
-    now = rows[0][3] if rows else conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    if rows:
+        now = rows[0][3]
+    else:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None  # a SELECT without FROM answers one row
+        now = row[0]
     return {name: (done, paused) for name, done, paused, _ in rows}, now
 
 
@@ -170,10 +176,12 @@ def fire_now(conn: psycopg.Connection, name: str) -> int | None:
         if row is None:
             return None
         _, kind, queue, args, priority, now = row
-        job_id = conn.execute(
+        inserted = conn.execute(
             """INSERT INTO supervisor.jobs (kind, queue, args, priority, run_at)
                VALUES (%s, %s, %s, %s, %s) RETURNING id""",
-            (kind, queue, psycopg.types.json.Jsonb(args), priority, now)).fetchone()[0]
+            (kind, queue, Jsonb(args), priority, now)).fetchone()
+        assert inserted is not None  # a plain INSERT ... RETURNING answers its row
+        job_id = inserted[0]
         conn.execute(
             """INSERT INTO supervisor.schedule_fires (schedule, slot, job_id, outcome, fired_by)
                VALUES (%s, %s, %s, 'manual', 'cli')""", (name, now, job_id))

@@ -23,7 +23,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psycopg
@@ -31,7 +31,7 @@ import psycopg
 from shared import defaults, jobs, wire
 from shared.frames import FrameReader
 from shared.jobs import ClaimedJob
-from supervisor.db import Store
+from supervisor.db import Database, Store
 from supervisor.engine import Outbox, handler_max_attempts, resolve_timeout, retry_delay
 from supervisor.observe import SupervisorMetrics
 from supervisor.testing.connection import checked_schema, connection, dsn_of, environment_dsn
@@ -286,7 +286,10 @@ class _Drain:
                                          f"interrupted in a test: {one_line(exc)}"))
             raise
         self._write(job, answer)
-        state, result, last_error = self.conn.execute(_AFTER, {"id": job.id}).fetchone()
+        row = self.conn.execute(_AFTER, {"id": job.id}).fetchone()
+        assert row is not None  # the job just claimed and written is still there
+        state: str
+        state, result, last_error = row
         outcome = _OUTCOMES.get(state, state)
         error = None
         if isinstance(answer, wire.Failed) and outcome != "snoozed":
@@ -333,5 +336,6 @@ class _Drain:
                       job.attempt, job.max_attempts, answer.kind, answer.message)
             self.outbox.failed(job, answer.kind, answer.message, answer.traceback, delay,
                                False, now)
-        self.outbox.flush(self.database, now)
+        # The cast: _DirectDatabase has what flush uses of a Database (call, up), no more.
+        self.outbox.flush(cast(Database, self.database), now)
 
