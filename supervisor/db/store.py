@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 import psycopg
@@ -22,7 +22,7 @@ from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db import claim, leases
 from supervisor.db.claim import ClaimRequest, ClaimResult
-from supervisor.db.leases import StoredLimits
+from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
     BEAT,
@@ -74,6 +74,17 @@ class Failure:
     terminal: bool = False
 
 
+T = TypeVar("T")
+
+
+class Rescued(NamedTuple):
+    """A running job whose lease had expired, put back by the maintenance leader."""
+
+    id: int
+    lost_owner: str
+    never_started: bool  # given back without spending its attempt
+
+
 class Store:
     """The parent's only way to change jobs. ``conn`` is an autocommit connection;
     ``Database`` assigns a new one after the old one broke (psycopg prepares statements
@@ -86,7 +97,7 @@ class Store:
         lease_ttl: float = 30.0,
         backoff: Backoff = jobs.DEFAULT_BACKOFF,
     ) -> None:
-        self.conn = conn
+        self.conn = conn  # None until Database.open() connects (and while it is down)
         self.owner = owner
         self.lease_ttl = float(lease_ttl)
         self.backoff = backoff
@@ -94,6 +105,14 @@ class Store:
         self.max_attempts: Mapping[str, int] = {}
         self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
 
+
+    @property
+    def connection(self) -> psycopg.Connection:
+        """The work connection; the engine calls the store only while it is up."""
+        conn = self.conn
+        if conn is None:
+            raise psycopg.InterfaceError("the work connection is not open")
+        return conn
     def claim(self, queue: str, kinds: Sequence[str], limit: int,
               aging: float = 0.0, per_key: int | None = None) -> list[ClaimedJob]:
         """The jobs of ``run_claim(ClaimRequest(queue, kinds, limit, aging, per_key))``: up
@@ -108,7 +127,7 @@ class Store:
             if request.starts:
                 self.started(request.starts)
             return ClaimResult([], self.complete(request.completions))
-        rows = self.conn.cursor(row_factory=claim.cursor_rows).execute(
+        rows = self.connection.cursor(row_factory=claim.cursor_rows).execute(
             claim.claim_sql(claim.variant(request, blocking=True)), self._claim_params(request),
             prepare=claim.prepare(request)).fetchall()
         return self._claim_result(request, rows)
@@ -144,9 +163,9 @@ class Store:
         """Record that these ``(id, attempt)`` started in a child: from now on their
         attempt counts even if this supervisor dies."""
         if items:
-            self.conn.execute(STARTED, {"owner": self.owner,
-                                        "started_ids": [i for i, _ in items],
-                                        "started_attempts": [a for _, a in items]})
+            self.connection.execute(STARTED, {"owner": self.owner,
+                                              "started_ids": [i for i, _ in items],
+                                              "started_attempts": [a for _, a in items]})
 
     def complete(self, items: Sequence[Completion]) -> list[int]:
         """Mark jobs completed with their results; returns the fenced-off ids."""
@@ -212,83 +231,86 @@ class Store:
     def promote_due(self, limit: int = 1000) -> int:
         """Make up to ``limit`` scheduled/retryable jobs whose run_at has come available;
         returns how many. Safe to run from several supervisors at once."""
-        cur = self.conn.execute(PROMOTE, {"limit": limit}, prepare=True)
+        cur = self.connection.execute(PROMOTE, {"limit": limit}, prepare=True)
         return cur.rowcount
 
-    def rescue_expired(self, limit: int = 1000) -> list[tuple[int, str, bool]]:
+    def rescue_expired(self, limit: int = 1000) -> list[Rescued]:
         """Running jobs whose lease expired (any owner). One that had started: the
         attempt counts, an errors entry names the lost owner, then retryable with
         backoff or discarded at max_attempts. One that had not: available again, the
-        attempt not counted. Returns ``(id, lost_owner, unstarted)`` triples."""
+        attempt not counted. Returns what was rescued, one ``Rescued`` a job."""
         b = self.backoff
         params = {"limit": limit, "base": b.base, "factor": b.factor, "cap": b.cap,
                   "jitter": b.jitter, "ttl": self.lease_ttl}
-        rows = self.conn.execute(RESCUE, params).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
+        rows = self.connection.execute(RESCUE, params).fetchall()
+        return [Rescued(*row) for row in rows]
 
     def seconds_until_due(self, queues: Sequence[str], kinds: Sequence[str]) -> float | None:
         """Seconds until the earliest scheduled or retrying job of ``kinds`` in
         ``queues`` is due (<= 0: due now), or None when there is none."""
         if not queues or not kinds:
             return None
-        row = self.conn.execute(NEXT_DUE, {"queues": list(queues), "kinds": list(kinds)},
-                                prepare=True).fetchone()
+        row = self.connection.execute(NEXT_DUE, {"queues": list(queues), "kinds": list(kinds)},
+                                      prepare=True).fetchone()
         return None if row is None else row[0]
 
     def paused_queues(self, queues: Sequence[str]) -> set[str]:
         """Which of ``queues`` are paused."""
-        rows = self.conn.execute(PAUSED, {"queues": list(queues)}, prepare=True)
+        rows = self.connection.execute(PAUSED, {"queues": list(queues)}, prepare=True)
         return {row[0] for row in rows}
 
     def reconcile(self, held: Sequence[int]) -> list[int]:
         """Release jobs running under this supervisor's name that it does not hold (a
         claim whose answer was lost with its connection): available again at once, the
         attempt not counted. Returns their ids."""
-        rows = self.conn.execute(RECONCILE, {"owner": self.owner, "held": list(held)})
+        rows = self.connection.execute(RECONCILE, {"owner": self.owner, "held": list(held)})
         return [row[0] for row in rows]
 
     # -- global limits (the statements are in supervisor.db.leases) -----------------------
     def read_limits(self, queues: Sequence[str]) -> dict[str, StoredLimits]:
         """The global limits of those of ``queues`` that have any."""
-        return leases.read_limits(self.conn, queues)
+        return leases.read_limits(self.connection, queues)
 
-    def renew_lease(self, queue: str, decide: Callable, to_row: Callable) -> object:
+    def renew_lease(self, queue: str, decide: Callable[[dict[str, LeaseRow]], T],
+                    to_row: Callable[[T], Slice]) -> T:
         """Renew this supervisor's slice of ``queue`` (see ``leases.renew_lease``)."""
-        return leases.renew_lease(self.conn, queue, self.owner, self.lease_ttl, decide, to_row)
+        return leases.renew_lease(self.connection, queue, self.owner, self.lease_ttl, decide,
+                                  to_row)
 
     def return_leases(self, queues: Sequence[str] | None = None) -> None:
         """Give back this supervisor's slices (of ``queues``, or all)."""
-        leases.return_leases(self.conn, self.owner, queues)
+        leases.return_leases(self.connection, self.owner, queues)
 
     # -- maintenance --------------------------------------------------------------------
     def beat(self, host: str, pid: int, queues: Sequence[str], children: int, busy: int,
              info: dict) -> None:
         """Record this supervisor's heartbeat row (for ``status`` and stale detection)."""
-        self.conn.execute(BEAT, {"id": self.owner, "host": host, "pid": pid,
-                                 "queues": list(queues), "children": children, "busy": busy,
-                                 "info": orjson.dumps(info).decode()})
+        self.connection.execute(BEAT, {"id": self.owner, "host": host, "pid": pid,
+                                       "queues": list(queues), "children": children, "busy": busy,
+                                       "info": orjson.dumps(info).decode()})
 
-    def lead_chores(self, lock_key: int, stale_after: float) -> list[tuple[int, str]] | None:
+    def lead_chores(self, lock_key: int, stale_after: float) -> list[Rescued] | None:
         """If this supervisor wins the round's advisory lock: rescue expired leases and
         drop supervisors silent for ``stale_after`` s, in one transaction. Returns the
-        rescued ``(id, lost_owner)`` pairs, or None when another supervisor leads."""
-        with self.conn.transaction():
-            if not self.conn.execute(TRY_LEAD, {"key": lock_key}).fetchone()[0]:
+        rescued jobs, or None when another supervisor leads."""
+        with self.connection.transaction():
+            won = self.connection.execute(TRY_LEAD, {"key": lock_key}).fetchone()
+            if won is None or not won[0]:
                 return None
             rescued = self.rescue_expired()
-            self.conn.execute(DROP_STALE, {"stale": stale_after})
+            self.connection.execute(DROP_STALE, {"stale": stale_after})
         return rescued
 
     def prune(self, retention: float, discarded: float, batch: int) -> int:
         """Delete up to ``batch`` finished jobs older than ``retention`` s (discarded
         ones: older than ``discarded`` s); how many."""
-        cur = self.conn.execute(PRUNE, {"retention": min(retention, discarded),
-                                        "discarded": discarded, "batch": batch})
+        cur = self.connection.execute(PRUNE, {"retention": min(retention, discarded),
+                                              "discarded": discarded, "batch": batch})
         return max(cur.rowcount, 0)
 
     def leave(self) -> None:
         """Remove this supervisor's heartbeat row (clean exit)."""
-        self.conn.execute(LEAVE, {"id": self.owner})
+        self.connection.execute(LEAVE, {"id": self.owner})
 
     def queue_counts(self, queues: Sequence[str]) -> dict[str, dict[str, int]]:
         """For each queue, counts of its unfinished jobs: ``available``, ``scheduled``,
@@ -297,8 +319,8 @@ class Store:
         counts = {q: dict.fromkeys((*LIVE_STATES, "due"), 0) for q in queues}
         if not queues:
             return counts
-        for queue, state, total, due in self.conn.execute(QUEUE_COUNTS,
-                                                          {"queues": list(queues)}):
+        for queue, state, total, due in self.connection.execute(QUEUE_COUNTS,
+                                                                {"queues": list(queues)}):
             counts[queue][state] = total
             if state != "running":
                 counts[queue]["due"] += due
@@ -309,8 +331,8 @@ class Store:
         scheduler shares children only among these."""
         if not queues or not kinds:
             return set()
-        rows = self.conn.execute(QUEUES_WITH_WORK, {"queues": list(queues),
-                                                     "kinds": list(kinds)}, prepare=True)
+        rows = self.connection.execute(QUEUES_WITH_WORK, {"queues": list(queues),
+                                                           "kinds": list(kinds)}, prepare=True)
         return {row[0] for row in rows}
 
     def has_due_work(self, queues: Sequence[str], kinds: Sequence[str],
@@ -321,13 +343,13 @@ class Store:
         if not queues or not kinds:
             return False
         params = {"queues": list(queues), "kinds": list(kinds), "horizon": horizon}
-        row = self.conn.execute(HAS_DUE_WORK, params).fetchone()
+        row = self.connection.execute(HAS_DUE_WORK, params).fetchone()
         return bool(row and row[0])
 
     def left_for_later(self, queues: Sequence[str], kinds: Sequence[str]) -> tuple[int, object]:
         """(how many, earliest run_at) of scheduled or retrying jobs in ``queues``."""
-        row = self.conn.execute(LEFT_FOR_LATER,
-                                {"queues": list(queues), "kinds": list(kinds)}).fetchone()
+        row = self.connection.execute(LEFT_FOR_LATER,
+                                      {"queues": list(queues), "kinds": list(kinds)}).fetchone()
         return (row[0], row[1]) if row else (0, None)
 
     def _failure_params(self, items: Sequence[Failure]) -> dict:
@@ -338,7 +360,7 @@ class Store:
 
     def _fenced(self, what: str, sql: str, params: dict, items: Sequence,
                 expected: frozenset[int] | set[int] = frozenset()) -> list[int]:
-        written = {row[0] for row in self.conn.execute(sql, params, prepare=False)}
+        written = {row[0] for row in self.connection.execute(sql, params, prepare=False)}
         return self._report_fenced(what, items, written, expected)
 
     @staticmethod

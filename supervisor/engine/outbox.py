@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -165,7 +166,7 @@ class Outbox:
         self.starts_since = None
         return starts
 
-    def hand_back_starts(self, starts: list[tuple[int, int]], now: float) -> None:
+    def hand_back_starts(self, starts: Sequence[tuple[int, int]], now: float) -> None:
         """A claim carrying ``starts`` failed: they wait for the next write."""
         for job_id, attempt in starts:
             self.pending.starts.setdefault(job_id, attempt)

@@ -13,10 +13,11 @@ from supervisor.pool.outcomes import (
     JobProgress,
     JobReturned,
     JobStarted,
+    Outcome,
     PoolHalted,
 )
 from supervisor.pool.pool import Pool
 from supervisor.pool.settings import PoolSettings
 
 __all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "JobReturned", "JobStarted",
-           "Pool", "PoolHalted", "PoolSettings"]
+           "Outcome", "Pool", "PoolHalted", "PoolSettings"]
