@@ -157,10 +157,12 @@ class FakeStore:
 class FakeClaims:
     """The non-blocking claim connection: ``send`` records, the test answers."""
 
-    def __init__(self, store: FakeStore) -> None:
+    def __init__(self, store: FakeStore, clock: Clock) -> None:
         self.store = store
+        self.clock = clock
         self.conn = FakeConn()
         self.sent: list[tuple[dict, object]] = []
+        self.sent_at = 0.0
 
     @property
     def busy(self) -> bool:
@@ -168,6 +170,7 @@ class FakeClaims:
 
     def send(self, statement, params, callback) -> None:
         self.sent.append((params, callback))
+        self.sent_at = self.clock.now
 
     def answer(self) -> list[ClaimedJob]:
         """The server claims what it has for the oldest sent claim and answers."""
@@ -204,7 +207,11 @@ class FakeDatabase(Database):
         self.opened += 1
         self.store = self.fake_store
         self.store.conn = FakeConn()
-        self.claims = FakeClaims(self.fake_store)
+        self.claims = FakeClaims(self.fake_store, self.clock)
+
+    def _start_attempt(self, now: float) -> list:
+        self.open()  # at once, or DatabaseUnavailable
+        return []
 
     def break_connection(self) -> None:
         """The server went away: the next use finds out."""
@@ -256,6 +263,10 @@ class FakePool:
     def cancel(self, job_id: int) -> bool:
         self.cancelled.append(job_id)
         return job_id in self.jobs
+
+    def interrupt_all(self, kind: str = "shutdown") -> None:
+        for job_id in list(self.jobs):
+            self.fail(job_id, kind)
 
     def take_outcomes(self) -> list:
         taken, self.outcomes = self.outcomes, []

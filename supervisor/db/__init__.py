@@ -1,6 +1,8 @@
 """The database room: the parent's connections, outages and every statement it runs.
 
-Door: ``Database`` (connections, outage and reconnect, ``call``), ``Store`` (every SQL
+Door: ``Database`` (connections, outage and reconnect, ``call``; every wait for the server
+bounded by a client-side deadline, ``DatabaseHung``, and ended by a stop signal seen
+through ``Interrupt``), ``Store`` (every SQL
 statement, blocking), ``NonBlockingQuery`` and ``Prepared`` (a statement run without
 stopping the loop), the write records ``Completion`` and ``Failure``, and
 ``connection_lost``. The statements themselves are in ``supervisor.db.sql``. Global
@@ -8,6 +10,7 @@ limits: ``read_limits``, ``renew_lease``, ``return_leases`` and their records
 (``supervisor.db.leases``).
 """
 
+from supervisor.db.connections import DatabaseHung, Interrupt, Interrupted
 from supervisor.db.database import Database, connection_lost
 from supervisor.db.leases import (
     LeaseRow,
@@ -20,6 +23,6 @@ from supervisor.db.leases import (
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 from supervisor.db.store import Completion, Failure, Store
 
-__all__ = ["Completion", "Database", "Failure", "LeaseRow", "NonBlockingQuery", "Prepared",
-           "Slice", "Store", "StoredLimits", "connection_lost", "read_limits", "renew_lease",
-           "return_leases"]
+__all__ = ["Completion", "Database", "DatabaseHung", "Failure", "Interrupt", "Interrupted",
+           "LeaseRow", "NonBlockingQuery", "Prepared", "Slice", "Store", "StoredLimits",
+           "connection_lost", "read_limits", "renew_lease", "return_leases"]
