@@ -40,6 +40,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.waiting import READY_NONE, READY_R, READY_W, Ready, Wait
 
 from shared.db import check_dsn, unavailable
+from shared.defaults import DATABASE_DEADLINE
 
 KEEPALIVES = {
     "keepalives": 1,
@@ -87,7 +88,7 @@ class DeadlineConnection(psycopg.Connection):
     """A psycopg connection whose every wait ends within ``deadline`` seconds, or at an
     urgent signal of ``interrupt``; either way the connection is closed at once."""
 
-    deadline: float = 3.0
+    deadline: float = DATABASE_DEADLINE
     interrupt: Interrupt | None = None
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
@@ -160,7 +161,8 @@ def _wrap(pgconn: Any, deadline: float, interrupt: Interrupt | None) -> Deadline
     return conn
 
 
-def open_connection(dsn: str, name: str, statement_timeout: float, deadline: float,
+def open_connection(dsn: str, name: str, statement_timeout: float,
+                    deadline: float = DATABASE_DEADLINE,
                     interrupt: Interrupt | None = None) -> DeadlineConnection:
     """An autocommit ``DeadlineConnection`` for the parent, named ``name`` in
     pg_stat_activity, opened blocking (at start). ``statement_timeout`` in seconds (0:
