@@ -1,10 +1,12 @@
 """A TCP proxy on loopback that a test controls, to cut one process off from PostgreSQL
 while others still reach it, the way a network partition does.
 
-``forward``: bytes flow both ways. ``blackhole``: nothing flows any more and nothing is
-closed; new connections are accepted and never answered (packets dropped, not refused:
-the client sees silence, as in a real partition). ``heal``: the held connections are
-dropped (their TCP state did not survive) and new ones are forwarded again. Threads are
+Forwarding at first: bytes flow both ways. ``blackhole``: nothing flows any more and
+nothing is closed; new connections are accepted and never answered (packets dropped,
+not refused: the client sees silence, as in a real partition or a hung server).
+``heal``: the held connections are dropped (their TCP state did not survive) and new
+ones are forwarded again. ``thaw``: everything held flows again, as when a hung server
+or a pooler holding queries resumes. Threads are
 fine here: this is the test process, not the forking parent.
 """
 
@@ -46,6 +48,15 @@ class PartitionProxy:
             self._held = []
         for sock in doomed:
             sock.close()
+        self._wake()
+
+    def thaw(self) -> None:
+        """Resume: held connections flow again, those accepted meanwhile are served."""
+        with self._lock:
+            self.cut = False
+            waiting, self._held = self._held, []
+        for client in waiting:
+            self._serve(client)
         self._wake()
 
     def close(self) -> None:
@@ -92,6 +103,9 @@ class PartitionProxy:
             if self.cut:
                 self._held.append(client)
                 return
+        self._serve(client)
+
+    def _serve(self, client: socket.socket) -> None:
         try:
             server = socket.create_connection(self.target, timeout=5)
         except OSError:

@@ -154,6 +154,12 @@ def test_a_hang_longer_than_the_lease_runs_nothing_twice_and_fences_what_runs(
             wait_until(lambda: all(r[0] == "completed" for r in rows().values()),
                        timeout=30, what="the short jobs completed")
             short_rows = rows()
+            records = read_log(log)
+            for job_id in short:
+                events = [r["event"] for r in records
+                          if r["id"] == job_id and r["event"] != "beat"]
+                assert events == ["start", "end"], f"job {job_id} ran {events}"
+                assert short_rows[job_id][2] == [], f"job {job_id}: {short_rows[job_id][2]}"
             # The long job was interrupted before its lease ran out, so it runs again:
             # its interrupted attempt is not counted.
             wait_until(lambda: len([r for r in read_log(log)
@@ -166,10 +172,6 @@ def test_a_hang_longer_than_the_lease_runs_nothing_twice_and_fences_what_runs(
         throwaway_server.thaw(frozen)
         sup.stop()
     records = read_log(log)
-    for job_id in short:
-        events = [r["event"] for r in records if r["id"] == job_id and r["event"] != "beat"]
-        assert events == ["start", "end"], f"job {job_id} ran {events}"
-        assert short_rows[job_id][2] == [], f"job {job_id} errors: {short_rows[job_id][2]}"
     long_runs = [r for r in records if r["id"] == long]
     first_run = [r for r in long_runs if r["pid"] == long_runs[0]["pid"]]
     assert all(r["event"] != "end" for r in first_run), "the long job was not interrupted"

@@ -73,7 +73,7 @@ def test_a_partitioned_supervisor_stops_before_its_leases_and_slice_expire(dsn, 
         wait_until(lambda: time.time() - cut_at > LEASE + 4, timeout=LEASE + 10,
                    interval=0.2, what="the partition to outlast the lease")
         proxy.heal()
-        cut_off.wait_for_log("leases renewed again", timeout=20)
+        cut_off.wait_for_log("database connection restored", timeout=20)
         healed_at = time.time()
     finally:
         cut_off.stop()
