@@ -85,6 +85,8 @@ def test_healthz_answers_503_within_the_deadline_and_every_probe_is_answered(
     assert first_503 is not None and first_503 <= DEADLINE + 1, (
         f"first 503 {first_503} s into the hang; answers: {answers}")
     assert all(status == 503 for at, status in answers if at > DEADLINE + 1), answers
+    print(f"first 503 {first_503:.2f} s into the hang (deadline {DEADLINE:g} s), "
+          f"{len(answers)} probes answered")
 
 
 def test_sigterm_during_a_hang_is_acted_on_at_once_and_the_drain_ends_within_grace(
