@@ -225,10 +225,11 @@ class Arbiter:
         now = self.clock()
         self.state = DRAINING
         self.drain_deadline = now + self.config.grace
-        # Children ending is what a drain waits for: their exits end a wait for the
-        # database too, so a hung one never holds the drain past its grace.
+        # Children ending is what a drain waits for: a wait for the database that a
+        # child's exit finds longer than a moment is given up, so a hung database never
+        # holds the drain past its grace (a healthy statement ends well within it).
         if self.interrupt is not None:
-            self.interrupt.urgent.add(signal.SIGCHLD)
+            self.interrupt.soft.add(signal.SIGCHLD)
         released = self.engine.drain(now)
         if released:
             log.info("released %d claimed jobs that had not started", released)

@@ -42,6 +42,9 @@ def test_explicit_file_and_cli_overrides(tmp_path):
         ("[queues.a]\nweight = 0\n", "weight must be > 0"),
         ("heartbeat_timeout = 1\nheartbeat_interval = 2\n", "heartbeat_timeout"),
         ("children = [\n", "cannot read config file"),
+        ("database_deadline = 0\n", "database_deadline must be positive"),
+        ("statement_timeout = 5\n", "statement_timeout .5 s. must be below database_deadline"),
+        ("statement_timeout = 1\ndatabase_deadline = 1\n", "must be below database_deadline"),
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path, text, message):

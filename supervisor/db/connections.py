@@ -62,26 +62,38 @@ class Interrupted(psycopg.OperationalError):
 
 class Interrupt:
     """The signal wakeup pipe as a blocking wait sees it. ``signal.set_wakeup_fd`` writes
-    each signal's number into it; a wait reads them and gives up on an ``urgent`` one.
-    The bytes it reads are only the wake-up: the signals themselves stay recorded by
-    their handler, so the loop still acts on every one (it must not sleep while one is
-    recorded and unhandled)."""
+    each signal's number into it; a wait reads them and gives up at once on an
+    ``urgent`` one, and after ``patience`` seconds in all on a ``soft`` one (a child's
+    exit while draining: a healthy statement ends well within that, a hung one must not
+    hold the drain). The bytes it reads are only the wake-up: the signals themselves
+    stay recorded by their handler, so the loop still acts on every one (it must not
+    sleep while one is recorded and unhandled)."""
 
-    def __init__(self, fd: int, urgent: Collection[int] = URGENT_SIGNALS) -> None:
+    URGENT, SOFT = "urgent", "soft"
+
+    def __init__(self, fd: int, urgent: Collection[int] = URGENT_SIGNALS,
+                 patience: float = 0.25) -> None:
         self.fd = fd
         self.urgent = set(urgent)
+        self.soft: set[int] = set()
+        self.patience = patience
 
-    def urgent_arrived(self) -> bool:
-        """Read the pipe empty; whether an urgent signal was among what arrived."""
-        seen = False
+    def arrived(self) -> str | None:
+        """Read the pipe empty; ``URGENT`` or ``SOFT`` if such a signal was among what
+        arrived, else None."""
+        seen = set()
         try:
             while chunk := os.read(self.fd, 256):
-                seen = seen or any(b in self.urgent for b in chunk)
+                seen.update(chunk)
         except (BlockingIOError, InterruptedError):
             pass
         except OSError:  # the pipe is gone (uninstalled): nothing to watch any more
             pass
-        return seen
+        if seen & self.urgent:
+            return self.URGENT
+        if seen & self.soft:
+            return self.SOFT
+        return None
 
 
 class DeadlineConnection(psycopg.Connection):
@@ -108,7 +120,8 @@ def _drive(gen: Any, fd_of: Any, limit: float, interrupt: Interrupt | None,
     """Run a psycopg generator, waiting on its socket (and ``interrupt``) at most
     ``limit`` seconds in all. ``conn_gen``: a connection generator, which yields
     ``(fd, wait)`` pairs (the socket may change while connecting) instead of waits."""
-    deadline = time.monotonic() + limit
+    began = time.monotonic()
+    deadline = began + limit
     with selectors.DefaultSelector() as sel:
         if interrupt is not None:
             sel.register(interrupt.fd, selectors.EVENT_READ, None)
@@ -128,9 +141,12 @@ def _drive(gen: Any, fd_of: Any, limit: float, interrupt: Interrupt | None,
                                                f"{limit:g} s (client-side deadline)")
                         for key, mask in sel.select(left):
                             if key.data is None:
-                                if interrupt is not None and interrupt.urgent_arrived():
+                                seen = interrupt.arrived() if interrupt is not None else None
+                                if seen == Interrupt.URGENT:
                                     raise Interrupted("a stop signal arrived while waiting "
                                                       "for the database")
+                                if seen == Interrupt.SOFT:
+                                    deadline = min(deadline, began + interrupt.patience)
                                 continue
                             ready = (READY_R if mask & selectors.EVENT_READ else 0) | \
                                     (READY_W if mask & selectors.EVENT_WRITE else 0)
