@@ -167,8 +167,11 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
             time.sleep(rng.uniform(0.02, 0.1))  # the storm's own pace, not a wait
             children = sup.children() + (direct.children() if direct is not None else [])
             if children:
-                os.kill(rng.choice(children), signal.SIGKILL)
-                kills += 1
+                try:
+                    os.kill(rng.choice(children), signal.SIGKILL)
+                    kills += 1
+                except ProcessLookupError:  # it exited between the listing and the kill
+                    pass
             if pauses and time.monotonic() >= next_pause:
                 # Paused for a moment: the children give back what they hold queued of
                 # it (or run what they took first); then work goes on.
