@@ -102,6 +102,7 @@ class Engine:
         # from the moment its statement left, at the latest): self-fencing counts from it.
         self.leases_renewed_at = now
         self.fenced = False  # leases unrenewed too long: running nothing until renewed
+        self._held_back = 0  # the outage whose queued jobs were taken back from children
 
     # -- the loop's calls ---------------------------------------------------------------
     def open(self) -> None:
@@ -125,8 +126,10 @@ class Engine:
             self._poll_soon(now)
         self._paused(db.take_paused(), now, pool)
         self._cancelled(db.take_cancelled(), pool)
-        if not self.fenced:
+        if db.up and not self.fenced:
             self.dispatch(pool)
+        elif not db.up and self._held_back != db.outages:
+            self._hold_back(pool)
         if db.up:
             self._timers(now, pool)
         self._check_fence(now, pool)
@@ -146,7 +149,8 @@ class Engine:
 
     def next_deadline(self, now: float, pool: Pool) -> float:
         """When ``tick`` must run again at the latest (the loop may wake earlier)."""
-        fence_at = self._fence_at(pool)
+        # Once fenced, nothing is due for the fence until a renewal lifts it.
+        fence_at = None if self.fenced else self._fence_at(pool)
         if not self.db.up:
             retry = self.db.next_retry()
             due_down = retry if retry is not None else now + 1.0
@@ -350,6 +354,17 @@ class Engine:
         self.ledger.drop_waiting(set(fenced))
 
     # -- self-fencing -------------------------------------------------------------------
+    def _hold_back(self, pool: Pool) -> None:
+        """The database is away: start nothing more until it answers. An outcome
+        written late is fine, but one that cannot be written before the job's lease is
+        rescued elsewhere means the job runs again; so only what already runs goes on,
+        and the jobs queued in children's pipes are asked back (each comes back
+        unstarted and is released, or runs if its child had taken it first)."""
+        self._held_back = self.db.outages
+        asked = sum(pool.take_back(queue) for queue in self.queues)
+        if asked:
+            log.info("database away: %d jobs queued in children go back unstarted", asked)
+
     def _fence_at(self, pool: Pool) -> float | None:
         """When this supervisor must stop acting on what it holds, unless a renewal
         comes first (None: it holds nothing a lease or a slice covers)."""
