@@ -97,3 +97,31 @@ def test_a_partitioned_supervisor_stops_before_its_leases_and_slice_expire(dsn, 
     assert last - cut_at < LEASE, f"the cut-off side ran jobs {last - cut_at:.1f} s in"
     print(f"peak {peak(spans)} of {LIMIT}; the cut-off side's last beat "
           f"{last - cut_at:.2f} s into the partition (lease {LEASE:g} s)")
+
+
+def test_while_cut_off_nothing_new_starts(dsn, tmp_path):
+    """Short jobs queued in the children's pipes are not started once the database is
+    known to be away: their outcomes could not be written, and past the lease they
+    would be rescued and run again elsewhere."""
+    enqueue_many("hang_plain", [{"seconds": 0.05}] * 3000, dsn=dsn, queue="plain")
+    config = tmp_path / "supervisor.toml"
+    config.write_text("database_deadline = 1.5\nstatement_timeout = 1.0\n")
+    params = conninfo_to_dict(dsn)
+    proxy = PartitionProxy((params.get("host") or "127.0.0.1", int(params.get("port") or 5432)))
+    log = tmp_path / "run.log"
+    sup = Supervisor(make_conninfo(dsn, host="127.0.0.1", port=proxy.port), "-n", "2",
+                     "-q", "plain", "--config", str(config), log_path=log, app="hang_handlers")
+    try:
+        wait_until(lambda: len([r for r in read_log(log) if r["event"] == "start"]) > 40,
+                   what="jobs flowing")
+        proxy.blackhole()
+        sup.wait_for_log("database connection lost", timeout=10)
+        known_at = time.time()
+        time.sleep(3.0)  # measuring: what starts over three seconds of the outage
+        starts = [r for r in read_log(log) if r["event"] == "start" and r["t"] > known_at + 0.2]
+    finally:
+        sup.stop()
+        proxy.close()
+    # A child may have taken one more job before it read the recall: one per child.
+    assert len(starts) <= 2, f"{len(starts)} jobs started while the database was away"
+    print(f"{len(starts)} jobs started in the 3 s after the outage was known")

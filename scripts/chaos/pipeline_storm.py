@@ -157,7 +157,10 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
                     direct = launch(dsn)
             if not sup.alive():
                 code = sup.wait(1)
-                if code != 0 and not (faults is not None and "cannot connect" in sup.log_text()):
+                # A start during a fault may fail to reach the database: start again.
+                unreachable = "error: cannot connect" in sup.log_text() or \
+                    "while connecting" in sup.log_text()
+                if code != 0 and not (faults is not None and unreachable):
                     raise SystemExit(f"supervisor exited {code}:\n{sup.log_text()[-2000:]}")
                 if not left(dsn):
                     break

@@ -8,7 +8,8 @@ maintenance rounds and notices the end of a burst. It never signals or forks any
 process supervision is the arbiter's and the pool's.
 
 Database outages are ridden out here. While the database is away nothing that needs it
-is scheduled (the loop sleeps until the next reconnection attempt, it does not spin).
+is scheduled (the loop sleeps until the next reconnection attempt, it does not spin),
+and nothing new starts: what children hold queued is asked back (``_hold_back``).
 After a reconnect the engine first writes what it holds, renews its own leases and gives
 back rows that a lost claim answer left running under its name; it takes no part in
 rescuing expired leases for one lease period, so every live supervisor has renewed its
