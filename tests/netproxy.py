@@ -39,6 +39,17 @@ class PartitionProxy:
             self.cut = True
         self._wake()
 
+    def sever(self) -> None:
+        """Close every connection now (the client sees a reset at once) and hold new
+        ones unanswered, as a partition that began with a failover does."""
+        with self._lock:
+            self.cut = True
+            doomed = list(self._pairs)
+            self._pairs.clear()
+        for sock in doomed:
+            sock.close()
+        self._wake()
+
     def heal(self) -> None:
         """Drop what the partition held; forward new connections again."""
         with self._lock:

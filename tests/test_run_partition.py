@@ -102,7 +102,8 @@ def test_a_partitioned_supervisor_stops_before_its_leases_and_slice_expire(dsn, 
 def test_while_cut_off_nothing_new_starts(dsn, tmp_path):
     """Short jobs queued in the children's pipes are not started once the database is
     known to be away: their outcomes could not be written, and past the lease they
-    would be rescued and run again elsewhere."""
+    would be rescued and run again elsewhere. The connections are cut at once (so the
+    pipes are full when the outage is known) and new ones go unanswered."""
     enqueue_many("hang_plain", [{"seconds": 0.05}] * 3000, dsn=dsn, queue="plain")
     config = tmp_path / "supervisor.toml"
     config.write_text("database_deadline = 1.5\nstatement_timeout = 1.0\n")
@@ -110,11 +111,12 @@ def test_while_cut_off_nothing_new_starts(dsn, tmp_path):
     proxy = PartitionProxy((params.get("host") or "127.0.0.1", int(params.get("port") or 5432)))
     log = tmp_path / "run.log"
     sup = Supervisor(make_conninfo(dsn, host="127.0.0.1", port=proxy.port), "-n", "2",
-                     "-q", "plain", "--config", str(config), log_path=log, app="hang_handlers")
+                     "-q", "plain", "--prefetch", "20", "--config", str(config), log_path=log,
+                     app="hang_handlers")
     try:
         wait_until(lambda: len([r for r in read_log(log) if r["event"] == "start"]) > 40,
                    what="jobs flowing")
-        proxy.blackhole()
+        proxy.sever()
         sup.wait_for_log("database connection lost", timeout=10)
         known_at = time.time()
         time.sleep(3.0)  # measuring: what starts over three seconds of the outage
