@@ -62,14 +62,16 @@ class Interrupted(psycopg.OperationalError):
 
 class Interrupt:
     """The signal wakeup pipe as a blocking wait sees it. ``signal.set_wakeup_fd`` writes
-    each signal's number into it; a wait reads them and gives up at once on an
-    ``urgent`` one, and after ``patience`` seconds in all on a ``soft`` one (a child's
-    exit while draining: a healthy statement ends well within that, a hung one must not
-    hold the drain). The bytes it reads are only the wake-up: the signals themselves
+    each signal's number into it; a wait reads them and gives up ``URGENT_GRACE`` seconds
+    after an ``urgent`` one arrived, and ``patience`` seconds after it began on a ``soft``
+    one (a child's exit while draining). A healthy statement ends well within either, so
+    only a wait the server does not answer is abandoned, and the last writes of a stop
+    are not lost to it. The bytes it reads are only the wake-up: the signals themselves
     stay recorded by their handler, so the loop still acts on every one (it must not
     sleep while one is recorded and unhandled)."""
 
     URGENT, SOFT = "urgent", "soft"
+    URGENT_GRACE = 0.05  # seconds a wait may go on once a stop signal arrived
 
     def __init__(self, fd: int, urgent: Collection[int] = URGENT_SIGNALS,
                  patience: float = 0.25) -> None:
@@ -122,6 +124,7 @@ def _drive(gen: Any, fd_of: Any, limit: float, interrupt: Interrupt | None,
     ``(fd, wait)`` pairs (the socket may change while connecting) instead of waits."""
     began = time.monotonic()
     deadline = began + limit
+    signalled = False  # the deadline was brought forward by a signal
     with selectors.DefaultSelector() as sel:
         if interrupt is not None:
             sel.register(interrupt.fd, selectors.EVENT_READ, None)
@@ -136,17 +139,21 @@ def _drive(gen: Any, fd_of: Any, limit: float, interrupt: Interrupt | None,
                     ready: int = READY_NONE
                     while ready == READY_NONE:
                         left = deadline - time.monotonic()
+                        if left <= 0 and signalled:
+                            raise Interrupted("a stop signal arrived while waiting for "
+                                              "the database, and it did not answer")
                         if left <= 0:
                             raise DatabaseHung(f"the database did not answer within "
                                                f"{limit:g} s (client-side deadline)")
                         for key, mask in sel.select(left):
                             if key.data is None:
                                 seen = interrupt.arrived() if interrupt is not None else None
-                                if seen == Interrupt.URGENT:
-                                    raise Interrupted("a stop signal arrived while waiting "
-                                                      "for the database")
-                                if seen == Interrupt.SOFT:
-                                    deadline = min(deadline, began + interrupt.patience)
+                                cut = {Interrupt.URGENT: time.monotonic()
+                                       + Interrupt.URGENT_GRACE,
+                                       Interrupt.SOFT: began + interrupt.patience
+                                       if interrupt is not None else 0.0}.get(seen)
+                                if cut is not None and cut < deadline:
+                                    deadline, signalled = cut, True
                                 continue
                             ready = (READY_R if mask & selectors.EVENT_READ else 0) | \
                                     (READY_W if mask & selectors.EVENT_WRITE else 0)
@@ -179,14 +186,17 @@ def _wrap(pgconn: Any, deadline: float, interrupt: Interrupt | None) -> Deadline
 
 def open_connection(dsn: str, name: str, statement_timeout: float,
                     deadline: float = DATABASE_DEADLINE,
-                    interrupt: Interrupt | None = None) -> DeadlineConnection:
+                    interrupt: Interrupt | None = None,
+                    connect_within: float | None = None) -> DeadlineConnection:
     """An autocommit ``DeadlineConnection`` for the parent, named ``name`` in
     pg_stat_activity, opened blocking (at start). ``statement_timeout`` in seconds (0:
     none); ``deadline`` bounds the connect and every later wait. Raises
-    ``DatabaseUnavailable`` with a one-line message that never shows the password."""
+    ``DatabaseUnavailable`` with a one-line message that never shows the password.
+    ``connect_within``: a shorter bound for the connect itself."""
     gen = generators.connect(_conninfo(dsn, name, statement_timeout, deadline))
+    limit = deadline if connect_within is None else min(deadline, connect_within)
     try:
-        pgconn = _drive(gen, None, deadline, interrupt, conn_gen=True)
+        pgconn = _drive(gen, None, limit, interrupt, conn_gen=True)
     except (DatabaseHung, Interrupted) as exc:
         gen.close()  # its half-open connection is freed (and closed) with it
         raise unavailable(exc, dsn) from None

@@ -47,7 +47,13 @@ from shared.defaults import (
     SCHEDULED_CHANNEL,
 )
 from shared.dsn import describe
-from supervisor.db.connections import Connecting, DatabaseHung, Interrupt, open_connection
+from supervisor.db.connections import (
+    Connecting,
+    DatabaseHung,
+    Interrupt,
+    Interrupted,
+    open_connection,
+)
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.store import Store
 
@@ -74,6 +80,7 @@ _NOTIFY, _CANCEL, _SCHEDULED, _PAUSED = (c.encode() for c in _CHANNELS)
 PROBE_TIMEOUT = 2.0  # seconds a self-NOTIFY may take before LISTEN counts as broken
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
 ERROR_LOG_EVERY = 30.0  # the same failing operation is logged at most this often
+EXIT_CONNECT = 0.3  # seconds the connect at exit may take (see reopen_for_exit)
 
 
 class Database:
@@ -106,6 +113,9 @@ class Database:
         self.retry_at = 0.0
         self.connecting: list[Connecting] | None = None  # a reconnection under way
         self.outages = 0  # how many times the connection was lost (for the engine)
+        # The last outage began with a wait a stop signal cut short: the server may well
+        # be fine, so the last writes at exit are worth one more connect.
+        self.cut_short = False
         self._failures = 0
         self._logged_errors: dict[str, float] = {}
 
@@ -118,14 +128,15 @@ class Database:
         name = f"supervisor {self.owner}"
         return [name + suffix for suffix in ("", " claims", " listen")[:3 if self.listen else 2]]
 
-    def open(self) -> None:
+    def open(self, connect_within: float | None = None) -> None:
         """Connect all three, blocking (at start); raises ``DatabaseUnavailable`` (at
-        start an unreachable database is a one-line error, not a retry loop)."""
+        start an unreachable database is a one-line error, not a retry loop).
+        ``connect_within``: a shorter bound than the deadline for each connect."""
         conns: list[psycopg.Connection] = []
         try:
             for name in self._names():
                 conns.append(open_connection(self.dsn, name, self.statement_timeout,
-                                             self.deadline, self.interrupt))
+                                             self.deadline, self.interrupt, connect_within))
         except DatabaseUnavailable:
             for conn in conns:
                 _quietly_close(conn)
@@ -323,12 +334,31 @@ class Database:
     def lost(self, exc: BaseException) -> None:
         """The connection broke (seen here, or by the claim path): start an outage."""
         if self.down_since is None:
+            self.cut_short = isinstance(exc, Interrupted)
             self.down_since = self.clock()
             self.retry_at = self.down_since
             self.outages += 1
             log.error("database connection lost (%s: %s); children keep running, outcomes "
                       "are held in memory until it is back", describe(self.dsn), first_line(exc))
         self._close()
+
+    def reopen_for_exit(self) -> None:
+        """At exit, after an outage that a stop signal began (the server was only slow
+        to answer, perhaps): one blocking try to connect again, bounded by the deadline,
+        so the last outcomes can be written. Does nothing otherwise. A server that
+        answers connects in milliseconds; a hung one costs ``EXIT_CONNECT`` at most."""
+        if self.up or not self.cut_short:
+            return
+        for connecting in self.connecting or ():
+            connecting.abandon()
+        self.connecting = None
+        self._close()
+        try:
+            self.open(connect_within=EXIT_CONNECT)
+        except DatabaseUnavailable:
+            return
+        self.down_since = None
+        log.info("database connection restored to write the last outcomes")
 
     def close(self) -> None:
         """Close every connection (at exit)."""

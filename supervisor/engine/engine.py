@@ -259,6 +259,7 @@ class Engine:
     def close(self, pool: Pool, now: float) -> None:
         """Last writes before exit, leave the supervisors' registry, disconnect."""
         self.collect(pool, now)
+        self.db.reopen_for_exit()
         self.flush(now, last_chance=True)
         self.db.call(lambda store: self.planner.limits.close(store), None,
                      "giving back global limit slices")
