@@ -30,4 +30,19 @@ JOB_TIMEOUT = 3600.0  # built-in hard timeout of one attempt; 0 disables it
 MAINTENANCE_INTERVAL = 5.0
 METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own
 METRICS_HOST = "127.0.0.1"  # /metrics and /healthz listen on loopback unless told
-STATEMENT_TIMEOUT = 5.0  # the parent's statements; a hung one must not stall the loop
+# The parent's statements, enforced by the server: it stops work nobody waits for. Kept
+# below DATABASE_DEADLINE, so a slow statement on a live server is a retried error.
+STATEMENT_TIMEOUT = 2.0
+# Client-side bound on any one wait of the parent for the database (connect, statement,
+# commit, a claim's answer). A server that accepts connections but does not answer
+# never sends the statement_timeout error; past this the connection is abandoned and
+# the outage path (reconnect with backoff) takes over.
+DATABASE_DEADLINE = 3.0
+
+
+def fence_margin(lease_ttl: float, database_deadline: float) -> float:
+    """How long before its leases expire a supervisor that could not renew them stops
+    its jobs (self-fencing): the longest the loop can be held by one wait (the
+    deadline) plus a second for the kill, but at most a third of the lease, so a single
+    late renewal (they come every third of a lease) never fences."""
+    return min(database_deadline + 1.0, lease_ttl / 3)

@@ -23,6 +23,7 @@ from setproctitle import setproctitle
 
 from shared import jobs
 from supervisor.config import RunConfig
+from supervisor.db import Interrupt
 from supervisor.engine import Engine, make_owner
 from supervisor.observe import (
     BurstProgress,
@@ -87,12 +88,18 @@ class Arbiter:
         self.drain_deadline: float | None = None
         self.stop_deadline: float | None = None
         self.next_title = clock()
+        self.interrupt: Interrupt | None = None  # the wakeup pipe, once installed
 
     # -- life cycle ----------------------------------------------------------------------
     def run(self) -> int:
         """Serve until drained or stopped; returns the process exit code. Raises
         ``DatabaseUnavailable`` if the database cannot be reached at start."""
         self.inbox.install(self.selector)
+        # A stop signal ends any wait for the database at once (the connection is
+        # abandoned, the outage path takes over), so it is acted on whatever the
+        # database does.
+        self.interrupt = Interrupt(self.inbox.wakeup_fd)
+        self.engine.db.interrupt = self.interrupt
         # The children boot while the parent connects (start-up is on the clock of every
         # batch run), and they inherit no database socket.
         self.pool.start()
@@ -161,6 +168,8 @@ class Arbiter:
         return deadline is not None and self.clock() >= deadline
 
     def _timeout(self) -> float:
+        if self.inbox.pending:  # a wait for the database read the wake-up: act now
+            return 0.0
         now = self.clock()
         due = [now + MAX_WAIT, self.engine.next_deadline(now, self.pool)]
         server = self.metrics_server
@@ -221,6 +230,11 @@ class Arbiter:
         now = self.clock()
         self.state = DRAINING
         self.drain_deadline = now + self.config.grace
+        # Children ending is what a drain waits for: a wait for the database that a
+        # child's exit finds longer than a moment is given up, so a hung database never
+        # holds the drain past its grace (a healthy statement ends well within it).
+        if self.interrupt is not None:
+            self.interrupt.soft.add(signal.SIGCHLD)
         released = self.engine.drain(now)
         if released:
             log.info("released %d claimed jobs that had not started", released)

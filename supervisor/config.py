@@ -63,6 +63,9 @@ class RunConfig:
     retention: float = defaults.RETENTION  # seconds completed/cancelled jobs are kept
     discarded_retention: float = defaults.DISCARDED_RETENTION
     statement_timeout: float = defaults.STATEMENT_TIMEOUT  # the parent's SQL, 0: none
+    # Client-side bound on any one wait for the database; past it the connection is
+    # abandoned (a server that accepts but never answers is an outage, not a wedge).
+    database_deadline: float = defaults.DATABASE_DEADLINE
     listen: bool = True  # False: poll only, no LISTEN (behind a transaction-mode pooler)
     metrics_port: int | None = None  # serve Prometheus text on this port when set
     metrics_host: str = defaults.METRICS_HOST
@@ -232,6 +235,15 @@ def _check(config: RunConfig) -> None:
             raise ConfigError(f"{key} must not be negative")
     if config.lease_ttl < 1:
         raise ConfigError("lease_ttl must be at least 1 second (leases renew every lease_ttl/3)")
+    if config.database_deadline <= 0:
+        raise ConfigError("database_deadline must be positive")
+    if config.statement_timeout < 0:
+        raise ConfigError("statement_timeout must not be negative")
+    if config.statement_timeout and config.statement_timeout >= config.database_deadline:
+        raise ConfigError(f"statement_timeout ({config.statement_timeout:g} s) must be below "
+                          f"database_deadline ({config.database_deadline:g} s): the server's "
+                          f"timeout is the error a slow statement should end in, the "
+                          f"deadline only catches a server that does not answer at all")
     if config.maintenance_interval <= 0:
         raise ConfigError("maintenance_interval must be positive")
     if config.heartbeat_timeout <= config.heartbeat_interval:

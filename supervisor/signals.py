@@ -70,6 +70,12 @@ class SignalInbox:
             self.pending[:0] = early
             os.write(self._write_fd, b"\0")
 
+    @property
+    def wakeup_fd(self) -> int:
+        """The read end of the wakeup pipe (-1 when not installed): a blocking wait
+        that watches it learns of a signal at once (``supervisor.db.Interrupt``)."""
+        return self._read_fd
+
     def _record(self, signum: int, frame: object) -> None:
         self.pending.append(signum)
 

@@ -160,10 +160,12 @@ class FakeStore:
 class FakeClaims:
     """The non-blocking claim connection: ``send`` records, the test answers."""
 
-    def __init__(self, store: FakeStore) -> None:
+    def __init__(self, store: FakeStore, clock: Clock) -> None:
         self.store = store
+        self.clock = clock
         self.conn = FakeConn()
         self.sent: list[tuple[dict, object]] = []
+        self.sent_at = 0.0
 
     @property
     def busy(self) -> bool:
@@ -171,6 +173,7 @@ class FakeClaims:
 
     def send(self, statement, params, callback) -> None:
         self.sent.append((params, callback))
+        self.sent_at = self.clock.now
 
     def answer(self) -> list[ClaimedJob]:
         """The server claims what it has for the oldest sent claim and answers."""
@@ -201,13 +204,17 @@ class FakeDatabase(Database):
         self.server_up = True
         self.opened = 0
 
-    def open(self) -> None:
+    def open(self, connect_within: float | None = None) -> None:
         if not self.server_up:
             raise DatabaseUnavailable("cannot connect to PostgreSQL at db.example")
         self.opened += 1
         self.store = self.fake_store
         self.store.conn = FakeConn()
-        self.claims = FakeClaims(self.fake_store)
+        self.claims = FakeClaims(self.fake_store, self.clock)
+
+    def _start_attempt(self, now: float) -> list:
+        self.open()  # at once, or DatabaseUnavailable
+        return []
 
     def break_connection(self) -> None:
         """The server went away: the next use finds out."""
@@ -259,6 +266,10 @@ class FakePool:
     def cancel(self, job_id: int) -> bool:
         self.cancelled.append(job_id)
         return job_id in self.jobs
+
+    def interrupt_all(self, kind: str = "shutdown") -> None:
+        for job_id in list(self.jobs):
+            self.fail(job_id, kind)
 
     def take_outcomes(self) -> list:
         taken, self.outcomes = self.outcomes, []

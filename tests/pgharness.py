@@ -108,6 +108,38 @@ class EmbeddedServer:
         self._server._postmaster_info = PostmasterInfo.read_from_pgdata(self.pgdata)
         self.running = True
 
+    def processes(self) -> list[int]:
+        """The postmaster's pid and its children's (every server process)."""
+        postmaster = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        try:
+            children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text()
+        except FileNotFoundError:
+            children = ""
+        return [postmaster, *(int(pid) for pid in children.split())]
+
+    def freeze(self) -> list[int]:
+        """Hang the server: SIGSTOP every server process. Connections are still accepted
+        by the kernel and nothing ever answers, as with a pooler holding queries or a
+        backend stuck in I/O. Returns the pids for ``thaw``."""
+        import signal
+
+        postmaster = self.processes()[0]
+        os.kill(postmaster, signal.SIGSTOP)  # first: it forks no backend after this
+        pids = self.processes()
+        for pid in pids[1:]:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def thaw(self, pids: list[int]) -> None:
+        """Undo ``freeze``."""
+        import signal
+
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
     def restart(self) -> None:
         """Stop then start."""
         self.stop()

@@ -45,6 +45,9 @@ def test_explicit_file_and_cli_overrides(tmp_path):
         # The aged claim computes now() - aging seconds: past a century it overflows
         # (tests/test_aging.py), so the setting is refused here, not at every claim.
         ("[queues.a]\naging = 1e12\n", "queue 'a': aging must be .* at most 3153600000"),
+        ("database_deadline = 0\n", "database_deadline must be positive"),
+        ("statement_timeout = 5\n", "statement_timeout .5 s. must be below database_deadline"),
+        ("statement_timeout = 1\ndatabase_deadline = 1\n", "must be below database_deadline"),
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path, text, message):

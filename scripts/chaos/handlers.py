@@ -1,7 +1,8 @@
 """Job kinds for the chaos runs, loaded with ``--app scripts.chaos.handlers``.
 
 Every handler records its start and (when it gets there) its end in the run log named
-by ``CHAOS_RUNLOG``: one line ``S|E <job id> <attempt> <pid> <unix time>`` per event,
+by ``CHAOS_RUNLOG``: one line ``S|E <job id> <attempt> <pid> <unix time> <parent pid>`` per
+event,
 written with one ``O_APPEND`` write so lines from many processes never interleave. The
 checks read this log to see what really ran, instead of trusting the queue's own record.
 """
@@ -36,7 +37,8 @@ def record(event: str) -> None:
     if fd is None:
         return
     ctx = current_job()
-    os.write(fd, f"{event} {ctx.id} {ctx.attempt} {os.getpid()} {time.time():.6f}\n".encode())
+    os.write(fd, f"{event} {ctx.id} {ctx.attempt} {os.getpid()} {time.time():.6f} "
+                 f"{os.getppid()}\n".encode())
 
 
 @job

@@ -16,13 +16,31 @@ A discarded job with no run record of its own was killed between its START and i
 handler's first line (it had started: its child said so); those are counted, not
 failed.
 
+With ``--hangs`` the supervisor reaches PostgreSQL through a proxy that now and then
+stops answering for 0.5-4 s (sometimes longer than the lease) and then resumes, as a
+hung server or a pooler holding queries does. With ``--partition`` a second supervisor
+reaches the database directly while the first is cut off by the proxy for 2-9 s at a
+time (silence, then the connections are gone). Both run with a 5 s lease, a 1.5 s
+database deadline and a 1 s maintenance round. A supervisor that cannot renew fences
+itself: its running job is interrupted, uncharged, and runs again; after a partition
+longer than the lease the other supervisor's rescue may charge it (with one attempt:
+discarded, ``lease expired``). So in these modes "ran twice" means two runs that both
+reached their end, a run that began after another had ended, or two runs alive at
+once; a run cut short followed by another is the fence working. With ``--partition`` a
+job that finished on the cut-off supervisor and ran again on the other once its lease
+was rescued is counted apart, not as a problem: it finished before its supervisor knew
+it was cut off, and its outcome could not reach the database before the lease ran out
+(at-least-once delivery; no fence can stop what already ended). Two runs at once are
+always a problem.
+
 Usage: python scripts/chaos/pipeline_storm.py [--dsn DSN] [--jobs 20000] [--seed 1]
-       [--drains] [--pauses] [--timeout 300]
+       [--drains] [--pauses] [--hangs] [--partition] [--timeout 300] [--database NAME]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import signal
@@ -42,18 +60,64 @@ from supervisor.admin import set_paused
 DATABASE = "supervisor_chaos_pipeline"
 
 
-def scratch(dsn: str) -> str:
-    """A fresh database next to ``dsn``'s, migrated; its DSN."""
+def scratch(dsn: str, name: str = DATABASE) -> str:
+    """A fresh database ``name`` next to ``dsn``'s, migrated; its DSN."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DATABASE}")
-    target = psycopg.conninfo.make_conninfo(dsn, dbname=DATABASE)
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    target = psycopg.conninfo.make_conninfo(dsn, dbname=name)
     procs.migrate(target)
     return target
 
 
+def proxy_for(dsn: str):
+    """A ``PartitionProxy`` (tests/netproxy.py) in front of ``dsn``'s server, and the DSN
+    that goes through it."""
+    tests_dir = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests_dir not in sys.path:
+        sys.path.insert(0, tests_dir)
+    from netproxy import PartitionProxy
+
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    proxy = PartitionProxy((params.get("host") or "127.0.0.1",
+                            int(params.get("port") or 5432)))
+    return proxy, psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=proxy.port)
+
+
+class Faults:
+    """The proxy's schedule: hangs that resume, or partitions that heal."""
+
+    def __init__(self, rng: random.Random, proxy, partition: bool) -> None:
+        self.rng = rng
+        self.proxy = proxy
+        self.partition = partition
+        self.count = 0
+        self.longest = 0.0
+        self.cut_until: float | None = None
+        self.next_at = time.monotonic() + rng.uniform(1.0, 2.0)
+
+    def step(self, now: float) -> None:
+        if self.cut_until is not None:
+            if now >= self.cut_until:
+                self.proxy.heal() if self.partition else self.proxy.thaw()
+                self.cut_until = None
+                self.next_at = now + self.rng.uniform(2.0, 4.0)
+            return
+        if now >= self.next_at:
+            length = (self.rng.uniform(2.0, 9.0) if self.partition
+                      else self.rng.choice([self.rng.uniform(0.5, 4.0), self.rng.uniform(6, 8)]))
+            self.proxy.blackhole()
+            self.count += 1
+            self.longest = max(self.longest, length)
+            self.cut_until = now + length
+
+
+FAULT_SETTINGS = ("database_deadline = 1.5\nstatement_timeout = 1.0\n"
+                  "maintenance_interval = 1.0\n")
+
+
 def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: float,
-          workdir: Path):
+          workdir: Path, hangs: bool = False, partition: bool = False):
     rng = random.Random(seed)
     kinds = [("chaos_cpu", {"loops": 20_000}), ("chaos_noop", {})]
     ids = []
@@ -65,21 +129,48 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
     kills = drained = paused = 0
     started = time.monotonic()
     generation = 0
+    faults = None
+    cut_side: set[int] = set()  # pids of the supervisors behind the proxy
+    extra: list[str] = []
+    sup_dsn = dsn
+    if hangs or partition:
+        proxy, sup_dsn = proxy_for(dsn)
+        faults = Faults(rng, proxy, partition)
+        settings = workdir / "faults.toml"
+        settings.write_text(FAULT_SETTINGS)
+        extra = ["--lease-ttl", "5", "--config", str(settings)]
 
-    def launch() -> procs.SupervisorProc:
+    def launch(through: str = sup_dsn) -> procs.SupervisorProc:
         nonlocal generation
         generation += 1
-        return procs.SupervisorProc(dsn, runlog, workdir / f"sup{generation}.log",
-                                    ["-n", "2", "--burst", "--grace", "10"])
+        proc = procs.SupervisorProc(through, runlog, workdir / f"sup{generation}.log",
+                                    ["-n", "2", "--burst", "--grace", "10", *extra])
+        if through != dsn:
+            cut_side.add(proc.pid)
+        return proc
 
     sup = launch()
+    # --partition: a second supervisor that always reaches the database.
+    direct = launch(dsn) if partition else None
     next_drain = time.monotonic() + rng.uniform(1.0, 2.0)
     next_pause = time.monotonic() + rng.uniform(0.2, 0.5)
     try:
         while time.monotonic() - started < timeout:
+            if faults is not None:
+                faults.step(time.monotonic())
+            if direct is not None and not direct.alive():
+                code = direct.wait(1)
+                if code != 0:
+                    raise SystemExit(f"supervisor exited {code}:\n{direct.log_text()[-2000:]}")
+                if left(dsn):
+                    direct.close()
+                    direct = launch(dsn)
             if not sup.alive():
                 code = sup.wait(1)
-                if code != 0:
+                # A start during a fault may fail to reach the database: start again.
+                unreachable = "error: cannot connect" in sup.log_text() or \
+                    "while connecting" in sup.log_text()
+                if code != 0 and not (faults is not None and unreachable):
                     raise SystemExit(f"supervisor exited {code}:\n{sup.log_text()[-2000:]}")
                 if not left(dsn):
                     break
@@ -87,10 +178,13 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
                 sup = launch()
                 continue
             time.sleep(rng.uniform(0.02, 0.1))  # the storm's own pace, not a wait
-            children = sup.children()
+            children = sup.children() + (direct.children() if direct is not None else [])
             if children:
-                os.kill(rng.choice(children), signal.SIGKILL)
-                kills += 1
+                try:
+                    os.kill(rng.choice(children), signal.SIGKILL)
+                    kills += 1
+                except ProcessLookupError:  # it exited between the listing and the kill
+                    pass
             if pauses and time.monotonic() >= next_pause:
                 # Paused for a moment: the children give back what they hold queued of
                 # it (or run what they took first); then work goes on.
@@ -107,9 +201,20 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
                 sup.close()
                 sup = launch()
                 next_drain = time.monotonic() + rng.uniform(1.0, 2.0)
+        if direct is not None:
+            direct.wait(30)
     finally:
         sup.close()
-    return ids, runlog, kills, drained, paused, time.monotonic() - started
+        if direct is not None:
+            direct.close()
+        if faults is not None:
+            faults.proxy.close()
+    fences = sum(path.read_text(errors="replace").count("interrupting")
+                 for path in workdir.glob("sup*.log"))
+    if faults is not None:
+        print(f"{faults.count} {'partitions' if partition else 'hangs'} (longest "
+              f"{faults.longest:.1f} s), {fences} self-fences")
+    return ids, runlog, kills, drained, paused, time.monotonic() - started, cut_side
 
 
 def left(dsn: str) -> int:
@@ -118,7 +223,36 @@ def left(dsn: str) -> int:
                             "('completed', 'discarded')").fetchone()[0]
 
 
-def check(dsn: str, ids: list[int], runlog: Path, kills: int) -> list[str]:
+def ran_twice(runs: list) -> bool:
+    """Two runs of one job that both ended, one that began after another ended, or two
+    alive at once (a run without an end was cut short: its end is unknown)."""
+    ended = [r for r in runs if r.end is not None]
+    if len(ended) > 1:
+        return True
+    for first in runs:
+        for second in runs:
+            if second is not first and first.end is not None and \
+                    first.start <= second.start <= first.end:
+                return True
+            if second is not first and first.end is not None and second.start > first.end:
+                return True
+    return False
+
+
+def finished_then_rescued(runs: list, cut_side: set[int]) -> bool:
+    """Runs one after another, never at once: the first ended on the supervisor that was
+    cut off, the next ran on the other. The at-least-once case a fence cannot prevent: a
+    job that finished before its supervisor knew it was cut off, whose outcome could not
+    be written before its lease was rescued."""
+    ordered = sorted(runs, key=lambda r: r.start)
+    for first, second in itertools.pairwise(ordered):
+        if first.end is None or second.start < first.end:
+            return False
+    return ordered[0].ppid in cut_side and all(r.ppid not in cut_side for r in ordered[1:])
+
+
+def check(dsn: str, ids: list[int], runlog: Path, kills: int,
+          fenced: bool = False, cut_side: set[int] | None = None) -> list[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = {r[0]: (r[1], r[2]) for r in conn.execute(
             "SELECT id, state, attempt FROM supervisor.jobs WHERE id = ANY(%s)", (ids,))}
@@ -129,13 +263,25 @@ def check(dsn: str, ids: list[int], runlog: Path, kills: int) -> list[str]:
     problems = []
     unfinished = [i for i, (state, _) in rows.items() if state not in ("completed",
                                                                        "discarded")]
-    twice = [i for i, r in runs.items() if len(r) > 1]
+    twice = [i for i, r in runs.items() if (ran_twice(r) if fenced else len(r) > 1)]
+    if cut_side:
+        rerun = [i for i in twice if finished_then_rescued(runs[i], cut_side)]
+        if rerun:
+            print(f"{len(rerun)} jobs finished on the cut-off side and ran again on the other "
+                  f"after their lease was rescued: {rerun[:10]}")
+        twice = [i for i in twice if i not in rerun]
     discarded = [i for i, (state, _) in rows.items() if state == "discarded"]
     unrun = [i for i in discarded if i not in runs]
     if unfinished:
         problems.append(f"{len(unfinished)} jobs did not end: {unfinished[:10]}")
     if twice:
         problems.append(f"{len(twice)} jobs ran twice: {twice[:10]}")
+    # After a partition longer than the lease, the other supervisor's rescue charges
+    # the fenced job (one attempt: discarded) as it would a dead supervisor's.
+    rescued = [m for m in charged if fenced and (m or "").startswith("lease of supervisor")]
+    charged = [m for m in charged if m not in rescued]
+    if rescued:
+        print(f"{len(rescued)} jobs charged by a rescue after a partition")
     by_child = [m for m in charged if not (m or "").startswith("child ")]
     if by_child:
         problems.append(f"{len(by_child)} discarded jobs not charged to a killed child: "
@@ -162,14 +308,22 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drains", action="store_true")
     parser.add_argument("--pauses", action="store_true")
+    parser.add_argument("--hangs", action="store_true",
+                        help="the database stops answering now and then, then resumes")
+    parser.add_argument("--partition", action="store_true",
+                        help="a second supervisor; the first is cut off now and then")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--database", default=DATABASE,
+                        help="the scratch database's name (dropped and created)")
     args = parser.parse_args()
-    dsn = scratch(args.dsn)
+    dsn = scratch(args.dsn, args.database)
     with tempfile.TemporaryDirectory(prefix="pipeline-storm-") as tmp:
-        ids, runlog, kills, drained, paused, took = storm(
-            dsn, args.jobs, args.seed, args.drains, args.pauses, args.timeout, Path(tmp))
+        ids, runlog, kills, drained, paused, took, cut_side = storm(
+            dsn, args.jobs, args.seed, args.drains, args.pauses, args.timeout, Path(tmp),
+            args.hangs, args.partition)
         print(f"{took:.1f} s, {kills} children SIGKILLed, {drained} drains, {paused} pauses")
-        problems = check(dsn, ids, runlog, kills)
+        problems = check(dsn, ids, runlog, kills, args.hangs or args.partition,
+                         cut_side if args.partition else None)
     for problem in problems:
         print("PROBLEM:", problem)
     raise SystemExit(1 if problems else 0)

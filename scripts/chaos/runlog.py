@@ -15,6 +15,7 @@ class Run:
     pid: int
     start: float
     end: float | None = None
+    ppid: int = 0  # the supervisor whose child ran it (0: not recorded)
 
 
 def read_runs(path: Path) -> tuple[dict[int, list[Run]], int]:
@@ -28,14 +29,14 @@ def read_runs(path: Path) -> tuple[dict[int, list[Run]], int]:
     with path.open("rb") as f:
         for line in f:
             parts = line.split()
-            if len(parts) != 5 or parts[0] not in (b"S", b"E"):
+            if len(parts) not in (5, 6) or parts[0] not in (b"S", b"E"):
                 bad += 1
                 continue
             job_id, attempt, pid = int(parts[1]), int(parts[2]), int(parts[3])
             when = float(parts[4])
             key = (job_id, attempt, pid)
             if parts[0] == b"S":
-                run = Run(attempt, pid, when)
+                run = Run(attempt, pid, when, ppid=int(parts[5]) if len(parts) == 6 else 0)
                 runs.setdefault(job_id, []).append(run)
                 open_runs[key] = run
             else:

@@ -1,6 +1,8 @@
 """The database room: the parent's connections, outages and every statement it runs.
 
-Door: ``Database`` (connections, outage and reconnect, ``call``), ``Store`` (every SQL
+Door: ``Database`` (connections, outage and reconnect, ``call``; every wait for the server
+bounded by a client-side deadline, ``DatabaseHung``, and ended by a stop signal seen
+through ``Interrupt``), ``Store`` (every SQL
 statement, blocking), ``NonBlockingQuery`` and ``Prepared`` (a statement run without
 stopping the loop), the write records ``Completion`` and ``Failure``, the claim's
 ``ClaimRequest`` and ``ClaimResult`` (``Store.run_claim``, ``Store.send_claim``; the
@@ -10,6 +12,7 @@ statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
 """
 
 from supervisor.db.claim import ClaimRequest, ClaimResult
+from supervisor.db.connections import DatabaseHung, Interrupt, Interrupted
 from supervisor.db.database import Database, connection_lost
 from supervisor.db.leases import (
     LeaseRow,
@@ -22,6 +25,7 @@ from supervisor.db.leases import (
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 from supervisor.db.store import Completion, Failure, Store
 
-__all__ = ["ClaimRequest", "ClaimResult", "Completion", "Database", "Failure", "LeaseRow",
-           "NonBlockingQuery", "Prepared", "Slice", "Store", "StoredLimits", "connection_lost",
-           "read_limits", "renew_lease", "return_leases"]
+__all__ = ["ClaimRequest", "ClaimResult", "Completion", "Database", "DatabaseHung", "Failure",
+           "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery", "Prepared", "Slice",
+           "Store", "StoredLimits", "connection_lost", "read_limits", "renew_lease",
+           "return_leases"]

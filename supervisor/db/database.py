@@ -10,6 +10,14 @@ tries again with short jittered backoff (the loop is back within about a second 
 server answering). Any other database error is logged and the caller gets its default
 too: one bad statement never takes the supervisor and its children down.
 
+A database that accepts connections but does not answer (its processes stopped, a
+pooler holding queries during a failover, a backend stuck in I/O) is an outage too, found
+by the client-side ``deadline`` (``supervisor.db.connections``): no blocking wait of the
+connect, a statement or LISTEN outlasts it, and the claim in flight on the non-blocking
+connection is abandoned once it is older than the deadline (``expire``). An abandoned
+connection is closed without waiting and reconnected with the usual backoff, so the
+loop is never held longer than one deadline, and an urgent signal ends the wait at once.
+
 Poll-only mode (``listen=False``, or found at start): behind a pooler in transaction mode
 LISTEN is refused, or accepted and never delivered (PgBouncer), so a NOTIFY from the work
 connection is awaited on the listen connection; if it does not arrive, the supervisor
@@ -31,9 +39,21 @@ from typing import Any, TypeVar
 import psycopg
 
 from shared.db import DatabaseUnavailable, first_line
-from shared.defaults import CANCEL_CHANNEL, NOTIFY_CHANNEL, PAUSED_CHANNEL, SCHEDULED_CHANNEL
+from shared.defaults import (
+    CANCEL_CHANNEL,
+    DATABASE_DEADLINE,
+    NOTIFY_CHANNEL,
+    PAUSED_CHANNEL,
+    SCHEDULED_CHANNEL,
+)
 from shared.dsn import describe
-from supervisor.db.connections import open_connection
+from supervisor.db.connections import (
+    Connecting,
+    DatabaseHung,
+    Interrupt,
+    Interrupted,
+    open_connection,
+)
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.store import Store
 
@@ -60,6 +80,7 @@ _NOTIFY, _CANCEL, _SCHEDULED, _PAUSED = (c.encode() for c in _CHANNELS)
 PROBE_TIMEOUT = 2.0  # seconds a self-NOTIFY may take before LISTEN counts as broken
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
 ERROR_LOG_EVERY = 30.0  # the same failing operation is logged at most this often
+EXIT_CONNECT = 0.3  # seconds the connect at exit may take (see reopen_for_exit)
 
 
 class Database:
@@ -68,8 +89,12 @@ class Database:
     def __init__(self, dsn: str, owner: str, lease_ttl: float,
                  selector: selectors.BaseSelector, *, statement_timeout: float,
                  clock: Callable[[], float] = time.monotonic,
-                 max_backoff: float = MAX_BACKOFF, listen: bool = True) -> None:
+                 max_backoff: float = MAX_BACKOFF, listen: bool = True,
+                 deadline: float = DATABASE_DEADLINE) -> None:
         self.dsn = dsn
+        self.deadline = deadline  # client-side bound on any one wait for the server
+        # The signal wakeup pipe: a stop signal ends a wait at once (set by the arbiter).
+        self.interrupt: Interrupt | None = None
         self.listen = listen  # False: poll only (asked for, or LISTEN found not to work)
         self.owner = owner
         self.selector = selector
@@ -86,7 +111,11 @@ class Database:
         self.cancelled_jobs: set[int] = set()
         self.down_since: float | None = None
         self.retry_at = 0.0
+        self.connecting: list[Connecting] | None = None  # a reconnection under way
         self.outages = 0  # how many times the connection was lost (for the engine)
+        # The last outage began with a wait a stop signal cut short: the server may well
+        # be fine, so the last writes at exit are worth one more connect.
+        self.cut_short = False
         self._failures = 0
         self._logged_errors: dict[str, float] = {}
 
@@ -95,28 +124,43 @@ class Database:
         """Whether the connections are usable now."""
         return self.store.conn is not None and self.down_since is None
 
-    def open(self) -> None:
-        """Connect all three; raises ``DatabaseUnavailable`` (at start an unreachable
-        database is a one-line error, not a retry loop)."""
+    def _names(self) -> list[str]:
         name = f"supervisor {self.owner}"
-        timeout = self.statement_timeout
+        return [name + suffix for suffix in ("", " claims", " listen")[:3 if self.listen else 2]]
+
+    def open(self, connect_within: float | None = None) -> None:
+        """Connect all three, blocking (at start); raises ``DatabaseUnavailable`` (at
+        start an unreachable database is a one-line error, not a retry loop).
+        ``connect_within``: a shorter bound than the deadline for each connect."""
         conns: list[psycopg.Connection] = []
         try:
-            for suffix in ("", " claims", " listen")[:3 if self.listen else 2]:
-                conns.append(open_connection(self.dsn, name + suffix, timeout))
-            work, claims = conns[:2]
-            listen = self._start_listening(work, conns[2]) if self.listen else None
-            if not self.listen:
-                work.prepare_threshold = None  # see the module docstring
-        except (DatabaseUnavailable, psycopg.Error) as exc:
+            for name in self._names():
+                conns.append(open_connection(self.dsn, name, self.statement_timeout,
+                                             self.deadline, self.interrupt, connect_within))
+        except DatabaseUnavailable:
             for conn in conns:
                 _quietly_close(conn)
-            if isinstance(exc, DatabaseUnavailable):
-                raise
+            raise
+        self._adopt(conns)
+
+    def _adopt(self, conns: list[psycopg.Connection]) -> None:
+        """Start using freshly opened connections: LISTEN (with its check), then the
+        work, claim and listen roles. Raises ``DatabaseUnavailable`` (all closed)."""
+        try:
+            work, claims = conns[:2]
+            listen = self._start_listening(work, conns[2]) \
+                if self.listen and len(conns) > 2 else None
+            if not self.listen:
+                work.prepare_threshold = None  # see the module docstring
+                for extra in conns[2:]:
+                    _quietly_close(extra)
+        except psycopg.Error as exc:
+            for conn in conns:
+                _quietly_close(conn)
             raise DatabaseUnavailable(f"lost PostgreSQL at {describe(self.dsn)} while "
                                       f"connecting: {first_line(exc)}") from None
         self.store.conn = work
-        self.claims = NonBlockingQuery(claims, self.selector)
+        self.claims = NonBlockingQuery(claims, self.selector, clock=self.clock)
         self.claims.prepares = self.listen  # see the module docstring
         if listen is not None:
             self.listen_conn = listen
@@ -162,6 +206,21 @@ class Database:
             else:
                 self.failed(operation, exc)
         return default
+
+    def expire(self, now: float) -> None:
+        """Abandon the claim in flight if the server has not answered it within the
+        deadline (a hung server never sends the error ``statement_timeout`` promises)."""
+        claims = self.claims
+        if claims is not None and claims.busy and now >= claims.sent_at + self.deadline:
+            self.lost(DatabaseHung(f"a claim got no answer within {self.deadline:g} s "
+                                   f"(client-side deadline)"))
+
+    def next_expiry(self) -> float | None:
+        """When the claim in flight is abandoned if still unanswered (None: none)."""
+        claims = self.claims
+        if claims is None or not claims.busy:
+            return None
+        return claims.sent_at + self.deadline
 
     def failed(self, operation: str, exc: BaseException) -> None:
         """Log a database error that is not a lost connection (rate-limited per
@@ -214,33 +273,68 @@ class Database:
         return ids
 
     def maybe_reconnect(self) -> bool:
-        """While down, try again when the backoff allows; True when back up."""
+        """While down: when the backoff allows, start connecting without blocking (the
+        selector moves each connection along), then check on it; True once back up."""
         if self.up:
             return True
         now = self.clock()
-        if now < self.retry_at:
+        if self.connecting is None:
+            if now < self.retry_at:
+                return False
+            self._close()
+            try:
+                self.connecting = self._start_attempt(now)
+            except DatabaseUnavailable:
+                return self._attempt_failed()
+        attempt = self.connecting
+        pending = not all(c.done for c in attempt)
+        if any(c.error is not None for c in attempt) or (
+                pending and now >= attempt[0].deadline_at):
+            return self._attempt_failed()
+        if pending:
             return False
-        self._close()
-        try:
-            self.open()
-        except DatabaseUnavailable:
-            self._failures += 1
-            delay = min(self.max_backoff, 0.1 * 2 ** min(self._failures, 10))
-            self.retry_at = self.clock() + delay * random.uniform(0.5, 1.0)
-            return False
+        self.connecting = None
+        if attempt:
+            try:
+                self._adopt([c.conn for c in attempt if c.conn is not None])
+            except DatabaseUnavailable:
+                return self._attempt_failed()
         log.warning("database connection restored after %.1f s",
                     now - (self.down_since or now))
         self.down_since = None
         self._failures = 0
         return True
 
+    def _start_attempt(self, now: float) -> list[Connecting]:
+        """Start opening every connection from the selector (an empty list: they are
+        open already)."""
+        deadline_at = now + self.deadline
+        return [Connecting(self.dsn, name, self.statement_timeout, self.deadline,
+                           self.selector, self.interrupt, deadline_at)
+                for name in self._names()]
+
+    def _attempt_failed(self) -> bool:
+        for connecting in self.connecting or ():
+            connecting.abandon()
+        self.connecting = None
+        self._failures += 1
+        delay = min(self.max_backoff, 0.1 * 2 ** min(self._failures, 10))
+        self.retry_at = self.clock() + delay * random.uniform(0.5, 1.0)
+        return False
+
     def next_retry(self) -> float | None:
-        """When the next reconnection attempt is due (None while up)."""
-        return None if self.up else self.retry_at
+        """When the next reconnection attempt is due, or the one under way is given up
+        (None while up)."""
+        if self.up:
+            return None
+        if self.connecting:
+            return self.connecting[0].deadline_at
+        return self.retry_at
 
     def lost(self, exc: BaseException) -> None:
         """The connection broke (seen here, or by the claim path): start an outage."""
         if self.down_since is None:
+            self.cut_short = isinstance(exc, Interrupted)
             self.down_since = self.clock()
             self.retry_at = self.down_since
             self.outages += 1
@@ -248,8 +342,29 @@ class Database:
                       "are held in memory until it is back", describe(self.dsn), first_line(exc))
         self._close()
 
+    def reopen_for_exit(self) -> None:
+        """At exit, after an outage that a stop signal began (the server was only slow
+        to answer, perhaps): one blocking try to connect again, bounded by the deadline,
+        so the last outcomes can be written. Does nothing otherwise. A server that
+        answers connects in milliseconds; a hung one costs ``EXIT_CONNECT`` at most."""
+        if self.up or not self.cut_short:
+            return
+        for connecting in self.connecting or ():
+            connecting.abandon()
+        self.connecting = None
+        self._close()
+        try:
+            self.open(connect_within=EXIT_CONNECT)
+        except DatabaseUnavailable:
+            return
+        self.down_since = None
+        log.info("database connection restored to write the last outcomes")
+
     def close(self) -> None:
         """Close every connection (at exit)."""
+        for connecting in self.connecting or ():
+            connecting.abandon()
+        self.connecting = None
         self._close()
 
     def _close(self) -> None:

@@ -14,6 +14,10 @@ round trip. Off with ``prepares=False`` (behind a pooler in transaction mode, wh
 named statement may be unknown on the next server connection), and off for good on a
 connection where preparing failed once.
 
+A statement sent is given ``sent_at`` (monotonic): the owner abandons it when no answer
+came within its deadline (``Database.expire``), since a hung server never answers and
+never sends the error its ``statement_timeout`` promises.
+
 Only psycopg's public adaptation layer is used (``Transformer`` to dump parameters and
 load rows, ``pq`` for the libpq calls).
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import re
 import selectors
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,8 +70,11 @@ class NonBlockingQuery:
     """Sends a statement, then finishes it from ``handle_event`` calls; the callback
     gets the rows, or the exception (a ``psycopg.Error`` subclass chosen by SQLSTATE)."""
 
-    def __init__(self, conn: psycopg.Connection, selector: selectors.BaseSelector) -> None:
+    def __init__(self, conn: psycopg.Connection, selector: selectors.BaseSelector, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.conn = conn
+        self.clock = clock
+        self.sent_at = 0.0  # when the statement in flight was sent (its prepare included)
         self.pgconn = conn.pgconn
         self.pgconn.nonblocking = 1
         self.selector = selector
@@ -116,6 +124,7 @@ class NonBlockingQuery:
         self._callback = callback
         self._row_factory = row_factory
         self._result = None
+        self.sent_at = self.clock()
         self._watch(selectors.EVENT_READ | selectors.EVENT_WRITE)
 
     def handle_event(self, key: Any, mask: int) -> None:

@@ -8,11 +8,22 @@ maintenance rounds and notices the end of a burst. It never signals or forks any
 process supervision is the arbiter's and the pool's.
 
 Database outages are ridden out here. While the database is away nothing that needs it
-is scheduled (the loop sleeps until the next reconnection attempt, it does not spin).
+is scheduled (the loop sleeps until the next reconnection attempt, it does not spin),
+and nothing new starts: what children hold queued is asked back (``_hold_back``).
 After a reconnect the engine first writes what it holds, renews its own leases and gives
 back rows that a lost claim answer left running under its name; it takes no part in
 rescuing expired leases for one lease period, so every live supervisor has renewed its
-own jobs before anyone judges them lost.
+own jobs before anyone judges them lost. A database that hangs is an outage like any
+other (the client-side deadline of ``supervisor.db``), so the same rules hold after a hang.
+
+Self-fencing: a lease this supervisor cannot renew will be rescued by another once it
+expires. So when its leases (or its slice of a global ``max_running``) have gone
+unrenewed for ``lease_ttl - margin`` (``shared.defaults.fence_margin``), it interrupts
+its running jobs, gives back what it holds unstarted and starts nothing, before anyone
+may take them over. The interrupted attempts go back uncharged, as at the end of a
+drain: the outbox writes them when the database answers again (if another supervisor's
+rescue comes first, the rescue decides, as for a supervisor that died). Once a renewal
+succeeds again, it resumes.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import selectors
 import time
 from typing import TYPE_CHECKING
 
+from shared import defaults, jobs
 from supervisor.db import Database
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
@@ -58,7 +70,8 @@ class Engine:
         self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
                                             clock=clock,
                                             statement_timeout=config.statement_timeout,
-                                            listen=config.listen)
+                                            listen=config.listen,
+                                            deadline=config.database_deadline)
         self.queues = queues
         self.kinds = kinds
         self.metrics = metrics
@@ -84,6 +97,13 @@ class Engine:
         self.next_burst_check = now
         self.rescue_hold_until = 0.0
         self.burst_finished = False  # burst mode: no work left; the arbiter drains
+        self.fence_margin = defaults.fence_margin(config.lease_ttl, config.database_deadline)
+        self.planner.limits.margin = self.fence_margin
+        # When the last renewal that covered every job held here was sent (a lease runs
+        # from the moment its statement left, at the latest): self-fencing counts from it.
+        self.leases_renewed_at = now
+        self.fenced = False  # leases unrenewed too long: running nothing until renewed
+        self._held_back = 0  # the outage whose queued jobs were taken back from children
 
     # -- the loop's calls ---------------------------------------------------------------
     def open(self) -> None:
@@ -100,6 +120,7 @@ class Engine:
         db = self.db
         self.reporter.record(pool.take_outcomes(), now)
         self.planner.jobs_ended(self.reporter.take_ended())
+        db.expire(now)  # a claim a hung server never answers
         if not db.up and db.maybe_reconnect():
             self._reconnected(now, pool)
         self.planner.wake(db.take_notified())
@@ -107,11 +128,15 @@ class Engine:
             self._poll_soon(now)
         self._paused(db.take_paused(), now, pool)
         self._cancelled(db.take_cancelled(), pool)
-        self.dispatch(pool)
+        if db.up and not self.fenced:
+            self.dispatch(pool)
+        elif not db.up and self._held_back != db.outages:
+            self._hold_back(pool)
         if db.up:
             self._timers(now, pool)
+        self._check_fence(now, pool)
         in_flight = self.claim_in_flight
-        if self.claimer.accepting and db.up:
+        if self.claimer.accepting and db.up and not self.fenced:
             self.claimer.claim(now, pool.size(), eager=self.outbox.due(now, in_flight))
             self.dispatch(pool)
         if db.up:  # after the claim is sent: these round trips overlap its execution
@@ -126,11 +151,19 @@ class Engine:
 
     def next_deadline(self, now: float, pool: Pool) -> float:
         """When ``tick`` must run again at the latest (the loop may wake earlier)."""
+        # Once fenced, nothing is due for the fence until a renewal lifts it.
+        fence_at = None if self.fenced else self._fence_at(pool)
         if not self.db.up:
             retry = self.db.next_retry()
-            return retry if retry is not None else now + 1.0
+            due_down = retry if retry is not None else now + 1.0
+            return due_down if fence_at is None else min(due_down, fence_at)
         due = [self.next_poll, self.next_renew, self.maintenance.next_round,
                self.planner.limits.next_refresh]
+        if fence_at is not None:
+            due.append(fence_at)
+        expiry = self.db.next_expiry()
+        if expiry is not None:
+            due.append(expiry)
         if self.next_promote is not None:
             due.append(self.next_promote)
         fire_at = self.schedules.next_due() if self.schedules is not None else None
@@ -227,6 +260,7 @@ class Engine:
     def close(self, pool: Pool, now: float) -> None:
         """Last writes before exit, leave the supervisors' registry, disconnect."""
         self.collect(pool, now)
+        self.db.reopen_for_exit()
         self.flush(now, last_chance=True)
         self.db.call(lambda store: self.planner.limits.close(store), None,
                      "giving back global limit slices")
@@ -305,13 +339,16 @@ class Engine:
                 self.outbox.released(waiting, now)
 
     def _renew(self, pool: Pool) -> None:
+        sent = self.clock()
         held = pool.running() + self.ledger.waiting_jobs()
         if not held:
+            self.leases_renewed_at = sent
             return
         fenced = self.db.call(lambda s: s.renew([(j.id, j.attempt) for j in held]), None,
                               "renewing leases")
         if fenced is None:
             return
+        self.leases_renewed_at = sent
         self.metrics.renewed(len(held) - len(fenced))
         if fenced:
             self.metrics.fenced("renew", len(fenced))
@@ -320,6 +357,64 @@ class Engine:
             log.warning("job %d: lease lost (rescued or cancelled); abandoning it", job_id)
             pool.cancel(job_id)
         self.ledger.drop_waiting(set(fenced))
+
+    # -- self-fencing -------------------------------------------------------------------
+    def _hold_back(self, pool: Pool) -> None:
+        """The database is away: start nothing more until it answers. An outcome
+        written late is fine, but one that cannot be written before the job's lease is
+        rescued elsewhere means the job runs again; so only what already runs goes on,
+        and the jobs queued in children's pipes are asked back (each comes back
+        unstarted and is released, or runs if its child had taken it first)."""
+        self._held_back = self.db.outages
+        asked = sum(pool.take_back(queue) for queue in self.queues)
+        if asked:
+            log.info("database away: %d jobs queued in children go back unstarted", asked)
+
+    def _fence_at(self, pool: Pool) -> float | None:
+        """When this supervisor must stop acting on what it holds, unless a renewal
+        comes first (None: it holds nothing a lease or a slice covers)."""
+        held = pool.held_count() or any(self.ledger.waiting.values())
+        limits = self.planner.limits
+        slice_at = limits.slices_lapse_at(pool.occupied()) if limits.allowed else None
+        if not held:
+            return slice_at
+        lease_at = self.leases_renewed_at + self.config.lease_ttl - self.fence_margin
+        return lease_at if slice_at is None else min(lease_at, slice_at)
+
+    def _check_fence(self, now: float, pool: Pool) -> None:
+        """Fence when the leases or slices went unrenewed too long; lift it once they
+        are renewed again."""
+        if not (pool.held_count() or any(self.ledger.waiting.values())):
+            self.leases_renewed_at = now  # nothing leased: a claim's lease starts later
+        fence_at = self._fence_at(pool)
+        overdue = fence_at is not None and now >= fence_at
+        if overdue:
+            if not self.fenced:
+                self._fence(now, pool)
+        elif self.fenced and self.db.up:
+            self.fenced = False
+            self.reporter.releasing = not self.claimer.accepting  # draining keeps it
+            log.warning("leases renewed again: this supervisor starts jobs again")
+
+    def _fence(self, now: float, pool: Pool) -> None:
+        """Stop acting on leases another supervisor may soon take over: what waits here
+        goes back, running jobs are interrupted (uncharged), nothing starts."""
+        self.fenced = True
+        self.reporter.releasing = True  # jobs that come back from pipes go back too
+        unrenewed = now - self.leases_renewed_at
+        log.error("leases not renewed for %.1f s (lease %.0f s, margin %.1f s): the database "
+                  "does not answer; interrupting %d running jobs and starting nothing until "
+                  "it does (their attempts are not counted)", unrenewed,
+                  self.config.lease_ttl, self.fence_margin, pool.busy_count())
+        waiting = self.ledger.take_waiting()
+        self.outbox.released(waiting, now)
+        self._interrupt_running(pool)
+
+    def _interrupt_running(self, pool: Pool) -> None:
+        """Stop every running job before its lease can be taken over. This is the one
+        place where a fenced supervisor stops its jobs: a stopping notice to the
+        children, when there is one, goes here, before the kill."""
+        pool.interrupt_all(jobs.FAIL_SHUTDOWN)
 
     def _cancelled(self, job_ids: set[int], pool: Pool) -> None:
         for job_id in job_ids:

@@ -18,16 +18,19 @@ a shared row, so no row gets hot however fast jobs go.
 * ``per_key_max_running``: needs no slice; the queue's claims take the keyed claim
   statement (``per_key``), which counts running jobs per key in the database.
 
-A slice is good for one lease (``lease_ttl``) after the renewal that granted it; past
-that, with the renewal failing, this supervisor starts nothing more of the queue, since
-the others may already count its slice as free.
+A slice is good for one lease (``lease_ttl``) after the renewal that granted it, less
+the fence margin (``shared.defaults.fence_margin``): the others count it free once its
+row expires, so with the renewal failing this supervisor stops counting on it before
+then. It starts nothing more of the queue, and the engine interrupts the queue's running
+jobs (``slices_lapse_at``), so the cluster never runs more than the limit while this
+supervisor is cut off from the database.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from supervisor.db import Slice, Store, StoredLimits
 from supervisor.engine.leases import (
@@ -65,6 +68,9 @@ class GlobalLimits:
         self.allowed: dict[str, int] = {}  # queue: running jobs it may start up to
         self.buckets: dict[str, TokenBucket] = {}  # queue: its slice of the rate
         self.valid_until: dict[str, float] = {}  # queue: slice good until (monotonic)
+        # Seconds before a slice's row expires that this supervisor stops counting on it
+        # (the engine sets its fence margin).
+        self.margin = 0.0
         self.leased: set[str] = set()  # queues this supervisor holds a lease row for
 
     def due(self, now: float) -> bool:
@@ -122,7 +128,8 @@ class GlobalLimits:
 
         _stored, allowed, rate = store.renew_lease(queue, decide, to_row)
         self.leased.add(queue)
-        self.valid_until[queue] = now + self.lease_ttl
+        # ``now`` was taken before the renewal was sent: the row lives at least this long.
+        self.valid_until[queue] = now + self.lease_ttl - self.margin
         if allowed is not None:
             self.allowed[queue] = allowed
         if limits.max_rate is not None:
@@ -146,6 +153,14 @@ class GlobalLimits:
                 return 0  # set, but no slice granted yet
             return None
         return allowed if now < self.valid_until.get(queue, -math.inf) else 0
+
+    def slices_lapse_at(self, running: Mapping[str, int]) -> float | None:
+        """When the first slice of a global ``max_running`` under which jobs run here
+        (``running``: jobs per queue) stops being good, unless renewed (None: no job
+        runs under a slice)."""
+        lapses = [self.valid_until.get(queue, -math.inf)
+                  for queue in self.allowed if running.get(queue)]
+        return min(lapses) if lapses else None
 
     def bucket(self, queue: str, now: float) -> TokenBucket | None:
         """The token bucket of ``queue``'s slice of its global rate (None: no global
