@@ -83,7 +83,7 @@ class Interrupt:
     def arrived(self) -> str | None:
         """Read the pipe empty; ``URGENT`` or ``SOFT`` if such a signal was among what
         arrived, else None."""
-        seen = set()
+        seen: set[int] = set()
         try:
             while chunk := os.read(self.fd, 256):
                 seen.update(chunk)
@@ -148,10 +148,10 @@ def _drive(gen: Any, fd_of: Any, limit: float, interrupt: Interrupt | None,
                         for key, mask in sel.select(left):
                             if key.data is None:
                                 seen = interrupt.arrived() if interrupt is not None else None
-                                cut = {Interrupt.URGENT: time.monotonic()
-                                       + Interrupt.URGENT_GRACE,
-                                       Interrupt.SOFT: began + interrupt.patience
-                                       if interrupt is not None else 0.0}.get(seen)
+                                cut = None if seen is None else {
+                                    Interrupt.URGENT: time.monotonic() + Interrupt.URGENT_GRACE,
+                                    Interrupt.SOFT: began + interrupt.patience
+                                    if interrupt is not None else 0.0}.get(seen)
                                 if cut is not None and cut < deadline:
                                     deadline, signalled = cut, True
                                 continue

@@ -89,7 +89,7 @@ class NonBlockingQuery:
         self._named = 0  # names used on this connection: a name is never reused
         # While a statement is being prepared: what to execute once it is.
         self._then: tuple[tuple[bytes, tuple[int, ...]], bytes, Sequence[Any],
-                          Sequence[Any], Prepared] | None = None
+                          Sequence[Any] | None, Prepared] | None = None
 
     @property
     def busy(self) -> bool:
@@ -107,7 +107,7 @@ class NonBlockingQuery:
             raise RuntimeError("a statement is already in flight")
         values: Sequence[Any] = statement.values(params)
         dumped = self.transformer.dump_sequence(values, [PyFormat.AUTO] * len(values))
-        types, formats = tuple(self.transformer.types), self.transformer.formats
+        types, formats = tuple(self.transformer.types or ()), self.transformer.formats
         if prepare and self.prepares:
             key = (statement.sql, types)
             name = self._names.get(key)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -346,7 +347,8 @@ class Store:
         row = self.connection.execute(HAS_DUE_WORK, params).fetchone()
         return bool(row and row[0])
 
-    def left_for_later(self, queues: Sequence[str], kinds: Sequence[str]) -> tuple[int, object]:
+    def left_for_later(self, queues: Sequence[str],
+                       kinds: Sequence[str]) -> tuple[int, datetime | None]:
         """(how many, earliest run_at) of scheduled or retrying jobs in ``queues``."""
         row = self.connection.execute(LEFT_FOR_LATER,
                                       {"queues": list(queues), "kinds": list(kinds)}).fetchone()

@@ -32,6 +32,7 @@ import logging
 import random
 import selectors
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from shared import defaults, jobs
@@ -215,12 +216,14 @@ class Engine:
             # Under a global max_running the caps must count children given a job whose
             # START has not come back; without one, started jobs are the fairer measure.
             running = pool.occupied() if planner.limited() else ledger.running
-            queue = planner.next_queue(size, waiting, running) if waiting else None
-            if queue is None:
+            chosen = planner.next_queue(size, waiting, running) if waiting else None
+            if chosen is None:
                 break
-            job = ledger.pop_waiting(queue)
-            if not pool.dispatch(job, planner.depth.pipeline(queue,
-                                                             planner.policies[queue].prefetch)):
+            job = ledger.pop_waiting(chosen)
+            if job is None:
+                break
+            if not pool.dispatch(job, planner.depth.pipeline(chosen,
+                                                             planner.policies[chosen].prefetch)):
                 ledger.unpop_waiting(job)
                 break
             ledger.sent(job)
@@ -302,7 +305,7 @@ class Engine:
                 self.metrics.rescued(rescued)
         schedules = self.schedules
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
-            self.db.call(lambda s: schedules.fire_due(s.conn), 0, "firing schedules")
+            self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")
 
     def _poll(self, now: float) -> None:
         """Promote due scheduled/retryable jobs, ask which queues hold work and when the
@@ -430,7 +433,8 @@ class Engine:
         self._renew(pool)
         held = ([j.id for j in pool.running()] + [j.id for j in self.ledger.waiting_jobs()]
                 + self.outbox.held_ids())
-        returned = self.db.call(lambda s: s.reconcile(held), [], "reconciling claims")
+        returned: list[int] = self.db.call(lambda s: s.reconcile(held), [],
+                                           "reconciling claims")
         if returned:
             log.warning("%d jobs claimed just before the connection was lost never reached "
                         "this supervisor; they are available again, attempt not counted",
@@ -458,8 +462,9 @@ class Engine:
         if more:
             self._poll(now)
             return
+        nothing_later: tuple[int, datetime | None] = (0, None)
         left, next_at = db.call(lambda s: s.left_for_later(self.queues, self.kinds),
-                                (0, None), "checking for work")
+                                nothing_later, "checking for work")
         later = (f"; {left} jobs are due later than the {horizon:.0f} s horizon, the next at "
                  f"{next_at:%Y-%m-%d %H:%M:%S %Z}" if left else "")
         log.info("burst: no more work in %s%s; exiting", ",".join(self.queues), later)
