@@ -134,7 +134,10 @@ PREFETCH = _Prefetch()
 @click.option("--max-jobs-per-child", type=click.IntRange(min=1))
 @click.option("--max-memory-per-child", metavar="SIZE", help="RSS limit, e.g. 512MB or 1GiB.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
-              help="Seconds of heartbeat silence before a busy child counts as hung (30).")
+              help="Seconds a busy child may go without a heartbeat and without using "
+                   "CPU before it counts as hung (30); one stopped (T) or in "
+                   "uninterruptible sleep (D) is hung at once. Native code that holds "
+                   "the GIL but uses CPU is busy, bounded only by the job's timeout.")
 @click.option("--no-listen", "no_listen", is_flag=True,
               help="Poll only, no LISTEN/NOTIFY (for a pooler in transaction mode).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
