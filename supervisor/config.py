@@ -20,13 +20,13 @@ Keys may use dashes or underscores. Unknown keys are an error, not a silent no-o
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from shared import defaults
+from shared.cpus import CpuCount, available_cpus
 from shared.units import parse_duration, parse_number, parse_size, parse_whole
 from supervisor.pool import PoolSettings
 from supervisor.queue_policy import QueuePolicy, validate
@@ -40,7 +40,8 @@ class ConfigError(ValueError):
 class RunConfig:
     """Everything ``supervisor run`` needs besides the DSN and the handler modules."""
 
-    children: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # Default: the CPUs this process may use (cgroup quota, affinity, host: the least).
+    children: int = field(default_factory=lambda: available_cpus().count)
     queues: list[str] | None = None  # None: every queue a loaded handler names
     grace: float = defaults.GRACE
     lease_ttl: float = defaults.LEASE_TTL
@@ -72,6 +73,17 @@ class RunConfig:
     otel: bool | None = None
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
     schedules: dict[str, Any] = field(default_factory=dict)  # [schedules.NAME] tables, raw
+    # Not settings: the CPUs found at start (for -n's default and native_threads), and
+    # whether ``children`` is that default rather than set by flag or file.
+    cpus: CpuCount = field(default_factory=available_cpus)
+    children_from_cpus: bool = True
+
+    def children_origin(self) -> str:
+        """Where the number of children came from, for the start-up line."""
+        if not self.children_from_cpus:
+            return "set"
+        n, source = self.cpus
+        return f"one per CPU: {n} CPU{'s' if n != 1 else ''} from {source}"
 
     def pool_settings(self) -> PoolSettings:
         """The child pool's part of these settings."""
@@ -93,7 +105,8 @@ class RunConfig:
 
 
 _SCALAR_KEYS = {f.name for f in fields(RunConfig)} - {"queue_policies", "queues", "burst",
-                                                      "schedules"}
+                                                      "schedules", "cpus",
+                                                      "children_from_cpus"}
 _QUEUE_KEYS = {f.name for f in fields(QueuePolicy)} - {"name"}
 def _norm(key: str) -> str:
     return key.replace("-", "_")
@@ -175,6 +188,8 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = _coerce(RunConfig, key, value) if key in _SCALAR_KEYS else value
+    if "children" in values:
+        values["children_from_cpus"] = False
     config = replace(config, **values)
 
     policies = {}
