@@ -71,6 +71,9 @@ class RunConfig:
     # OpenTelemetry spans (the `otel` extra): None ("auto") traces when the --app modules
     # imported opentelemetry, i.e. the application uses it (supervisor/observe/tracing.py).
     otel: bool | None = None
+    # Threads per native pool (BLAS, OpenMP, MKL, numexpr) in each child: "auto" (its
+    # share of the CPUs, max(1, cpus // children)), a whole number, or "off" (as is).
+    native_threads: str | int = "auto"
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
     schedules: dict[str, Any] = field(default_factory=dict)  # [schedules.NAME] tables, raw
     # Not settings: the CPUs found at start (for -n's default and native_threads), and
@@ -94,7 +97,16 @@ class RunConfig:
             max_jobs_per_child=self.max_jobs_per_child,
             max_memory_per_child=self.max_memory_per_child, max_result_bytes=self.max_result_bytes,
             default_soft_timeout=self.default_soft_timeout,
+            native_threads=self.threads_per_child(),
         )
+
+    def threads_per_child(self) -> int | None:
+        """Threads each child's native pools get (None: left as the libraries set)."""
+        if self.native_threads == "off":
+            return None
+        if self.native_threads == "auto":
+            return max(1, self.cpus.count // max(1, self.children))
+        return int(self.native_threads)
 
     def policy(self, queue: str) -> QueuePolicy:
         """The scheduling policy of ``queue`` (configured, or the defaults)."""
@@ -138,12 +150,27 @@ _SIZE_KEYS = {"max_memory_per_child", "max_result_bytes"}
 _NUMBER_KEYS = {"weight", "max_rate"}  # plain numbers; every other float is a duration
 
 
+def parse_native_threads(value: Any, name: str = "native_threads") -> str | int:
+    """``auto``, ``off`` or a whole number of at least 1 (given as such or as text),
+    else ``ConfigError``."""
+    if value in ("auto", "off"):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise ConfigError(f"{name} must be auto, off or a whole number of at least 1, "
+                      f"not {value!r}")
+
+
 def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
     """``value`` as the type of ``owner``'s field ``key``: whole numbers, numbers,
     durations (``30s``, ``5m``, ``7d``) and sizes (``512MB``), or ``ConfigError`` naming
     the setting and what it expects."""
     kind = {f.name: f.type for f in fields(owner)}[key]
     name = f"{where}{key}"
+    if key == "native_threads":
+        return parse_native_threads(value, name)
     if key in ("prefetch", "otel") and value == "auto":
         return None  # prefetch: measured (engine/depth.py); otel: decided at start
     try:

@@ -110,6 +110,24 @@ class _Prefetch(click.ParamType):
 PREFETCH = _Prefetch()
 
 
+class _NativeThreads(click.ParamType):
+    """``auto``, ``off`` or a whole number of at least 1."""
+
+    name = "native_threads"
+
+    def convert(self, value, param, ctx):
+        from supervisor.config import ConfigError, parse_native_threads
+
+        try:
+            return parse_native_threads(value)
+        except ConfigError:
+            self.fail(f"{value!r} is not auto, off or a whole number of at least 1",
+                      param, ctx)
+
+
+NATIVE_THREADS = _NativeThreads()
+
+
 @click.command("run")
 @click.option("-n", "--children", type=click.IntRange(min=1),
               help="Child processes (default: CPUs).")
@@ -138,6 +156,11 @@ PREFETCH = _Prefetch()
                    "CPU before it counts as hung (30); one stopped (T) or in "
                    "uninterruptible sleep (D) is hung at once. Native code that holds "
                    "the GIL but uses CPU is busy, bounded only by the job's timeout.")
+@click.option("--native-threads", type=NATIVE_THREADS, metavar="auto|N|off",
+              help="Threads of the BLAS, OpenMP, MKL and numexpr pools in each child "
+                   "(auto: its share of the CPUs, max(1, CPUs // children), so children "
+                   "do not oversubscribe the cores; off: the libraries' defaults). "
+                   "Variables you set (OMP_NUM_THREADS, ...) are left alone.")
 @click.option("--no-listen", "no_listen", is_flag=True,
               help="Poll only, no LISTEN/NOTIFY (for a pooler in transaction mode).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
@@ -157,8 +180,8 @@ PREFETCH = _Prefetch()
 @reports_errors
 def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
-                max_memory_per_child, heartbeat_timeout, no_listen, metrics_port, metrics_host,
-                otel, queue_settings, dsn, log_level, log_format):
+                max_memory_per_child, heartbeat_timeout, native_threads, no_listen,
+                metrics_port, metrics_host, otel, queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
     overrides = {
@@ -168,6 +191,7 @@ def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, 
         "heartbeat_timeout": heartbeat_timeout, "metrics_port": metrics_port,
         "metrics_host": metrics_host, "burst_horizon": burst_horizon,
         "listen": False if no_listen else None, "otel": otel,
+        "native_threads": native_threads,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

@@ -56,6 +56,7 @@ from supervisor.pool.process import (
 )
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
+from workers import nativethreads
 from workers.child import child_main
 
 _ANSWERS = (JobDone, JobFailed)  # what ends the job at the head of a child's queue
@@ -105,6 +106,8 @@ class Pool:
             return
         self._started = True
         self._parent_pid = self._os.getpid()
+        if self.settings.native_threads is not None:
+            nativethreads.prepare()  # before the freeze: its module is shared too
         gc.freeze()
         self._maintain_size()
 
