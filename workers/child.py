@@ -25,7 +25,7 @@ from shared.exitcodes import (
     CHILD_PIPE_LOST,
     CHILD_RECYCLE,
 )
-from workers import nativethreads, output, tracing
+from workers import hooks, nativethreads, output, tracing
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext
 from workers.execution import JobExecutor, one_line
@@ -90,7 +90,14 @@ def _boot_and_serve(config: ChildConfig) -> int:
         except BaseException as exc:
             _report_boot_error(config, "import", exc)
             return CHILD_IMPORT_ERROR
-    return JobRunner(config).serve()
+    try:
+        hooks.run_child_start()  # a model loaded once per child, a reseed, ...
+    except BaseException as exc:
+        _report_boot_error(config, "on_child_start", exc)
+        return CHILD_BOOT_ERROR
+    code = JobRunner(config).serve()
+    hooks.run_child_exit(_say)
+    return code
 
 
 def _print_to_stderr(exc: BaseException) -> None:
