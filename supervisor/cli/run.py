@@ -52,6 +52,12 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         raise CliError(str(exc)) from None
     if not REGISTRY:
         raise CliError("no job handlers loaded: name the modules that define them with --app")
+    for handle in REGISTRY.values():
+        beat = handle.defaults.heartbeat_timeout
+        if beat is not None and beat <= config.heartbeat_interval:
+            raise CliError(f"job kind {handle.kind!r}: heartbeat_timeout {beat:g} s must be "
+                           f"longer than heartbeat_interval ({config.heartbeat_interval:g} s)",
+                           CLI_USAGE)
     try:
         schedules = merge_specs(specs_from_registry(REGISTRY.values()),
                                 parse_config_schedules(config.schedules, REGISTRY))
