@@ -37,6 +37,7 @@ FAIL_MEMORY = "memory"  # RSS over max_memory_per_child while running; child gro
 FAIL_SHUTDOWN = "shutdown"  # still running at the end of the drain grace
 FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
 FAIL_LEASE_EXPIRED = "lease_expired"  # its supervisor vanished; rescued by maintenance
+FAIL_HOOK = "hook"  # an @around_job hook raised entering or leaving (workers.hooks)
 # The handler raised workers.Snooze(delay): not a failure; runs again after the delay
 # (carried as the answer's retry_delay) with its attempt unspent and no errors entry.
 FAIL_SNOOZE = "snooze"

@@ -109,8 +109,9 @@ class Arbiter:
             opened = True
             # Said once connected, as before the children were forked first: scripts
             # that wait for this line may count on the database connections.
-            log.info("supervisor %s starting %d children for queues %s", self.owner,
-                     self.config.children, ",".join(self.queues))
+            log.info("supervisor %s starting %d children (%s) for queues %s", self.owner,
+                     self.config.children, self.config.children_origin(),
+                     ",".join(self.queues))
             if self.config.metrics_port is not None:
                 self.metrics_server = MetricsServer(
                     self.config.metrics_port, self.metrics.render, self.selector,

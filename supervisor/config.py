@@ -20,13 +20,13 @@ Keys may use dashes or underscores. Unknown keys are an error, not a silent no-o
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from shared import defaults
+from shared.cpus import CpuCount, available_cpus
 from shared.units import parse_duration, parse_number, parse_size, parse_whole
 from supervisor.pool import PoolSettings
 from supervisor.queue_policy import QueuePolicy, validate
@@ -40,7 +40,8 @@ class ConfigError(ValueError):
 class RunConfig:
     """Everything ``supervisor run`` needs besides the DSN and the handler modules."""
 
-    children: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # Default: the CPUs this process may use (cgroup quota, affinity, host: the least).
+    children: int = field(default_factory=lambda: available_cpus().count)
     queues: list[str] | None = None  # None: every queue a loaded handler names
     grace: float = defaults.GRACE
     lease_ttl: float = defaults.LEASE_TTL
@@ -73,8 +74,22 @@ class RunConfig:
     # OpenTelemetry spans (the `otel` extra): None ("auto") traces when the --app modules
     # imported opentelemetry, i.e. the application uses it (supervisor/observe/tracing.py).
     otel: bool | None = None
+    # Threads per native pool (BLAS, OpenMP, MKL, numexpr) in each child: "auto" (its
+    # share of the CPUs, max(1, cpus // children)), a whole number, or "off" (as is).
+    native_threads: str | int = "auto"
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
     schedules: dict[str, Any] = field(default_factory=dict)  # [schedules.NAME] tables, raw
+    # Not settings: the CPUs found at start (for -n's default and native_threads), and
+    # whether ``children`` is that default rather than set by flag or file.
+    cpus: CpuCount = field(default_factory=available_cpus)
+    children_from_cpus: bool = True
+
+    def children_origin(self) -> str:
+        """Where the number of children came from, for the start-up line."""
+        if not self.children_from_cpus:
+            return "set"
+        n, source = self.cpus
+        return f"one per CPU: {n} CPU{'s' if n != 1 else ''} from {source}"
 
     def pool_settings(self) -> PoolSettings:
         """The child pool's part of these settings."""
@@ -85,7 +100,16 @@ class RunConfig:
             max_jobs_per_child=self.max_jobs_per_child,
             max_memory_per_child=self.max_memory_per_child, max_result_bytes=self.max_result_bytes,
             default_soft_timeout=self.default_soft_timeout,
+            native_threads=self.threads_per_child(),
         )
+
+    def threads_per_child(self) -> int | None:
+        """Threads each child's native pools get (None: left as the libraries set)."""
+        if self.native_threads == "off":
+            return None
+        if self.native_threads == "auto":
+            return max(1, self.cpus.count // max(1, self.children))
+        return int(self.native_threads)
 
     def policy(self, queue: str) -> QueuePolicy:
         """The scheduling policy of ``queue`` (configured, or the defaults)."""
@@ -96,7 +120,8 @@ class RunConfig:
 
 
 _SCALAR_KEYS = {f.name for f in fields(RunConfig)} - {"queue_policies", "queues", "burst",
-                                                      "schedules"}
+                                                      "schedules", "cpus",
+                                                      "children_from_cpus"}
 _QUEUE_KEYS = {f.name for f in fields(QueuePolicy)} - {"name"}
 def _norm(key: str) -> str:
     return key.replace("-", "_")
@@ -128,12 +153,27 @@ _SIZE_KEYS = {"max_memory_per_child", "max_result_bytes"}
 _NUMBER_KEYS = {"weight", "max_rate"}  # plain numbers; every other float is a duration
 
 
+def parse_native_threads(value: Any, name: str = "native_threads") -> str | int:
+    """``auto``, ``off`` or a whole number of at least 1 (given as such or as text),
+    else ``ConfigError``."""
+    if value in ("auto", "off"):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise ConfigError(f"{name} must be auto, off or a whole number of at least 1, "
+                      f"not {value!r}")
+
+
 def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
     """``value`` as the type of ``owner``'s field ``key``: whole numbers, numbers,
     durations (``30s``, ``5m``, ``7d``) and sizes (``512MB``), or ``ConfigError`` naming
     the setting and what it expects."""
     kind = {f.name: f.type for f in fields(owner)}[key]
     name = f"{where}{key}"
+    if key == "native_threads":
+        return parse_native_threads(value, name)
     if key in ("prefetch", "otel") and value == "auto":
         return None  # prefetch: measured (engine/depth.py); otel: decided at start
     try:
@@ -178,6 +218,8 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = _coerce(RunConfig, key, value) if key in _SCALAR_KEYS else value
+    if "children" in values:
+        values["children_from_cpus"] = False
     config = replace(config, **values)
 
     policies = {}

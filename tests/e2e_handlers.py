@@ -5,6 +5,7 @@ short line are atomic), so tests check what ran, how often and when, instead of
 trusting the supervisor's own account.
 """
 
+import ctypes
 import os
 import re
 import time
@@ -95,9 +96,18 @@ def e2e_too_slow() -> None:
 
 @job(max_attempts=2)
 def e2e_hang_in_c() -> None:
-    """Catastrophic backtracking: holds the GIL in C, so no heartbeat can be sent."""
+    """Stuck in C holding the GIL (libc ``sleep`` through ``PyDLL``, which keeps it):
+    no heartbeat can be sent and no CPU time moves."""
     record("run")
-    re.match(r"(a+)+$", "a" * 64 + "b")
+    ctypes.PyDLL(None).sleep(600)
+
+
+@job(max_attempts=1)
+def e2e_regex_busy(n: int = 26) -> bool:
+    """Catastrophic backtracking: holds the GIL in C for seconds (n=26 about 5 s here)
+    while burning CPU: busy, not hung."""
+    record("run")
+    return bool(re.match(r"(a+)+$", "a" * n + "!"))
 
 
 @job

@@ -8,6 +8,7 @@ import random
 import selectors
 
 from shared import wire
+from shared.procfs import GroupSample
 from supervisor.pool import Pool, PoolSettings
 
 
@@ -33,6 +34,7 @@ class FakeOs:
         self.rss_of: dict[int, int] = {}  # pid -> bytes resident now
         self.peak_of: dict[int, int] = {}  # pid -> peak bytes (VmHWM)
         self.escaped_of: dict[int, list[int]] = {}  # pid -> descendants out of its group
+        self.sample_of: dict[int, GroupSample] = {}  # pid -> CPU and state; none: unreadable
 
     def fork(self) -> int:
         self.next_pid += 1
@@ -87,6 +89,9 @@ class FakeOs:
 
     def escaped(self, pid: int) -> list[int]:
         return self.escaped_of.get(pid, [])
+
+    def group_sample(self, pid: int) -> GroupSample | None:
+        return self.sample_of.get(pid)
 
     def waitpid_any(self) -> tuple[int, int]:
         return self.exits.pop(0) if self.exits else (0, 0)

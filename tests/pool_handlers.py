@@ -3,6 +3,7 @@ not clash with other tests' kinds in the shared registry."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
@@ -64,10 +65,24 @@ def pool_sleep_with_timeout(seconds: float):
     time.sleep(seconds)
 
 
-@job(name="pool_regex_hang")
-def pool_regex_hang(n: int = 40):
-    # Catastrophic backtracking: minutes inside one C call that holds the GIL.
-    return bool(re.match(r"(a+)+$", "a" * n + "b"))
+@job(name="pool_regex_busy")
+def pool_regex_busy(n: int = 24):
+    # Catastrophic backtracking: one C call that holds the GIL and burns CPU the whole
+    # time (n=24 about 1.3 s here, each n more doubles it): busy, not hung.
+    return bool(re.match(r"(a+)+$", "a" * n + "!"))
+
+
+@job(name="pool_gil_sleep")
+def pool_gil_sleep(seconds: int = 60):
+    # A native call that holds the GIL and uses no CPU: functions of a ``PyDLL`` keep
+    # the GIL, so the heartbeat thread starves and the CPU time stands still: hung.
+    ctypes.PyDLL(None).sleep(seconds)
+
+
+@job(name="pool_short_beat", heartbeat_timeout=0.5)
+def pool_short_beat(seconds: int = 60):
+    # Its kind's heartbeat timeout (0.5 s) is shorter than the pool's.
+    ctypes.PyDLL(None).sleep(seconds)
 
 
 @job(name="pool_stop_self")

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
@@ -21,6 +22,7 @@ from supervisor.pool import (
     JobDone,
     JobFailed,
     JobProgress,
+    JobStarted,
     PoolHalted,
 )
 
@@ -85,11 +87,56 @@ def test_handler_timeout_from_the_job_decorator(make_driver):
     assert out.kind == "timeout" and "0.3 s" in out.message
 
 
-def test_gil_holding_hang_is_caught_by_the_heartbeat_deadline(make_driver):
+def test_native_code_holding_the_gil_while_burning_cpu_is_busy_not_hung(make_driver):
+    # The regex holds the GIL for about 1.3 s here, the heartbeat timeout is 0.5 s: its
+    # heartbeat thread starves, but its CPU time moves, so it is left to finish.
     d = make_driver(heartbeat_timeout=0.5)
-    out = d.run("pool_regex_hang", '{"n": 40}')
-    assert out.kind == "hung" and out.message == "no heartbeat for 0.5 s"
+    out = d.run("pool_regex_busy", '{"n": 24}')
+    assert isinstance(out, JobDone), out
+    assert len(d.events("native")) == 1
+    assert not d.events("killed")
+
+
+def _killed_within(d: Driver, job, stop_pid: int | None = None):
+    """Dispatch ``job``; the seconds from its START (or, with ``stop_pid``, from the
+    SIGSTOP sent to that pid once the job started) until the child was killed, and
+    the job's failure."""
+    assert d.pool.dispatch(job)
+    d.until(lambda: any(isinstance(o, JobStarted) and o.job.id == job.id
+                        for o in d.outcomes))
+    if stop_pid is not None:
+        os.kill(stop_pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    d.until(lambda: d.events("killed"))
+    waited = time.monotonic() - t0
+    d.until(lambda: d.finished(job.id) is not None)
+    return waited, d.finished(job.id)
+
+
+def test_native_call_holding_the_gil_without_cpu_is_hung_in_time(make_driver):
+    # libc sleep through PyDLL keeps the GIL and uses no CPU: no beat, no CPU time.
+    d = make_driver(heartbeat_timeout=1.0)
+    waited, out = _killed_within(d, d.job("pool_gil_sleep"))
+    assert out.kind == "hung" and out.message == "no heartbeat and no CPU time for 1.0 s"
+    assert waited <= 1.0 + 1.0, waited  # heartbeat_timeout + 1 s (a generous bound)
     assert isinstance(d.run("pool_noop"), JobDone)
+
+
+def test_child_sigstopped_mid_job_is_hung_in_time(make_driver):
+    d = make_driver(heartbeat_timeout=1.0)
+    pid = d.events("spawned")[-1].pid
+    waited, out = _killed_within(d, d.job("pool_sleep", '{"seconds": 30}'), stop_pid=pid)
+    assert out.kind == "hung"
+    assert out.message == "stopped (state T), no heartbeat for 1.0 s"
+    assert waited <= 1.0 + 1.0, waited
+    assert isinstance(d.run("pool_noop"), JobDone)
+
+
+def test_a_kinds_heartbeat_timeout_overrides_the_pools(make_driver):
+    d = make_driver(heartbeat_timeout=30.0)
+    waited, out = _killed_within(d, d.job("pool_short_beat"))
+    assert out.kind == "hung" and out.message == "no heartbeat and no CPU time for 0.5 s"
+    assert waited <= 0.5 + 1.0, waited
 
 
 def test_sigstopped_child_is_caught_by_the_heartbeat_deadline(make_driver):

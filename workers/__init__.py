@@ -2,8 +2,9 @@
 child runtime. Handler modules import ``job`` and ``current_job`` from here."""
 
 from workers.context import JobContext, current_job
+from workers.hooks import HookError, around_job, on_child_exit, on_child_start, on_discard
 from workers.outcomes import Discard, Retry, Snooze, SoftTimeout
 from workers.registry import JobHandle, job
 
-__all__ = ["Discard", "JobContext", "JobHandle", "Retry", "Snooze", "SoftTimeout", "current_job",
-           "job"]
+__all__ = ["Discard", "HookError", "JobContext", "JobHandle", "Retry", "Snooze", "SoftTimeout",
+           "around_job", "current_job", "job", "on_child_exit", "on_child_start", "on_discard"]

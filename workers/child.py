@@ -25,7 +25,7 @@ from shared.exitcodes import (
     CHILD_PIPE_LOST,
     CHILD_RECYCLE,
 )
-from workers import output, tracing
+from workers import hooks, nativethreads, output, tracing
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext
 from workers.execution import JobExecutor, one_line
@@ -51,6 +51,7 @@ class ChildConfig:
     max_frame_bytes: int = wire.DEFAULT_MAX_BODY
     imports: tuple[str, ...] = ()  # modules to import after boot (normally already loaded)
     default_soft_timeout: float | None = None  # for kinds whose @job sets none; 0: none
+    native_threads: int | None = None  # threads per native pool (BLAS, OpenMP); None: as is
 
 
 def child_main(config: ChildConfig) -> NoReturn:
@@ -80,13 +81,23 @@ def _boot_and_serve(config: ChildConfig) -> int:
     except Exception as exc:
         _report_boot_error(config, "boot", exc)
         return CHILD_BOOT_ERROR
+    if config.native_threads is not None:
+        # Before anything runs here: pools loaded later read the variables it sets.
+        nativethreads.limit(config.native_threads)
     for module in config.imports:
         try:
             importlib.import_module(module)
         except BaseException as exc:
             _report_boot_error(config, "import", exc)
             return CHILD_IMPORT_ERROR
-    return JobRunner(config).serve()
+    try:
+        hooks.run_child_start()  # a model loaded once per child, a reseed, ...
+    except BaseException as exc:
+        _report_boot_error(config, "on_child_start", exc)
+        return CHILD_BOOT_ERROR
+    code = JobRunner(config).serve()
+    hooks.run_child_exit(_say)
+    return code
 
 
 def _print_to_stderr(exc: BaseException) -> None:

@@ -22,17 +22,25 @@ from shared.jobs import (
     FAIL_BINDING,
     FAIL_DISCARD,
     FAIL_ERROR,
+    FAIL_HOOK,
     FAIL_RESULT,
     FAIL_RETRY,
     FAIL_SNOOZE,
     FAIL_UNKNOWN_KIND,
 )
+from workers import hooks
 from workers.binding import ArgsChecker
 from workers.context import JobContext, set_current
 from workers.outcomes import Discard, Retry, Snooze
 from workers.registry import JobHandle, get_handler
 from workers.results import non_finite
 from workers.softtimer import SoftTimer
+
+
+def _warn(message: str) -> None:
+    from workers.output import runtime_line
+
+    runtime_line("warning", message)
 
 
 def one_line(exc: BaseException) -> str:
@@ -82,7 +90,26 @@ class JobExecutor:
         self._checkers: dict[str, ArgsChecker] = {}
 
     def run(self, run: wire.Run) -> wire.Done | wire.Failed:
-        """Run one job; return its answer."""
+        """Run one job (inside any ``@around_job`` hooks); return its answer. A
+        failure that discards the job calls the ``@on_discard`` hooks first."""
+        answer = self._answer(run)
+        if hooks.DISCARD and type(answer) is wire.Failed and hooks.is_final(
+                answer.kind, run.attempt, run.max_attempts):
+            self._discarded(run, answer)
+        return answer
+
+    def _discarded(self, run: wire.Run, answer: wire.Failed) -> None:
+        context = JobContext(id=run.id, kind=run.kind, queue=run.queue, attempt=run.attempt,
+                             args=run.args, max_attempts=run.max_attempts)
+        errors = [{"attempt": run.attempt, "kind": answer.kind, "message": answer.message,
+                   "traceback": answer.traceback}]
+        set_current(context)
+        try:
+            hooks.run_discard(context, errors, _warn)
+        finally:
+            set_current(None)
+
+    def _answer(self, run: wire.Run) -> wire.Done | wire.Failed:
         job_id = run.id
         kind = run.kind
         args = run.args
@@ -115,8 +142,17 @@ class JobExecutor:
             soft = self.default_soft_timeout
         timer = self.soft_timer
         try:
-            result = (timer.call(soft, handle.func, args) if soft and timer is not None
-                      else handle.func(**args))
+            if hooks.AROUND_JOB:
+                result = hooks.call_around(context, lambda: (
+                    timer.call(soft, handle.func, args) if soft and timer is not None
+                    else handle.func(**args)))
+            else:
+                result = (timer.call(soft, handle.func, args) if soft and timer is not None
+                          else handle.func(**args))
+        except hooks.HookFailed as exc:
+            self._keep(exc.cause)
+            return wire.Failed(job_id, FAIL_HOOK, f"{exc}: {one_line(exc.cause)}",
+                               "".join(traceback.format_exception(exc.cause)))
         except Discard as exc:
             self._keep(exc)
             return wire.Failed(job_id, FAIL_DISCARD, exc.reason, traceback.format_exc())

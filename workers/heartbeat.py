@@ -2,11 +2,15 @@
 ``interval`` seconds while a job runs, carrying the job's latest progress, and keeps the
 process title on the running job.
 
-Silence is how the parent spots a hung child: a handler stuck in C code that holds the
-GIL, or a stopped process, starves this thread, and the parent kills the group when the
-heartbeat deadline passes. The thread and the main loop share the pipe, so every write
-goes through one lock; ``Heartbeat.lock`` is that lock, and the main thread holds it
-while it answers a job so that no beat for a finished job can follow its answer.
+Silence is how the parent starts to suspect a hung child: a handler in C code that holds
+the GIL, or a stopped process, starves this thread. Silence alone cannot tell busy from
+stuck, so once the deadline passes the parent reads the child's CPU time and state
+(``supervisor.pool.process.ChildProcess.silent``): CPU time moving is busy native code,
+left to run; a stopped process, or neither beats nor CPU for the timeout, is hung.
+
+The thread and the main loop share the pipe, so every write goes through one lock;
+``Heartbeat.lock`` is that lock, and the main thread holds it while it answers a job so
+that no beat for a finished job can follow its answer.
 
 Titles (``worker 3 job 4711 resize (attempt 2)`` or ``worker 3 idle``) are set from here,
 not from the job's path: a title costs ~2 µs a call, twice per job, which is a tenth of a

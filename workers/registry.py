@@ -35,11 +35,12 @@ class DuplicateKindError(RuntimeError):
 class JobDefaults:
     """A kind's defaults, set by ``@job``: ``options`` (every ``JobOptions``, copied
     onto each enqueued row unless the call overrides them), and what only the child
-    and the supervisor use (``backoff``, ``soft_timeout``)."""
+    and the supervisor use (``backoff``, ``soft_timeout``, ``heartbeat_timeout``)."""
 
     options: JobOptions = field(default_factory=lambda: job_options({}))
     backoff: Backoff = jobs.DEFAULT_BACKOFF
     soft_timeout: float | None = None  # None: the supervisor's default_soft_timeout; 0: none
+    heartbeat_timeout: float | None = None  # None: the supervisor's heartbeat_timeout
 
     @property
     def queue(self) -> str:
@@ -191,6 +192,7 @@ def job(
     name: str | None = None,
     backoff: Backoff | None = None,
     soft_timeout: float | None = None,
+    heartbeat_timeout: float | None = None,
     cron: str | None = None,
     every: float | None = None,
     timezone: str | None = None,
@@ -208,6 +210,9 @@ def job(
     delay between attempts;
     ``soft_timeout`` raises ``workers.SoftTimeout`` inside the handler after that many
     seconds (0: never), so it can clean up before the hard timeout kills it.
+    ``heartbeat_timeout`` (seconds, > 0) overrides the supervisor's for this kind: a
+    child running it is hung once neither heartbeats nor its CPU time moved for that
+    long (a handler busy in native code that holds the GIL is not hung).
 
     ``cron`` (5 fields, or 6 with seconds first, read in ``timezone``) or ``every``
     (seconds) also makes it a schedule named after the kind: supervisors that load this
@@ -222,8 +227,15 @@ def job(
         raise ValueError("timeout must be positive")
     if soft_timeout is not None and not 0 <= soft_timeout < float("inf"):
         raise ValueError("soft_timeout must be a number of seconds >= 0 (0: none)")
+    if heartbeat_timeout is not None and not (
+            isinstance(heartbeat_timeout, int | float) and not isinstance(heartbeat_timeout, bool)
+            and 0 < heartbeat_timeout < float("inf")):
+        raise ValueError(f"heartbeat_timeout must be a number of seconds > 0, not "
+                         f"{heartbeat_timeout!r}")
     defaults = JobDefaults(options=row, backoff=backoff or jobs.DEFAULT_BACKOFF,
-                           soft_timeout=soft_timeout)
+                           soft_timeout=soft_timeout,
+                           heartbeat_timeout=float(heartbeat_timeout) if heartbeat_timeout
+                           else None)
 
     def register(f: Callable[..., Any]) -> JobHandle:
         kind = name or f.__name__

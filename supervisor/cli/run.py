@@ -52,6 +52,12 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         raise CliError(str(exc)) from None
     if not REGISTRY:
         raise CliError("no job handlers loaded: name the modules that define them with --app")
+    for handle in REGISTRY.values():
+        beat = handle.defaults.heartbeat_timeout
+        if beat is not None and beat <= config.heartbeat_interval:
+            raise CliError(f"job kind {handle.kind!r}: heartbeat_timeout {beat:g} s must be "
+                           f"longer than heartbeat_interval ({config.heartbeat_interval:g} s)",
+                           CLI_USAGE)
     try:
         schedules = merge_specs(specs_from_registry(REGISTRY.values()),
                                 parse_config_schedules(config.schedules, REGISTRY))
@@ -110,6 +116,24 @@ class _Prefetch(click.ParamType):
 PREFETCH = _Prefetch()
 
 
+class _NativeThreads(click.ParamType):
+    """``auto``, ``off`` or a whole number of at least 1."""
+
+    name = "native_threads"
+
+    def convert(self, value, param, ctx):
+        from supervisor.config import ConfigError, parse_native_threads
+
+        try:
+            return parse_native_threads(value)
+        except ConfigError:
+            self.fail(f"{value!r} is not auto, off or a whole number of at least 1",
+                      param, ctx)
+
+
+NATIVE_THREADS = _NativeThreads()
+
+
 @click.command("run")
 @click.option("-n", "--children", type=click.IntRange(min=1),
               help="Child processes (default: CPUs).")
@@ -134,7 +158,15 @@ PREFETCH = _Prefetch()
 @click.option("--max-jobs-per-child", type=click.IntRange(min=1))
 @click.option("--max-memory-per-child", metavar="SIZE", help="RSS limit, e.g. 512MB or 1GiB.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
-              help="Seconds of heartbeat silence before a busy child counts as hung (30).")
+              help="Seconds a busy child may go without a heartbeat and without using "
+                   "CPU before it counts as hung (30); one stopped (T) or in "
+                   "uninterruptible sleep (D) is hung at once. Native code that holds "
+                   "the GIL but uses CPU is busy, bounded only by the job's timeout.")
+@click.option("--native-threads", type=NATIVE_THREADS, metavar="auto|N|off",
+              help="Threads of the BLAS, OpenMP, MKL and numexpr pools in each child "
+                   "(auto: its share of the CPUs, max(1, CPUs // children), so children "
+                   "do not oversubscribe the cores; off: the libraries' defaults). "
+                   "Variables you set (OMP_NUM_THREADS, ...) are left alone.")
 @click.option("--no-listen", "no_listen", is_flag=True,
               help="Poll only, no LISTEN/NOTIFY (for a pooler in transaction mode).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
@@ -154,8 +186,8 @@ PREFETCH = _Prefetch()
 @reports_errors
 def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
-                max_memory_per_child, heartbeat_timeout, no_listen, metrics_port, metrics_host,
-                otel, queue_settings, dsn, log_level, log_format):
+                max_memory_per_child, heartbeat_timeout, native_threads, no_listen,
+                metrics_port, metrics_host, otel, queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
     overrides = {
@@ -165,6 +197,7 @@ def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, 
         "heartbeat_timeout": heartbeat_timeout, "metrics_port": metrics_port,
         "metrics_host": metrics_host, "burst_horizon": burst_horizon,
         "listen": False if no_listen else None, "otel": otel,
+        "native_threads": native_threads,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

@@ -11,7 +11,7 @@ import errno
 import os
 import time
 
-from shared.procfs import descendants
+from shared.procfs import GroupSample, descendants, group_sample
 
 
 class OsCalls:
@@ -110,6 +110,11 @@ class OsCalls:
             except ProcessLookupError:
                 pass
         return out
+
+    def group_sample(self, pid: int) -> GroupSample | None:
+        """The CPU time ``pid`` and its descendants have used and its state
+        (``/proc``); None if it cannot be read."""
+        return group_sample(pid)
 
     def getpid(self) -> int:
         """This process's pid."""

@@ -56,6 +56,7 @@ from supervisor.pool.process import (
 )
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
+from workers import nativethreads
 from workers.child import child_main
 
 _ANSWERS = (JobDone, JobFailed)  # what ends the job at the head of a child's queue
@@ -94,6 +95,7 @@ class Pool:
         self._due: float | None = None
         self._size_dirty = True  # a child left the active states: recount in tick
         self._nap = guards.nap_threshold(settings)
+        self._no_procfs = False  # warned once that /proc cannot be read
 
     # -- the pool's life ---------------------------------------------------------
 
@@ -104,6 +106,8 @@ class Pool:
             return
         self._started = True
         self._parent_pid = self._os.getpid()
+        if self.settings.native_threads is not None:
+            nativethreads.prepare()  # before the freeze: its module is shared too
         gc.freeze()
         self._maintain_size()
 
@@ -551,8 +555,7 @@ class Pool:
             if overdue == "job":
                 self._kill(child, now, jobs.FAIL_TIMEOUT, f"ran past its {child.timeout} s timeout")
             elif overdue == "heartbeat":
-                self._kill(child, now, jobs.FAIL_HUNG,
-                           f"no heartbeat for {settings.heartbeat_timeout} s")
+                self._check_silent(child, now)
             elif overdue == "memory":
                 self._check_memory(child, now)
             elif overdue == "boot":
@@ -562,6 +565,25 @@ class Pool:
                 self._log.warning("%s did not exit in time: SIGKILL to its group",
                                   child.describe())
                 child.escalate()
+
+    def _check_silent(self, child: ChildProcess, now: float) -> None:
+        """No heartbeat within its timeout: hung, or busy in native code that holds the
+        GIL (its CPU time moves), which only the job's hard timeout bounds."""
+        sample = self._os.group_sample(child.pid)
+        if sample is None and not self._no_procfs:
+            self._no_procfs = True
+            self._log.warning("cannot read /proc/%d/stat: a silent child is judged by its "
+                              "heartbeat alone", child.pid)
+        was_native = child.native
+        why = child.silent(now, sample)
+        if why is not None:
+            self._kill(child, now, jobs.FAIL_HUNG, why)
+        elif child.native and not was_native:
+            job = child.job
+            detail = (f"job {job.id if job else '?'} holds the GIL in native code: no "
+                      f"heartbeat for {child.beat_timeout} s, CPU time moving")
+            self._log.info("%s is busy: %s", child.describe(), detail)
+            self._event(child, "native", detail)
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
         why = guards.over_memory(self._os, self.settings, child.pid)

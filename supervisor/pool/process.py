@@ -37,6 +37,7 @@ from functools import partial
 
 from shared import wire
 from shared.jobs import FAIL_ARGS, FAIL_CRASHED, TERMINAL_FAILURES, ClaimedJob
+from shared.procfs import GroupSample
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import (
     JobDone,
@@ -47,6 +48,7 @@ from supervisor.pool.outcomes import (
     JobStarted,
 )
 from supervisor.pool.settings import PoolSettings
+from workers.registry import get_handler as _get_handler
 
 # A child's states, as the parent sees it.
 BOOTING = "booting"  # forked, READY not seen yet
@@ -57,6 +59,10 @@ KILLED = "killed"  # signalled by the parent: waiting to reap it
 DEAD = "dead"  # reaped; the record is being wound up
 
 ACTIVE_STATES = frozenset({BOOTING, IDLE, BUSY})  # count toward the pool's size
+
+# A silent child whose group used at least this share of one CPU since the last look is
+# busy, not hung (busy native code on a loaded machine still gets far more).
+BUSY_CPU_SHARE = 0.05
 
 NO_LIMIT = 2**30  # what an empty child may hold (more than any depth): its next job sets it
 
@@ -129,10 +135,14 @@ class ChildProcess:
         "_settings",
         "_tag",
         "_write",
+        "alive_at",
         "beat_deadline",
+        "beat_timeout",
         "boot_deadline",
         "boot_error",
         "broken",
+        "cpu_seen",
+        "cpu_seen_at",
         "exit_deadline",
         "expected_exit",
         "job_deadline",
@@ -144,6 +154,7 @@ class ChildProcess:
         "limit",
         "max_jobs",
         "mem_deadline",
+        "native",
         "outgoing",
         "pid",
         "read_fd",
@@ -194,6 +205,15 @@ class ChildProcess:
         self.timeout: float | None = None
         self.job_deadline: float | None = None
         self.beat_deadline: float | None = None
+        # Liveness of the head job: its heartbeat timeout (its kind's, else the pool's),
+        # the last sign of life (a beat, or CPU time seen moving), the CPU seconds of
+        # the child's group at the last look once silent (None: not looked yet) and
+        # when, and whether it is known to be busy in native code (silent, CPU moving).
+        self.beat_timeout = settings.heartbeat_timeout
+        self.alive_at = now
+        self.cpu_seen: float | None = None
+        self.cpu_seen_at = now
+        self.native = False
         self.mem_deadline: float | None = None  # next RSS sample (a memory limit is set)
         self.boot_deadline: float | None = now + settings.boot_timeout
         self.exit_deadline: float | None = None  # STOP or SIGTERM sent: SIGKILL then
@@ -282,6 +302,37 @@ class ChildProcess:
         if self.state != BOOTING:
             self.tell_stop()
 
+    def silent(self, now: float, sample: GroupSample | None) -> str | None:
+        """Its heartbeat deadline passed: judge it from ``sample`` (its group's CPU
+        time and its state, read now; None: unreadable). Returns why it is hung, or
+        None when it is only busy (its CPU time moved: a handler holding the GIL in
+        native code starves the heartbeat thread) or not judged yet (the first look
+        takes the CPU baseline), its deadline moved to the next look. Hung: stopped
+        (T), or neither beats nor CPU time moved for its heartbeat timeout, or still
+        in uninterruptible sleep (D) then."""
+        timeout = self.beat_timeout
+        if sample is None:
+            return f"no heartbeat for {timeout} s"
+        state = sample.state
+        if state in ("T", "t"):
+            return f"stopped (state {state}), no heartbeat for {timeout} s"
+        seen = self.cpu_seen
+        first = seen is None
+        # Moving means a real share of a CPU: a process whose threads only wait for
+        # the GIL still wakes every switch interval, a fraction of a percent.
+        used = 0.0 if seen is None else sample.cpu_seconds - seen
+        if state != "D" and used > 0 and used >= BUSY_CPU_SHARE * (now - self.cpu_seen_at):
+            self.alive_at = now
+            self.native = True
+        self.cpu_seen = sample.cpu_seconds
+        self.cpu_seen_at = now
+        if not first and now - self.alive_at >= timeout:
+            if state == "D":
+                return f"in uninterruptible sleep (state D), no heartbeat for {timeout} s"
+            return f"no heartbeat and no CPU time for {timeout} s"
+        self.beat_deadline = now + self._settings.cpu_probe(timeout)
+        return None
+
     def memory_sampled(self, now: float) -> None:
         """Its RSS was under the cap: sample it again after the interval."""
         self.mem_deadline = now + self._settings.memory_sample_interval()
@@ -291,8 +342,9 @@ class ChildProcess:
         hear this child: a busy one gets a fresh heartbeat window, a booting one the
         lost time again. Job timeouts stand: they are the job's budget of wall time."""
         if self.state == BUSY and self.beat_deadline is not None:
-            self.beat_deadline = max(self.beat_deadline,
-                                     now + self._settings.heartbeat_timeout)
+            self.alive_at = max(self.alive_at, now)
+            self.cpu_seen = None
+            self.beat_deadline = max(self.beat_deadline, now + self.beat_timeout)
         elif self.state == BOOTING and self.boot_deadline is not None:
             self.boot_deadline = max(self.boot_deadline, now) + late
 
@@ -335,7 +387,13 @@ class ChildProcess:
         self.job_started = now
         self.timeout = timeout
         self.job_deadline = now + timeout if timeout else None
-        self.beat_deadline = now + self._settings.heartbeat_timeout
+        handle = _get_handler(job.kind)
+        beat_timeout = handle.defaults.heartbeat_timeout if handle is not None else None
+        self.beat_timeout = beat_timeout or self._settings.heartbeat_timeout
+        self.beat_deadline = now + self.beat_timeout
+        self.alive_at = now
+        self.cpu_seen = None
+        self.native = False
         if self._settings.max_memory_per_child:
             self.mem_deadline = now + self._settings.memory_sample_interval()
 
@@ -576,7 +634,10 @@ class ChildProcess:
         beat = wire.Heartbeat.decode(frame)
         if beat.job != job.id:
             return  # not a sign of life of this job
-        self.beat_deadline = now + self._settings.heartbeat_timeout
+        self.beat_deadline = now + self.beat_timeout
+        self.alive_at = now
+        self.cpu_seen = None
+        self.native = False
         if beat.progress is not None:
             news.append(JobProgress(job, beat.progress))
 

@@ -31,12 +31,20 @@ class PoolSettings:
     crash_loop_window: float = 60.0
     child_imports: tuple[str, ...] = ()  # modules each child imports after boot
     default_soft_timeout: float | None = None  # SoftTimeout for kinds whose @job sets none
+    native_threads: int | None = None  # each child's BLAS/OpenMP/numexpr pools; None: as is
 
     def memory_sample_interval(self) -> float:
         """How often the parent samples a busy child's RSS when a memory limit is set:
         often enough that a fast allocator cannot run far past the cap, and one read of
         ``/proc/<pid>/statm`` (microseconds) each time."""
         return max(0.01, self.memory_sample)
+
+    def cpu_probe(self, beat_timeout: float) -> float:
+        """How often the parent reads a silent child's CPU time once its heartbeat
+        deadline has passed: a handler that holds the GIL in native code starves the
+        heartbeat but keeps its CPU time moving. Short enough that a child which uses
+        no CPU either is judged hung within a second of its deadline."""
+        return max(0.01, min(0.5, beat_timeout / 4))
 
     def draw_max_jobs(self, rng: random.Random) -> int | None:
         """One child's job limit, jittered so that children do not all recycle in the

@@ -49,6 +49,7 @@ def fork_child(oscalls: OsCalls, settings: PoolSettings, *, worker_no: int,
         max_frame_bytes=settings.max_frame_bytes,
         imports=tuple(settings.child_imports),
         default_soft_timeout=settings.default_soft_timeout,
+        native_threads=settings.native_threads,
     )
     # Anything buffered now would be written twice: once by us, once by the child.
     for stream in (sys.stdout, sys.stderr):

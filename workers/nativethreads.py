@@ -1,0 +1,94 @@
+"""Native thread pools sized to the child's share of the CPUs.
+
+numpy's OpenBLAS, MKL, OpenMP runtimes and numexpr each start one thread per core in
+every process that loads them: N children on N cores then run N * N threads, and a
+pipeline of matrix products ran 3 to 5 times slower than with one thread per child.
+Each child therefore limits them to ``threads`` (the supervisor's ``native_threads``,
+``max(1, cpus // children)`` by default) before its first job, two ways:
+
+- environment variables, for libraries its handlers load later (a pool reads them
+  when the library starts);
+- ``threadpoolctl``, for libraries already loaded, which the app imported in the parent
+  before the fork: their pools exist and no longer read the environment.
+
+A variable the user set is left alone, and so is every pool it governs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NamedTuple
+
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                  "VECLIB_MAXIMUM_THREADS")
+OPENMP_VARIABLES = ("OMP_NUM_THREADS",)
+NUMEXPR_VARIABLES = ("NUMEXPR_NUM_THREADS",)
+
+# Names in /proc/self/maps of the shared libraries whose pools threadpoolctl can size.
+_POOL_LIBRARIES = (b"openblas", b"libblas", b"mkl_rt", b"libmkl", b"blis", b"libgomp",
+                   b"libiomp", b"libomp", b"vcomp")
+
+
+class Limited(NamedTuple):
+    """What ``limit`` did: the variables it set, and the APIs (``blas``, ``openmp``,
+    ``numexpr``) whose loaded pools it resized."""
+
+    variables: tuple[str, ...]
+    loaded: tuple[str, ...]
+
+
+def pools_loaded() -> bool:
+    """Whether this process has loaded a library with a native thread pool (one look
+    at ``/proc/self/maps``; False if it cannot be read)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            maps = f.read().lower()
+    except OSError:
+        return False
+    return any(name in maps for name in _POOL_LIBRARIES)
+
+
+def prepare() -> None:
+    """In the parent, before forking: import ``threadpoolctl`` once if a pool library
+    is already loaded, so no child pays for the import."""
+    if pools_loaded():
+        try:
+            import threadpoolctl  # noqa: F401
+        except ImportError:
+            pass
+
+
+def limit(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ) -> Limited:
+    """Limit this process's native pools to ``threads`` threads, except those whose
+    variables the user set."""
+    value = str(threads)
+    user_blas = any(name in environ for name in BLAS_VARIABLES)
+    user_openmp = any(name in environ for name in OPENMP_VARIABLES)
+    user_numexpr = any(name in environ for name in NUMEXPR_VARIABLES)
+    variables = []
+    for names, users in ((BLAS_VARIABLES, user_blas), (OPENMP_VARIABLES, user_openmp),
+                         (NUMEXPR_VARIABLES, user_numexpr)):
+        if not users:
+            for name in names:
+                environ[name] = value
+                variables.append(name)
+    loaded = []
+    apis = [api for api, users in (("blas", user_blas), ("openmp", user_openmp))
+            if not users]
+    if apis and pools_loaded():
+        try:
+            import threadpoolctl
+        except ImportError:
+            pass  # a runtime dependency; without it only the variables hold
+        else:
+            controller = threadpoolctl.ThreadpoolController()
+            for api in apis:
+                if controller.select(user_api=api).lib_controllers:
+                    controller.limit(limits=threads, user_api=api)
+                    loaded.append(api)
+    numexpr = sys.modules.get("numexpr")
+    if numexpr is not None and not user_numexpr:
+        numexpr.set_num_threads(threads)
+        loaded.append("numexpr")
+    return Limited(tuple(variables), tuple(loaded))
