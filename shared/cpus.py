@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 CGROUP_ROOT_ENV = "SUPERVISOR_CGROUP_ROOT"
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-class CpuCount(NamedTuple):
+@dataclass(frozen=True)
+class CpuCount:
     """How many CPUs may be used (``count``, at least 1) and where that came from
     (``source``, in words, for the start-up line)."""
 

@@ -23,7 +23,6 @@ from setproctitle import setproctitle
 
 from shared import jobs
 from supervisor.config import RunConfig
-from supervisor.db import Interrupt
 from supervisor.engine import Engine, make_owner
 from supervisor.observe import (
     BurstProgress,
@@ -88,7 +87,6 @@ class Arbiter:
         self.drain_deadline: float | None = None
         self.stop_deadline: float | None = None
         self.next_title = clock()
-        self.interrupt: Interrupt | None = None  # the wakeup pipe, once installed
 
     # -- life cycle ----------------------------------------------------------------------
     def run(self) -> int:
@@ -98,8 +96,7 @@ class Arbiter:
         # A stop signal ends any wait for the database at once (the connection is
         # abandoned, the outage path takes over), so it is acted on whatever the
         # database does.
-        self.interrupt = Interrupt(self.inbox.wakeup_fd)
-        self.engine.db.interrupt = self.interrupt
+        self.engine.watch_signals(self.inbox.wakeup_fd)
         # The children boot while the parent connects (start-up is on the clock of every
         # batch run), and they inherit no database socket.
         self.pool.start()
@@ -231,11 +228,6 @@ class Arbiter:
         now = self.clock()
         self.state = DRAINING
         self.drain_deadline = now + self.config.grace
-        # Children ending is what a drain waits for: a wait for the database that a
-        # child's exit finds longer than a moment is given up, so a hung database never
-        # holds the drain past its grace (a healthy statement ends well within it).
-        if self.interrupt is not None:
-            self.interrupt.soft.add(signal.SIGCHLD)
         released = self.engine.drain(now)
         if released:
             log.info("released %d claimed jobs that had not started", released)

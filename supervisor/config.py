@@ -88,8 +88,8 @@ class RunConfig:
         """Where the number of children came from, for the start-up line."""
         if not self.children_from_cpus:
             return "set"
-        n, source = self.cpus
-        return f"one per CPU: {n} CPU{'s' if n != 1 else ''} from {source}"
+        n = self.cpus.count
+        return f"one per CPU: {n} CPU{'s' if n != 1 else ''} from {self.cpus.source}"
 
     def pool_settings(self) -> PoolSettings:
         """The child pool's part of these settings."""

@@ -48,6 +48,9 @@ class FakeEngine:
         self.ticks = 0
         self.on_tick = None  # called at each tick (a test's way to act mid-loop)
 
+    def watch_signals(self, wakeup_fd: int) -> None:
+        pass  # the real engine lets the wakeup pipe end a wait for the database
+
     def open(self) -> None:
         self.calls.append("engine.open")
 

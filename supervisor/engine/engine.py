@@ -31,12 +31,13 @@ from __future__ import annotations
 import logging
 import random
 import selectors
+import signal
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from shared import defaults, jobs
-from supervisor.db import Database
+from supervisor.db import Database, Interrupt
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
@@ -242,9 +243,20 @@ class Engine:
         pool.push()
 
     # -- stopping -----------------------------------------------------------------------
+    def watch_signals(self, wakeup_fd: int) -> None:
+        """Let the signal wakeup pipe end any wait for the database: a stop signal is then
+        acted on whatever the database does (the connection is abandoned and the outage
+        path takes over)."""
+        self.db.interrupt = Interrupt(wakeup_fd)
+
     def drain(self, now: float) -> int:
         """Claim nothing more; claimed jobs that have not started go back now (their
         attempt not counted). Returns how many went back."""
+        # Children ending is what a drain waits for: a wait for the database that a
+        # child's exit finds longer than a moment is given up, so a hung database never
+        # holds the drain past its grace (a healthy statement ends well within it).
+        if self.db.interrupt is not None:
+            self.db.interrupt.soft.add(signal.SIGCHLD)
         self.claimer.accepting = False
         self.reporter.releasing = True
         waiting = self.ledger.take_waiting()
