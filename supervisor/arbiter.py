@@ -177,16 +177,18 @@ class Arbiter:
             name = signal.Signals(signum).name[3:].lower()
             getattr(self, f"handle_{name}")()
 
-    def handle_term(self) -> None:
+    def handle_term(self, received: str = "SIGTERM") -> None:
         """Drain: stop claiming, let running jobs finish within the grace; a second
-        TERM or INT stops at once."""
+        TERM or INT stops at once. The log names the signal ``received``."""
         if self.state == RUNNING:
-            log.info("SIGTERM: draining (grace %.0f s)", self.config.grace)
+            log.info("%s: draining (grace %.0f s)", received, self.config.grace)
             self.begin_drain()
         else:
             self.stop_now("second stop signal")
 
-    handle_int = handle_term
+    def handle_int(self) -> None:
+        """Ctrl-C: as SIGTERM, logged as what it is."""
+        self.handle_term("SIGINT")
 
     def handle_quit(self) -> None:
         """Stop at once: kill the children, put their jobs back."""
