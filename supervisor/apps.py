@@ -36,7 +36,7 @@ def import_apps(modules: list[str]) -> None:
 
 def failure_site(exc: BaseException) -> str:
     """``path line N: `` of the application code where ``exc`` was raised (the deepest
-    frame outside Python's own library and installed packages; a SyntaxError's own
+    frame outside Python's own library, installed packages and this one; a SyntaxError's own
     file and line), relative to the working directory when under it; "" if unknown."""
     import sysconfig
     import traceback
@@ -44,8 +44,11 @@ def failure_site(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
         filename, line = exc.filename, exc.lineno
     else:
+        ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         library = tuple(p for p in {sysconfig.get_paths()[k] for k in
                                     ("stdlib", "platstdlib", "purelib", "platlib")} if p)
+        library += tuple(os.path.join(ours, package, "") for package in
+                         ("shared", "supervisor", "workers"))
         # The first frame is import_apps' own; a module that is not found has no other.
         own = [f for f in traceback.extract_tb(exc.__traceback__)[1:]
                if not f.filename.startswith("<")

@@ -1,9 +1,11 @@
 """The child side: handler registry (``@job``), job context (``current_job``) and the
-child runtime. Handler modules import ``job`` and ``current_job`` from here."""
+child runtime. Handler modules import ``job`` and ``current_job`` from here, and
+``Backoff`` for ``@job(backoff=...)``."""
 
+from shared.jobs import Backoff
 from workers.context import JobContext, current_job
 from workers.outcomes import Discard, Retry, Snooze, SoftTimeout
-from workers.registry import JobHandle, job
+from workers.registry import ArgsDoNotFit, JobHandle, job
 
-__all__ = ["Discard", "JobContext", "JobHandle", "Retry", "Snooze", "SoftTimeout", "current_job",
-           "job"]
+__all__ = ["ArgsDoNotFit", "Backoff", "Discard", "JobContext", "JobHandle", "Retry", "Snooze",
+           "SoftTimeout", "current_job", "job"]
