@@ -39,6 +39,8 @@ from workers import tracing as child_tracing
 log = logging.getLogger("supervisor.arbiter")
 
 RUNNING, DRAINING, STOPPING = "running", "draining", "stopping"
+# The summary counts attempts that failed and, apart, the jobs that were discarded.
+SUMMARY_WORDS = {"failed": "failed attempts", "discarded": "jobs discarded"}
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
@@ -123,7 +125,8 @@ class Arbiter:
                 self.progress.close(self.engine.ledger.finished)
         finished = self.engine.ledger.finished
         log.info("supervisor %s stopped (%s)", self.owner,
-                 ", ".join(f"{n} {k}" for k, n in sorted(finished.items())) or "idle")
+                 ", ".join(f"{n} {SUMMARY_WORDS.get(k, k)}" for k, n in sorted(finished.items()))
+                 or "idle")
         return self.exit_code
 
     def turn(self) -> None:
@@ -275,4 +278,5 @@ class Arbiter:
             setproctitle(f"supervisor: master [{pool.busy_count()}/{pool.size()} busy]"
                          f" queues={','.join(self.queues)}")
         if self.progress is not None and now >= self.progress.next_update:
-            self.progress.update(now, self.engine.ledger.finished, self.engine.queue_counts())
+            self.progress.update(now, self.engine.ledger.finished, self.engine.queue_counts(),
+                                 self.engine.next_promote)

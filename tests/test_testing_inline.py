@@ -37,9 +37,8 @@ def test_args_that_do_not_bind_raise_what_a_child_records(conn):
     with pytest.raises(JobBindingError, match="got an unexpected keyword argument 'c'"):
         run_inline(h.th_add, a=1, b=2, c=3)
     # the same words a drained (child-run) job records when it is discarded
-    from supervisor.testing import drain
-
     from shared.enqueue import enqueue
+    from supervisor.testing import drain
 
     with pytest.raises(TypeError) as at_enqueue:  # the handle checks at once now
         h.th_add.options(conn=conn).enqueue(a=1)

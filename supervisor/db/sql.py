@@ -343,6 +343,15 @@ WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
   AND kind = ANY(%(kinds)s::text[])
 """
 
+# Jobs waiting in these queues whose kind no loaded handler runs, per kind (a burst run
+# says so as it ends, rather than "no more work").
+UNHANDLED_WAITING = """
+SELECT kind, count(*) FROM supervisor.jobs
+WHERE state IN ('available', 'scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
+  AND kind <> ALL(%(kinds)s::text[])
+GROUP BY kind ORDER BY count(*) DESC, kind
+"""
+
 # Seconds until the earliest scheduled or retrying job of these queues is due (negative:
 # already due; NULL: none), so an idle supervisor wakes at that moment, not at its poll.
 NEXT_DUE = """
