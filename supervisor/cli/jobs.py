@@ -16,7 +16,7 @@ from shared.validation import printable
 from supervisor import admin
 from supervisor.admin import AdminError
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
-from supervisor.cli.format import json_text, one_line, since, table, to_json
+from supervisor.cli.format import json_text, one_line, since, stamp, table, to_json
 
 
 @contextmanager
@@ -92,6 +92,8 @@ def _when(row: dict[str, Any], now: datetime) -> str:
     if row.get("dependencies") and row["state"] == "scheduled":
         return f"after {row['dependencies']} dependencies"
     when = since(row["run_at"], now)
+    if when == "never":
+        return f"never (run_at {stamp(row['run_at'])})"
     return f"runs {when}" if when.startswith("in ") else f"due {when}"
 
 
@@ -131,7 +133,7 @@ def render_job(row: dict[str, Any]) -> str:
     for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",
                  "finished_at"):
         if row[name] is not None:
-            lines.append(f"  {name + ':':<17} {row[name].isoformat(timespec='seconds')}"
+            lines.append(f"  {name + ':':<17} {stamp(row[name])}"
                          f" ({since(row[name], now)})")
     for name in ("args", "progress", "result"):
         if row[name] is not None:
