@@ -1,7 +1,7 @@
 """What a burst run says: jobs of kinds no loaded handler runs are counted and named as
 it ends (not "no more work" alone); the summary counts failed attempts and discarded
 jobs apart; the progress line gives no ETA for jobs waiting for their run_at but says
-when the next is due."""
+when the next is due; a completed job always says when it was attempted."""
 
 from __future__ import annotations
 
@@ -42,3 +42,16 @@ def test_burst_names_unhandled_kinds_and_counts_discarded_apart(dsn):
             "nu_unknown_a (3), nu_unknown_b (1); they stay queued for a supervisor whose "
             "--app defines them") in sup.err
     assert "(2 completed, 3 jobs discarded, 5 failed attempts)" in sup.err
+
+
+@pytest.mark.slow
+def test_short_jobs_completed_say_when_they_were_attempted(dsn):
+    import psycopg
+
+    enqueue_many("e2e_noop", [{}] * 40, dsn=dsn)
+    run_burst(dsn, "-n", "2", "-q", "default")
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT count(*), count(attempted_at), "
+                            "count(*) FILTER (WHERE attempted_at > finished_at) "
+                            "FROM supervisor.jobs WHERE state = 'completed'").fetchone()
+    assert rows == (40, 40, 0)

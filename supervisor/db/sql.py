@@ -52,7 +52,10 @@ _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
 COMPLETE = f"""
 UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
      AS u(id, attempt, result)
 WHERE {_FENCE}
