@@ -274,6 +274,8 @@ def redact(dsn: str) -> str:
         params = conninfo_to_dict(dsn)
     except Exception:
         return redact_text(dsn)
+    if parse_problem(dsn) is not None:
+        return redact_text(dsn)  # a raw '@', or no '@host', put the password elsewhere
     if params.get("password"):
         params["password"] = REDACTED
     return make_conninfo("", **params)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from e2e import ROOT, TESTS_DIR
 
 from shared.db import DatabaseUnavailable, connect
-from shared.dsn import describe, redact_text, scrub
+from shared.dsn import describe, redact, redact_text, scrub
 from supervisor.cli.early import _hide
 from supervisor.cli.main import main
 
@@ -64,6 +64,7 @@ def test_each_mistake_is_one_exact_line_without_the_password(dsn, line, monkeypa
     assert not any(piece in redact_text(dsn) for piece in PIECES)
     assert not any(piece in _hide(dsn, redact_text) for piece in PIECES)
     assert not any(piece in describe(dsn) for piece in PIECES)
+    assert not any(piece in redact(dsn) for piece in PIECES)
 
 
 @pytest.mark.parametrize("dsn", [
