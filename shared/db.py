@@ -134,8 +134,10 @@ async def connect_async(
     """``connect`` for asyncio: a psycopg ``AsyncConnection``, or ``DatabaseUnavailable``."""
     check_dsn(dsn)
     try:
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             dsn, autocommit=autocommit, application_name=application_name,
             connect_timeout=connect_timeout)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         raise unavailable(exc, dsn) from None
+    tolerate_odd_timestamps(conn)
+    return conn
