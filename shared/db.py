@@ -1,10 +1,19 @@
-"""Opening connections, and the one error everyone shows when the database is away."""
+"""Opening connections, and the one error everyone shows when the database is away.
+Connections opened here read timestamps Python cannot hold (``infinity``, past 9999)
+as ``OutOfRange`` instead of failing."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
 import psycopg
+from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 
 from shared.dsn import describe, parse_problem, scrub
+
+if TYPE_CHECKING:
+    from psycopg.abc import Buffer
 
 DEFAULT_CONNECT_TIMEOUT = 5  # seconds; a dead host should fail fast, not hang a CLI
 
@@ -34,6 +43,54 @@ def unavailable(exc: psycopg.Error, dsn: str) -> DatabaseUnavailable:
         f"cannot connect to PostgreSQL at {describe(dsn)}: {scrub(first_line(exc), dsn)}")
 
 
+class OutOfRange(datetime):
+    """A timestamptz Python's datetime cannot hold (``infinity``, ``-infinity``, a year
+    past 9999 or before 1), as rows written by plain SQL may carry: read as the nearest
+    datetime that exists (so it sorts and compares as it should), with PostgreSQL's own
+    text in ``pg_text`` for display."""
+
+    pg_text: str
+
+
+def out_of_range(text: str) -> OutOfRange:
+    """The stand-in for the timestamptz PostgreSQL writes as ``text``."""
+    edge = datetime.min if text.startswith("-") or text.endswith(" BC") else datetime.max
+    value = OutOfRange(edge.year, edge.month, edge.day, edge.hour, edge.minute, edge.second,
+                       edge.microsecond, tzinfo=UTC)
+    value.pg_text = text
+    return value
+
+
+def pg_text(value: object) -> str | None:
+    """PostgreSQL's text for a timestamp Python cannot hold (see ``OutOfRange``); None
+    for any other value."""
+    return value.pg_text if isinstance(value, OutOfRange) else None
+
+
+class _TimestamptzLoader(TimestamptzLoader):
+    def load(self, data: Buffer) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return out_of_range(bytes(data).decode())
+
+
+class _TimestamptzBinaryLoader(TimestamptzBinaryLoader):
+    def load(self, data: Buffer) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            micros = int.from_bytes(bytes(data), "big", signed=True)
+            return out_of_range("-infinity" if micros < 0 else "infinity")
+
+
+def tolerate_odd_timestamps(conn: psycopg.Connection | psycopg.AsyncConnection) -> None:
+    """Read timestamptz values Python cannot hold as ``OutOfRange`` on ``conn``, rather
+    than failing the whole query (``timestamp too large``)."""
+    conn.adapters.register_loader("timestamptz", _TimestamptzLoader)
+    conn.adapters.register_loader("timestamptz", _TimestamptzBinaryLoader)
+
+
 def connect(
     dsn: str,
     *,
@@ -45,10 +102,12 @@ def connect(
     ``DatabaseUnavailable`` with a one-line message when the server cannot be reached."""
     check_dsn(dsn)
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, application_name=application_name,
+        conn = psycopg.connect(dsn, autocommit=autocommit, application_name=application_name,
                                connect_timeout=connect_timeout)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         raise unavailable(exc, dsn) from None
+    tolerate_odd_timestamps(conn)
+    return conn
 
 
 def first_line(exc: BaseException) -> str:
@@ -75,8 +134,10 @@ async def connect_async(
     """``connect`` for asyncio: a psycopg ``AsyncConnection``, or ``DatabaseUnavailable``."""
     check_dsn(dsn)
     try:
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             dsn, autocommit=autocommit, application_name=application_name,
             connect_timeout=connect_timeout)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         raise unavailable(exc, dsn) from None
+    tolerate_odd_timestamps(conn)
+    return conn

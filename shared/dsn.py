@@ -166,15 +166,62 @@ def keep_socket_private(server: Any) -> Path | None:
     return socket_dir
 
 
-# The password of a DSN that libpq cannot parse still has to be found and hidden: in a
-# URI it is the userinfo after the first ':' (up to the last '@', so a raw '@' in it
-# hides too much rather than too little); in key=value form, or a URI query, it is the
-# value of ``password``.
+# The password of a DSN that libpq cannot parse still has to be found and hidden, and so
+# does whatever could be one in a mistyped DSN. In anything shaped like a URI (scheme or
+# not, one slash or two, quoted or not) it is the userinfo after the first ':' up to an
+# '@' (to the last '@' when hiding: a raw '@' in it hides too much rather than too
+# little); with no '@', a "port" that is not a number; in key=value form, or a URI query,
+# the value of ``password`` (unquoted: up to the next ``key=``, spaces and all).
 _URI_HEAD = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>.*)$", re.DOTALL)
+_SCHEME_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?P<slashes>/*)")
 _PASSWORD_PARAM = re.compile(
-    r"(?P<key>\bpassword\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE)
+    r"(?P<key>\bpassword\s*[=:]\s*)(?P<value>'(?:[^'\\]|\\.)*'?|\"[^\"]*\"?"
+    r"|(?:(?!\s+[A-Za-z_][A-Za-z0-9_]*\s*=)(?:[^&\s]|\s+(?=[^\s&])))*)",
+    re.IGNORECASE)
 REDACTED = "***"
-_QUOTED = re.compile(r'"([^"]*)"')
+_QUOTED = re.compile(r'"([^"]*)"|\'([^\']*)\'')
+_QUOTE_CHARS = "'\"`"
+_QUERY_PARAM = re.compile(r"[?&][A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _userinfo_spans(text: str) -> list[tuple[int, int]]:
+    """Where, in ``text``, URI-shaped words hold what could be a password: (start, end)
+    offsets, one per '@' of each word (and its non-numeric "port" when it has no '@')."""
+    spans: list[tuple[int, int]] = []
+    for word in re.finditer(r"\S+", text):
+        token, base = word.group(0), word.start()
+        lead = len(token) - len(token.lstrip(_QUOTE_CHARS))
+        body = token[lead:]
+        scheme = _SCHEME_PREFIX.match(body)
+        after = scheme.end() if scheme else 0
+        ambiguous = scheme is not None and not scheme.group("slashes")
+        ats = [i for i, ch in enumerate(body) if ch == "@" and i >= after]
+        for at in ats:
+            if at > ats[0] and _QUERY_PARAM.search(body, ats[0], at):
+                break  # an '@' in a query value (``?application_name=a@b``)
+            info = body[after:at]
+            colon = info.find(":")
+            if colon >= 0:
+                spans.append((base + lead + after + colon + 1, base + lead + at))
+            elif ambiguous and info:  # ``user:password@host`` read as ``scheme:...``
+                spans.append((base + lead + after, base + lead + at))
+        if not ats and scheme and scheme.group("slashes"):
+            authority = re.split(r"[/?#]", body[after:], maxsplit=1)[0]
+            if ":" in authority and not authority.startswith("["):
+                port = authority.split(":", 1)[1]
+                if port and not port.isdigit():
+                    start = base + lead + after + authority.index(":") + 1
+                    spans.append((start, start + len(port)))
+    return spans
+
+
+def _password_spans(text: str) -> list[tuple[int, int]]:
+    """Every span of ``text`` that holds what could be a password (see above)."""
+    spans = _userinfo_spans(text)
+    for match in _PASSWORD_PARAM.finditer(text):
+        if match.group("value"):
+            spans.append(match.span("value"))
+    return spans
 
 
 def dsn_source(explicit: str | None = None) -> str:
@@ -189,35 +236,34 @@ def dsn_source(explicit: str | None = None) -> str:
 
 
 def passwords(dsn: str) -> list[str]:
-    """Every form in which ``dsn``'s password may appear in a message (as written and
-    percent-decoded), longest first; found even when libpq cannot parse ``dsn``."""
+    """Every form in which ``dsn``'s password (or what could be one) may appear in a
+    message (as written, unquoted and percent-decoded), longest first; found even when
+    libpq cannot parse ``dsn``."""
     found: set[str] = set()
-    head = _URI_HEAD.match(dsn)
-    if head:
-        rest = head.group("rest")
-        netloc = rest[: rest.rfind("@")] if "@" in rest else ""
-        if ":" in netloc:
-            found.add(netloc.split(":", 1)[1])
-    for match in _PASSWORD_PARAM.finditer(dsn):
-        value = match.group("value")
+    for start, end in _password_spans(dsn):
+        value = dsn[start:end]
         found.add(value)
-        found.add(value.strip("'").replace("\\'", "'").replace("\\\\", "\\"))
+        stripped = value.strip(_QUOTE_CHARS)
+        found.add(stripped)
+        found.add(stripped.replace("\\'", "'").replace("\\\\", "\\"))
     for value in list(found):
         found.add(unquote(value))
     return sorted((v for v in found if v), key=len, reverse=True)
 
 
 def redact_text(text: str) -> str:
-    """``text`` (a DSN, parseable or not) with its password replaced by ``***``, by
-    pattern alone: for strings libpq cannot parse and for a process's argv."""
-    head = _URI_HEAD.match(text)
-    if head:
-        rest = head.group("rest")
-        at = rest.rfind("@")
-        if at > 0 and ":" in rest[:at]:
-            user = rest[:at].split(":", 1)[0]
-            text = f"{head.group('scheme')}{user}:{REDACTED}{rest[at:]}"
-    return _PASSWORD_PARAM.sub(lambda m: m.group("key") + REDACTED, text)
+    """``text`` (a DSN, parseable or not, or a message or argv holding one) with what
+    could be a password replaced by ``***``, by pattern alone."""
+    spans = sorted(_password_spans(text))
+    merged: list[list[int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    for start, end in reversed(merged):
+        text = text[:start] + REDACTED + text[end:]
+    return text
 
 
 def redact(dsn: str) -> str:
@@ -228,6 +274,8 @@ def redact(dsn: str) -> str:
         params = conninfo_to_dict(dsn)
     except Exception:
         return redact_text(dsn)
+    if parse_problem(dsn) is not None:
+        return redact_text(dsn)  # a raw '@', or no '@host', put the password elsewhere
     if params.get("password"):
         params["password"] = REDACTED
     return make_conninfo("", **params)
@@ -244,21 +292,30 @@ def scrub(message: str, dsn: str) -> str:
 
     def hide_fragment(match: re.Match[str]) -> str:
         # libpq quotes the token it choked on, which may be a piece of the password.
-        quoted = match.group(1)
-        if len(quoted) >= 3 and any(quoted in secret for secret in secrets):
-            return f'"{REDACTED}"'
+        quoted = match.group(1) if match.group(1) is not None else match.group(2)
+        if quoted and any(_overlaps(quoted, secret) for secret in secrets):
+            return match.group(0)[0] + REDACTED + match.group(0)[-1]
         return match.group(0)
 
-    return _QUOTED.sub(hide_fragment, message)
+    return redact_text(_QUOTED.sub(hide_fragment, message))
+
+
+def _overlaps(fragment: str, secret: str) -> bool:
+    """Whether ``fragment`` shares three characters in a row with ``secret`` (all of a
+    shorter secret)."""
+    size = min(3, len(secret))
+    return any(secret[i:i + size] in fragment for i in range(len(secret) - size + 1))
 
 
 def parse_problem(dsn: str) -> str | None:
-    """Why libpq cannot parse ``dsn``, in one line that quotes none of it; None when it
-    parses."""
+    """Why libpq cannot use ``dsn``, in one line that shows none of its password; None
+    when it parses. A URI that libpq parses only by reading part of the password as the
+    host, port or database (a raw '@', '/' or '?' in it) is a problem too."""
     from psycopg.conninfo import conninfo_to_dict
 
+    shown = redact_text(dsn)
     try:
-        conninfo_to_dict(dsn)
+        params = conninfo_to_dict(dsn)
     except Exception as exc:
         head = _URI_HEAD.match(dsn)
         scheme = head.group("scheme")[:-3] if head else ""
@@ -269,11 +326,43 @@ def parse_problem(dsn: str) -> str | None:
         if "percent-encoded" in str(exc):
             return ("a bad %-escape: in a URI write '%' as %25 (and '@', ':', '/' in a "
                     "password as %40, %3A, %2F)")
+        hint = _shape_hint(dsn)
+        if hint:
+            return f"{hint} ({shown})"
         detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", dsn)
-        shown = redact_text(dsn)
         if shown in detail:  # libpq quoted the whole string; scrub hid its password
             return detail
         return f"{detail or type(exc).__name__} ({shown})"
+    spans = _userinfo_spans(dsn) if _URI_HEAD.match(dsn) else []
+    if spans:
+        if "@" not in dsn:
+            return f"the URI's port is not a number: is '@host' missing? ({shown})"
+        fields = [str(params.get(key) or "") for key in ("host", "port", "dbname")]
+        if any("@" in field for field in fields):
+            return ("a raw '@' or '/' in the URI's user or password: write them as %40 "
+                    f"and %2F ({shown})")
+    return None
+
+
+def _leaks(text: str, dsn: str) -> bool:
+    """Whether ``text`` holds three characters in a row of what could be ``dsn``'s
+    password."""
+    return any(_overlaps(text, secret) for secret in passwords(dsn) if len(secret) >= 3)
+
+
+def _shape_hint(dsn: str) -> str | None:
+    """What is wrong with the shape of a DSN libpq cannot parse, when we can tell."""
+    if dsn != dsn.strip():
+        return "spaces around the DSN: remove them"
+    if dsn[:1] in _QUOTE_CHARS:
+        return "the DSN is quoted: remove the quotes"
+    if "=" not in dsn.split("?", 1)[0]:
+        scheme = _SCHEME_PREFIX.match(dsn)
+        if scheme and scheme.group("slashes") != "//":
+            return "a URI needs '://' after the scheme: postgresql://user:password@host/db"
+        if scheme is None or "@" in dsn:
+            return ("neither a URI (postgresql://user:password@host/db) nor key=value "
+                    "pairs (host=... dbname=...)")
     return None
 
 
@@ -288,4 +377,7 @@ def describe(dsn: str) -> str:
     host = params.get("host") or params.get("hostaddr") or "local socket"
     port = params.get("port") or "5432"
     dbname = params.get("dbname") or params.get("user") or os.environ.get("PGDATABASE", "")
-    return f"{host}:{port}/{dbname}"
+    text = f"{host}:{port}/{dbname}"
+    # A raw '@' or '/' in a URI's password makes libpq read its tail as the host or
+    # the database; never echo that.
+    return REDACTED if _leaks(text, dsn) or "@" in text else text

@@ -39,6 +39,8 @@ from workers import tracing as child_tracing
 log = logging.getLogger("supervisor.arbiter")
 
 RUNNING, DRAINING, STOPPING = "running", "draining", "stopping"
+# The summary counts attempts that failed and, apart, the jobs that were discarded.
+SUMMARY_WORDS = {"failed": "failed attempts", "discarded": "jobs discarded"}
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
@@ -128,7 +130,8 @@ class Arbiter:
                 self.progress.close(self.engine.ledger.finished)
         finished = self.engine.ledger.finished
         log.info("supervisor %s stopped (%s)", self.owner,
-                 ", ".join(f"{n} {k}" for k, n in sorted(finished.items())) or "idle")
+                 ", ".join(f"{n} {SUMMARY_WORDS.get(k, k)}" for k, n in sorted(finished.items()))
+                 or "idle")
         return self.exit_code
 
     def turn(self) -> None:
@@ -184,16 +187,18 @@ class Arbiter:
             name = signal.Signals(signum).name[3:].lower()
             getattr(self, f"handle_{name}")()
 
-    def handle_term(self) -> None:
+    def handle_term(self, received: str = "SIGTERM") -> None:
         """Drain: stop claiming, let running jobs finish within the grace; a second
-        TERM or INT stops at once."""
+        TERM or INT stops at once. The log names the signal ``received``."""
         if self.state == RUNNING:
-            log.info("SIGTERM: draining (grace %.0f s)", self.config.grace)
+            log.info("%s: draining (grace %.0f s)", received, self.config.grace)
             self.begin_drain()
         else:
             self.stop_now("second stop signal")
 
-    handle_int = handle_term
+    def handle_int(self) -> None:
+        """Ctrl-C: as SIGTERM, logged as what it is."""
+        self.handle_term("SIGINT")
 
     def handle_quit(self) -> None:
         """Stop at once: kill the children, put their jobs back."""
@@ -280,4 +285,5 @@ class Arbiter:
             setproctitle(f"supervisor: master [{pool.busy_count()}/{pool.size()} busy]"
                          f" queues={','.join(self.queues)}")
         if self.progress is not None and now >= self.progress.next_update:
-            self.progress.update(now, self.engine.ledger.finished, self.engine.queue_counts())
+            self.progress.update(now, self.engine.ledger.finished, self.engine.queue_counts(),
+                                 self.engine.next_promote)

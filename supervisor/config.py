@@ -20,6 +20,7 @@ Keys may use dashes or underscores. Unknown keys are an error, not a silent no-o
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -133,8 +134,30 @@ def _section_from_file(path: Path) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     if path.name == "pyproject.toml" or "tool" in data:
+        for table in ("queues", "schedules"):
+            # ``[queues.x]`` as a supervisor.toml writes it would be silently ignored here.
+            if isinstance(data.get(table), dict):
+                first = next(iter(data[table]), "NAME")
+                raise ConfigError(
+                    f"{path}: [{table}.{first}] is outside [tool.supervisor] and would be "
+                    f"ignored: write it as [tool.supervisor.{table}.{first}]")
         return data.get("tool", {}).get("supervisor", {})
     return data
+
+
+def settings_path(config_path: str | None, cwd: Path | None = None) -> Path | None:
+    """The file ``load_file_settings`` reads (None: none), for messages that name it."""
+    if config_path:
+        return Path(config_path)
+    pyproject = (cwd or Path.cwd()) / "pyproject.toml"
+    return pyproject if pyproject.is_file() else None
+
+
+def _unknown(raw_key: str, known: set[str], where: str, prefix: str = "") -> ConfigError:
+    """The error for a setting nobody reads, naming the file and the closest valid key."""
+    close = difflib.get_close_matches(_norm(raw_key), sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"{prefix}unknown setting {raw_key!r} in {where}{hint}")
 
 
 def load_file_settings(config_path: str | None, cwd: Path | None = None) -> dict[str, Any]:
@@ -150,6 +173,9 @@ def load_file_settings(config_path: str | None, cwd: Path | None = None) -> dict
 
 
 _SIZE_KEYS = {"max_memory_per_child", "max_result_bytes"}
+# A child's RSS is some tens of MiB before it runs anything: a smaller cap is a size
+# written without its unit (``max_memory_per_child = 512``), and would kill every job.
+_MIN_SIZES = {"max_memory_per_child": 1 << 20}
 _NUMBER_KEYS = {"weight", "max_rate"}  # plain numbers; every other float is a duration
 
 
@@ -180,7 +206,12 @@ def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
         if value is None and "None" in kind:
             return None
         if key in _SIZE_KEYS:
-            return parse_size(value, name)
+            size = parse_size(value, name)
+            if key in _MIN_SIZES and size < _MIN_SIZES[key]:
+                raise ValueError(
+                    f"{name}: {value!r} is {size} bytes, below the {_MIN_SIZES[key] >> 20} "
+                    "MiB minimum; give a unit, e.g. \"512MB\" or \"1GiB\"")
+            return size
         if kind.startswith("int"):
             return parse_whole(value, name)
         if kind.startswith("float"):
@@ -196,8 +227,11 @@ def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
     return value
 
 
-def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> RunConfig:
-    """A ``RunConfig`` from a settings table and CLI overrides (None values ignored)."""
+def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None,
+                 source: Path | str | None = None) -> RunConfig:
+    """A ``RunConfig`` from a settings table (read from file ``source``, named in
+    messages) and CLI overrides (None values ignored)."""
+    where = f"{source}" if source else "the config file"
     config = RunConfig()
     values: dict[str, Any] = {}
     queue_tables: dict[str, dict[str, Any]] = {}
@@ -214,7 +248,7 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
         elif key in _SCALAR_KEYS:
             values[key] = _coerce(RunConfig, key, value)
         else:
-            raise ConfigError(f"unknown setting {raw_key!r} in the config file")
+            raise _unknown(raw_key, _SCALAR_KEYS | {"queues", "schedules"}, where)
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = _coerce(RunConfig, key, value) if key in _SCALAR_KEYS else value
@@ -228,7 +262,7 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
         for raw_key, value in settings.items():
             key = _norm(raw_key)
             if key not in _QUEUE_KEYS:
-                raise ConfigError(f"queue {name!r}: unknown setting {raw_key!r}")
+                raise _unknown(raw_key, _QUEUE_KEYS, where, f"queue {name!r}: ")
             clean[key] = _coerce(QueuePolicy, key, value, f"queue {name!r}: ")
         clean.setdefault("prefetch", config.prefetch)
         try:

@@ -154,6 +154,7 @@ class DashboardProcess:
             self.log.append(line)
 
     def _wait_ready(self, timeout: float = 20.0) -> None:
+        import urllib.error
         import urllib.request
 
         deadline = time.monotonic() + timeout
@@ -161,6 +162,8 @@ class DashboardProcess:
             try:
                 with urllib.request.urlopen(self.url + "/api/queues", timeout=2):
                     return
+            except urllib.error.HTTPError:
+                return  # it answers (401: a dashboard whose reads need a token)
             except OSError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.close()

@@ -130,6 +130,9 @@ class FakeStore:
     def left_for_later(self, queues, kinds):
         return 0, None
 
+    def unhandled_waiting(self, queues, kinds) -> dict[str, int]:
+        return {}
+
     def has_due_work(self, queues, kinds, horizon=0.0) -> bool:
         self._record("has_due_work")
         return any(self.available.get(q) for q in queues)

@@ -189,19 +189,19 @@ def test_producers_asyncio(supervisor_dsn, supervisor_drain):
     @app.post("/images")
     async def upload(path: str):
         job_id = await resize.enqueue_async(path=path, width=64)
-        ids = await resize.options(queue="bulk").enqueue_many_async([{"path": p} for p in more])
+        ids = await resize.options(queue="bulk").enqueue_many_async(
+            [{"path": p, "width": 64} for p in more])
         other = await supervisor.enqueue_async("send_mail", {"to": "a@example.com"})
         return {"job": job_id, "ids": ids, "other": other}
 
     answer = asyncio.run(upload("u.png"))
     assert [j.queue for j in enqueued(resize)] == ["images", "bulk", "bulk"]
     summary = supervisor_drain()
-    assert summary.by_kind["resize"].completed == 1     # u.png
+    assert summary.by_kind["resize"].completed == 3     # u.png and the two bulk ones
     assert summary.by_kind["send_mail"].completed == 1
-    # the bulk jobs carry no width: discarded for their args, as a supervisor would
-    bulk = [a for a in summary.attempts if a.id in answer["ids"]]
-    assert [a.outcome for a in bulk] == ["discarded", "discarded"]
-    assert "missing a required argument: 'width'" in bulk[0].error
+    # without their width the bulk jobs are refused at the call, before any insert
+    with pytest.raises(TypeError, match="args_list\\[0\\]: args do not fit resize"):
+        asyncio.run(resize.enqueue_many_async([{"path": p} for p in more]))
     assert supervisor.wait(answer["other"], 5) == "sent to a@example.com"
 
 

@@ -37,9 +37,13 @@ def test_args_that_do_not_bind_raise_what_a_child_records(conn):
     with pytest.raises(JobBindingError, match="got an unexpected keyword argument 'c'"):
         run_inline(h.th_add, a=1, b=2, c=3)
     # the same words a drained (child-run) job records when it is discarded
+    from shared.enqueue import enqueue
     from supervisor.testing import drain
 
-    job_id = h.th_add.options(conn=conn).enqueue(a=1)
+    with pytest.raises(TypeError) as at_enqueue:  # the handle checks at once now
+        h.th_add.options(conn=conn).enqueue(a=1)
+    assert str(at_enqueue.value) == inline_message
+    job_id = enqueue("th_add", {"a": 1}, conn=conn)  # by kind: no handler to check with
     drain(conn=conn)
     error = conn.execute("SELECT errors -> -1 FROM supervisor.jobs WHERE id = %s",
                          (job_id,)).fetchone()[0]

@@ -1,10 +1,13 @@
 """The child side: handler registry (``@job``), job context (``current_job``) and the
-child runtime. Handler modules import ``job`` and ``current_job`` from here."""
+child runtime. Handler modules import ``job`` and ``current_job`` from here, and
+``Backoff`` for ``@job(backoff=...)``."""
 
+from shared.jobs import Backoff
 from workers.context import JobContext, current_job
 from workers.hooks import HookError, around_job, on_child_exit, on_child_start, on_discard
 from workers.outcomes import Discard, Retry, Snooze, SoftTimeout
-from workers.registry import JobHandle, job
+from workers.registry import ArgsDoNotFit, JobHandle, job
 
-__all__ = ["Discard", "HookError", "JobContext", "JobHandle", "Retry", "Snooze", "SoftTimeout",
-           "around_job", "current_job", "job", "on_child_exit", "on_child_start", "on_discard"]
+__all__ = ["ArgsDoNotFit", "Backoff", "Discard", "HookError", "JobContext", "JobHandle", "Retry",
+           "Snooze", "SoftTimeout", "around_job", "current_job", "job", "on_child_exit",
+           "on_child_start", "on_discard"]

@@ -63,8 +63,16 @@ class JobDefaults:
         return self.options["timeout"]
 
 
+class ArgsDoNotFit(TypeError):
+    """Args given to a handle's enqueue do not fit its handler's signature; the message
+    is the one a child would have recorded when discarding the job (``binding``)."""
+
+
 class JobHandle:
-    """A registered handler: call it like the function, or enqueue it as a job."""
+    """A registered handler: call it like the function, or enqueue it as a job. Args
+    enqueued through the handle are checked against the handler's signature at once
+    (``ArgsDoNotFit``); ``shared.enqueue.enqueue("kind", ...)``, which has no handler to
+    check against, leaves that to the child."""
 
     def __init__(self, func: Callable[..., Any], kind: str, defaults: JobDefaults,
                  schedule: ScheduleSpec | None = None) -> None:
@@ -73,7 +81,20 @@ class JobHandle:
         self.defaults = defaults
         self.schedule = schedule  # from @job(cron=...) or @job(every=...); the parent fires it
         self.signature = inspect.signature(func)
+        self._checker: Any = None
         functools.update_wrapper(self, func)
+
+    def check_args(self, args: Mapping[str, Any]) -> None:
+        """Raise ``ArgsDoNotFit`` when ``args`` cannot be bound to the handler's
+        signature (a required argument missing, an unknown one given)."""
+        if self._checker is None:
+            from workers.binding import ArgsChecker
+
+            self._checker = ArgsChecker(self.signature)
+        try:
+            self._checker.check(dict(args))
+        except TypeError as exc:
+            raise ArgsDoNotFit(f"args do not fit {self.kind}{self.signature}: {exc}") from None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -98,6 +119,7 @@ class JobHandle:
         from shared.enqueue import enqueue
 
         # The hot path of web apps: no BoundJob, nothing to layer.
+        self.check_args(args)
         return enqueue(self.kind, args, **self.defaults.options)
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
@@ -140,10 +162,21 @@ class BoundJob:
             raise ValueError(f"depends_on is only supported by enqueue(), not {what}()")
         return resolved
 
+    def _check_each(self, args_list: list[Any]) -> None:
+        """``check_args`` for every mapping of ``args_list``, naming the index of the first
+        that does not fit (a non-mapping is left to enqueue_many's own message)."""
+        for index, args in enumerate(args_list):
+            if isinstance(args, Mapping):
+                try:
+                    self.handle.check_args(args)
+                except ArgsDoNotFit as exc:
+                    raise ArgsDoNotFit(f"args_list[{index}]: {exc}") from None
+
     def enqueue(self, **args: Any) -> int:
         """Insert one job; returns its id (an existing job's id if unique_key matched)."""
         from shared.enqueue import enqueue
 
+        self.handle.check_args(args)
         return enqueue(self.handle.kind, args, **self._resolved())
 
     def bind(self, **args: Any) -> Any:
@@ -151,6 +184,7 @@ class BoundJob:
         callback); only how the job runs (``JobOptions``) is kept."""
         from shared.batches import Callback
 
+        self.handle.check_args(args)
         return Callback(self.handle.kind, args, **job_options(self._resolved()))
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
@@ -158,20 +192,25 @@ class BoundJob:
         with ``then``)."""
         from shared.enqueue import enqueue_many
 
-        return enqueue_many(self.handle.kind, list(args_list), then=then,
+        args_list = list(args_list)
+        self._check_each(args_list)
+        return enqueue_many(self.handle.kind, args_list, then=then,
                             **self._plain("enqueue_many"))
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio: awaits the insert on an async connection."""
         from shared.producers.aio import enqueue_async
 
+        self.handle.check_args(args)
         return await enqueue_async(self.handle.kind, args, **self._plain("enqueue_async"))
 
     async def enqueue_many_async(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """``enqueue_many`` for asyncio."""
         from shared.producers.aio import enqueue_many_async
 
-        return await enqueue_many_async(self.handle.kind, list(args_list),
+        args_list = list(args_list)
+        self._check_each(args_list)
+        return await enqueue_many_async(self.handle.kind, args_list,
                                         **self._plain("enqueue_many_async"))
 
     def enqueue_on_commit(self, **args: Any) -> None:
@@ -180,6 +219,7 @@ class BoundJob:
         exists only after the commit."""
         from shared.oncommit import enqueue_on_commit
 
+        self.handle.check_args(args)
         enqueue_on_commit(self.handle.kind, args, **self._plain("enqueue_on_commit"))
 
 
@@ -239,6 +279,12 @@ def job(
 
     def register(f: Callable[..., Any]) -> JobHandle:
         kind = name or f.__name__
+        if inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f):
+            # Called synchronously in a child, it would return an un-awaited coroutine and
+            # fail every attempt; refused here, at import, in one line.
+            raise TypeError(f"@job {kind}: handlers run synchronously in a child process, "
+                            "so an 'async def' one is refused; write a plain 'def' (use "
+                            "asyncio.run(...) inside it to call async code)")
         schedule = None
         if cron is not None or every is not None or timezone is not None:
             schedule = make_spec(kind, kind, cron=cron, every=every, timezone=timezone,

@@ -1,6 +1,6 @@
 """Handlers for trying the image: ``supervisor run --app example_jobs``.
 
-Enqueue from the host with ``supervisor enqueue example_square '{"n": 12}'``.
+Enqueue from the host with ``supervisor enqueue example_square --args '{"n": 12}'``.
 """
 
 import time

@@ -10,7 +10,9 @@ Door:
 - ``status`` (queues, supervisors, work nobody serves), ``queue_stats``,
   ``live_supervisors``, ``public_supervisor``, ``stale_supervisors``, ``set_paused``;
 - ``list_jobs``, ``get_job``, ``retry_job``, ``retry_jobs`` (a ``BulkRetry``),
-  ``cancel_job``, ``parse_job_id``, ``check_state``, ``RETRY_STATES``, ``CANCEL_STATES``;
+  ``cancel_job``, ``cancelled_dependents``,
+  ``missing_dependencies``, ``parse_job_id``, ``check_state``,
+  ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
 - ``AdminError``, ``check_queue_name``.
 """
@@ -20,9 +22,11 @@ from supervisor.admin.jobs import (
     RETRY_STATES,
     BulkRetry,
     cancel_job,
+    cancelled_dependents,
     check_state,
     get_job,
     list_jobs,
+    missing_dependencies,
     parse_job_id,
     retry_job,
     retry_jobs,
@@ -39,8 +43,31 @@ from supervisor.admin.status import (
     status,
 )
 
-__all__ = ["CANCEL_STATES", "LIVE_AFTER_SECONDS", "RETRY_STATES", "AdminError", "BulkRetry",
-           "all_limits", "cancel_job", "check_queue_name", "check_state", "get_job",
-           "list_jobs", "live_slices", "live_supervisors", "parse_job_id", "parse_rate",
-           "parse_whole", "public_supervisor", "queue_stats", "retry_job", "retry_jobs",
-           "set_limits", "set_paused", "stale_supervisors", "status"]
+__all__ = [
+    "CANCEL_STATES",
+    "LIVE_AFTER_SECONDS",
+    "RETRY_STATES",
+    "AdminError",
+    "BulkRetry",
+    "all_limits",
+    "cancel_job",
+    "cancelled_dependents",
+    "check_queue_name",
+    "check_state",
+    "get_job",
+    "list_jobs",
+    "live_slices",
+    "live_supervisors",
+    "missing_dependencies",
+    "parse_job_id",
+    "parse_rate",
+    "parse_whole",
+    "public_supervisor",
+    "queue_stats",
+    "retry_job",
+    "retry_jobs",
+    "set_limits",
+    "set_paused",
+    "stale_supervisors",
+    "status",
+]

@@ -163,6 +163,39 @@ def retry_job(conn: psycopg.Connection, job_id: int) -> str:
     return row[0]
 
 
+# Jobs cancelled because ``id`` ended without completing (cancel_dependent in 0009 records
+# the reason as a 'dependency' error naming it). A retry of ``id`` does not bring them
+# back: their edges were consumed when they were cancelled.
+_CANCELLED_DEPENDENTS = """
+SELECT id FROM supervisor.jobs
+WHERE state = 'cancelled' AND %(id)s = ANY(depends_on)
+  AND errors -> -1 ->> 'kind' = 'dependency'
+ORDER BY id
+"""
+
+
+def cancelled_dependents(conn: psycopg.Connection, job_id: int) -> list[int]:
+    """The jobs that were cancelled because ``job_id`` (a dependency of theirs) was
+    discarded or cancelled; retrying ``job_id`` leaves them cancelled."""
+    return [row[0] for row in conn.execute(_CANCELLED_DEPENDENTS, {"id": job_id})]
+
+
+# Dependencies a held job still waits for whose row is gone (deleted by SQL): nothing
+# will ever consume their edge, so the job waits for ever unless cancelled.
+_MISSING_DEPENDENCIES = """
+SELECT d.dependency_id FROM supervisor.job_dependencies d
+WHERE d.dependent_id = %(id)s
+  AND NOT EXISTS (SELECT 1 FROM supervisor.jobs j WHERE j.id = d.dependency_id)
+ORDER BY 1
+"""
+
+
+def missing_dependencies(conn: psycopg.Connection, job_id: int) -> list[int]:
+    """The dependencies ``job_id`` still waits for that no longer exist (deleted): it
+    will never run unless cancelled."""
+    return [row[0] for row in conn.execute(_MISSING_DEPENDENCIES, {"id": job_id})]
+
+
 def retry_jobs(conn: psycopg.Connection, *, state: str, queue: str | None = None,
                kind: str | None = None) -> BulkRetry:
     """Retry every job in ``state`` (discarded, cancelled or retryable) matching the

@@ -17,7 +17,8 @@ _LIST = """
 SELECT b.id, b.total, b.callback_kind, b.callback_id, b.created_at, b.finished_at,
        count(j.id) FILTER (WHERE j.state = 'completed') AS completed,
        count(j.id) FILTER (WHERE j.state = 'discarded') AS discarded,
-       count(j.id) FILTER (WHERE j.state = 'cancelled') AS cancelled
+       count(j.id) FILTER (WHERE j.state = 'cancelled') AS cancelled,
+       count(j.id) AS present
 FROM (SELECT * FROM supervisor.batches {where} ORDER BY id DESC LIMIT %(limit)s) AS b
 LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
 GROUP BY b.id, b.total, b.callback_kind, b.callback_id, b.created_at, b.finished_at
@@ -37,7 +38,11 @@ def _rows(conn, batch_id: int | None, limit: int) -> list[dict]:
     names = [d.name for d in cur.description]
     rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     for row in rows:
-        row["pending"] = row["total"] - row["completed"] - row["discarded"] - row["cancelled"]
+        # Members deleted by SQL (or pruned after completing) are not pending: the batch
+        # closes once the members still there are final.
+        row["gone"] = row["total"] - row.pop("present")
+        row["pending"] = (row["total"] - row["gone"] - row["completed"] - row["discarded"]
+                          - row["cancelled"])
         row["callback_state"] = None
         if row["callback_id"] is not None:
             found = conn.execute(_CALLBACK, (row["callback_id"],)).fetchone()
@@ -91,7 +96,8 @@ def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
     now = datetime.now(UTC)
     lines = [f"batch {row['id']}: {row['total']} jobs, {row['pending']} pending, "
              f"{row['completed']} completed, {row['discarded']} discarded, "
-             f"{row['cancelled']} cancelled",
+             f"{row['cancelled']} cancelled"
+             + (f", {row['gone']} gone (deleted, or pruned once final)" if row["gone"] else ""),
              f"  created:  {row['created_at'].isoformat(timespec='seconds')} "
              f"({since(row['created_at'], now)})"]
     if row["finished_at"] is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from shared.dsn import resolve_dsn
+from shared.exitcodes import CLI_USAGE
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
 
 EXTRA_MODULES = {"starlette", "uvicorn", "jinja2"}
@@ -42,6 +43,10 @@ def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple
     with open_database(url):
         pass  # fails now, in one line, if the database is unreachable or unmigrated
     token = dashboard.token_from_env()
+    read_token = dashboard.token_from_env(name=dashboard.READ_TOKEN_ENV)
+    if not dashboard.is_loopback(host) and token is None and read_token is None:
+        raise CliError(f"listening on {host} (not loopback) needs a token for reads: set "
+                       f"{dashboard.READ_TOKEN_ENV} (or {dashboard.TOKEN_ENV})", CLI_USAGE)
     try:
         sock = dashboard.listen(host, port)
     except OSError as exc:
@@ -52,11 +57,13 @@ def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple
             else f"read-only ({dashboard.TOKEN_ENV} is not set)")
     click.echo(f"supervisor dashboard on http://{shown}:{bound_port}/ ({mode})", err=True)
     if not dashboard.is_loopback(host):
-        click.echo(f"supervisor: warning: listening on {host}: anyone who can reach it "
-                   "can read job args, results and errors", err=True)
+        click.echo(f"supervisor: listening on {host}: every request needs a token (HTTP "
+                   "Basic password or Authorization: Bearer); use TLS in front of it",
+                   err=True)
     if token is not None and len(token) < MIN_TOKEN:
         click.echo(f"supervisor: warning: {dashboard.TOKEN_ENV} has {len(token)} characters; "
                    f"use at least {MIN_TOKEN} random ones", err=True)
-    app = dashboard.create_app(url, dashboard.Settings(token=token, refresh=refresh),
+    app = dashboard.create_app(url, dashboard.Settings(token=token, refresh=refresh,
+                                                       read_token=read_token),
                                host=host, allowed_hosts=allowed_hosts)
     dashboard.serve(app, sock)

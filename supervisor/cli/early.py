@@ -46,7 +46,7 @@ def prepare(argv: list[str] | None = None) -> None:
 def hide_passwords(argv: list[str]) -> bool:
     """Rewrite the process title so no argument shows a DSN password; returns whether
     anything had to be hidden."""
-    if not any("://" in arg or "password" in arg.lower() for arg in argv):
+    if not any("@" in arg or ":/" in arg or "password" in arg.lower() for arg in argv):
         return False
     from shared.dsn import redact_text
 

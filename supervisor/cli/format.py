@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.db import pg_text
 from shared.jsontext import dumps
 from shared.validation import printable
 
@@ -37,12 +38,21 @@ def age(seconds: float | None) -> str:
 
 
 def since(when: datetime | None, now: datetime | None = None) -> str:
-    """How long ago ``when`` was (``4m12s ago``) or how far ahead (``in 30s``)."""
+    """How long ago ``when`` was (``4m12s ago``) or how far ahead (``in 30s``); a
+    timestamp past what Python holds (``infinity``, after 9999) is ``never``."""
     if when is None:
         return "-"
+    if pg_text(when) is not None:
+        return "never" if when.year == datetime.max.year else "long ago"
     now = now or datetime.now(UTC)
     delta = (now - when).total_seconds()
     return f"{age(delta)} ago" if delta >= 0 else age(delta)
+
+
+def stamp(when: datetime) -> str:
+    """``when`` in ISO form to the second, or PostgreSQL's own text for a timestamp past
+    what Python holds (``infinity``, ``12000-01-01 00:00:00+00``)."""
+    return pg_text(when) or when.isoformat(timespec="seconds")
 
 
 def one_line(text: str | None, width: int = 60) -> str:

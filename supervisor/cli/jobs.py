@@ -16,7 +16,7 @@ from shared.validation import printable
 from supervisor import admin
 from supervisor.admin import AdminError
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
-from supervisor.cli.format import json_text, one_line, since, table, to_json
+from supervisor.cli.format import json_text, one_line, since, stamp, table, to_json
 
 
 @contextmanager
@@ -92,6 +92,8 @@ def _when(row: dict[str, Any], now: datetime) -> str:
     if row.get("dependencies") and row["state"] == "scheduled":
         return f"after {row['dependencies']} dependencies"
     when = since(row["run_at"], now)
+    if when == "never":
+        return f"never (run_at {stamp(row['run_at'])})"
     return f"runs {when}" if when.startswith("in ") else f"due {when}"
 
 
@@ -107,6 +109,8 @@ def show_command(job_id, as_json, dsn) -> None:
         ident = admin.parse_job_id(job_id)
         with open_database(dsn) as conn:
             row = admin.get_job(conn, ident)
+            row["missing_dependencies"] = (admin.missing_dependencies(conn, ident)
+                                           if row.get("depends_on") else [])
     if as_json:
         click.echo(to_json(row))
         return
@@ -126,12 +130,18 @@ def render_job(row: dict[str, Any]) -> str:
                      f"{row['batch_id']})")
     if row.get("depends_on"):
         lines.append(f"  {'depends on:':<17} {', '.join(map(str, row['depends_on']))}")
+    missing = row.get("missing_dependencies")
+    if missing:
+        which = ", ".join(map(str, missing))
+        lines.append(f"  {'waits for ever:':<17} deleted dependenc"
+                     f"{'ies' if len(missing) > 1 else 'y'} {which}; cancel this job "
+                     f"(supervisor jobs cancel {row['id']})")
     limit = row["max_attempts"] or "its handler's limit (set at its first claim)"
     lines.append(f"  {'attempt:':<17} {row['attempt']} of {limit}")
     for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",
                  "finished_at"):
         if row[name] is not None:
-            lines.append(f"  {name + ':':<17} {row[name].isoformat(timespec='seconds')}"
+            lines.append(f"  {name + ':':<17} {stamp(row[name])}"
                          f" ({since(row[name], now)})")
     for name in ("args", "progress", "result"):
         if row[name] is not None:
@@ -173,7 +183,14 @@ def retry_command(job_id, state, queue, kind, dsn) -> None:
             ident = admin.parse_job_id(job_id)
             with open_database(dsn) as conn:
                 was = admin.retry_job(conn, ident)
+                stranded = admin.cancelled_dependents(conn, ident)
             click.echo(f"retried job {ident} (was {was}); it is available now")
+            if stranded:
+                shown = ", ".join(map(str, stranded[:10])) + (", ..." if len(stranded) > 10
+                                                              else "")
+                click.echo(f"note: {len(stranded)} job{'s' if len(stranded) != 1 else ''} "
+                           f"cancelled because job {ident} did not complete stay cancelled "
+                           f"({shown}); enqueue them again once it completes")
             return
         if state is None:
             raise AdminError("give a job ID, or --state discarded|cancelled|retryable "

@@ -24,7 +24,13 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     from supervisor.apps import AppImportError, import_apps
     from supervisor.arbiter import Arbiter
     from supervisor.cli.limits import children_problem
-    from supervisor.config import ConfigError, apply_queue_flags, build_config, load_file_settings
+    from supervisor.config import (
+        ConfigError,
+        apply_queue_flags,
+        build_config,
+        load_file_settings,
+        settings_path,
+    )
     from supervisor.namesake import problem as namesake_problem
     from supervisor.observe import BurstProgress, TracingUnavailable
     from supervisor.schedules import (
@@ -39,7 +45,8 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     if namesake is not None:
         raise CliError(namesake)
     try:
-        config = build_config(load_file_settings(config_path), overrides)
+        config = build_config(load_file_settings(config_path), overrides,
+                              source=settings_path(config_path))
         config = apply_queue_flags(config, queue_settings)
     except ConfigError as exc:
         raise CliError(str(exc), CLI_USAGE) from None
@@ -134,8 +141,25 @@ class _NativeThreads(click.ParamType):
 NATIVE_THREADS = _NativeThreads()
 
 
+class _Children(click.ParamType):
+    """How many children: a whole number of at least 1."""
+
+    name = "children"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and value >= 1:
+            return value
+        if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+            return int(value)
+        self.fail(f"{value!r}: -n wants how many child processes to fork, a whole number of "
+                  "at least 1 (default: the number of CPUs)", param, ctx)
+
+
+CHILDREN = _Children()
+
+
 @click.command("run")
-@click.option("-n", "--children", type=click.IntRange(min=1),
+@click.option("-n", "--children", type=CHILDREN, metavar="N",
               help="Child processes (default: CPUs).")
 @click.option("--app", "apps", multiple=True, metavar="MODULE",
               help="Module defining @job handlers; repeat for several.")

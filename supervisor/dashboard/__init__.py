@@ -8,7 +8,7 @@ come from the admin room (``supervisor.admin``); it imports nothing of the CLI.
 """
 
 from supervisor.dashboard.app import Settings, create_app, is_loopback, listen, serve
-from supervisor.dashboard.auth import TOKEN_ENV, token_from_env
+from supervisor.dashboard.auth import READ_TOKEN_ENV, TOKEN_ENV, token_from_env
 
-__all__ = ["TOKEN_ENV", "Settings", "create_app", "is_loopback", "listen", "serve",
-           "token_from_env"]
+__all__ = ["READ_TOKEN_ENV", "TOKEN_ENV", "Settings", "create_app", "is_loopback", "listen",
+           "serve", "token_from_env"]

@@ -9,7 +9,8 @@ never inside the forking supervisor parent.
 Every answer carries a Content-Security-Policy that allows only the package's own
 script and stylesheet, so even a value that escaped escaping could not run. Bound to
 loopback, the app answers only requests whose Host is a loopback name, so a web page
-that rebinds its DNS name to 127.0.0.1 cannot read it.
+that rebinds its DNS name to 127.0.0.1 cannot read it; bound elsewhere, every request
+needs a token (see ``auth``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from supervisor.admin import AdminError
 from supervisor.dashboard import actions, views
-from supervisor.dashboard.auth import Refused
+from supervisor.dashboard.auth import ReadGate, Refused
 from supervisor.dashboard.database import DashboardDB, DatabaseDown
 from supervisor.dashboard.queries import NotFound
 from supervisor.dashboard.render import JSONResponse, page
@@ -58,6 +59,7 @@ class Settings:
 
     token: str | None
     refresh: float = 3.0
+    read_token: str | None = None
 
 
 class SecurityHeaders:
@@ -126,14 +128,18 @@ def create_app(dsn: str, settings: Settings, *, host: str = "127.0.0.1",
                allowed_hosts: tuple[str, ...] = ()) -> Starlette:
     """The dashboard app over database ``dsn``, as served on ``host``. Bound to
     loopback it answers only loopback Host names plus ``allowed_hosts`` (the name a
-    reverse proxy passes on); bound elsewhere it answers any."""
+    reverse proxy passes on); bound elsewhere it answers any Host name, but only
+    requests that carry the read token or the operator token (``ReadGate``)."""
     db = DashboardDB(dsn)
-    allowed = [*LOOPBACK_NAMES, host, *allowed_hosts] if is_loopback(host) else ["*"]
+    loopback = is_loopback(host)
+    allowed = [*LOOPBACK_NAMES, host, *allowed_hosts] if loopback else ["*"]
+    gate = [] if loopback else [Middleware(
+        ReadGate, tokens=tuple(t for t in (settings.read_token, settings.token) if t))]
     app = Starlette(
         routes=[*views.ROUTES, *actions.ROUTES,
                 Mount("/static", StaticFiles(directory=STATIC), name="static")],
         middleware=[Middleware(SecurityHeaders),
-                    Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
+                    Middleware(TrustedHostMiddleware, allowed_hosts=allowed), *gate],
         exception_handlers={AdminError: _admin_error, Refused: _refused,
                             DatabaseDown: _database_down, HTTPException: _http_error,
                             500: _unexpected},

@@ -93,6 +93,8 @@ def parse_filters(params: dict[str, str]) -> dict[str, Any]:
     first that is malformed."""
     def text(name: str) -> str | None:
         value = (params.get(name) or "").strip()
+        if "\x00" in value:  # PostgreSQL text cannot hold it: a 400, not a failed query
+            raise AdminError(f"{name} must not contain a NUL byte", usage=True)
         return value or None
 
     state = admin.check_state(text("state"))

@@ -8,6 +8,7 @@ entry here, one route and one template.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -16,6 +17,7 @@ from jinja2 import Environment, PackageLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from shared.db import pg_text
 from shared.jsontext import dumps
 
 # (label, path): the pages in the header, in order.
@@ -37,6 +39,8 @@ NOTICES = {
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if not math.isfinite(float(seconds)):  # a timeout of NaN or Infinity written by SQL
+        return "not a number" if math.isnan(float(seconds)) else "infinite"
     seconds = max(float(seconds), 0.0)
     if seconds < 60:
         return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
@@ -52,6 +56,8 @@ def _age(seconds: float | None) -> str:
 def _since(moment: datetime | None) -> str:
     if moment is None:
         return "-"
+    if pg_text(moment) is not None:  # infinity, or past what Python holds
+        return "never" if moment.year == datetime.max.year else "long ago"
     delta = (datetime.now(UTC) - moment).total_seconds()
     return f"{_age(delta)} ago" if delta >= 0 else f"in {_age(-delta)}"
 
@@ -67,6 +73,9 @@ def _stamp(moment: datetime | str | None) -> str:
             return text
     if not isinstance(moment, datetime):
         return "" if moment is None else str(moment)
+    odd = pg_text(moment)
+    if odd is not None:
+        return odd
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -22,7 +22,10 @@ _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
 COMPLETE = f"""
 UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
      AS u(id, attempt, result)
 WHERE {_FENCE}
@@ -184,6 +187,15 @@ LEFT_FOR_LATER = """
 SELECT count(*), min(run_at) FROM supervisor.jobs
 WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
   AND kind = ANY(%(kinds)s::text[])
+"""
+
+# Jobs waiting in these queues whose kind no loaded handler runs, per kind (a burst run
+# says so as it ends, rather than "no more work").
+UNHANDLED_WAITING = """
+SELECT kind, count(*) FROM supervisor.jobs
+WHERE state IN ('available', 'scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
+  AND kind <> ALL(%(kinds)s::text[])
+GROUP BY kind ORDER BY count(*) DESC, kind
 """
 
 # Seconds until the earliest scheduled or retrying job of these queues is due (negative:

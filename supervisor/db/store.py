@@ -47,6 +47,7 @@ from supervisor.db.sql import (
     SNOOZE,
     STARTED,
     TRY_LEAD,
+    UNHANDLED_WAITING,
 )
 
 log = logging.getLogger("supervisor.store")
@@ -353,6 +354,12 @@ class Store:
         row = self.connection.execute(LEFT_FOR_LATER,
                                       {"queues": list(queues), "kinds": list(kinds)}).fetchone()
         return (row[0], row[1]) if row else (0, None)
+
+    def unhandled_waiting(self, queues: Sequence[str], kinds: Sequence[str]) -> dict[str, int]:
+        """How many jobs wait in ``queues`` per kind not among ``kinds`` (no handler)."""
+        rows = self.connection.execute(UNHANDLED_WAITING,
+                                       {"queues": list(queues), "kinds": list(kinds)}).fetchall()
+        return {kind: count for kind, count in rows}
 
     def _failure_params(self, items: Sequence[Failure]) -> dict:
         return {"owner": self.owner, "ids": [f.id for f in items],

@@ -479,5 +479,14 @@ class Engine:
                                 nothing_later, "checking for work")
         later = (f"; {left} jobs are due later than the {horizon:.0f} s horizon, the next at "
                  f"{next_at:%Y-%m-%d %H:%M:%S %Z}" if left else "")
+        none_waiting: dict[str, int] = {}
+        unhandled = db.call(lambda s: s.unhandled_waiting(self.queues, self.kinds), none_waiting,
+                            "checking for work")
+        if unhandled:
+            shown = ", ".join(f"{kind} ({n})" for kind, n in list(unhandled.items())[:10])
+            more_kinds = f" and {len(unhandled) - 10} more kinds" if len(unhandled) > 10 else ""
+            log.warning("burst: %d jobs in %s wait for kinds no loaded handler runs: %s%s; "
+                        "they stay queued for a supervisor whose --app defines them",
+                        sum(unhandled.values()), ",".join(self.queues), shown, more_kinds)
         log.info("burst: no more work in %s%s; exiting", ",".join(self.queues), later)
         self.burst_finished = True

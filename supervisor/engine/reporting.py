@@ -138,6 +138,8 @@ class OutcomeReporter:
                 job.max_attempts, outcome.kind, verdict, outcome.message,
                 extra=job_fields(job, failure=outcome.kind, verdict=verdict))
         self.ledger.ended(job, "interrupted" if shutdown else "failed")
+        if discarded:
+            self.ledger.finished["discarded"] += 1  # jobs, apart from failed attempts
         self.outbox.failed(job, outcome.kind, outcome.message, outcome.traceback,
                            retry_delay(job, outcome.retry_delay), outcome.terminal, now)
         self.metrics.job_failed(job, outcome.kind,

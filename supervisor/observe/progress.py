@@ -1,4 +1,5 @@
-"""Live progress of a ``--burst`` run: done, failed, rate, ETA.
+"""Live progress of a ``--burst`` run: done, failed attempts and discarded jobs, rate,
+ETA, and the jobs waiting for their run_at.
 
 On a terminal one status line is redrawn in place on stderr; otherwise a log line is
 written every few seconds, which is what a CI log or a container log wants.
@@ -27,11 +28,13 @@ class BurstProgress:
         self._drawn = False
 
     def update(self, now: float, finished: Mapping[str, int],
-               counts: Mapping[str, Mapping[str, int]] | None) -> None:
+               counts: Mapping[str, Mapping[str, int]] | None,
+               next_due: float | None = None) -> None:
         """Show the current state; ``counts`` is the store's per-queue state counts
-        (None while the database is away)."""
+        (None while the database is away), ``next_due`` when (on ``now``'s clock) the
+        next scheduled or retrying job is due, if known."""
         self.next_update = now + self.interval
-        line = self.render(now, finished, counts)
+        line = self.render(now, finished, counts, next_due)
         if self.interactive:
             self.stream.write("\r\x1b[2K" + line)
             self.stream.flush()
@@ -40,19 +43,29 @@ class BurstProgress:
             log.info("%s", line)
 
     def render(self, now: float, finished: Mapping[str, int],
-               counts: Mapping[str, Mapping[str, int]] | None) -> str:
-        """The status line: ``1234 done, 2 failed, 410.5/s, 766 left, ETA 2s``."""
+               counts: Mapping[str, Mapping[str, int]] | None,
+               next_due: float | None = None) -> str:
+        """The status line: ``1234 done, 2 failed attempts (1 discarded), 410.5/s, 766
+        left, ETA 2s``. Jobs waiting for their run_at (scheduled, retrying) are counted
+        apart, with when the next is due: no ETA is made up for them."""
         done = finished.get("completed", 0)
         failed = finished.get("failed", 0)
+        discarded = finished.get("discarded", 0)
         elapsed = max(now - self.started, 1e-9)
         rate = (done + failed) / elapsed
-        parts = [f"{done} done", f"{failed} failed", f"{rate:.1f}/s"]
+        parts = [f"{done} done", f"{failed} failed attempts ({discarded} discarded)",
+                 f"{rate:.1f}/s"]
         if counts is not None:
-            left = sum(c.get("available", 0) + c.get("running", 0) + c.get("scheduled", 0)
-                       + c.get("retryable", 0) for c in counts.values())
-            parts.append(f"{left} left")
-            if rate > 0 and left:
-                parts.append(f"ETA {_duration(left / rate)}")
+            ready = sum(c.get("available", 0) + c.get("running", 0) for c in counts.values())
+            waiting = sum(c.get("scheduled", 0) + c.get("retryable", 0)
+                          for c in counts.values())
+            parts.append(f"{ready} left")
+            if rate > 0 and ready:
+                parts.append(f"ETA {_duration(ready / rate)}")
+            if waiting:
+                when = (f", the next due in {_duration(max(next_due - now, 0))}"
+                        if next_due is not None else "")
+                parts.append(f"{waiting} waiting for their run_at{when}")
         return ", ".join(parts)
 
     def close(self, finished: Mapping[str, int]) -> None:
