@@ -2,7 +2,9 @@
 -- str.replace variants of supervisor/db/sql.py); tests/test_claim_sql.py checks the
 -- builder still produces each of them, whitespace aside. Do not edit by hand.
 -- One change since the recording: the flag of the carrying and alone forms is named
--- (false AS done), so their rows are read by column name.
+-- (false AS done), so their rows are read by column name; and a completion sets
+-- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
+-- end completed with attempted_at NULL).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -79,7 +81,10 @@ FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_
 -- @@ complete_and_claim
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
      AS u(id, attempt, result)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
@@ -117,7 +122,10 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
      AS u(id, attempt, result)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
@@ -177,7 +185,10 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
      AS u(id, attempt, result)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
@@ -283,7 +294,10 @@ FROM claimed
 -- @@ complete_and_claim_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest($1::bigint[], $2::int[], $3::text[])
      AS u(id, attempt, result)
 WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
@@ -321,7 +335,10 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest($1::bigint[], $2::int[], $3::text[])
      AS u(id, attempt, result)
 WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
@@ -381,7 +398,10 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (the start is left to the completion in
+    -- the same statement, see _STARTED_CARRIED) still says it was attempted
+    attempted_at = coalesce(j.attempted_at, now())
 FROM unnest($1::bigint[], $2::int[], $3::text[])
      AS u(id, attempt, result)
 WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
