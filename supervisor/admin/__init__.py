@@ -8,6 +8,7 @@ when the input itself is malformed).
 
 Door:
 - ``status`` (queues, supervisors, work nobody serves), ``queue_stats``,
+  ``finished_counts``, ``COUNTED`` (the counts a queue shows),
   ``live_supervisors``, ``public_supervisor``, ``stale_supervisors``, ``set_paused``;
 - ``list_jobs``, ``get_job``, ``retry_job``, ``retry_jobs`` (a ``BulkRetry``),
   ``cancel_job``, ``parse_job_id``, ``check_state``, ``RETRY_STATES``, ``CANCEL_STATES``;
@@ -30,7 +31,9 @@ from supervisor.admin.jobs import (
 from supervisor.admin.limits import all_limits, live_slices, parse_rate, parse_whole, set_limits
 from supervisor.admin.refusals import AdminError, check_queue_name
 from supervisor.admin.status import (
+    COUNTED,
     LIVE_AFTER_SECONDS,
+    finished_counts,
     live_supervisors,
     public_supervisor,
     queue_stats,
@@ -39,8 +42,9 @@ from supervisor.admin.status import (
     status,
 )
 
-__all__ = ["CANCEL_STATES", "LIVE_AFTER_SECONDS", "RETRY_STATES", "AdminError", "BulkRetry",
-           "all_limits", "cancel_job", "check_queue_name", "check_state", "get_job",
-           "list_jobs", "live_slices", "live_supervisors", "parse_job_id", "parse_rate",
-           "parse_whole", "public_supervisor", "queue_stats", "retry_job", "retry_jobs",
-           "set_limits", "set_paused", "stale_supervisors", "status"]
+__all__ = ["CANCEL_STATES", "COUNTED", "LIVE_AFTER_SECONDS", "RETRY_STATES", "AdminError",
+           "BulkRetry", "all_limits", "cancel_job", "check_queue_name", "check_state",
+           "finished_counts", "get_job", "list_jobs", "live_slices", "live_supervisors",
+           "parse_job_id", "parse_rate", "parse_whole", "public_supervisor", "queue_stats",
+           "retry_job", "retry_jobs", "set_limits", "set_paused", "stale_supervisors",
+           "status"]

@@ -14,9 +14,10 @@ from supervisor import admin
 from supervisor.cli.common import dsn_option, open_database, reports_errors
 from supervisor.cli.format import age, describe_limits, json_text, table
 
-# Column order follows a job's life: waiting, in flight, then the finished states.
-_SHORT = {"available": "AVAIL", "scheduled": "SCHED", "running": "RUN", "retryable": "RETRY",
-          "completed": "DONE", "discarded": "DISC", "cancelled": "CANC"}
+# Column order follows a job's life: waiting, in flight, then the finished states. RUN
+# counts started jobs only; CLAIM those a supervisor took and has not started yet.
+_SHORT = {"available": "AVAIL", "scheduled": "SCHED", "claimed": "CLAIM", "running": "RUN",
+          "retryable": "RETRY", "completed": "DONE", "discarded": "DISC", "cancelled": "CANC"}
 STATES = tuple(_SHORT)
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 
@@ -29,7 +30,8 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 @dsn_option
 @reports_errors
 def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None) -> None:
-    """Queues (jobs by state, completed per second over the last minute, age of the
+    """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
+    started yet, completed per second over the last minute, age of the
     oldest available job, paused), queues with waiting jobs that no live supervisor
     serves, and the live supervisors (heartbeat within 60 s)."""
     with open_database(dsn) as conn:

@@ -53,7 +53,10 @@ async def _offered_token(request: Request) -> str | None:
 
 async def _act(request: Request, func: Callable[..., Any], *args: Any) -> Any:
     auth.check(request.app.state.settings.token, await _offered_token(request))
-    return await request.app.state.db.run(func, *args)
+    try:
+        return await request.app.state.db.run(func, *args)
+    finally:
+        request.app.state.finished.expire()
 
 
 async def retry_job(request: Request) -> Response:

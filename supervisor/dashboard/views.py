@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from shared.jobs import STATES
+from supervisor import admin
 from supervisor.admin import CANCEL_STATES, RETRY_STATES, parse_job_id
 from supervisor.dashboard import queries
 from supervisor.dashboard.render import JSONResponse, page
@@ -26,8 +27,14 @@ def _db(request: Request):
     return request.app.state.db
 
 
+async def _finished(request: Request) -> tuple[dict[str, dict[str, int]], float]:
+    return await request.app.state.finished.get(_db(request))
+
+
 async def _overview(request: Request) -> dict[str, Any]:
-    return await _db(request).run(queries.overview)
+    finished, age = await _finished(request)
+    data = await _db(request).run(queries.overview, finished)
+    return data | {"finished_age": age}
 
 
 async def _jobs(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -42,7 +49,7 @@ async def _job(request: Request) -> dict[str, Any]:
 
 async def queues_page(request: Request) -> Response:
     """``/``: every queue with counts by state, rate, oldest waiting job, paused."""
-    return page(request, "queues.html", title="Queues", states=STATES,
+    return page(request, "queues.html", title="Queues", states=admin.COUNTED,
                 **await _overview(request))
 
 
@@ -79,7 +86,9 @@ async def api_overview(request: Request) -> Response:
 
 async def api_queues(request: Request) -> Response:
     """``/api/queues``: the queues page's data."""
-    return JSONResponse({"queues": await _db(request).run(queries.queues)})
+    finished, age = await _finished(request)
+    return JSONResponse({"queues": await _db(request).run(queries.queues, finished),
+                         "finished_age": age})
 
 
 async def api_jobs(request: Request) -> Response:
