@@ -121,9 +121,9 @@ def _cursor(name: str, value: str | None) -> int | None:
 def _moment(name: str, value: str | None) -> datetime | None:
     if value is None:
         return None
+    text = value.removesuffix(" UTC")  # as the pages show times
     try:
-        moment = datetime.fromisoformat(value.replace(" ", "T", 1) if " " in value
-                                        else value)
+        moment = datetime.fromisoformat(text.replace(" ", "T", 1))
     except ValueError:
         raise AdminError(f"{name} is a date or time in ISO 8601 (2026-12-01 or "
                          f"2026-12-01T02:00:00Z); got {value!r}", usage=True) from None
