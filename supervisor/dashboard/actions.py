@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from supervisor import admin
 from supervisor.admin import AdminError, parse_job_id
 from supervisor.dashboard import auth, queries
 from supervisor.dashboard.render import JSONResponse
@@ -93,6 +94,17 @@ async def _switch(request: Request, *, paused: bool) -> Response:
                  f"/?done={word}#queue-{quote(name, safe='')}")
 
 
+async def schedule_action(request: Request) -> Response:
+    """``POST /schedules/<name>/pause|resume|run``: stop firing a schedule, fire it
+    again from its next slot, or enqueue its job now."""
+    name, action = request.path_params["name"], request.path_params["action"]
+    if action not in ("pause", "resume", "run"):
+        raise AdminError(f"unknown schedule action {action!r}", usage=True)
+    done = await _act(request, admin.pages.schedule_action, name, action)
+    word = {"pause": "schedule-paused", "resume": "schedule-resumed", "run": "schedule-run"}
+    return _done(request, done, f"/schedules?done={word[action]}")
+
+
 def _done(request: Request, data: dict[str, Any], page: str) -> Response:
     if wants_json(request):
         return JSONResponse(data)
@@ -110,5 +122,8 @@ ROUTES = [
     for prefix in ("", "/api")
 ] + [
     Route(f"{prefix}/queues/{{name:path}}/resume", resume_queue, methods=["POST"])
+    for prefix in ("", "/api")
+] + [
+    Route(f"{prefix}/schedules/{{name:path}}/{{action}}", schedule_action, methods=["POST"])
     for prefix in ("", "/api")
 ]

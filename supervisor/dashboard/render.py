@@ -22,6 +22,10 @@ from shared.jsontext import dumps
 NAV: list[tuple[str, str]] = [
     ("Queues", "/"),
     ("Jobs", "/jobs"),
+    ("Kinds", "/kinds"),
+    ("Schedules", "/schedules"),
+    ("Batches", "/batches"),
+    ("Limits", "/limits"),
     ("Supervisors", "/supervisors"),
 ]
 
@@ -31,6 +35,9 @@ NOTICES = {
     "cancelled": "Job cancelled.",
     "paused": "Queue paused: supervisors stop claiming from it.",
     "resumed": "Queue resumed: supervisors claim from it again.",
+    "schedule-paused": "Schedule paused: it fires no more until resumed.",
+    "schedule-resumed": "Schedule resumed: it fires from its next slot.",
+    "schedule-run": "Schedule run now: its job was enqueued.",
 }
 
 

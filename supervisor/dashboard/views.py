@@ -79,6 +79,53 @@ async def supervisors_page(request: Request) -> Response:
                 **await _db(request).run(queries.supervisors))
 
 
+async def schedules_page(request: Request) -> Response:
+    """``/schedules``: every schedule, its next and last fire, pause/resume/run now."""
+    return page(request, "schedules.html", title="Schedules",
+                schedules=await _db(request).run(admin.pages.schedules))
+
+
+async def batches_page(request: Request) -> Response:
+    """``/batches``: the newest batches, members by state, progress, callback, ETA."""
+    return page(request, "batches.html", title="Batches", states=STATES,
+                batches=await _db(request).run(admin.pages.batches))
+
+
+async def kinds_page(request: Request) -> Response:
+    """``/kinds``: per kind, jobs in flight, the last day's finished ones, failure
+    rate and run time percentiles."""
+    return page(request, "kinds.html", title="Kinds", states=STATES,
+                hours=admin.pages.KIND_WINDOW_HOURS,
+                kinds=await _db(request).run(admin.pages.kinds))
+
+
+async def limits_page(request: Request) -> Response:
+    """``/limits``: every queue's global limits and each supervisor's slice."""
+    return page(request, "limits.html", title="Global limits",
+                limits=await _db(request).run(admin.pages.limits))
+
+
+async def api_schedules(request: Request) -> Response:
+    """``/api/schedules``: the schedules page's data."""
+    return JSONResponse({"schedules": await _db(request).run(admin.pages.schedules)})
+
+
+async def api_batches(request: Request) -> Response:
+    """``/api/batches``: the batches page's data."""
+    return JSONResponse({"batches": await _db(request).run(admin.pages.batches)})
+
+
+async def api_kinds(request: Request) -> Response:
+    """``/api/kinds``: the kinds page's data."""
+    return JSONResponse({"hours": admin.pages.KIND_WINDOW_HOURS,
+                         "kinds": await _db(request).run(admin.pages.kinds)})
+
+
+async def api_limits(request: Request) -> Response:
+    """``/api/limits``: the global limits page's data."""
+    return JSONResponse({"limits": await _db(request).run(admin.pages.limits)})
+
+
 async def api_overview(request: Request) -> Response:
     """``/api/status``: what ``supervisor status --json`` prints, plus totals."""
     return JSONResponse(await _overview(request))
@@ -112,6 +159,14 @@ ROUTES = [
     Route("/jobs", jobs_page, name="jobs"),
     Route("/jobs/{job_id}", job_page, name="job"),
     Route("/supervisors", supervisors_page, name="supervisors"),
+    Route("/schedules", schedules_page, name="schedules"),
+    Route("/batches", batches_page, name="batches"),
+    Route("/kinds", kinds_page, name="kinds"),
+    Route("/limits", limits_page, name="limits"),
+    Route("/api/schedules", api_schedules),
+    Route("/api/batches", api_batches),
+    Route("/api/kinds", api_kinds),
+    Route("/api/limits", api_limits),
     Route("/api/status", api_overview),
     Route("/api/queues", api_queues),
     Route("/api/jobs", api_jobs),
