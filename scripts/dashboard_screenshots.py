@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from dashboard_browser import missing, start_browser  # noqa: E402
-from dashboard_seed import TOKEN, DashboardProcess, seed  # noqa: E402
+from dashboard_seed import TOKEN, DashboardProcess, seed, seed_pages  # noqa: E402
 
 from shared.migrate import migrate  # noqa: E402
 
@@ -34,6 +34,11 @@ PAGES = [  # (file name, path; {name} is a seeded job id)
     ("dashboard-job.png", "/jobs/{retryable}"),
     ("dashboard-job-escaped.png", "/jobs/{discarded}"),
     ("dashboard-supervisors.png", "/supervisors"),
+    ("dashboard-schedules.png", "/schedules"),
+    ("dashboard-batches.png", "/batches"),
+    ("dashboard-kinds.png", "/kinds"),
+    ("dashboard-limits.png", "/limits"),
+    ("dashboard-jobs-search.png", "/jobs?q=relay+refused"),
 ]
 
 
@@ -54,7 +59,7 @@ def main() -> int:
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrate(conn)
-            ids = seed(conn)
+            ids = seed(conn) | seed_pages(conn)
         shoot(dsn, ids, args.out)
     finally:
         with psycopg.connect(args.server, autocommit=True) as admin:

@@ -7,29 +7,14 @@ from __future__ import annotations
 
 import urllib.parse
 
-import pgharness
 import psycopg
 import pytest
-from dashboard_seed import TOKEN, DashboardProcess, seed, seed_pages
+from dashboard_seed import TOKEN
 from test_dashboard_http import api, call
 
 pytestmark = pytest.mark.timeout(60)
+pytest_plugins = ["dashboard_fixtures"]  # pages
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture(scope="module")
-def pages(pg_base_dsn, _migrated_template):
-    """``(dashboard with the token, dsn, ids)`` over a database of this module's own."""
-    name = pgharness.unique_name("supervisor_pages")
-    dsn = pgharness.create_database(pg_base_dsn, name, template=_migrated_template)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        ids = seed(conn) | seed_pages(conn)
-    server = DashboardProcess(dsn, TOKEN)
-    try:
-        yield server, dsn, ids
-    finally:
-        server.close()
-        pgharness.drop_database(pg_base_dsn, name)
 
 
 def test_schedules_show_next_and_last_fire_and_status(pages):
