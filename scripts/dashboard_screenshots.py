@@ -39,6 +39,7 @@ PAGES = [  # (file name, path; {name} is a seeded job id)
     ("dashboard-kinds.png", "/kinds"),
     ("dashboard-limits.png", "/limits"),
     ("dashboard-jobs-search.png", "/jobs?q=relay+refused"),
+    ("dashboard-bulk.png", "/jobs/bulk/retry?state=discarded"),
 ]
 
 

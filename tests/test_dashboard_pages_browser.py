@@ -106,3 +106,31 @@ def test_a_lost_database_greys_the_figures_and_says_since_when(browser, pages, p
         assert "stale-data" not in css(browser, "#live")[0].get_attribute("class")
     finally:
         server.close()
+
+
+def test_bulk_retry_of_1000_discarded_jobs(browser, dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO supervisor.jobs (kind, queue, state, attempt, finished_at, "
+                     "errors) SELECT 'sync_account', 'imports', 'discarded', 5, now(), "
+                     "'[{\"message\": \"upstream down\"}]' FROM generate_series(1, 1000)")
+        conn.execute("INSERT INTO supervisor.jobs (kind, queue, state) "
+                     "SELECT 'other', 'imports', 'discarded' FROM generate_series(1, 3)")
+    server = DashboardProcess(dsn, TOKEN, refresh=0)
+    try:
+        browser.get(server.url + "/jobs?kind=sync_account&state=discarded")
+        browser.execute_script("sessionStorage.setItem(arguments[0], arguments[1])",
+                               TOKEN_KEY, TOKEN)
+        css(browser, "#bulk-retry")[0].click()
+        count = wait_for(lambda: css(browser, "#bulk-count"), what="the count")[0]
+        assert "1000 jobs match" in count.text
+        confirm = css(browser, "#bulk-confirm")[0]
+        assert confirm.text == "retry 1000 jobs"
+        confirm.click()
+        wait_for(lambda: "done=bulk" in browser.current_url, timeout=30, what="the result")
+        assert "Retried: 1000 jobs." in css(browser, "#notice")[0].text
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            found = dict(conn.execute("SELECT kind || '/' || state, count(*) "
+                                      "FROM supervisor.jobs GROUP BY 1").fetchall())
+        assert found == {"sync_account/available": 1000, "other/discarded": 3}
+    finally:
+        server.close()

@@ -14,10 +14,12 @@ Door:
   ``cancel_job``, ``parse_job_id``, ``check_state``, ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
 - ``AdminError``, ``check_queue_name``;
-- ``pages``: the dashboard's schedules, batches, kinds and limits pages.
+- ``pages``: the dashboard's schedules, batches, kinds and limits pages;
+- ``bulk``: retry, cancel or delete the jobs matching a filter, counted, capped and
+  batched.
 """
 
-from supervisor.admin import pages
+from supervisor.admin import bulk, pages
 from supervisor.admin.jobs import (
     CANCEL_STATES,
     RETRY_STATES,
@@ -45,7 +47,7 @@ from supervisor.admin.status import (
 )
 
 __all__ = ["CANCEL_STATES", "COUNTED", "LIVE_AFTER_SECONDS", "RETRY_STATES", "AdminError",
-           "BulkRetry", "all_limits", "cancel_job", "check_queue_name", "check_state",
+           "BulkRetry", "all_limits", "bulk", "cancel_job", "check_queue_name", "check_state",
            "finished_counts", "get_job", "list_jobs", "live_slices", "live_supervisors",
            "pages", "parse_job_id", "parse_rate", "parse_whole", "public_supervisor", "queue_stats",
            "retry_job", "retry_jobs", "set_limits", "set_paused", "stale_supervisors",

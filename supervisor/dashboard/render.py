@@ -113,10 +113,30 @@ def page(request: Request, template: str, status_code: int = 200, **context: Any
     read-only or not, refresh period, a notice after an action)."""
     settings = request.app.state.settings
     done = request.query_params.get("done")
+    notice = NOTICES.get(done or "")
+    if done == "bulk":
+        notice = _bulk_notice(request.query_params)
     html = ENV.get_template(template).render(
         nav=NAV, path=request.url.path, read_only=settings.token is None,
-        refresh=settings.refresh, notice=NOTICES.get(done or ""), **context)
+        refresh=settings.refresh, notice=notice, **context)
     return HTMLResponse(html, status_code=status_code)
+
+
+def _bulk_notice(params: Any) -> str | None:
+    # Numbers and one fixed word from the URL, never its text.
+    action = params.get("bulk")
+    changed, skipped = params.get("changed", ""), params.get("skipped", "")
+    if action not in BULK_DONE or not changed.isdigit() or not skipped.isdigit():
+        return None
+    if int(changed) == 0 and int(skipped) == 0:
+        return "No job matched: nothing changed."
+    text = f"{BULK_DONE[action]}: {int(changed)} job{'s' if int(changed) != 1 else ''}."
+    if int(skipped):
+        text += f" {int(skipped)} left alone (changed meanwhile, or a unique key taken)."
+    return text
+
+
+BULK_DONE = {"retry": "Retried", "cancel": "Cancelled", "delete": "Deleted"}
 
 
 class JSONResponse(Response):

@@ -9,6 +9,7 @@ responses by the app's handlers.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -61,8 +62,10 @@ async def jobs_page(request: Request) -> Response:
     names: list[str] = []
     if REFRESH_HEADER not in request.headers:
         names = await _db(request).run(queries.queue_names)
+    bulk_params = {k: request.query_params.get(k) for k in
+                   ("state", "queue", "kind", "created_after", "created_before")}
     return page(request, "jobs.html", title="Jobs", states=STATES, queue_names=names,
-                filters=filters, **found)
+                filters=filters, bulk_params=bulk_params, **found)
 
 
 async def job_page(request: Request) -> Response:
@@ -77,6 +80,23 @@ async def supervisors_page(request: Request) -> Response:
     """``/supervisors``: live supervisors with host, pid, busy children and beat."""
     return page(request, "supervisors.html", title="Supervisors",
                 **await _db(request).run(queries.supervisors))
+
+
+async def bulk_page(request: Request) -> Response:
+    """``/jobs/bulk/<action>?<filters>``: how many jobs the action would touch, and a
+    button to confirm exactly that many (none when nothing matches)."""
+    from supervisor.dashboard.actions import bulk_filter
+
+    action = request.path_params["action"]
+    admin.bulk.check_action(action)
+    params = {k: v for k, v in request.query_params.items() if k not in ("expect", "done")}
+    filters, flt = bulk_filter(params)
+    matching = await _db(request).run(admin.bulk.count, action, flt)
+    expect = min(matching, admin.bulk.CAP)
+    return page(request, "bulk.html", title=f"Bulk {action}", action=action,
+                filters=filters, params=params, matching=matching, cap=admin.bulk.CAP,
+                states=admin.bulk.ACTIONS[action],
+                target=f"/jobs/bulk/{action}?" + urlencode({**params, "expect": expect}))
 
 
 async def schedules_page(request: Request) -> Response:
@@ -157,6 +177,7 @@ async def api_supervisors(request: Request) -> Response:
 ROUTES = [
     Route("/", queues_page, name="queues"),
     Route("/jobs", jobs_page, name="jobs"),
+    Route("/jobs/bulk/{action}", bulk_page, name="bulk"),
     Route("/jobs/{job_id}", job_page, name="job"),
     Route("/supervisors", supervisors_page, name="supervisors"),
     Route("/schedules", schedules_page, name="schedules"),
