@@ -77,6 +77,8 @@ ROUTES = [
     "/jobs?q=quota&state=discarded&sort=oldest",
     "/jobs?created_after={week_ago}&created_before={day_ago}",
     "/jobs/{some_id}", "/api/jobs/{some_id}",
+    "/kinds", "/schedules", "/batches", "/limits",
+    "/api/jobs/bulk/retry?state=discarded", "/jobs/bulk/retry?kind=app.tasks.resize_0",
 ]
 
 
