@@ -106,3 +106,25 @@ def test_every_new_page_is_in_the_navigation(pages):
         assert f'href="{path}"'.encode() in body
     odd = urllib.parse.quote("no/such <b>", safe="")
     assert api(server, f"/api/schedules/{odd}/run", method="POST", headers=BEARER)[0] == 409
+
+
+def test_metrics_export_queue_gauges_once_for_the_cluster(pages):
+    server, _dsn, _ids = pages
+    status, headers, body = call(server.url + "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    text = body.decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = value
+    assert samples['supervisor_queue_jobs{queue="images",state="available"}'] == "6"
+    assert samples['supervisor_queue_jobs{queue="images",state="running"}'] == "2"
+    assert samples['supervisor_queue_jobs{queue="exports",state="claimed"}'] == "0"
+    assert float(samples['supervisor_queue_oldest_seconds{queue="images"}']) >= 800
+    assert samples['supervisor_queue_oldest_seconds{queue="email"}'] == "0"
+    # exports: 3 waiting, 5 completed within the last minute: 3 / (5 / 60) = 36 s.
+    assert float(samples['supervisor_queue_drain_seconds{queue="exports"}']) == \
+        pytest.approx(36, rel=0.01)
+    assert samples['supervisor_queue_drain_seconds{queue="images"}'] == "+Inf"
+    assert samples['supervisor_queue_drain_seconds{queue="email"}'] == "0"  # none waits

@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from supervisor.admin import AdminError
-from supervisor.dashboard import actions, views
+from supervisor.dashboard import actions, metrics, views
 from supervisor.dashboard.auth import Refused
 from supervisor.dashboard.counts import FinishedCounts
 from supervisor.dashboard.database import DashboardDB, DatabaseDown
@@ -136,7 +136,7 @@ def create_app(dsn: str, settings: Settings, *, host: str = "127.0.0.1",
     db = DashboardDB(dsn)
     allowed = [*LOOPBACK_NAMES, host, *allowed_hosts] if is_loopback(host) else ["*"]
     app = Starlette(
-        routes=[*views.ROUTES, *actions.ROUTES,
+        routes=[*views.ROUTES, *actions.ROUTES, *metrics.ROUTES,
                 Mount("/static", StaticFiles(directory=STATIC), name="static")],
         middleware=[Middleware(SecurityHeaders),
                     Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
