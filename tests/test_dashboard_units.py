@@ -134,4 +134,5 @@ def test_is_loopback(host, loopback):
 
 
 def test_the_navigation_is_one_list_to_extend():
-    assert [path for _label, path in render.NAV] == ["/", "/jobs", "/supervisors"]
+    assert [path for _label, path in render.NAV] == [
+        "/", "/jobs", "/kinds", "/schedules", "/batches", "/limits", "/supervisors"]
