@@ -75,6 +75,9 @@ def test_counts_match_the_table_in_text_and_json(dsn, conn):
     assert [int(row[h]) for h in ("AVAIL", "SCHED", "RUN", "RETRY", "DONE", "DISC", "CANC")] \
         == [3, 2, 1, 4, 6, 2, 1]
     assert row["RATE/s"] == "0.10" and row["OLDEST"].startswith("1m")
+    # 3 waiting at 6 completions a minute: done in 30 s; nothing waits in idle.
+    assert row["DRAIN"] == "30s" and queues["images"]["drain_seconds"] == pytest.approx(30)
+    assert queues["idle"]["drain_seconds"] == 0
     assert next(ln for ln in lines if ln.startswith("idle")).split()[-1] == "paused"
 
 

@@ -143,7 +143,19 @@ def queue_stats(conn: psycopg.Connection,
         entry(name)["paused"] = paused
     for name, limits in all_limits(conn).items():  # supervisor queues limit
         entry(name)["limits"] = limits
+    for item in queues.values():
+        item["drain_seconds"] = drain_seconds(item)
     return [queues[name] for name in sorted(queues)]
+
+
+def drain_seconds(queue: dict[str, Any]) -> float | None:
+    """When ``queue``'s available jobs would be done at the last minute's pace: its
+    available count over its completions per second (0 when none waits; None when jobs
+    wait and none completed in the last minute)."""
+    waiting = queue["counts"]["available"]
+    if not waiting:
+        return 0.0
+    return waiting / queue["rate"] if queue["rate"] > 0 else None
 
 
 def live_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:

@@ -31,9 +31,10 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 @reports_errors
 def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None) -> None:
     """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
-    started yet, completed per second over the last minute, age of the
-    oldest available job, paused), queues with waiting jobs that no live supervisor
-    serves, and the live supervisors (heartbeat within 60 s)."""
+    started yet; completed per second over the last minute; age of the oldest available
+    job; DRAIN, when the waiting jobs would be done at that pace; paused), queues with
+    waiting jobs that no live supervisor serves, and the live supervisors (heartbeat
+    within 60 s)."""
     with open_database(dsn) as conn:
         if not watch:
             click.echo(_render(_snapshot(conn), as_json))
@@ -83,11 +84,20 @@ def render_text(snapshot: dict[str, Any]) -> str:
 def _queues_table(queues: list[dict[str, Any]]) -> str:
     if not queues:
         return "no queues: no jobs yet"
-    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "LIMITS", "PAUSED"]
+    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "DRAIN", "LIMITS",
+               "PAUSED"]
     rows = [[q["name"], *(q["counts"][s] for s in STATES), f"{q['rate']:.2f}",
-             age(q["oldest_available"]), describe_limits(q.get("limits")),
+             age(q["oldest_available"]), _drain(q), describe_limits(q.get("limits")),
              "paused" if q["paused"] else "-"] for q in queues]
-    return table(headers, rows, right=range(1, len(STATES) + 3))
+    return table(headers, rows, right=range(1, len(STATES) + 4))
+
+
+def _drain(queue: dict[str, Any]) -> str:
+    # When the waiting jobs would be done at the last minute's pace.
+    seconds = queue["drain_seconds"]
+    if seconds is None:
+        return "never"  # jobs wait and none completed in the last minute
+    return "-" if seconds == 0 else age(seconds)
 
 
 def _supervisors_table(sups: list[dict[str, Any]], stale: int) -> str:

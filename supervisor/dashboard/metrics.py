@@ -38,12 +38,8 @@ def _number(value: float) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def drain_seconds(queue: dict[str, Any]) -> float:
-    """Seconds until ``queue``'s available jobs are done at the last minute's pace."""
-    waiting = queue["counts"]["available"]
-    if not waiting:
-        return 0.0
-    return waiting / queue["rate"] if queue["rate"] > 0 else float("inf")
+def _infinite(value: float | None) -> float:
+    return float("inf") if value is None else value
 
 
 def render(queues: list[dict[str, Any]]) -> str:
@@ -68,7 +64,7 @@ def render(queues: list[dict[str, Any]]) -> str:
               "# TYPE supervisor_queue_drain_seconds gauge"]
     for q in queues:
         lines.append(f'supervisor_queue_drain_seconds{{queue="{_label(q["name"])}"}} '
-                     f'{_number(drain_seconds(q))}')
+                     f'{_number(_infinite(q["drain_seconds"]))}')
     return "\n".join(lines) + "\n"
 
 
