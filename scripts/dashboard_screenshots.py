@@ -61,6 +61,13 @@ def main() -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrate(conn)
             ids = seed(conn) | seed_pages(conn)
+            # An hour of history for the chart: a steady stream with a failure spike.
+            conn.execute("""INSERT INTO supervisor.job_minutes
+                (minute, queue, kind, completed, discarded, retried)
+                SELECT date_trunc('minute', now()) - g * interval '1 minute', 'images',
+                       'resize', 40 + (g * 7) % 13, CASE WHEN g BETWEEN 20 AND 24 THEN 9
+                       ELSE g % 3 END, g % 4
+                FROM generate_series(1, 59) AS g""")
         shoot(dsn, ids, args.out)
     finally:
         with psycopg.connect(args.server, autocommit=True) as admin:

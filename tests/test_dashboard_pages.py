@@ -128,3 +128,21 @@ def test_metrics_export_queue_gauges_once_for_the_cluster(pages):
         pytest.approx(36, rel=0.01)
     assert samples['supervisor_queue_drain_seconds{queue="images"}'] == "+Inf"
     assert samples['supervisor_queue_drain_seconds{queue="email"}'] == "0"  # none waits
+
+
+def test_history_and_its_chart_come_from_the_rollup(pages):
+    server, dsn, _ids = pages
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO supervisor.job_minutes (minute, queue, kind, completed, "
+                     "discarded, retried) VALUES (date_trunc('minute', now()) - "
+                     "interval '5 minutes', 'images', 'resize', 42, 3, 4)")
+    status, data = api(server, "/api/history?minutes=10")
+    assert status == 200 and len(data["minutes"]) == 10
+    assert [m["completed"] for m in data["minutes"]].count(42) == 1
+    assert sum(m["failed"] for m in data["minutes"]) == 3
+    status, _, body = call(server.url + "/")
+    assert status == 200 and b'<svg class="chart"' in body
+    assert b"completed 42" in body and b"failed 3" in body
+    assert body.count(b"<script") == 1  # the page's own script; the chart has none
+    for bad in ("0", "1441", "x"):
+        assert api(server, f"/api/history?minutes={bad}")[0] == 400

@@ -39,3 +39,31 @@ COMMENT ON INDEX supervisor.jobs_state_queue_idx IS
 -- it at almost no cost to inserts.
 CREATE INDEX IF NOT EXISTS jobs_created_brin ON supervisor.jobs USING brin (created_at);
 COMMENT ON INDEX supervisor.jobs_created_brin IS 'dashboard: jobs created in a time range.';
+
+-- History for the dashboard's charts: per minute, queue and kind, the jobs that
+-- finished in that minute. Written by the maintenance leader once a round for the
+-- minutes closed since the mark (one statement, never a write per job), kept 30 days.
+CREATE TABLE IF NOT EXISTS supervisor.job_minutes (
+    minute    timestamptz NOT NULL,
+    queue     text NOT NULL,
+    kind      text NOT NULL,
+    completed integer NOT NULL DEFAULT 0,
+    discarded integer NOT NULL DEFAULT 0,
+    cancelled integer NOT NULL DEFAULT 0,
+    retried   integer NOT NULL DEFAULT 0,           -- attempts past the first they took
+    wait_sum  double precision NOT NULL DEFAULT 0,  -- seconds from run_at to the last start
+    wait_n    integer NOT NULL DEFAULT 0,
+    wait_p95  double precision,
+    run_sum   double precision NOT NULL DEFAULT 0,  -- seconds from the last start to the end
+    run_n     integer NOT NULL DEFAULT 0,
+    run_p95   double precision,
+    PRIMARY KEY (minute, queue, kind)
+);
+COMMENT ON TABLE supervisor.job_minutes IS
+    'Per minute, queue and kind: jobs finished, retries, wait and run time (30 days).';
+CREATE TABLE IF NOT EXISTS supervisor.rollup_mark (
+    one          boolean PRIMARY KEY DEFAULT true CHECK (one),
+    rolled_until timestamptz NOT NULL  -- every minute before this one is in job_minutes
+);
+INSERT INTO supervisor.rollup_mark (rolled_until) VALUES (date_trunc('minute', now()))
+ON CONFLICT DO NOTHING;

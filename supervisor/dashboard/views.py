@@ -18,7 +18,7 @@ from starlette.routing import Route
 from shared.jobs import STATES
 from supervisor import admin
 from supervisor.admin import CANCEL_STATES, RETRY_STATES, parse_job_id
-from supervisor.dashboard import queries
+from supervisor.dashboard import charts, queries
 from supervisor.dashboard.render import JSONResponse, page
 
 REFRESH_HEADER = "x-dashboard-refresh"
@@ -50,7 +50,9 @@ async def _job(request: Request) -> dict[str, Any]:
 
 async def queues_page(request: Request) -> Response:
     """``/``: every queue with counts by state, rate, oldest waiting job, paused."""
+    hour = await _db(request).run(admin.pages.history, 60, 60)
     return page(request, "queues.html", title="Queues", states=admin.COUNTED,
+                hour_chart=charts.line_chart("Jobs finished per minute, last hour", hour),
                 **await _overview(request))
 
 
@@ -146,6 +148,17 @@ async def api_limits(request: Request) -> Response:
     return JSONResponse({"limits": await _db(request).run(admin.pages.limits)})
 
 
+async def api_history(request: Request) -> Response:
+    """``/api/history?minutes=60``: finished jobs per minute (completed, failed,
+    retried, mean run and wait time) over the last ``minutes`` (1 to 1440)."""
+    text = request.query_params.get("minutes", "60")
+    if not text.isdigit() or not 1 <= int(text) <= 1440:
+        raise admin.AdminError(f"minutes is an integer from 1 to 1440; got {text[:20]!r}",
+                               usage=True)
+    return JSONResponse({"minutes": await _db(request).run(admin.pages.history,
+                                                            int(text), 60)})
+
+
 async def api_overview(request: Request) -> Response:
     """``/api/status``: what ``supervisor status --json`` prints, plus totals."""
     return JSONResponse(await _overview(request))
@@ -185,6 +198,7 @@ ROUTES = [
     Route("/kinds", kinds_page, name="kinds"),
     Route("/limits", limits_page, name="limits"),
     Route("/api/schedules", api_schedules),
+    Route("/api/history", api_history),
     Route("/api/batches", api_batches),
     Route("/api/kinds", api_kinds),
     Route("/api/limits", api_limits),

@@ -19,7 +19,7 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
-from supervisor.db import leases
+from supervisor.db import history, leases
 from supervisor.db.leases import StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.sql import (
@@ -318,6 +318,11 @@ class Store:
         cur = self.conn.execute(PRUNE, {"retention": min(retention, discarded),
                                         "discarded": discarded, "batch": batch})
         return max(cur.rowcount, 0)
+
+    def roll_up(self, lag: float = history.LAG) -> int:
+        """Add the minutes closed since the last roll-up to the per-minute history
+        (``supervisor.db.history``); how many (minute, queue, kind) rows it wrote."""
+        return history.roll_up(self.conn, lag)
 
     def leave(self) -> None:
         """Remove this supervisor's heartbeat row (clean exit)."""
