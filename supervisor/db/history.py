@@ -3,10 +3,12 @@ the maintenance leader: one short transaction a round reads the jobs finished in
 closed since ``supervisor.rollup_mark`` through the finished index, adds one row per
 minute, queue and kind, moves the mark and drops rows older than the retention.
 
-Only whole minutes that closed ``LAG`` seconds ago are rolled, so a job whose
-transaction commits a little after its ``finished_at`` is still counted; the mark row
-is taken with SKIP LOCKED, so two supervisors leading one after the other never count
-a minute twice. The cost grows with the jobs finished per round, not with the table.
+Only time up to a minute that closed ``LAG`` seconds ago is rolled, so a job whose
+transaction commits a little after its ``finished_at`` is still counted; at most
+``SLICE`` seconds of it per round, so each round's work stays small (a minute is then
+rolled in pieces, added up; its p95 is the largest of its pieces'); the mark row is
+taken with SKIP LOCKED, so two supervisors leading one after the other never count a
+job twice. The cost grows with the jobs finished per round, not with the table.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ import psycopg
 
 LAG = 30.0  # seconds after a minute closes before it is rolled
 KEEP = 30 * 86400.0  # seconds of history kept
+# Seconds of finished jobs one round rolls at most (three times the maintenance
+# interval: it catches up after a pause), so a round's work stays small and even
+# instead of a whole minute's jobs, or a day's after an outage, at once.
+SLICE = 15.0
 
 # The mark, locked: where the last roll-up stopped, and where this one stops.
 _SPAN = """
-SELECT rolled_until,
-       greatest(rolled_until, date_trunc('minute', now() - %(lag)s * interval '1 second'))
-FROM supervisor.rollup_mark FOR UPDATE SKIP LOCKED
+SELECT s.since,
+       least(greatest(s.since, date_trunc('minute', now() - %(lag)s * interval '1 second')),
+             s.since + %(slice)s * interval '1 second')
+FROM (SELECT greatest(rolled_until, now() - %(keep)s * interval '1 second') AS since
+      FROM supervisor.rollup_mark FOR UPDATE SKIP LOCKED) AS s
 """
 
 # The jobs finished in [since, upto) through jobs_finished_idx, one row per minute,
@@ -65,13 +73,16 @@ _MOVE = "UPDATE supervisor.rollup_mark SET rolled_until = %(upto)s"
 _DROP = "DELETE FROM supervisor.job_minutes WHERE minute < now() - %(keep)s * interval '1 second'"
 
 
-def roll_up(conn: psycopg.Connection, lag: float = LAG, keep: float = KEEP) -> int:
-    """Add the minutes closed ``lag`` seconds ago and not rolled yet, move the mark,
-    drop minutes older than ``keep`` seconds; returns the (minute, queue, kind) rows
-    written (0 when another supervisor is rolling up right now). ``conn`` is in
-    autocommit mode; this is one transaction."""
+def roll_up(conn: psycopg.Connection, lag: float = LAG, keep: float = KEEP,
+            slice_seconds: float = SLICE) -> int:
+    """Add at most ``slice_seconds`` of the time not rolled yet, up to the minute that
+    closed ``lag`` seconds ago, move the mark, drop minutes older than ``keep``
+    seconds; returns the (minute, queue, kind) rows written or added to (0 when another
+    supervisor is rolling up right now). ``conn`` is in autocommit mode; this is one
+    transaction."""
     with conn.transaction():
-        span = conn.execute(_SPAN, {"lag": lag}).fetchone()
+        span = conn.execute(_SPAN, {"lag": lag, "keep": keep,
+                                    "slice": slice_seconds}).fetchone()
         if span is None or span[1] <= span[0]:
             return 0
         written = conn.execute(_ADD, {"since": span[0], "upto": span[1]}).rowcount

@@ -319,10 +319,10 @@ class Store:
                                         "discarded": discarded, "batch": batch})
         return max(cur.rowcount, 0)
 
-    def roll_up(self, lag: float = history.LAG) -> int:
-        """Add the minutes closed since the last roll-up to the per-minute history
+    def roll_up(self, lag: float = history.LAG, slice_seconds: float = history.SLICE) -> int:
+        """Add the next slice of closed minutes to the per-minute history
         (``supervisor.db.history``); how many (minute, queue, kind) rows it wrote."""
-        return history.roll_up(self.conn, lag)
+        return history.roll_up(self.conn, lag, slice_seconds=slice_seconds)
 
     def leave(self) -> None:
         """Remove this supervisor's heartbeat row (clean exit)."""
