@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from dashboard_browser import missing, start_browser  # noqa: E402
-from dashboard_seed import TOKEN, DashboardProcess, seed  # noqa: E402
+from dashboard_seed import TOKEN, DashboardProcess, seed, seed_pages  # noqa: E402
 
 from shared.migrate import migrate  # noqa: E402
 
@@ -34,6 +34,12 @@ PAGES = [  # (file name, path; {name} is a seeded job id)
     ("dashboard-job.png", "/jobs/{retryable}"),
     ("dashboard-job-escaped.png", "/jobs/{discarded}"),
     ("dashboard-supervisors.png", "/supervisors"),
+    ("dashboard-schedules.png", "/schedules"),
+    ("dashboard-batches.png", "/batches"),
+    ("dashboard-kinds.png", "/kinds"),
+    ("dashboard-limits.png", "/limits"),
+    ("dashboard-jobs-search.png", "/jobs?q=relay+refused"),
+    ("dashboard-bulk.png", "/jobs/bulk/retry?state=discarded"),
 ]
 
 
@@ -54,7 +60,14 @@ def main() -> int:
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrate(conn)
-            ids = seed(conn)
+            ids = seed(conn) | seed_pages(conn)
+            # An hour of history for the chart: a steady stream with a failure spike.
+            conn.execute("""INSERT INTO supervisor.job_minutes
+                (minute, queue, kind, completed, discarded, retried)
+                SELECT date_trunc('minute', now()) - g * interval '1 minute', 'images',
+                       'resize', 40 + (g * 7) % 13, CASE WHEN g BETWEEN 20 AND 24 THEN 9
+                       ELSE g % 3 END, g % 4
+                FROM generate_series(1, 59) AS g""")
         shoot(dsn, ids, args.out)
     finally:
         with psycopg.connect(args.server, autocommit=True) as admin:

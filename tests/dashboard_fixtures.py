@@ -7,7 +7,7 @@ from __future__ import annotations
 import pgharness
 import psycopg
 import pytest
-from dashboard_seed import PROXIED_HOST, TOKEN, DashboardProcess, seed
+from dashboard_seed import PROXIED_HOST, TOKEN, DashboardProcess, seed, seed_pages
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +42,18 @@ def read_only(seeded):
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def pages(pg_base_dsn, _migrated_template):
+    """``(dashboard with the token, dsn, ids)`` over a database of this module's own."""
+    name = pgharness.unique_name("supervisor_pages")
+    dsn = pgharness.create_database(pg_base_dsn, name, template=_migrated_template)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = seed(conn) | seed_pages(conn)
+    server = DashboardProcess(dsn, TOKEN)
+    try:
+        yield server, dsn, ids
+    finally:
+        server.close()
+        pgharness.drop_database(pg_base_dsn, name)

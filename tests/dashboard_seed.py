@@ -123,6 +123,35 @@ def seed(conn: psycopg.Connection) -> dict[str, int]:
     return ids
 
 
+def seed_pages(conn: psycopg.Connection) -> dict[str, int]:
+    """On top of ``seed``: two schedules (one paused), a batch of ten exports half done
+    with a callback, and global limits on the exports queue with the seeded
+    supervisor's slice. Returns the new ids by name."""
+    conn.execute("""INSERT INTO supervisor.schedules (name, kind, queue, every, paused)
+                    VALUES ('heartbeat-ping', 'ping', 'reports', 60, false)""")
+    conn.execute("""INSERT INTO supervisor.schedules (name, kind, queue, cron, paused,
+                        last_fired_at, last_slot)
+                    VALUES ('nightly-report', 'nightly_report', 'reports', '0 2 * * *',
+                            true, now() - interval '22 hours', now() - interval '22 hours')""")
+    batch = conn.execute("""INSERT INTO supervisor.batches
+                                (total, callback_kind, callback_queue, callback_args)
+                            VALUES (10, 'export_done', 'exports', '{}') RETURNING id"""
+                         ).fetchone()[0]
+    ids = {"batch": batch}
+    for n in range(10):
+        state = "completed" if n < 5 else "running" if n < 7 else "available"
+        job = _job(conn, "export_part", "exports", state, attempt=1 if n < 7 else 0,
+                   args={"part": n}, started=40 - n, finished=38 - n - 2 * (n % 2))
+        conn.execute("UPDATE supervisor.jobs SET batch_id = %s WHERE id = %s", (batch, job))
+    conn.execute("""INSERT INTO supervisor.queue_limits (queue, max_running, max_rate, burst)
+                    VALUES ('exports', 4, 2.0, 5)""")
+    conn.execute("""INSERT INTO supervisor.limit_leases
+                        (queue, owner, slots, want_slots, rate, want_rate, expires_at)
+                    VALUES ('exports', 'build-7:4242:3f9c', 2, 3, 1.0, 2.0,
+                            now() + interval '1 hour')""")
+    return ids
+
+
 class DashboardProcess:
     """``supervisor dashboard --port 0`` over ``dsn`` in a child process, with
     ``token`` in its environment (None: read-only). ``url`` is where it listens."""

@@ -22,11 +22,12 @@ def invoke(*args: str):
 
 def add_jobs(conn, queue: str, state: str, n: int, finished_ago: float = 1.0) -> None:
     conn.execute(
-        "INSERT INTO supervisor.jobs (kind, queue, state, run_at, finished_at) "
+        "INSERT INTO supervisor.jobs (kind, queue, state, run_at, finished_at, attempted_at) "
         "SELECT 'k', %s, %s, now() - interval '90 seconds', "
         "CASE WHEN %s IN ('completed', 'discarded', 'cancelled') "
-        "     THEN now() - %s * interval '1 second' END "
-        "FROM generate_series(1, %s)", (queue, state, state, finished_ago, n))
+        "     THEN now() - %s * interval '1 second' END, "
+        "CASE WHEN %s <> 'available' THEN now() - interval '5 seconds' END "
+        "FROM generate_series(1, %s)", (queue, state, state, finished_ago, state, n))
 
 
 def add_supervisor(conn, sid: str, host: str, pid: int, queues: list[str],
@@ -74,7 +75,25 @@ def test_counts_match_the_table_in_text_and_json(dsn, conn):
     assert [int(row[h]) for h in ("AVAIL", "SCHED", "RUN", "RETRY", "DONE", "DISC", "CANC")] \
         == [3, 2, 1, 4, 6, 2, 1]
     assert row["RATE/s"] == "0.10" and row["OLDEST"].startswith("1m")
+    # 3 waiting at 6 completions a minute: done in 30 s; nothing waits in idle.
+    assert row["DRAIN"] == "30s" and queues["images"]["drain_seconds"] == pytest.approx(30)
+    assert queues["idle"]["drain_seconds"] == 0
     assert next(ln for ln in lines if ln.startswith("idle")).split()[-1] == "paused"
+
+
+def test_run_counts_started_jobs_and_claim_the_ones_not_started(dsn, conn):
+    # Six jobs claimed on a two-child supervisor: two started (attempted_at set), four
+    # waiting in its hands. RUN must say 2, not 6.
+    add_jobs(conn, "images", "running", 2)
+    conn.execute("INSERT INTO supervisor.jobs (kind, queue, state, lease_owner, "
+                 "lease_expires_at) SELECT 'k', 'images', 'running', 'a:1:x', "
+                 "now() + interval '30 seconds' FROM generate_series(1, 4)")
+    snapshot = orjson.loads(invoke("status", "--json", "--dsn", dsn).output)
+    (images,) = snapshot["queues"]
+    assert (images["counts"]["running"], images["counts"]["claimed"]) == (2, 4)
+    lines = invoke("status", "--dsn", dsn).output.splitlines()
+    row = dict(zip(lines[0].split(), lines[1].split(), strict=False))
+    assert (row["RUN"], row["CLAIM"]) == ("2", "4")
 
 
 def test_live_supervisor_listed_stale_one_hidden_and_unserved_queue_named(dsn, conn):

@@ -68,8 +68,8 @@ def test_api_queues_counts_every_state_and_pause(read_only):
     queues = {q["name"]: q for q in data["queues"]}
     assert set(queues) == {"email", "images", "reports"}
     images = queues["images"]["counts"]
-    assert set(images) == set(STATES)
-    assert images["available"] == 6 and images["running"] == 2
+    assert set(images) == {*STATES, "claimed"}  # claimed but not started: its own count
+    assert images["available"] == 6 and images["running"] == 2 and images["claimed"] == 0
     assert images["retryable"] == 1 and images["cancelled"] == 1
     assert queues["email"]["paused"] is True and queues["images"]["paused"] is False
     assert queues["images"]["oldest_available"] >= 800  # the oldest was due 900 s ago
@@ -131,11 +131,45 @@ def test_api_job_has_args_result_progress_and_every_error(read_only, seeded):
 @pytest.mark.parametrize("path", [
     "/api/jobs?state=bogus", "/api/jobs?limit=0", "/api/jobs?limit=x", "/api/jobs?before=-3",
     "/api/jobs?q=" + "x" * 201, "/api/jobs/abc", "/api/jobs/0", "/api/jobs/99999999999999999999",
+    "/api/jobs?q=a%00b", "/api/jobs?kind=%00", "/api/jobs?queue=x%00y", "/api/jobs?%00=1",
+    "/api/jobs?created_after=2026-13-45", "/api/jobs?created_before=99999-01-01",
+    "/api/jobs?sort=random", "/api/jobs?q=%7Bnot+json", "/api/jobs?state=claimed",
 ])
 def test_bad_input_is_a_400_with_one_line(read_only, path):
     status, data = api(read_only, path)
     assert status == 400
     assert data["error"] and "\n" not in data["error"]
+
+
+def test_bad_filters_on_the_page_are_a_400_page_never_a_500(read_only):
+    for path, says in [("/jobs?q=a%00b", b"NUL byte"), ("/jobs?created_after=tomorrow",
+                                                      b"ISO 8601")]:
+        status, _, body = call(read_only.url + path)
+        assert status == 400 and says in body
+
+
+def test_search_by_id_text_args_kind_and_time_range(read_only, seeded):
+    _dsn, ids = seeded
+    _, data = api(read_only, f"/api/jobs?q={ids['retryable']}")
+    assert [j["id"] for j in data["jobs"]] == [ids["retryable"]]
+    _, data = api(read_only, "/api/jobs?q=" + urllib.parse.quote('{"width": 64}'))
+    assert ids["retryable"] in [j["id"] for j in data["jobs"]]
+    assert all(j["kind"] == "resize" for j in data["jobs"])
+    _, data = api(read_only, "/api/jobs?q=RENDER")  # a kind, by part, any case
+    assert data["jobs"] and {j["kind"] for j in data["jobs"]} == {"render_tile"}
+    _, data = api(read_only, "/api/jobs?q=refused+relay")  # words of an error, any order
+    assert data["jobs"] and all(j["state"] == "discarded" for j in data["jobs"])
+    _, newest = api(read_only, "/api/jobs?limit=3")
+    _, oldest = api(read_only, "/api/jobs?limit=3&sort=oldest")
+    assert [j["id"] for j in newest["jobs"]] == sorted((j["id"] for j in newest["jobs"]),
+                                                       reverse=True)
+    assert oldest["jobs"][0]["id"] < newest["jobs"][-1]["id"] and oldest["next_after"]
+    _, rest = api(read_only, f"/api/jobs?sort=oldest&after={oldest['next_after']}")
+    assert min(j["id"] for j in rest["jobs"]) > oldest["next_after"]
+    _, none = api(read_only, "/api/jobs?created_before=2000-01-01")
+    assert none["jobs"] == []
+    _, every = api(read_only, "/api/jobs?created_after=2000-01-01&limit=500")
+    assert len(every["jobs"]) == 18
 
 
 def test_unknown_job_is_404_on_page_and_api(read_only):
@@ -239,13 +273,18 @@ def test_database_away_answers_503_then_recovers(seeded, pg_base_dsn):
                          (name,))
         try:
             status, data = api(server, "/api/queues")
-            assert status == 503 and data["error"]
+            assert status == 503 and data["error"].startswith("database unreachable since ")
+            since = data["down_since"]
+            status, data = api(server, "/api/jobs")
+            assert status == 503 and data["down_since"] == since  # since the first failure
             status, _, body = call(server.url + "/")
             assert status == 503 and b"Traceback" not in body
+            assert b"data-down-since=" in body and b"database unreachable since" in body
         finally:
             with psycopg.connect(pg_base_dsn, autocommit=True) as conn:
                 conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         assert api(server, "/api/queues")[0] == 200
+        assert "down_since" not in api(server, "/api/jobs")[1]
     finally:
         server.close()
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from supervisor.admin import AdminError
-from supervisor.dashboard import auth, queries, render
+from supervisor.dashboard import auth, queries, render, search
 from supervisor.dashboard.app import is_loopback
 
 
@@ -48,16 +48,29 @@ def test_check_accepts_the_token():
 def test_parse_filters_drops_empty_values_and_defaults_the_page():
     assert queries.parse_filters({"queue": "", "kind": " ", "state": "", "q": ""}) == {
         "queue": None, "kind": None, "state": None, "q": None, "before": None,
-        "limit": queries.DEFAULT_PAGE}
+        "after": None, "created_after": None, "created_before": None, "sort": "newest",
+        "limit": search.DEFAULT_PAGE}
     got = queries.parse_filters({"queue": "images", "kind": "resize", "state": "running",
                                  "q": " big ", "before": "40", "limit": "10"})
     assert got == {"queue": "images", "kind": "resize", "state": "running", "q": "big",
-                   "before": 40, "limit": 10}
+                   "before": 40, "after": None, "created_after": None,
+                   "created_before": None, "sort": "newest", "limit": 10}
+    got = queries.parse_filters({"created_after": "2026-12-01", "sort": "oldest",
+                                 "created_before": "2026-12-02T03:04:05+01:00"})
+    assert got["created_after"] == datetime(2026, 12, 1, tzinfo=UTC)
+    assert got["created_before"] == datetime(2026, 12, 2, 2, 4, 5, tzinfo=UTC)
+    assert got["sort"] == "oldest"
 
 
 @pytest.mark.parametrize("params", [
     {"state": "done"}, {"limit": "0"}, {"limit": "501"}, {"limit": "1e3"}, {"before": "x"},
     {"before": "0"}, {"queue": "q" * 256}, {"q": "x" * 201},
+    # NUL bytes anywhere, dates that are not dates or out of range, unknown sorts,
+    # args JSON that is not an object, a range that ends before it starts.
+    {"q": "a\x00b"}, {"kind": "\x00"}, {"queue": "x\x00"}, {"x\x00": "1"},
+    {"created_after": "2026-13-01"}, {"created_before": "99999-01-01"},
+    {"created_after": "yesterday"}, {"sort": "random"}, {"q": "{not json"},
+    {"q": '{"a": 1'}, {"created_after": "2026-12-02", "created_before": "2026-12-01"},
 ])
 def test_parse_filters_refuses_malformed_input_as_usage(params):
     with pytest.raises(AdminError) as caught:
@@ -121,4 +134,5 @@ def test_is_loopback(host, loopback):
 
 
 def test_the_navigation_is_one_list_to_extend():
-    assert [path for _label, path in render.NAV] == ["/", "/jobs", "/supervisors"]
+    assert [path for _label, path in render.NAV] == [
+        "/", "/jobs", "/kinds", "/schedules", "/batches", "/limits", "/supervisors"]

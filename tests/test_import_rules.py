@@ -42,7 +42,8 @@ ALLOWED: dict[str, set[str]] = {
     "dashboard": {"admin"},
     # Jobs run in a user's test as a supervisor would run and record them.
     "testing": {"db", "engine", "observe"},
-    "admin": set(),
+    # The dashboard's schedules page lists and switches schedules as the CLI does.
+    "admin": {"schedules"},
     "db": set(),
     "pool": set(),
     "observe": set(),

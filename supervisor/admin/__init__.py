@@ -8,15 +8,20 @@ when the input itself is malformed).
 
 Door:
 - ``status`` (queues, supervisors, work nobody serves), ``queue_stats``,
+  ``finished_counts``, ``COUNTED`` (the counts a queue shows),
   ``live_supervisors``, ``public_supervisor``, ``stale_supervisors``, ``set_paused``;
 - ``list_jobs``, ``get_job``, ``retry_job``, ``retry_jobs`` (a ``BulkRetry``),
   ``cancel_job``, ``cancelled_dependents``,
   ``missing_dependencies``, ``parse_job_id``, ``check_state``,
   ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
-- ``AdminError``, ``check_queue_name``.
+- ``AdminError``, ``check_queue_name``;
+- ``pages``: the dashboard's schedules, batches, kinds and limits pages;
+- ``bulk``: retry, cancel or delete the jobs matching a filter, counted, capped and
+  batched.
 """
 
+from supervisor.admin import bulk, pages
 from supervisor.admin.jobs import (
     CANCEL_STATES,
     RETRY_STATES,
@@ -34,7 +39,9 @@ from supervisor.admin.jobs import (
 from supervisor.admin.limits import all_limits, live_slices, parse_rate, parse_whole, set_limits
 from supervisor.admin.refusals import AdminError, check_queue_name
 from supervisor.admin.status import (
+    COUNTED,
     LIVE_AFTER_SECONDS,
+    finished_counts,
     live_supervisors,
     public_supervisor,
     queue_stats,
@@ -45,20 +52,24 @@ from supervisor.admin.status import (
 
 __all__ = [
     "CANCEL_STATES",
+    "COUNTED",
     "LIVE_AFTER_SECONDS",
     "RETRY_STATES",
     "AdminError",
     "BulkRetry",
     "all_limits",
+    "bulk",
     "cancel_job",
     "cancelled_dependents",
     "check_queue_name",
     "check_state",
+    "finished_counts",
     "get_job",
     "list_jobs",
     "live_slices",
     "live_supervisors",
     "missing_dependencies",
+    "pages",
     "parse_job_id",
     "parse_rate",
     "parse_whole",

@@ -5,9 +5,10 @@ Plain functions over an autocommit psycopg connection, returning plain data (dic
 lists, JSON-ready) that ``supervisor status`` and the dashboard format, each its own way.
 Job actions (list, show, retry, cancel) are in ``jobs``, global limits in ``limits``.
 
-Counting is one pass over ``supervisor.jobs`` grouped by queue and state, with every
-figure (counts, completions in the last minute, oldest waiting job) taken in that same
-pass: the cost grows with the table, never with the number of queues or states.
+Counting reads the index of (state, queue) without the rows; the jobs in flight are a
+small part of it, the finished ones most of it, so the finished counts can be taken
+apart and less often (``finished_counts``). Completions in the last minute and the
+oldest waiting job come from the partial indexes of finished and available jobs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, cast
 
 import psycopg
 
-from shared.jobs import STATES
+from shared.jobs import FINISHED_STATES, STATES
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import check_queue_name
 
@@ -24,15 +25,40 @@ from supervisor.admin.refusals import check_queue_name
 # drops such rows from the registry after the same time).
 LIVE_AFTER_SECONDS = 60.0
 RATE_WINDOW_SECONDS = 60.0
+# The counts a queue shows, in a job's life order: "claimed" (taken by a supervisor,
+# not started yet) apart from "running" (started), so running never exceeds children.
+COUNTED = ("available", "scheduled", "claimed", "running", "retryable", "completed",
+           "discarded", "cancelled")
 
 
-_QUEUE_STATES = """
-SELECT queue, state, count(*),
-       count(*) FILTER (WHERE state = 'completed'
-                          AND finished_at > now() - %(window)s * interval '1 second'),
-       extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available'))::float8
-FROM supervisor.jobs
+# Counts come from jobs_state_queue_idx without reading rows (an index-only scan):
+# the jobs in flight are few and counted at every call; the finished ones are most of
+# the table, and a caller that refreshes often (the dashboard) counts them less often
+# and passes them in (see ``queue_stats``).
+_COUNTS = """
+SELECT queue, state, count(*) FROM supervisor.jobs
+WHERE state = ANY(%(states)s::text[])
 GROUP BY queue, state
+"""
+
+# Claimed but not started: a supervisor took the job and has not yet handed it to a
+# child (attempted_at is set at the start). Only running rows are read.
+_CLAIMED = """
+SELECT queue, count(*) FROM supervisor.jobs
+WHERE state = 'running' AND attempted_at IS NULL
+GROUP BY queue
+"""
+
+_RECENT_COMPLETIONS = """
+SELECT queue, count(*) FROM supervisor.jobs
+WHERE state = 'completed' AND finished_at > now() - %(window)s * interval '1 second'
+GROUP BY queue
+"""
+
+_OLDEST_AVAILABLE = """
+SELECT queue, extract(epoch FROM now() - min(run_at))::float8 FROM supervisor.jobs
+WHERE state = 'available'
+GROUP BY queue
 """
 
 _QUEUE_ROWS = "SELECT name, paused, updated_at FROM supervisor.queues"
@@ -70,32 +96,66 @@ SELECT count(*) FROM supervisor.jobs WHERE state = 'available' AND queue = %(nam
 """
 
 
-def queue_stats(conn: psycopg.Connection) -> list[dict[str, Any]]:
+def finished_counts(conn: psycopg.Connection) -> dict[str, dict[str, int]]:
+    """Completed, discarded and cancelled jobs by queue: ``{queue: {state: n}}``. Reads
+    the whole state index's finished part, so its cost grows with the retention."""
+    counts: dict[str, dict[str, int]] = {}
+    for queue, state, total in conn.execute(_COUNTS, {"states": list(FINISHED_STATES)}):
+        counts.setdefault(queue, {})[state] = total
+    return counts
+
+
+def queue_stats(conn: psycopg.Connection,
+                finished: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
     """Every queue that has jobs or a row in ``supervisor.queues``, sorted by name: its
-    counts by state, ``rate`` (jobs completed per second over the last minute),
-    ``oldest_available`` (seconds since the oldest available job's run_at, or None),
-    ``paused``, ``limits`` (global limits, see ``limits.all_limits``; None)."""
+    counts by state (``running`` counts started jobs only; ``claimed`` those a
+    supervisor took but has not started yet), ``rate`` (jobs completed per second over
+    the last minute), ``oldest_available`` (seconds since the oldest available job's
+    run_at, or None), ``paused``, ``limits`` (global limits, see
+    ``limits.all_limits``; None). ``finished`` gives the finished states' counts (see
+    ``finished_counts``) counted earlier; without it they are counted now."""
     queues: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
         if name not in queues:
-            queues[name] = {"name": name, "paused": False, "counts": dict.fromkeys(STATES, 0),
+            queues[name] = {"name": name, "paused": False,
+                            "counts": dict.fromkeys(COUNTED, 0),
                             "rate": 0.0, "oldest_available": None, "limits": None}
         return queues[name]
 
-    rows = conn.execute(_QUEUE_STATES, {"window": RATE_WINDOW_SECONDS}).fetchall()
-    for queue, state, total, recent, oldest in rows:
-        item = entry(queue)
-        item["counts"][state] = total
-        if state == "completed":
-            item["rate"] = recent / RATE_WINDOW_SECONDS
-        if state == "available" and oldest is not None:
-            item["oldest_available"] = max(oldest, 0.0)  # run_at may be a hair ahead
+    if finished is None:
+        finished = finished_counts(conn)
+    live = [s for s in STATES if s not in FINISHED_STATES]
+    for queue, state, total in conn.execute(_COUNTS, {"states": live}):
+        entry(queue)["counts"][state] = total
+    for queue, by_state in finished.items():
+        entry(queue)["counts"].update(by_state)
+    for queue, claimed in conn.execute(_CLAIMED):
+        counts = entry(queue)["counts"]
+        counts["claimed"] = min(claimed, counts["running"])
+        counts["running"] -= counts["claimed"]
+    for queue, recent in conn.execute(_RECENT_COMPLETIONS, {"window": RATE_WINDOW_SECONDS}):
+        entry(queue)["rate"] = recent / RATE_WINDOW_SECONDS
+    for queue, oldest in conn.execute(_OLDEST_AVAILABLE):
+        if oldest is not None:
+            entry(queue)["oldest_available"] = max(oldest, 0.0)  # run_at may be a hair ahead
     for name, paused, _updated in conn.execute(_QUEUE_ROWS):
         entry(name)["paused"] = paused
     for name, limits in all_limits(conn).items():  # supervisor queues limit
         entry(name)["limits"] = limits
+    for item in queues.values():
+        item["drain_seconds"] = drain_seconds(item)
     return [queues[name] for name in sorted(queues)]
+
+
+def drain_seconds(queue: dict[str, Any]) -> float | None:
+    """When ``queue``'s available jobs would be done at the last minute's pace: its
+    available count over its completions per second (0 when none waits; None when jobs
+    wait and none completed in the last minute)."""
+    waiting = queue["counts"]["available"]
+    if not waiting:
+        return 0.0
+    return waiting / queue["rate"] if queue["rate"] > 0 else None
 
 
 def live_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
@@ -113,13 +173,15 @@ def stale_supervisors(conn: psycopg.Connection) -> int:
     return row[0]
 
 
-def status(conn: psycopg.Connection) -> dict[str, Any]:
+def status(conn: psycopg.Connection,
+           finished: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """Everything ``supervisor status`` shows, as one JSON-ready dict: ``queues`` (see
     ``queue_stats``), ``supervisors`` (live ones), ``stale_supervisors`` (how many rows
     have stopped beating), ``unserved`` (queues with available jobs that no live
     supervisor serves) and ``unhandled`` (``{queue, kind}`` waiting in a served queue
-    whose supervisors all publish their kinds and none names it)."""
-    queues = queue_stats(conn)
+    whose supervisors all publish their kinds and none names it). ``finished``: see
+    ``queue_stats``."""
+    queues = queue_stats(conn, finished)
     sups = live_supervisors(conn)
     stale = stale_supervisors(conn)
     served: dict[str, list[dict[str, Any]]] = {}

@@ -14,9 +14,10 @@ from supervisor import admin
 from supervisor.cli.common import dsn_option, open_database, reports_errors
 from supervisor.cli.format import age, describe_limits, json_text, table
 
-# Column order follows a job's life: waiting, in flight, then the finished states.
-_SHORT = {"available": "AVAIL", "scheduled": "SCHED", "running": "RUN", "retryable": "RETRY",
-          "completed": "DONE", "discarded": "DISC", "cancelled": "CANC"}
+# Column order follows a job's life: waiting, in flight, then the finished states. RUN
+# counts started jobs only; CLAIM those a supervisor took and has not started yet.
+_SHORT = {"available": "AVAIL", "scheduled": "SCHED", "claimed": "CLAIM", "running": "RUN",
+          "retryable": "RETRY", "completed": "DONE", "discarded": "DISC", "cancelled": "CANC"}
 STATES = tuple(_SHORT)
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 
@@ -29,9 +30,11 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 @dsn_option
 @reports_errors
 def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None) -> None:
-    """Queues (jobs by state, completed per second over the last minute, age of the
-    oldest available job, paused), queues with waiting jobs that no live supervisor
-    serves, and the live supervisors (heartbeat within 60 s)."""
+    """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
+    started yet; completed per second over the last minute; age of the oldest available
+    job; DRAIN, when the waiting jobs would be done at that pace; paused), queues with
+    waiting jobs that no live supervisor serves, and the live supervisors (heartbeat
+    within 60 s)."""
     with open_database(dsn) as conn:
         if not watch:
             click.echo(_render(_snapshot(conn), as_json))
@@ -81,11 +84,20 @@ def render_text(snapshot: dict[str, Any]) -> str:
 def _queues_table(queues: list[dict[str, Any]]) -> str:
     if not queues:
         return "no queues: no jobs yet"
-    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "LIMITS", "PAUSED"]
+    headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "DRAIN", "LIMITS",
+               "PAUSED"]
     rows = [[q["name"], *(q["counts"][s] for s in STATES), f"{q['rate']:.2f}",
-             age(q["oldest_available"]), describe_limits(q.get("limits")),
+             age(q["oldest_available"]), _drain(q), describe_limits(q.get("limits")),
              "paused" if q["paused"] else "-"] for q in queues]
-    return table(headers, rows, right=range(1, len(STATES) + 3))
+    return table(headers, rows, right=range(1, len(STATES) + 4))
+
+
+def _drain(queue: dict[str, Any]) -> str:
+    # When the waiting jobs would be done at the last minute's pace.
+    seconds = queue["drain_seconds"]
+    if seconds is None:
+        return "never"  # jobs wait and none completed in the last minute
+    return "-" if seconds == 0 else age(seconds)
 
 
 def _supervisors_table(sups: list[dict[str, Any]], stale: int) -> str:

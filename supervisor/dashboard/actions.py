@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from supervisor import admin
 from supervisor.admin import AdminError, parse_job_id
-from supervisor.dashboard import auth, queries
+from supervisor.dashboard import auth, queries, search
 from supervisor.dashboard.render import JSONResponse
 
 FORM_TYPE = "application/x-www-form-urlencoded"
@@ -54,7 +55,10 @@ async def _offered_token(request: Request) -> str | None:
 
 async def _act(request: Request, func: Callable[..., Any], *args: Any) -> Any:
     auth.check(request.app.state.settings.token, await _offered_token(request))
-    return await request.app.state.db.run(func, *args)
+    try:
+        return await request.app.state.db.run(func, *args)
+    finally:
+        request.app.state.finished.expire()
 
 
 async def retry_job(request: Request) -> Response:
@@ -91,6 +95,64 @@ async def _switch(request: Request, *, paused: bool) -> Response:
                  f"/?done={word}#queue-{quote(name, safe='')}")
 
 
+async def schedule_action(request: Request) -> Response:
+    """``POST /schedules/<name>/pause|resume|run``: stop firing a schedule, fire it
+    again from its next slot, or enqueue its job now."""
+    name, action = request.path_params["name"], request.path_params["action"]
+    if action not in ("pause", "resume", "run"):
+        raise AdminError(f"unknown schedule action {action!r}", usage=True)
+    done = await _act(request, admin.pages.schedule_action, name, action)
+    word = {"pause": "schedule-paused", "resume": "schedule-resumed", "run": "schedule-run"}
+    return _done(request, done, f"/schedules?done={word[action]}")
+
+
+def bulk_filter(params: dict[str, str]) -> tuple[dict[str, Any], admin.bulk.BulkFilter]:
+    """The job list's filters (as ``/jobs`` reads them) and the bulk action's filter
+    made of them; ``AdminError`` (usage) when a search is given: a bulk action takes
+    state, queue, kind and the created range only, so it does what the count said."""
+    filters = search.parse_filters(params)
+    if filters["q"] is not None:
+        raise AdminError("a bulk action takes state, queue, kind and the created range; "
+                         "clear the search (q) first", usage=True)
+    return filters, admin.bulk.BulkFilter(
+        state=filters["state"], queue=filters["queue"], kind=filters["kind"],
+        created_after=filters["created_after"], created_before=filters["created_before"])
+
+
+def _bulk_params(request: Request) -> dict[str, str]:
+    return {k: v for k, v in request.query_params.items() if k not in ("expect", "done")}
+
+
+async def bulk_count(request: Request) -> Response:
+    """``GET /api/jobs/bulk/<action>?<filters>``: how many jobs the action would touch:
+    ``{action, filters, matching, cap}``; ``matching`` above ``cap`` means more than one
+    request can do."""
+    action = request.path_params["action"]
+    admin.bulk.check_action(action)
+    filters, flt = bulk_filter(_bulk_params(request))
+    matching = await request.app.state.db.run(admin.bulk.count, action, flt)
+    return JSONResponse({"action": action, "filters": filters, "matching": matching,
+                         "cap": admin.bulk.CAP})
+
+
+async def bulk_act(request: Request) -> Response:
+    """``POST /jobs/bulk/<action>?<filters>&expect=N``: retry, cancel or delete at most
+    N of the jobs matching the filters (N: the count the operator confirmed), in
+    batches. ``{action, changed, skipped}``; a form gets a 303 back to the job list."""
+    action = request.path_params["action"]
+    admin.bulk.check_action(action)
+    _filters, flt = bulk_filter(_bulk_params(request))
+    expect = request.query_params.get("expect", "")
+    if not expect.isdigit() or not 0 < int(expect) <= admin.bulk.CAP:
+        raise AdminError(f"expect is the number of jobs confirmed, 1 to {admin.bulk.CAP} "
+                         f"(GET /api/jobs/bulk/{action} counts them); got {expect!r}",
+                         usage=True)
+    result = await _act(request, admin.bulk.run, action, flt, int(expect))
+    back = urlencode({**_bulk_params(request), "done": "bulk", "bulk": action,
+                      "changed": result.changed, "skipped": result.skipped})
+    return _done(request, result._asdict(), f"/jobs?{back}")
+
+
 def _done(request: Request, data: dict[str, Any], page: str) -> Response:
     if wants_json(request):
         return JSONResponse(data)
@@ -98,6 +160,12 @@ def _done(request: Request, data: dict[str, Any], page: str) -> Response:
 
 
 ROUTES = [
+    # Before /jobs/<id>/retry, which would otherwise take "bulk" for a job id.
+    Route("/api/jobs/bulk/{action}", bulk_count, methods=["GET"]),
+] + [
+    Route(f"{prefix}/jobs/bulk/{{action}}", bulk_act, methods=["POST"])
+    for prefix in ("", "/api")
+] + [
     Route(f"{prefix}/jobs/{{job_id}}/retry", retry_job, methods=["POST"])
     for prefix in ("", "/api")
 ] + [
@@ -108,5 +176,8 @@ ROUTES = [
     for prefix in ("", "/api")
 ] + [
     Route(f"{prefix}/queues/{{name:path}}/resume", resume_queue, methods=["POST"])
+    for prefix in ("", "/api")
+] + [
+    Route(f"{prefix}/schedules/{{name:path}}/{{action}}", schedule_action, methods=["POST"])
     for prefix in ("", "/api")
 ]

@@ -19,6 +19,7 @@ import ipaddress
 import logging
 import socket
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import uvicorn
@@ -33,8 +34,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from supervisor.admin import AdminError
-from supervisor.dashboard import actions, views
+from supervisor.dashboard import actions, metrics, views
 from supervisor.dashboard.auth import ReadGate, Refused
+from supervisor.dashboard.counts import FinishedCounts
 from supervisor.dashboard.database import DashboardDB, DatabaseDown
 from supervisor.dashboard.queries import NotFound
 from supervisor.dashboard.render import JSONResponse, page
@@ -81,11 +83,14 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def _error(request: Request, status: int, message: str) -> Response:
+def _error(request: Request, status: int, message: str,
+           down_since: datetime | None = None) -> Response:
     if actions.wants_json(request):
-        return JSONResponse({"error": message}, status_code=status)
+        extra = {"down_since": down_since} if down_since else {}
+        return JSONResponse({"error": message, **extra}, status_code=status)
     return page(request, "error.html", status_code=status, title=f"Error {status}",
-                status=status, message=message)
+                status=status, message=message,
+                down_since=down_since.isoformat() if down_since else None)
 
 
 async def _admin_error(request: Request, exc: Exception) -> Response:
@@ -99,7 +104,8 @@ async def _refused(request: Request, exc: Exception) -> Response:
 
 
 async def _database_down(request: Request, exc: Exception) -> Response:
-    return _error(request, 503, str(exc))
+    assert isinstance(exc, DatabaseDown)
+    return _error(request, 503, str(exc), exc.since)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -136,7 +142,7 @@ def create_app(dsn: str, settings: Settings, *, host: str = "127.0.0.1",
     gate = [] if loopback else [Middleware(
         ReadGate, tokens=tuple(t for t in (settings.read_token, settings.token) if t))]
     app = Starlette(
-        routes=[*views.ROUTES, *actions.ROUTES,
+        routes=[*views.ROUTES, *actions.ROUTES, *metrics.ROUTES,
                 Mount("/static", StaticFiles(directory=STATIC), name="static")],
         middleware=[Middleware(SecurityHeaders),
                     Middleware(TrustedHostMiddleware, allowed_hosts=allowed), *gate],
@@ -145,6 +151,7 @@ def create_app(dsn: str, settings: Settings, *, host: str = "127.0.0.1",
                             500: _unexpected},
     )
     app.state.db = db
+    app.state.finished = FinishedCounts()
     app.state.settings = settings
     return app
 

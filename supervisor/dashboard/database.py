@@ -11,6 +11,7 @@ its timeout while the database is away and reconnect only on its own backoff aft
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -24,14 +25,21 @@ CONNECT_TIMEOUT = 5  # seconds: a page waits no longer than this for an absent d
 
 
 class DatabaseDown(Exception):
-    """The database did not answer; the message is one line for the page."""
+    """The database did not answer; the message is one line for the page, saying since
+    when (``since``, UTC) it has not."""
+
+    def __init__(self, message: str, since: datetime) -> None:
+        super().__init__(message)
+        self.since = since
 
 
 class DashboardDB:
-    """Where the dashboard reads and acts: one DSN, a connection per call."""
+    """Where the dashboard reads and acts: one DSN, a connection per call. ``down_since``
+    is when the calls started failing (UTC), None while the database answers."""
 
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
+        self.down_since: datetime | None = None
 
     async def run(self, func: Callable[..., T], *args: Any) -> T:
         """``func(conn, *args)`` on a new autocommit connection in a worker thread."""
@@ -41,8 +49,17 @@ class DashboardDB:
         try:
             with connect(self._dsn, application_name="supervisor-dashboard",
                          connect_timeout=CONNECT_TIMEOUT) as conn:
-                return func(conn, *args)
+                result = func(conn, *args)
         except DatabaseUnavailable as exc:
-            raise DatabaseDown(str(exc)) from None
+            raise self._down(str(exc)) from None
         except psycopg.OperationalError as exc:
-            raise DatabaseDown(f"database error: {first_line(exc)}") from None
+            raise self._down(f"database error: {first_line(exc)}") from None
+        self.down_since = None
+        return result
+
+    def _down(self, reason: str) -> DatabaseDown:
+        if self.down_since is None:
+            self.down_since = datetime.now(UTC)
+        since = self.down_since
+        return DatabaseDown(f"database unreachable since {since:%Y-%m-%d %H:%M:%S} UTC: "
+                            f"{reason}", since)

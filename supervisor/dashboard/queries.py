@@ -4,8 +4,8 @@ tables (``supervisor.jobs``, ``supervisor.queues``, ``supervisor.supervisors``).
 Plain functions over an autocommit psycopg connection, returning plain data. The
 operator's queries the CLI runs too (counts per queue, live supervisors, one job,
 retry, cancel, pause) come from the admin room (``supervisor.admin``), so the dashboard
-and ``supervisor status`` never disagree; only the filtered, paged job list with text
-search is written here.
+and ``supervisor status`` never disagree; the filtered, paged job search is in
+``supervisor.dashboard.search``.
 """
 
 from __future__ import annotations
@@ -14,41 +14,26 @@ from typing import Any
 
 import psycopg
 
-from shared.jobs import STATES
 from supervisor import admin
-from supervisor.admin import AdminError, check_queue_name
-
-MAX_PAGE = 500
-DEFAULT_PAGE = 50
-MAX_SEARCH = 200  # characters of ?q=; longer text is a mistake, not a search
-
-# Text search reads the kind, the args and the error messages as text: a sequential
-# scan bounded by LIMIT, which is what an operator hunting one job needs. The id
-# filter lets a pasted job id find its job too.
-_JOBS = """
-SELECT id, kind, queue, state, attempt, max_attempts, priority, run_at, created_at,
-       attempted_at, finished_at, progress,
-       errors -> -1 ->> 'message' AS last_error
-FROM supervisor.jobs
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-  AND (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(before)s::bigint IS NULL OR id < %(before)s)
-  AND (%(like)s::text IS NULL
-       OR id = %(id)s::bigint
-       OR kind ILIKE %(like)s
-       OR args::text ILIKE %(like)s
-       OR jsonb_path_query_array(errors, '$[*].message')::text ILIKE %(like)s)
-ORDER BY id DESC
-LIMIT %(limit)s
-"""
+from supervisor.admin import AdminError
+from supervisor.dashboard import search
 
 _JOB_EXISTS = "SELECT 1 FROM supervisor.jobs WHERE id = %(id)s"
 
+# The distinct queues of the jobs by skipping through jobs_state_queue_idx, one probe
+# per (state, queue) pair present, not a pass over the table.
 _QUEUE_NAMES = """
+WITH RECURSIVE p(state, queue) AS (
+    (SELECT state, queue FROM supervisor.jobs ORDER BY state, queue LIMIT 1)
+    UNION ALL
+    SELECT n.state, n.queue FROM p CROSS JOIN LATERAL (
+        SELECT j.state, j.queue FROM supervisor.jobs j
+        WHERE (j.state, j.queue) > (p.state, p.queue)
+        ORDER BY j.state, j.queue LIMIT 1) AS n
+)
 SELECT name FROM supervisor.queues
 UNION
-SELECT DISTINCT queue FROM supervisor.jobs
+SELECT queue FROM p
 ORDER BY 1
 """
 
@@ -57,12 +42,14 @@ class NotFound(AdminError):
     """The job or page asked for does not exist."""
 
 
-def overview(conn: psycopg.Connection) -> dict[str, Any]:
+def overview(conn: psycopg.Connection,
+             finished: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """The queues page: ``supervisor status``'s data (queues with counts by state, rate,
     oldest waiting, paused; live supervisors; unserved and unhandled work) plus
-    ``totals``, the counts by state summed over every queue."""
-    data = admin.status(conn)
-    totals = dict.fromkeys(STATES, 0)
+    ``totals``, the counts by state summed over every queue. ``finished``: the finished
+    states' counts taken earlier (see ``admin.queue_stats``)."""
+    data = admin.status(conn, finished)
+    totals = dict.fromkeys(admin.COUNTED, 0)
     for queue in data["queues"]:
         for state, count in queue["counts"].items():
             totals[state] += count
@@ -70,9 +57,10 @@ def overview(conn: psycopg.Connection) -> dict[str, Any]:
     return data
 
 
-def queues(conn: psycopg.Connection) -> list[dict[str, Any]]:
+def queues(conn: psycopg.Connection,
+           finished: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
     """Every queue with its counts by state, rate, oldest waiting job and paused flag."""
-    return admin.queue_stats(conn)
+    return admin.queue_stats(conn, finished)
 
 
 def queue_names(conn: psycopg.Connection) -> list[str]:
@@ -88,61 +76,13 @@ def supervisors(conn: psycopg.Connection) -> dict[str, Any]:
 
 
 def parse_filters(params: dict[str, str]) -> dict[str, Any]:
-    """The job list's filters from query parameters (``queue``, ``kind``, ``state``,
-    ``q``, ``before``, ``limit``), empty ones dropped; ``AdminError`` (usage) naming the
-    first that is malformed."""
-    def text(name: str) -> str | None:
-        value = (params.get(name) or "").strip()
-        if "\x00" in value:  # PostgreSQL text cannot hold it: a 400, not a failed query
-            raise AdminError(f"{name} must not contain a NUL byte", usage=True)
-        return value or None
-
-    state = admin.check_state(text("state"))
-    queue = text("queue")
-    if queue is not None:
-        check_queue_name(queue)
-    search = text("q")
-    if search is not None and len(search) > MAX_SEARCH:
-        raise AdminError(f"q has at most {MAX_SEARCH} characters; got {len(search)}",
-                         usage=True)
-    before = text("before")
-    limit = text("limit")
-    return {
-        "queue": queue,
-        "kind": text("kind"),
-        "state": state,
-        "q": search,
-        "before": admin.parse_job_id(before) if before is not None else None,
-        "limit": _limit(limit) if limit is not None else DEFAULT_PAGE,
-    }
-
-
-def _limit(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
-        raise AdminError(f"limit is an integer from 1 to {MAX_PAGE}; got {text!r}",
-                         usage=True)
-    return int(text)
+    """The job list's filters (see ``search.parse_filters``)."""
+    return search.parse_filters(params)
 
 
 def jobs(conn: psycopg.Connection, filters: dict[str, Any]) -> dict[str, Any]:
-    """One page of jobs, newest first, matching ``filters`` (see ``parse_filters``):
-    ``{jobs, next_before}``; ``next_before`` is the id to pass as ``before`` for the
-    next page, or None on the last one."""
-    search = filters["q"]
-    like = None
-    if search is not None:
-        like = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    job_id = int(search) if search is not None and search.isdigit() and len(search) < 19 else None
-    params = {"queue": filters["queue"], "kind": filters["kind"], "state": filters["state"],
-              "before": filters["before"], "like": like, "id": job_id,
-              "limit": filters["limit"] + 1}
-    cur = conn.execute(_JOBS, params)
-    assert cur.description is not None  # a SELECT describes its columns
-    names = [d.name for d in cur.description]
-    rows = [dict(zip(names, row, strict=True)) for row in cur]
-    more = len(rows) > filters["limit"]
-    rows = rows[:filters["limit"]]
-    return {"jobs": rows, "next_before": rows[-1]["id"] if more else None}
+    """One page of jobs matching ``filters`` (see ``search.jobs``)."""
+    return search.jobs(conn, filters)
 
 
 def job(conn: psycopg.Connection, job_id: int) -> dict[str, Any]:

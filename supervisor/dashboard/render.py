@@ -24,6 +24,10 @@ from shared.jsontext import dumps
 NAV: list[tuple[str, str]] = [
     ("Queues", "/"),
     ("Jobs", "/jobs"),
+    ("Kinds", "/kinds"),
+    ("Schedules", "/schedules"),
+    ("Batches", "/batches"),
+    ("Limits", "/limits"),
     ("Supervisors", "/supervisors"),
 ]
 
@@ -33,6 +37,9 @@ NOTICES = {
     "cancelled": "Job cancelled.",
     "paused": "Queue paused: supervisors stop claiming from it.",
     "resumed": "Queue resumed: supervisors claim from it again.",
+    "schedule-paused": "Schedule paused: it fires no more until resumed.",
+    "schedule-resumed": "Schedule resumed: it fires from its next slot.",
+    "schedule-run": "Schedule run now: its job was enqueued.",
 }
 
 
@@ -116,10 +123,30 @@ def page(request: Request, template: str, status_code: int = 200, **context: Any
     read-only or not, refresh period, a notice after an action)."""
     settings = request.app.state.settings
     done = request.query_params.get("done")
+    notice = NOTICES.get(done or "")
+    if done == "bulk":
+        notice = _bulk_notice(request.query_params)
     html = ENV.get_template(template).render(
         nav=NAV, path=request.url.path, read_only=settings.token is None,
-        refresh=settings.refresh, notice=NOTICES.get(done or ""), **context)
+        refresh=settings.refresh, notice=notice, **context)
     return HTMLResponse(html, status_code=status_code)
+
+
+def _bulk_notice(params: Any) -> str | None:
+    # Numbers and one fixed word from the URL, never its text.
+    action = params.get("bulk")
+    changed, skipped = params.get("changed", ""), params.get("skipped", "")
+    if action not in BULK_DONE or not changed.isdigit() or not skipped.isdigit():
+        return None
+    if int(changed) == 0 and int(skipped) == 0:
+        return "No job matched: nothing changed."
+    text = f"{BULK_DONE[action]}: {int(changed)} job{'s' if int(changed) != 1 else ''}."
+    if int(skipped):
+        text += f" {int(skipped)} left alone (changed meanwhile, or a unique key taken)."
+    return text
+
+
+BULK_DONE = {"retry": "Retried", "cancel": "Cancelled", "delete": "Deleted"}
 
 
 class JSONResponse(Response):

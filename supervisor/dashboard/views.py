@@ -9,14 +9,16 @@ responses by the app's handlers.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from shared.jobs import STATES
+from supervisor import admin
 from supervisor.admin import CANCEL_STATES, RETRY_STATES, parse_job_id
-from supervisor.dashboard import queries
+from supervisor.dashboard import charts, queries
 from supervisor.dashboard.render import JSONResponse, page
 
 REFRESH_HEADER = "x-dashboard-refresh"
@@ -26,8 +28,14 @@ def _db(request: Request):
     return request.app.state.db
 
 
+async def _finished(request: Request) -> tuple[dict[str, dict[str, int]], float]:
+    return await request.app.state.finished.get(_db(request))
+
+
 async def _overview(request: Request) -> dict[str, Any]:
-    return await _db(request).run(queries.overview)
+    finished, age = await _finished(request)
+    data = await _db(request).run(queries.overview, finished)
+    return data | {"finished_age": age}
 
 
 async def _jobs(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -42,7 +50,9 @@ async def _job(request: Request) -> dict[str, Any]:
 
 async def queues_page(request: Request) -> Response:
     """``/``: every queue with counts by state, rate, oldest waiting job, paused."""
-    return page(request, "queues.html", title="Queues", states=STATES,
+    hour = await _db(request).run(admin.pages.history, 60, 60)
+    return page(request, "queues.html", title="Queues", states=admin.COUNTED,
+                hour_chart=charts.line_chart("Jobs finished per minute, last hour", hour),
                 **await _overview(request))
 
 
@@ -54,8 +64,10 @@ async def jobs_page(request: Request) -> Response:
     names: list[str] = []
     if REFRESH_HEADER not in request.headers:
         names = await _db(request).run(queries.queue_names)
+    bulk_params = {k: request.query_params.get(k) for k in
+                   ("state", "queue", "kind", "created_after", "created_before")}
     return page(request, "jobs.html", title="Jobs", states=STATES, queue_names=names,
-                filters=filters, **found)
+                filters=filters, bulk_params=bulk_params, **found)
 
 
 async def job_page(request: Request) -> Response:
@@ -72,6 +84,81 @@ async def supervisors_page(request: Request) -> Response:
                 **await _db(request).run(queries.supervisors))
 
 
+async def bulk_page(request: Request) -> Response:
+    """``/jobs/bulk/<action>?<filters>``: how many jobs the action would touch, and a
+    button to confirm exactly that many (none when nothing matches)."""
+    from supervisor.dashboard.actions import bulk_filter
+
+    action = request.path_params["action"]
+    admin.bulk.check_action(action)
+    params = {k: v for k, v in request.query_params.items() if k not in ("expect", "done")}
+    filters, flt = bulk_filter(params)
+    matching = await _db(request).run(admin.bulk.count, action, flt)
+    expect = min(matching, admin.bulk.CAP)
+    return page(request, "bulk.html", title=f"Bulk {action}", action=action,
+                filters=filters, params=params, matching=matching, cap=admin.bulk.CAP,
+                states=admin.bulk.ACTIONS[action],
+                target=f"/jobs/bulk/{action}?" + urlencode({**params, "expect": expect}))
+
+
+async def schedules_page(request: Request) -> Response:
+    """``/schedules``: every schedule, its next and last fire, pause/resume/run now."""
+    return page(request, "schedules.html", title="Schedules",
+                schedules=await _db(request).run(admin.pages.schedules))
+
+
+async def batches_page(request: Request) -> Response:
+    """``/batches``: the newest batches, members by state, progress, callback, ETA."""
+    return page(request, "batches.html", title="Batches", states=STATES,
+                batches=await _db(request).run(admin.pages.batches))
+
+
+async def kinds_page(request: Request) -> Response:
+    """``/kinds``: per kind, jobs in flight, the last day's finished ones, failure
+    rate and run time percentiles."""
+    return page(request, "kinds.html", title="Kinds", states=STATES,
+                hours=admin.pages.KIND_WINDOW_HOURS,
+                kinds=await _db(request).run(admin.pages.kinds))
+
+
+async def limits_page(request: Request) -> Response:
+    """``/limits``: every queue's global limits and each supervisor's slice."""
+    return page(request, "limits.html", title="Global limits",
+                limits=await _db(request).run(admin.pages.limits))
+
+
+async def api_schedules(request: Request) -> Response:
+    """``/api/schedules``: the schedules page's data."""
+    return JSONResponse({"schedules": await _db(request).run(admin.pages.schedules)})
+
+
+async def api_batches(request: Request) -> Response:
+    """``/api/batches``: the batches page's data."""
+    return JSONResponse({"batches": await _db(request).run(admin.pages.batches)})
+
+
+async def api_kinds(request: Request) -> Response:
+    """``/api/kinds``: the kinds page's data."""
+    return JSONResponse({"hours": admin.pages.KIND_WINDOW_HOURS,
+                         "kinds": await _db(request).run(admin.pages.kinds)})
+
+
+async def api_limits(request: Request) -> Response:
+    """``/api/limits``: the global limits page's data."""
+    return JSONResponse({"limits": await _db(request).run(admin.pages.limits)})
+
+
+async def api_history(request: Request) -> Response:
+    """``/api/history?minutes=60``: finished jobs per minute (completed, failed,
+    retried, mean run and wait time) over the last ``minutes`` (1 to 1440)."""
+    text = request.query_params.get("minutes", "60")
+    if not text.isdigit() or not 1 <= int(text) <= 1440:
+        raise admin.AdminError(f"minutes is an integer from 1 to 1440; got {text[:20]!r}",
+                               usage=True)
+    return JSONResponse({"minutes": await _db(request).run(admin.pages.history,
+                                                            int(text), 60)})
+
+
 async def api_overview(request: Request) -> Response:
     """``/api/status``: what ``supervisor status --json`` prints, plus totals."""
     return JSONResponse(await _overview(request))
@@ -79,7 +166,9 @@ async def api_overview(request: Request) -> Response:
 
 async def api_queues(request: Request) -> Response:
     """``/api/queues``: the queues page's data."""
-    return JSONResponse({"queues": await _db(request).run(queries.queues)})
+    finished, age = await _finished(request)
+    return JSONResponse({"queues": await _db(request).run(queries.queues, finished),
+                         "finished_age": age})
 
 
 async def api_jobs(request: Request) -> Response:
@@ -101,8 +190,18 @@ async def api_supervisors(request: Request) -> Response:
 ROUTES = [
     Route("/", queues_page, name="queues"),
     Route("/jobs", jobs_page, name="jobs"),
+    Route("/jobs/bulk/{action}", bulk_page, name="bulk"),
     Route("/jobs/{job_id}", job_page, name="job"),
     Route("/supervisors", supervisors_page, name="supervisors"),
+    Route("/schedules", schedules_page, name="schedules"),
+    Route("/batches", batches_page, name="batches"),
+    Route("/kinds", kinds_page, name="kinds"),
+    Route("/limits", limits_page, name="limits"),
+    Route("/api/schedules", api_schedules),
+    Route("/api/history", api_history),
+    Route("/api/batches", api_batches),
+    Route("/api/kinds", api_kinds),
+    Route("/api/limits", api_limits),
     Route("/api/status", api_overview),
     Route("/api/queues", api_queues),
     Route("/api/jobs", api_jobs),

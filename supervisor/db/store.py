@@ -21,7 +21,7 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
-from supervisor.db import claim, leases
+from supervisor.db import claim, history, leases
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
@@ -309,6 +309,11 @@ class Store:
         cur = self.connection.execute(PRUNE, {"retention": min(retention, discarded),
                                               "discarded": discarded, "batch": batch})
         return max(cur.rowcount, 0)
+
+    def roll_up(self, lag: float = history.LAG, slice_seconds: float = history.SLICE) -> int:
+        """Add the next slice of closed minutes to the per-minute history
+        (``supervisor.db.history``); how many (minute, queue, kind) rows it wrote."""
+        return history.roll_up(self.connection, lag, slice_seconds=slice_seconds)
 
     def leave(self) -> None:
         """Remove this supervisor's heartbeat row (clean exit)."""

@@ -79,6 +79,7 @@ class Maintenance:
                         "without spending an attempt; lost supervisors: %s)",
                         len(rescued), unstarted, ", ".join(lost) or "?")
         self._prune(store)
+        store.roll_up()  # the per-minute history of finished jobs (dashboard charts)
         return len(rescued)
 
     def _prune(self, store: Store) -> None:

@@ -22,6 +22,8 @@
   var every = live ? Number(live.getAttribute("data-refresh")) * 1000 : 0;
   if (!live || !(every > 0)) { return; }
   var refreshes = 0;
+  var banner = null;
+  var lastGood = new Date().toLocaleTimeString();
 
   function busy() {
     // Leave the page alone while the operator is using it: a focused control or a
@@ -42,11 +44,19 @@
     if (document.hidden || busy()) { return; }
     fetch(window.location.href, { cache: "no-store", headers: { "Accept": "text/html", "X-Dashboard-Refresh": "1" } })
       .then(function (response) {
-        if (!response.ok) { throw new Error("HTTP " + response.status); }
-        return response.text();
+        return response.text().then(function (html) {
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          if (!response.ok) {
+            // The server's own line ("database unreachable since ... UTC: ...") when
+            // it sent one; the figures stay on screen, greyed out, as they were.
+            var said = doc.getElementById("error");
+            throw new Error(said ? said.textContent : "HTTP " + response.status);
+          }
+          return doc;
+        });
       })
-      .then(function (html) {
-        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
+      .then(function (doc) {
+        var fresh = doc.getElementById("live");
         if (!fresh || busy()) { return; }
         var open = openDetails();
         live.replaceChildren.apply(live, Array.prototype.slice.call(fresh.childNodes));
@@ -54,13 +64,25 @@
           if (i < open.length) { d.open = open[i]; }
         });
         refreshes += 1;
+        lastGood = new Date().toLocaleTimeString();
         live.setAttribute("data-refreshes", String(refreshes));
         status.textContent = "live · " + new Date().toLocaleTimeString();
         status.className = "live-status ok";
+        live.classList.remove("stale-data");
+        if (banner) { banner.remove(); banner = null; }
       })
       .catch(function (error) {
         status.textContent = "not updated: " + error.message;
         status.className = "live-status stale";
+        live.classList.add("stale-data");
+        if (!banner) {
+          banner = document.createElement("p");
+          banner.id = "stale-banner";
+          banner.className = "stale-banner";
+          live.parentNode.insertBefore(banner, live);
+        }
+        banner.textContent = "Not updated: " + error.message + ". The figures below are from "
+          + lastGood + " and may be out of date.";
       });
   }
 

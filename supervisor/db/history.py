@@ -1,0 +1,91 @@
+"""The per-minute history of finished jobs (``supervisor.job_minutes``), rolled up by
+the maintenance leader: one short transaction a round reads the jobs finished in the minutes
+closed since ``supervisor.rollup_mark`` through the finished index, adds one row per
+minute, queue and kind, moves the mark and drops rows older than the retention.
+
+Only time up to a minute that closed ``LAG`` seconds ago is rolled, so a job whose
+transaction commits a little after its ``finished_at`` is still counted; at most
+``SLICE`` seconds of it per round, so each round's work stays small (a minute is then
+rolled in pieces, added up; its p95 is the largest of its pieces'); the mark row is
+taken with SKIP LOCKED, so two supervisors leading one after the other never count a
+job twice. The cost grows with the jobs finished per round, not with the table.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+LAG = 30.0  # seconds after a minute closes before it is rolled
+KEEP = 30 * 86400.0  # seconds of history kept
+# Seconds of finished jobs one round rolls at most (three times the maintenance
+# interval: it catches up after a pause), so a round's work stays small and even
+# instead of a whole minute's jobs, or a day's after an outage, at once.
+SLICE = 15.0
+
+# The mark, locked: where the last roll-up stopped, and where this one stops.
+_SPAN = """
+SELECT s.since,
+       least(greatest(s.since, date_trunc('minute', now() - %(lag)s * interval '1 second')),
+             s.since + %(slice)s * interval '1 second')
+FROM (SELECT greatest(rolled_until, now() - %(keep)s * interval '1 second') AS since
+      FROM supervisor.rollup_mark FOR UPDATE SKIP LOCKED) AS s
+"""
+
+# The jobs finished in [since, upto) through jobs_finished_idx, one row per minute,
+# queue and kind. Added to, not replaced, so a late row is counted once all the same.
+_ADD = """
+WITH finished AS (
+    SELECT date_trunc('minute', finished_at) AS minute, queue, kind, state, attempt,
+           -- A job may start a hair before its run_at (claimed as it came due).
+           CASE WHEN attempted_at IS NOT NULL
+                THEN greatest(extract(epoch FROM attempted_at - run_at)::float8, 0) END AS wait,
+           CASE WHEN attempted_at IS NOT NULL
+                THEN greatest(extract(epoch FROM finished_at - attempted_at)::float8, 0)
+           END AS run
+    FROM supervisor.jobs
+    WHERE state IN ('completed', 'discarded', 'cancelled')
+      AND finished_at >= %(since)s AND finished_at < %(upto)s
+)
+INSERT INTO supervisor.job_minutes AS m (minute, queue, kind, completed, discarded,
+    cancelled, retried, wait_sum, wait_n, wait_p95, run_sum, run_n, run_p95)
+SELECT minute, queue, kind,
+       count(*) FILTER (WHERE state = 'completed'),
+       count(*) FILTER (WHERE state = 'discarded'),
+       count(*) FILTER (WHERE state = 'cancelled'),
+       coalesce(sum(greatest(attempt - 1, 0)), 0),
+       coalesce(sum(wait), 0), count(wait),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY wait),
+       coalesce(sum(run), 0), count(run),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY run)
+FROM finished GROUP BY minute, queue, kind
+ON CONFLICT (minute, queue, kind) DO UPDATE SET
+    completed = m.completed + EXCLUDED.completed,
+    discarded = m.discarded + EXCLUDED.discarded,
+    cancelled = m.cancelled + EXCLUDED.cancelled,
+    retried = m.retried + EXCLUDED.retried,
+    wait_sum = m.wait_sum + EXCLUDED.wait_sum, wait_n = m.wait_n + EXCLUDED.wait_n,
+    wait_p95 = greatest(m.wait_p95, EXCLUDED.wait_p95),
+    run_sum = m.run_sum + EXCLUDED.run_sum, run_n = m.run_n + EXCLUDED.run_n,
+    run_p95 = greatest(m.run_p95, EXCLUDED.run_p95)
+"""
+
+_MOVE = "UPDATE supervisor.rollup_mark SET rolled_until = %(upto)s"
+_DROP = "DELETE FROM supervisor.job_minutes WHERE minute < now() - %(keep)s * interval '1 second'"
+
+
+def roll_up(conn: psycopg.Connection, lag: float = LAG, keep: float = KEEP,
+            slice_seconds: float = SLICE) -> int:
+    """Add at most ``slice_seconds`` of the time not rolled yet, up to the minute that
+    closed ``lag`` seconds ago, move the mark, drop minutes older than ``keep``
+    seconds; returns the (minute, queue, kind) rows written or added to (0 when another
+    supervisor is rolling up right now). ``conn`` is in autocommit mode; this is one
+    transaction."""
+    with conn.transaction():
+        span = conn.execute(_SPAN, {"lag": lag, "keep": keep,
+                                    "slice": slice_seconds}).fetchone()
+        if span is None or span[1] <= span[0]:
+            return 0
+        written = conn.execute(_ADD, {"since": span[0], "upto": span[1]}).rowcount
+        conn.execute(_MOVE, {"upto": span[1]})
+        conn.execute(_DROP, {"keep": keep})
+    return max(written, 0)
