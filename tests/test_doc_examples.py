@@ -115,13 +115,14 @@ def test_readme_concurrency_keys(supervisor_dsn, supervisor_drain):
     assert supervisor_drain().completed == 2
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="README: JobHandle.enqueue_many takes no concurrency_keys (and "
-                          "months must be args objects); shared.enqueue.enqueue_many does")
-def test_readme_enqueue_many_with_concurrency_keys(supervisor_dsn):
-    months = [{"month": "2026-10"}, {"month": "2026-11"}]
+def test_readme_enqueue_many_with_concurrency_keys(supervisor_dsn, supervisor_drain):
+    months = ["2026-10", "2026-11"]
     customers = [1, 2]
-    build_report.enqueue_many(months, concurrency_keys=[f"customer-{c}" for c in customers])
+    build_report.enqueue_many([{"month": m} for m in months],
+                              concurrency_keys=[f"customer-{c}" for c in customers])
+    assert sorted(j.concurrency_key for j in enqueued(build_report)) == ["customer-1",
+                                                                        "customer-2"]
+    assert supervisor_drain().completed == 2
 
 
 def test_readme_and_batches_fan_out_fan_in(supervisor_dsn, supervisor_drain, supervisor_conn):

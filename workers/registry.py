@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
@@ -122,10 +122,13 @@ class JobHandle:
         self.check_args(args)
         return enqueue(self.kind, args, **self.defaults.options)
 
-    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
+    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None, *,
+                     concurrency_keys: Sequence[str | None] | None = None) -> Any:
         """Insert many jobs of this kind in one COPY; returns their ids in order, or with
-        ``then=other.bind(...)`` a ``Batch`` whose last final member enqueues ``then``."""
-        return BoundJob(self, {}).enqueue_many(args_list, then=then)
+        ``then=other.bind(...)`` a ``Batch`` whose last final member enqueues ``then``.
+        ``concurrency_keys``: one per job (None for none), for per-key limits."""
+        return BoundJob(self, {}).enqueue_many(args_list, then=then,
+                                               concurrency_keys=concurrency_keys)
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio (``conn=`` an async connection, if any)."""
@@ -187,15 +190,18 @@ class BoundJob:
         self.handle.check_args(args)
         return Callback(self.handle.kind, args, **job_options(self._resolved()))
 
-    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None) -> Any:
+    def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None, *,
+                     concurrency_keys: Sequence[str | None] | None = None) -> Any:
         """Insert many jobs in one statement; returns their ids in order (a ``Batch``
-        with ``then``)."""
+        with ``then``). ``concurrency_keys``: one per job (None for none)."""
         from shared.enqueue import enqueue_many
 
         args_list = list(args_list)
         self._check_each(args_list)
-        return enqueue_many(self.handle.kind, args_list, then=then,
-                            **self._plain("enqueue_many"))
+        options = self._plain("enqueue_many")
+        if concurrency_keys is not None:
+            options["concurrency_keys"] = concurrency_keys
+        return enqueue_many(self.handle.kind, args_list, then=then, **options)
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio: awaits the insert on an async connection."""
