@@ -33,6 +33,17 @@ def parse_size(value: Any, what: str = "size") -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
+def format_size(size: int) -> str:
+    """``size`` bytes for a person: MiB (whole from 100 MiB, else one decimal), KiB
+    below one MiB, so a small cap never reads as ``0 MiB``."""
+    mib = 1024**2
+    if size < mib:
+        return f"{size / 1024:.1f} KiB"
+    if size % mib == 0 or size >= 100 * mib:
+        return f"{round(size / mib)} MiB"
+    return f"{size / mib:.1f} MiB"
+
+
 def parse_duration(value: Any, what: str = "duration") -> float:
     """Seconds from a number or a string like ``250ms``, ``30s``, ``5m``, ``2h``, ``7d``."""
     if _is_number(value):

@@ -131,3 +131,15 @@ def test_a_setting_of_the_wrong_type_is_one_line_naming_it(tmp_path, text, messa
     path.write_text(text)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
         build_config(load_file_settings(str(path)))
+
+
+@pytest.mark.parametrize(("size", "shown"), [
+    (512, "0.5 KiB"), (1024**2, "1 MiB"), (1536 * 1024, "1.5 MiB"), (300 * 1024**2, "300 MiB"),
+    (2076 * 1024**2 + 300_000, "2076 MiB"),
+])
+def test_sizes_are_shown_with_a_unit_that_shows_them(size, shown):
+    """A memory-cap message once read 'RSS 29 MiB passed the 0 MiB max_memory_per_child'
+    for a cap of 512 bytes (issue 30)."""
+    from shared.units import format_size
+
+    assert format_size(size) == shown

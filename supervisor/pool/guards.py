@@ -9,10 +9,9 @@ left a child's group, is part of signalling the child (``ChildProcess.kill``).
 
 from __future__ import annotations
 
+from shared.units import format_size
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.settings import PoolSettings
-
-_MIB = 1024 * 1024
 
 
 def nap_threshold(settings: PoolSettings) -> float:
@@ -28,7 +27,7 @@ def over_memory(oscalls: OsCalls, settings: PoolSettings, pid: int) -> str | Non
     rss = oscalls.rss(pid) if limit else None
     if rss is None or limit is None or rss <= limit:
         return None
-    return (f"RSS {rss // _MIB} MiB passed the {limit // _MIB} MiB "
+    return (f"RSS {format_size(rss)} passed the {format_size(limit)} "
             "max_memory_per_child")
 
 
