@@ -37,6 +37,20 @@ def scratch_database(base_dsn: str, name: str) -> str:
     return dsn
 
 
+def scratch_database_for(base_dsn: str, name: str, code: str) -> str:
+    """A fresh database called ``name`` migrated by the checkout at ``code`` (its own
+    ``supervisor migrate``): a before/after comparison across a schema change needs one
+    database per checkout, since a checkout refuses a schema newer than its own."""
+    drop_database(base_dsn, name)
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = make_conninfo(base_dsn, dbname=name)
+    env = dict(os.environ, PYTHONPATH=code)
+    subprocess.run([sys.executable, "-m", "supervisor", "migrate", "--dsn", dsn], env=env,
+                   check=True, capture_output=True, timeout=120)
+    return dsn
+
+
 def drop_database(base_dsn: str, name: str) -> None:
     with psycopg.connect(base_dsn, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

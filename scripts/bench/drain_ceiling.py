@@ -36,6 +36,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     dsn = common.scratch_database(args.dsn, DATABASE)
+    # Each checkout drains a database its own code migrated (see scratch_database_for).
+    dsns = {code: common.scratch_database_for(args.dsn, f"{DATABASE}_{i}", code)
+            for i, code in enumerate(args.code)}
     ceiling: list[float] = []
     rates: dict[str, list[float]] = {code: [] for code in args.code}
     try:
@@ -43,12 +46,14 @@ def main() -> None:
             ceiling.append(bench_run.store_ceiling(dsn, args.jobs))
             for code in args.code:
                 os.environ["BENCH_CODE"] = code
-                rates[code].append(efficiency.noop_default(dsn, args.jobs))
+                rates[code].append(efficiency.noop_default(dsns[code], args.jobs))
             print(f"round: limit {ceiling[-1]:,.0f}/s; " + "; ".join(
                 f"{Path(c).name} {r[-1]:,.0f}/s" for c, r in rates.items()), flush=True)
     finally:
         os.environ.pop("BENCH_CODE", None)
         common.drop_database(args.dsn, DATABASE)
+        for i in range(len(args.code)):
+            common.drop_database(args.dsn, f"{DATABASE}_{i}")
     limit = common.median(ceiling)
     print(f"raw claim+complete limit (store loop, batch 512): {limit:,.0f} jobs/s")
     for code, values in rates.items():

@@ -25,7 +25,9 @@ def main() -> None:
     lengths = [int(x) for x in sys.argv[1].split(",")]
     codes = [str(Path(c).resolve()) for c in sys.argv[2:]]
     rounds = int(os.environ.get("ROUNDS", "3"))
-    dsn = common.scratch_database(common.DEFAULT_DSN, DATABASE)
+    # Each checkout runs on a database its own code migrated (see scratch_database_for).
+    dsns = {code: common.scratch_database_for(common.DEFAULT_DSN, f"{DATABASE}_{i}", code)
+            for i, code in enumerate(codes)}
     per_ms = efficiency.iterations_per_ms()
     print("load before", " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
     try:
@@ -36,14 +38,15 @@ def main() -> None:
                 times["pool"].append(bench_run.cpu_through_multiprocessing(tasks))
                 for code in codes:
                     os.environ["BENCH_CODE"] = code
-                    times[code].append(efficiency.ours(dsn, tasks))
+                    times[code].append(efficiency.ours(dsns[code], tasks))
             pool = common.median(times["pool"])
             print(f"{length} ms x {len(tasks)}: Pool {pool:.2f} s; " + "; ".join(
                 f"{Path(c).name} {common.median(times[c]):.2f} s, efficiency "
                 f"{pool / common.median(times[c]):.2f}" for c in codes), flush=True)
     finally:
         os.environ.pop("BENCH_CODE", None)
-        common.drop_database(common.DEFAULT_DSN, DATABASE)
+        for i in range(len(codes)):
+            common.drop_database(common.DEFAULT_DSN, f"{DATABASE}_{i}")
     print("load after", " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
 
 
