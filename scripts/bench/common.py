@@ -46,8 +46,9 @@ def scratch_database_for(base_dsn: str, name: str, code: str) -> str:
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn = make_conninfo(base_dsn, dbname=name)
     env = dict(os.environ, PYTHONPATH=code)
+    # From the checkout itself: ``-m`` puts the working directory before PYTHONPATH.
     subprocess.run([sys.executable, "-m", "supervisor", "migrate", "--dsn", dsn], env=env,
-                   check=True, capture_output=True, timeout=120)
+                   cwd=code, check=True, capture_output=True, timeout=120)
     return dsn
 
 

@@ -31,7 +31,8 @@ COUNTED = ("available", "scheduled", "claimed", "running", "retryable", "complet
            "discarded", "cancelled")
 
 
-# Counts come from jobs_state_queue_idx without reading rows (an index-only scan):
+# Counts come from jobs_state_queue_idx without reading rows (an index-only scan) where
+# the operator created it (docs/dashboard.md, "Indexes for big tables"):
 # the jobs in flight are few and counted at every call; the finished ones are most of
 # the table, and a caller that refreshes often (the dashboard) counts them less often
 # and passes them in (see ``queue_stats``).

@@ -20,8 +20,9 @@ from supervisor.dashboard import search
 
 _JOB_EXISTS = "SELECT 1 FROM supervisor.jobs WHERE id = %(id)s"
 
-# The distinct queues of the jobs by skipping through jobs_state_queue_idx, one probe
-# per (state, queue) pair present, not a pass over the table.
+# The distinct queues of the jobs by skipping through jobs_state_queue_idx (where the
+# operator created it, docs/dashboard.md), one probe per (state, queue) pair present,
+# not a pass over the table.
 _QUEUE_NAMES = """
 WITH RECURSIVE p(state, queue) AS (
     (SELECT state, queue FROM supervisor.jobs ORDER BY state, queue LIMIT 1)

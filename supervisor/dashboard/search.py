@@ -225,7 +225,8 @@ def _text_search(conn: psycopg.Connection, filters: dict[str, Any], text: str,
                  where: list[sql.Composable], order: sql.Composable,
                  limit: int) -> list[dict[str, Any]]:
     # Two indexed lookups merged: the newest jobs of each matching kind (each read in
-    # id order from jobs_kind_idx) and the jobs whose error messages have the words.
+    # id order from jobs_kind_idx where the operator created it, docs/dashboard.md) and
+    # the jobs whose error messages have the words.
     parts: list[sql.Composable] = []
     kinds = matching_kinds(conn, text)
     if filters["kind"] is not None:
