@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
+from collections.abc import Callable
 
 COUNT_KEY = "bench:count"
 DONE_KEY = "bench:done"  # the epoch time at which the counter reached the target
@@ -119,3 +121,15 @@ def long(seconds: float) -> None:
     while time.monotonic() < end:
         spin(20_000)
     count()
+
+
+def peer_main(script: str, enqueue: Callable[[str, int, float], None],
+              probe: Callable[[], str]) -> None:
+    """The command line every peer app shares: ``enqueue KIND COUNT ARG`` puts the jobs
+    on its broker, ``probe`` prints what became of the job running at SIGTERM."""
+    if len(sys.argv) == 5 and sys.argv[1] == "enqueue":
+        enqueue(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    elif sys.argv[1:] == ["probe"]:
+        print(probe())
+    else:
+        raise SystemExit(f"usage: {script} enqueue KIND COUNT ARG | probe")

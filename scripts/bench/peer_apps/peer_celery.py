@@ -14,7 +14,6 @@ are ignored, as with the other systems. As a module it is the worker's app
 from __future__ import annotations
 
 import os
-import sys
 
 import bench_job
 from celery import Celery
@@ -71,14 +70,5 @@ def probe() -> str:
         return "queued" if ok.message_count else "gone"
 
 
-def main() -> None:
-    if sys.argv[1] == "enqueue":
-        enqueue(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
-    elif sys.argv[1] == "probe":
-        print(probe())
-    else:
-        raise SystemExit("usage: peer_celery.py enqueue KIND COUNT ARG | probe")
-
-
 if __name__ == "__main__":
-    main()
+    bench_job.peer_main("peer_celery.py", enqueue, probe)

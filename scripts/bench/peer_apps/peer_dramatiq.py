@@ -11,7 +11,6 @@ a script it enqueues or probes:
 from __future__ import annotations
 
 import os
-import sys
 
 import bench_job
 import dramatiq
@@ -60,14 +59,5 @@ def probe() -> str:
     return "held" if any(client.scan_iter("dramatiq:__acks__.*")) else "gone"
 
 
-def main() -> None:
-    if sys.argv[1] == "enqueue":
-        enqueue(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
-    elif sys.argv[1] == "probe":
-        print(probe())
-    else:
-        raise SystemExit("usage: peer_dramatiq.py enqueue KIND COUNT ARG | probe")
-
-
 if __name__ == "__main__":
-    main()
+    bench_job.peer_main("peer_dramatiq.py", enqueue, probe)

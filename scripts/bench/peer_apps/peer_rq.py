@@ -11,8 +11,8 @@ of the Redis at ``$BENCH_BROKER``; the workers are ``rq worker --burst`` (the fo
 from __future__ import annotations
 
 import os
-import sys
 
+import bench_job
 from redis import Redis
 from rq import Queue
 
@@ -41,14 +41,5 @@ def probe() -> str:
     return {"started": "held", "queued": "queued"}.get(name, name)
 
 
-def main() -> None:
-    if sys.argv[1] == "enqueue":
-        enqueue(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
-    elif sys.argv[1] == "probe":
-        print(probe())
-    else:
-        raise SystemExit("usage: peer_rq.py enqueue KIND COUNT ARG | probe")
-
-
 if __name__ == "__main__":
-    main()
+    bench_job.peer_main("peer_rq.py", enqueue, probe)
