@@ -6,6 +6,7 @@ trusting the supervisor's own account.
 """
 
 import ctypes
+import math
 import os
 import re
 import time
@@ -103,11 +104,20 @@ def e2e_hang_in_c() -> None:
 
 
 @job(max_attempts=1)
-def e2e_regex_busy(n: int = 26) -> bool:
-    """Catastrophic backtracking: holds the GIL in C for seconds (n=26 about 5 s here)
-    while burning CPU: busy, not hung."""
+def e2e_regex_busy(seconds: float = 6.0) -> bool:
+    """Catastrophic backtracking: holds the GIL in C for about ``seconds`` while burning
+    CPU: busy, not hung. The length is calibrated here, because the time doubles with
+    each character and a fixed length took 5.4 s on one machine and under 3 s on another."""
     record("run")
-    return bool(re.match(r"(a+)+$", "a" * n + "!"))
+    pattern = re.compile(r"(a+)+$")
+    probe, took = 16, 0.0
+    while took < 0.05:
+        probe += 1
+        started = time.perf_counter()
+        pattern.match("a" * probe + "!")
+        took = time.perf_counter() - started
+    n = probe + max(0, math.ceil(math.log2(seconds / took)))
+    return bool(pattern.match("a" * n + "!"))
 
 
 @job

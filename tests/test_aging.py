@@ -151,12 +151,16 @@ def test_aging_off_runs_the_plain_claim():
 
 # -- a real supervisor --------------------------------------------------------------
 
-URGENT_BACKLOG = 6  # priority-0 jobs kept waiting: 0.3 s of work for 2 children
+# Priority-0 jobs kept waiting. Deeper than the children's pipes can take (with 6, both
+# pipes held them all at the start, the queue ran empty and the lone job was claimed at
+# once).
+URGENT_BACKLOG = 12
 JOB = 0.1
 AGING = 0.5
-# Five steps from priority 5 to 0 take 5 * AGING; one more step covers the urgent jobs,
-# which age too while they wait their ~0.3 s; then one claim and one job length.
-BOUND = 6 * AGING + 1.0
+# Five steps from priority 5 to 0 take 5 * AGING; the urgent jobs age too while they wait
+# (the backlog shared by two children), so the lone job needs that many steps more, and
+# one; then one claim and one job length.
+BOUND = 5 * AGING + URGENT_BACKLOG * JOB / 2 + AGING + 1.0
 
 
 def starve_test(dsn, tmp_path, aging, watch_for):

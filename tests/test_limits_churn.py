@@ -18,8 +18,9 @@ from shared.enqueue import enqueue_many
 from supervisor.cli.main import main
 
 APP = "limits_handlers"
-# Drains and restarts, one about every second (as the issue saw them).
-CYCLES = int(os.environ.get("CHURN_CYCLES", 60))
+# Drains and restarts, one about every second (as the issue saw them). 25 keeps the
+# suite short; CHURN_CYCLES=60 runs the issue's full minute.
+CYCLES = int(os.environ.get("CHURN_CYCLES", 25))
 
 
 def limit(dsn: str, *args: str) -> None:
@@ -65,7 +66,7 @@ def test_max_running_holds_through_a_drain_and_a_restart_every_second(dsn, tmp_p
             sup.stop()
     records = read_log(log)
     starts = [r for r in records if r["event"] == "start"]
-    assert len(starts) > 500  # the churn did not starve the queue
+    assert len(starts) > 200  # the churn did not starve the queue
     assert len({r["id"] for r in starts}) == len(starts)  # a drained job never ran twice
     assert peak(records)[None] == 4, peak(records)
 
