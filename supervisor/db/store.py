@@ -54,11 +54,15 @@ log = logging.getLogger("supervisor.store")
 
 @dataclass(slots=True, frozen=True)
 class Completion:
-    """A job whose handler returned; ``result_json`` is already JSON text (or None)."""
+    """A job whose handler returned; ``result_json`` is already JSON text (or None).
+    ``usage_json``: what the attempt cost (``shared.usage.Usage.to_json``), ``output``:
+    the tail of what it printed; None when unknown or empty."""
 
     id: int
     attempt: int
     result_json: str | None
+    usage_json: str | None = None
+    output: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,6 +78,8 @@ class Failure:
     traceback: str | None = None
     retry_delay: float | None = None
     terminal: bool = False
+    usage_json: str | None = None  # as for Completion: kept in the attempt's errors entry
+    output: str | None = None
 
 
 T = TypeVar("T")
@@ -159,7 +165,9 @@ class Store:
     def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],
                 "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items]}
+                "results": [c.result_json for c in items],
+                "usages": [c.usage_json for c in items],
+                "outputs": [c.output for c in items]}
 
     def started(self, items: Sequence[tuple[int, int]]) -> None:
         """Record that these ``(id, attempt)`` started in a child: from now on their
@@ -186,6 +194,8 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
+        params["usages"] = [f.usage_json for f in items]
+        params["outputs"] = [f.output for f in items]
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}
