@@ -17,6 +17,7 @@ from shared.units import format_size
 PACKED = struct.Struct("!ddq")  # cpu seconds, wall seconds, peak RSS bytes
 _pack = PACKED.pack
 _unpack = PACKED.unpack_from
+_JSON = '{"cpu_seconds":%.6f,"wall_seconds":%.6f,"max_rss_bytes":%d}'
 
 
 class Usage(NamedTuple):
@@ -36,13 +37,11 @@ class Usage(NamedTuple):
     @classmethod
     def unpack(cls, data: bytes, offset: int = 0) -> Usage:
         """The usage packed at ``offset`` of ``data`` (``struct.error`` if short)."""
-        return cls(*_unpack(data, offset))
+        return cls._make(_unpack(data, offset))
 
     def to_json(self) -> str:
         """The JSON text stored in the database (microsecond and byte precision)."""
-        return (f'{{"cpu_seconds":{self.cpu_seconds:.6f},'
-                f'"wall_seconds":{self.wall_seconds:.6f},'
-                f'"max_rss_bytes":{int(self.max_rss_bytes)}}}')
+        return _JSON % self
 
     def describe(self) -> str:
         """For a person: ``wall 1.25 s, CPU 1.20 s, peak 310.0 MiB``."""

@@ -48,6 +48,16 @@ def test_usage_of_a_cpu_spin_and_of_a_300_mb_job_match_their_own_measurements(ds
     assert job_row(dsn, small)["usage"]["max_rss_bytes"] < 200 << 20
 
 
+def test_cpu_time_of_a_process_the_handler_ran_counts_and_stays_with_its_job(dsn):
+    before = enqueue("usage_silent", {}, dsn=dsn)
+    spawner = enqueue("usage_subprocess_spin", {"seconds": 0.3}, dsn=dsn)
+    after = enqueue("usage_silent", {}, dsn=dsn)
+    burst(dsn)
+    assert job_row(dsn, spawner)["usage"]["cpu_seconds"] >= 0.3
+    for job_id in (before, after):
+        assert job_row(dsn, job_id)["usage"]["cpu_seconds"] < 0.1
+
+
 def test_a_job_that_prints_one_mb_keeps_its_last_64_kib_and_a_silent_one_nothing(dsn):
     loud = enqueue("usage_print", {"total": 1 << 20}, dsn=dsn)
     quiet = enqueue("usage_silent", {}, dsn=dsn)

@@ -77,3 +77,18 @@ def usage_native_regex(n: int = 27) -> bool:
     """One regular expression that holds the GIL for seconds (catastrophic
     backtracking): the heartbeat thread starves, the CPU time moves."""
     return re.match(r"(a+)+$", "a" * n + "!") is not None
+
+
+@job
+def usage_subprocess_spin(seconds: float = 0.2) -> float:
+    """Run a process that spins ``seconds`` of CPU and wait for it: its CPU time is the
+    job's too."""
+    import subprocess
+
+    code = ("import resource\n"
+            "def cpu():\n"
+            "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
+            "    return r.ru_utime + r.ru_stime\n"
+            f"start = cpu()\nwhile cpu() - start < {seconds}: pass\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return seconds

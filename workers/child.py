@@ -132,10 +132,11 @@ class JobRunner:
         self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
         self.soft_timer = SoftTimer()
         self.output = output.install(keep=config.output_capture)
+        self.meter = UsageMeter(_say)
         self.executor = JobExecutor(max_result_bytes=config.max_result_bytes,
                                     default_soft_timeout=config.default_soft_timeout,
                                     soft_timer=self.soft_timer, begin=self._begin,
-                                    end=self.output.end, meter=UsageMeter(_say))
+                                    end=self.output.end, meter=self.meter)
         self.run_job = self.executor.run
 
     def serve(self) -> int:
@@ -190,7 +191,8 @@ class JobRunner:
                 result.output = take_output()
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
-            reap_leftovers()  # nothing its handler started outlives the job
+            if reap_leftovers():  # nothing its handler started outlives the job
+                self.meter.rebase()
             self.jobs_done += 1
             read_ok, write_ok = pipe.intact()
             if not write_ok:

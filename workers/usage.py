@@ -1,13 +1,15 @@
 """Measuring what each job costs, in the child that runs it (``shared.usage.Usage``).
 
-CPU time is ``getrusage`` of the child itself plus its reaped children (a handler's
-``subprocess.run`` counts), as deltas over the job. Peak memory is the kernel's
-high-water mark of the child's resident set, reset as each job starts by writing ``5``
-to ``/proc/self/clear_refs`` and read at its end: from ``/proc/self/status``
-(``VmHWM``) for a job of ``STATUS_AFTER`` seconds or more, and from ``getrusage``'s
-``ru_maxrss`` (the same mark, free with the CPU reading) for shorter ones, so a no-op
-job pays no ``/proc`` read. ``ru_maxrss`` also keeps the peak of threads that exited,
-so after a job whose threads ended at a higher peak a short job can read high. Where
+CPU time is the child's own (``time.process_time``) plus what its reaped children used
+(``getrusage(RUSAGE_CHILDREN)``: a handler's ``subprocess.run`` counts), as deltas over
+the job; the children's part is read once per job, at its end, since it only moves when
+a child process is reaped (``rebase`` after the runtime reaps a job's leftovers).
+Peak memory is the kernel's high-water mark of the child's resident set, reset as each
+job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end: from
+``/proc/self/status`` (``VmHWM``) for a job of ``STATUS_AFTER`` seconds or more, and from
+``getrusage``'s ``ru_maxrss`` (the same mark, one call) for shorter ones, so a no-op job
+pays no ``/proc`` read. ``ru_maxrss`` also keeps the peak of threads that exited, so
+after a job whose threads ended at a higher peak a short job can read high. Where
 ``/proc`` cannot be written or read, one warning says so and ``ru_maxrss`` (the peak
 since the child started, if the mark cannot be reset) stands in.
 """
@@ -26,6 +28,7 @@ _SELF = resource.RUSAGE_SELF
 _CHILDREN = resource.RUSAGE_CHILDREN
 _getrusage = resource.getrusage
 _monotonic = time.monotonic
+_process_time = time.process_time
 
 
 class UsageMeter:
@@ -41,7 +44,8 @@ class UsageMeter:
             if self._clear_fd is not None else None
         self._reset_due = True
         self._cpu = 0.0
-        self._children = 0.0
+        theirs = _getrusage(_CHILDREN)
+        self._children = theirs.ru_utime + theirs.ru_stime
         self._mark = 0
         self._t0 = 0.0
         self.usage: Usage | None = None  # the last job's, once ``stop`` measured it
@@ -60,8 +64,9 @@ class UsageMeter:
             self._warn = None  # type: ignore[assignment]  # once per child
 
     def start(self) -> None:
-        """A job begins: reset the memory mark (unless the last job left it where it
-        was reset) and take the CPU and wall clocks."""
+        """A job begins: reset the memory mark (unless it stayed where the last reset
+        left it) and take the CPU and wall clocks. The children's CPU time is the one
+        read at the last job's end: it only moves when a child process is reaped."""
         if self._reset_due and self._clear_fd is not None:
             try:
                 os.write(self._clear_fd, b"5")
@@ -69,30 +74,36 @@ class UsageMeter:
                 os.close(self._clear_fd)
                 self._clear_fd = None
                 self._proc_failed(f"cannot reset the memory mark ({exc.strerror})")
-        mine = _getrusage(_SELF)
-        self._cpu = mine.ru_utime + mine.ru_stime
-        self._mark = mine.ru_maxrss
-        theirs = _getrusage(_CHILDREN)
-        self._children = theirs.ru_utime + theirs.ru_stime
+        self._cpu = _process_time()
         self._t0 = _monotonic()
 
     def stop(self) -> Usage:
         """The job ended: what it cost since ``start``."""
         wall = _monotonic() - self._t0
+        cpu = _process_time() - self._cpu
         mine = _getrusage(_SELF)
         theirs = _getrusage(_CHILDREN)
-        cpu = (mine.ru_utime + mine.ru_stime - self._cpu
-               + theirs.ru_utime + theirs.ru_stime - self._children)
+        children = theirs.ru_utime + theirs.ru_stime
+        cpu += children - self._children
+        self._children = children
         peak = mine.ru_maxrss * 1024
-        # Unmoved, the mark still says what it was reset to: no need to reset it again.
+        # The mark moved during this job (or was reset at its start) unless it reads as
+        # at the last job's end: then the next job resets it; once steady, no resets.
         long = wall >= STATUS_AFTER
         self._reset_due = long or mine.ru_maxrss != self._mark
+        self._mark = mine.ru_maxrss
         if long and self._status_fd is not None:
             hwm = self._read_hwm()
             if hwm is not None:
                 peak = hwm
         usage = self.usage = Usage(max(cpu, 0.0), wall, peak)
         return usage
+
+    def rebase(self) -> None:
+        """Processes the job left behind were reaped after its end: their CPU time is
+        not the next job's."""
+        theirs = _getrusage(_CHILDREN)
+        self._children = theirs.ru_utime + theirs.ru_stime
 
     def _read_hwm(self) -> int | None:
         fd = self._status_fd
