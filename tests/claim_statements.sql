@@ -82,14 +82,15 @@ FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_
 -- @@ complete_and_claim
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = u.usage::jsonb, output = u.output,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-            %(usages)s::text[], %(outputs)s::text[])
-     AS u(id, attempt, result, usage, output)
+            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -125,14 +126,15 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = u.usage::jsonb, output = u.output,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-            %(usages)s::text[], %(outputs)s::text[])
-     AS u(id, attempt, result, usage, output)
+            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -190,14 +192,15 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = u.usage::jsonb, output = u.output,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-            %(usages)s::text[], %(outputs)s::text[])
-     AS u(id, attempt, result, usage, output)
+            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -301,36 +304,37 @@ FROM claimed
 -- @@ complete_and_claim_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = u.usage::jsonb, output = u.output,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest($1::bigint[], $2::int[], $3::text[],
-            $4::text[], $5::text[])
-     AS u(id, attempt, result, usage, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $6 AND j.state = 'running'
+            $4::float8[], $5::float8[], $6::float8[], $7::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($7::bigint[], $8::int[]) AS u(id, attempt)
-WHERE j.id = ANY($7::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $6 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
+WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $6, lease_expires_at = now() + $9 * interval '1 second',
+    lease_owner = $8, lease_expires_at = now() + $11 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($10::text[], $11::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $12)
+        SELECT a.n FROM unnest($12::text[], $13::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $14)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $13 AND kind = ANY($10::text[])
+    WHERE state = 'available' AND queue = $15 AND kind = ANY($12::text[])
       AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $13 AND q.paused)
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $15 AND q.paused)
     ORDER BY priority, run_at, id
-    LIMIT $14
+    LIMIT $16
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -344,58 +348,59 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = u.usage::jsonb, output = u.output,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest($1::bigint[], $2::int[], $3::text[],
-            $4::text[], $5::text[])
-     AS u(id, attempt, result, usage, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $6 AND j.state = 'running'
+            $4::float8[], $5::float8[], $6::float8[], $7::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($7::bigint[], $8::int[]) AS u(id, attempt)
-WHERE j.id = ANY($7::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $6 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
+WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $6, lease_expires_at = now() + $9 * interval '1 second',
+    lease_owner = $8, lease_expires_at = now() + $11 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($10::text[], $11::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $12)
+        SELECT a.n FROM unnest($12::text[], $13::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $14)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
     (SELECT priority FROM supervisor.jobs
-     WHERE state = 'available' AND queue = $13 ORDER BY priority LIMIT 1)
+     WHERE state = 'available' AND queue = $15 ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM supervisor.jobs j
-            WHERE j.state = 'available' AND j.queue = $13 AND j.priority > l.priority
+            WHERE j.state = 'available' AND j.queue = $15 AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $13 AND kind = ANY($10::text[])
+    WHERE state = 'available' AND queue = $15 AND kind = ANY($12::text[])
       AND run_at <= now()
     ORDER BY priority, run_at, id
-    LIMIT $14) AS head
+    LIMIT $16) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $13 AND priority = levels.priority
-      AND kind = ANY($10::text[])
-      AND run_at <= now() - $15::float8 * interval '1 second'
+    WHERE state = 'available' AND queue = $15 AND priority = levels.priority
+      AND kind = ANY($12::text[])
+      AND run_at <= now() - $17::float8 * interval '1 second'
     ORDER BY run_at, id
-    LIMIT $14) AS aged))
-      AND state = 'available' AND queue = $13 AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $13 AND q.paused)
-    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $15::float8),
+    LIMIT $16) AS aged))
+      AND state = 'available' AND queue = $15 AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $15 AND q.paused)
+    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $17::float8),
              run_at, id
-    LIMIT $14
+    LIMIT $16
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -409,27 +414,28 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = u.usage::jsonb, output = u.output,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest($1::bigint[], $2::int[], $3::text[],
-            $4::text[], $5::text[])
-     AS u(id, attempt, result, usage, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $6 AND j.state = 'running'
+            $4::float8[], $5::float8[], $6::float8[], $7::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($7::bigint[], $8::int[]) AS u(id, attempt)
-WHERE j.id = ANY($7::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $6 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
+WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context
-FROM supervisor.claim_keyed($9, $10::text[], $11::int, $12::int,
-                            $6, $13::float8, $14::int[],
-                            $15::int) AS k)
+FROM supervisor.claim_keyed($11, $12::text[], $13::int, $14::int,
+                            $8, $15::float8, $16::int[],
+                            $17::int) AS k)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
        false AS done
 FROM claimed

@@ -21,7 +21,9 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
+from shared.usage import Usage
 from supervisor.db import claim, history, leases
+from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
@@ -55,13 +57,13 @@ log = logging.getLogger("supervisor.store")
 @dataclass(slots=True, frozen=True)
 class Completion:
     """A job whose handler returned; ``result_json`` is already JSON text (or None).
-    ``usage_json``: what the attempt cost (``shared.usage.Usage.to_json``), ``output``:
-    the tail of what it printed; None when unknown or empty."""
+    ``usage``: what the attempt cost, ``output``: the tail of what it printed; None
+    when unknown or empty."""
 
     id: int
     attempt: int
     result_json: str | None
-    usage_json: str | None = None
+    usage: Usage | None = None
     output: str | None = None
 
 
@@ -78,7 +80,7 @@ class Failure:
     traceback: str | None = None
     retry_delay: float | None = None
     terminal: bool = False
-    usage_json: str | None = None  # as for Completion: kept in the attempt's errors entry
+    usage: Usage | None = None  # as for Completion: kept in the attempt's errors entry too
     output: str | None = None
 
 
@@ -165,9 +167,7 @@ class Store:
     def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],
                 "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items],
-                "usages": [c.usage_json for c in items],
-                "outputs": [c.output for c in items]}
+                "results": [c.result_json for c in items]} | usage_params(items)
 
     def started(self, items: Sequence[tuple[int, int]]) -> None:
         """Record that these ``(id, attempt)`` started in a child: from now on their
@@ -194,8 +194,7 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
-        params["usages"] = [f.usage_json for f in items]
-        params["outputs"] = [f.output for f in items]
+        params |= usage_params(items)
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}

@@ -90,8 +90,7 @@ class Outbox:
         self.pending.progress.pop(job.id, None)
         self._drop_start(job.id)  # its completion says it ran
         self.pending.completions.append(Completion(
-            job.id, job.attempt, result_json, usage.to_json() if usage is not None else None,
-            clean_text(output) if output else None))
+            job.id, job.attempt, result_json, usage, clean_text(output) if output else None))
         self._touch(now)
 
     def failed(self, job: ClaimedJob, kind: str, message: str, traceback: str | None,
@@ -103,8 +102,7 @@ class Outbox:
         failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
                           clean_text(traceback), retry_delay,
                           terminal or kind in jobs.TERMINAL_FAILURES,
-                          usage.to_json() if usage is not None else None,
-                          clean_text(output) if output else None)
+                          usage, clean_text(output) if output else None)
         if kind == jobs.FAIL_SHUTDOWN:
             self.pending.interrupts.append(failure)
         elif kind == jobs.FAIL_SNOOZE:
@@ -276,7 +274,7 @@ class Outbox:
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 unstorable.append(Failure(item.id, item.attempt, jobs.FAIL_RESULT,
                                           f"result could not be stored: {message}", None, None,
-                                          True, item.usage_json, item.output))
+                                          True, item.usage, item.output))
         if unstorable:
             log.warning("%d results could not be stored; those jobs are discarded",
                         len(unstorable))
