@@ -17,6 +17,7 @@ since the child started, if the mark cannot be reset) stands in.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import resource
 import time
@@ -24,6 +25,7 @@ from collections.abc import Callable
 
 from shared.usage import Usage
 
+HIGH_FD = 900  # the meter's /proc files live at or above this fd number
 STATUS_AFTER = 0.005  # jobs at least this long read VmHWM: the read is <1% of them
 _SELF = resource.RUSAGE_SELF
 _CHILDREN = resource.RUSAGE_CHILDREN
@@ -56,10 +58,25 @@ class UsageMeter:
 
     def _open(self, path: str, flags: int) -> int | None:
         try:
-            return os.open(path, flags | os.O_CLOEXEC)
+            low = os.open(path, flags | os.O_CLOEXEC)
         except OSError as exc:
             self._proc_failed(f"cannot open {path} ({exc.strerror})")
             return None
+        # Kept far above the low numbers a handler may close wholesale (closerange(0,
+        # 11)), whose reuse by another file would have the meter write into that file.
+        try:
+            high = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+        except OSError:
+            return low  # a low fd limit: the low one still works
+        os.close(low)
+        return high
+
+    def _drop(self, fd: int) -> None:
+        # A handler may have closed it already.
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
     def _proc_failed(self, why: str) -> None:
         if self._warn is not None:
@@ -74,7 +91,7 @@ class UsageMeter:
             try:
                 os.write(self._clear_fd, b"5")
             except OSError as exc:
-                os.close(self._clear_fd)
+                self._drop(self._clear_fd)
                 self._clear_fd = None
                 self._proc_failed(f"cannot reset the memory mark ({exc.strerror})")
         self._t0 = _monotonic()
@@ -113,7 +130,7 @@ class UsageMeter:
             at = data.index(b"VmHWM:")
             return int(data[at + 6:data.index(b"kB", at)]) * 1024
         except (OSError, ValueError) as exc:
-            os.close(fd)
+            self._drop(fd)
             self._status_fd = None
             self._proc_failed(f"cannot read VmHWM from /proc/self/status ({exc})")
             return None
