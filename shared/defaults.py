@@ -18,6 +18,7 @@ HEARTBEAT_TIMEOUT = 30.0  # silence beyond this while busy means hung
 BOOT_TIMEOUT = 30.0  # a child must say READY within this
 KILL_GRACE = 5.0  # SIGTERM to a child's group, then SIGKILL after this
 MAX_RESULT_BYTES = 1 << 20  # a result's JSON beyond this fails the job
+OUTPUT_CAPTURE = 64 * 1024  # bytes of what each attempt printed, kept with the attempt
 MAX_FRAME_BYTES = 64 << 20  # the wire's frame cap, checked before a body is read
 LEASE_TTL = 30.0  # a claim survives this long without renewal
 GRACE = 25.0  # SIGTERM drain

@@ -56,6 +56,8 @@ TYPE_NAMES = {
 
 # Header flags.
 FLAG_LAST = 0x01  # the child exits right after this answer: never dispatch to it again
+FLAG_USAGE = 0x02  # DONE: the body carries the attempt's usage after the job id
+FLAG_OUTPUT = 0x04  # DONE: then the length-prefixed tail of what the attempt printed
 
 HEADER = struct.Struct("!BBBI")
 HEADER_SIZE = HEADER.size

@@ -17,7 +17,10 @@ only carries:
   depths orjson refuses) the rest of the body still names the job, so the job fails
   with an ``args`` error instead of the child dying (``Run.args_error``).
 - ``Done`` is the job id as 8 bytes followed by the handler's result as JSON text,
-  which the parent hands to the store as it came.
+  which the parent hands to the store as it came. With ``FLAG_USAGE`` the attempt's
+  usage (``shared.usage``, 24 bytes) sits between the two; with ``FLAG_OUTPUT`` then
+  the tail of what the attempt printed (4-byte length, UTF-8 text). ``Failed`` carries
+  both as the optional keys ``usage`` (``[cpu, wall, rss]``) and ``output``.
 
 Every answer names its job, so the parent can drop one for a job it did not give.
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import orjson
 
@@ -36,6 +39,8 @@ from shared.frames import (
     DONE,
     FAILED,
     FLAG_LAST,
+    FLAG_OUTPUT,
+    FLAG_USAGE,
     HEADER,
     HEADER_SIZE,
     HEARTBEAT,
@@ -56,12 +61,15 @@ from shared.frames import (
     encode_raw,
     write_all,
 )
+from shared.usage import PACKED as _USAGE
+from shared.usage import Usage
 
 __all__ = [
-    "BOOT_ERROR", "DEFAULT_MAX_BODY", "DONE", "FAILED", "FLAG_LAST", "HEADER",
+    "BOOT_ERROR", "DEFAULT_MAX_BODY", "DONE", "FAILED", "FLAG_LAST", "FLAG_OUTPUT",
+    "FLAG_USAGE", "HEADER",
     "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "SKIP", "SKIPPED", "START", "STOP",
     "TYPE_NAMES",
-    "VERSION", "BlockingReader", "BootError", "Done", "Failed", "Frame", "FrameReader",
+    "VERSION", "BlockingReader", "BootError", "Done", "DoneBody", "Failed", "Frame", "FrameReader",
     "FrameWriter", "Heartbeat", "Message", "ProtocolError", "Ready", "Run", "Skip",
     "Skipped", "Start", "Stop",
     "decode", "encode", "encode_raw", "write_all",
@@ -76,6 +84,9 @@ _JOB_ID = struct.Struct("!q")  # Done's job id, ahead of the result text
 _pack_id = _JOB_ID.pack
 _unpack_id = _JOB_ID.unpack_from
 _ID_SIZE = _JOB_ID.size
+_USAGE_SIZE = _USAGE.size
+_LENGTH = struct.Struct("!I")  # the output tail's length in a DONE body
+_LENGTH_SIZE = _LENGTH.size
 # orjson writes keys in order and without spaces, and Run puts "args" last: the first
 # ',"args":' is the start of the args (inside a string the quote would be escaped).
 _ARGS_KEY = b',"args":'
@@ -221,48 +232,86 @@ class Heartbeat:
             raise _missing(HEARTBEAT, exc) from None
 
 
+class DoneBody(NamedTuple):
+    """What a DONE frame carries, as the parent's per-job path reads it: the result
+    stays JSON text for the store."""
+
+    job: int
+    result: str
+    usage: Usage | None
+    output: str | None
+
+
 @dataclass(slots=True)
 class Done:
     """``job`` returned; ``result`` is its value as JSON bytes, which the parent stores
-    without decoding. ``last``: the child exits right after this answer."""
+    without decoding. ``last``: the child exits right after this answer. ``usage``: what
+    the attempt cost; ``output``: the tail of what it printed (None: nothing)."""
 
     TYPE: ClassVar[int] = DONE
     job: int
     result: bytes
     last: bool = False
+    usage: Usage | None = None
+    output: str | None = None
 
     def encode(self) -> bytes:
         """This message as one frame."""
-        return Done.pack(self.job, self.result, self.last)
+        return Done.pack(self.job, self.result, self.last, self.usage, self.output)
 
     @staticmethod
-    def pack(job_id: int, result: bytes, last: bool = False) -> bytes:
+    def pack(job_id: int, result: bytes, last: bool = False, usage: Usage | None = None,
+             output: str | None = None) -> bytes:
         """A DONE frame from its fields (the child's per-job path)."""
-        return (_pack_header(VERSION, DONE, FLAG_LAST if last else 0,
-                             _ID_SIZE + len(result)) + _pack_id(job_id) + result)
+        flags = FLAG_LAST if last else 0
+        head = _pack_id(job_id)
+        if usage is not None:
+            flags |= FLAG_USAGE
+            head += usage.pack()
+        if output:
+            data = output.encode(errors="replace")
+            flags |= FLAG_OUTPUT
+            head += _LENGTH.pack(len(data)) + data
+        return _pack_header(VERSION, DONE, flags, len(head) + len(result)) + head + result
 
     @classmethod
     def decode(cls, frame: Frame) -> Done:
         """The message a DONE frame carries."""
-        job_id, result = Done.unpack(frame)
-        return cls(job_id, result.encode(), bool(frame.flags & FLAG_LAST))
+        body = Done.unpack(frame)
+        return cls(body.job, body.result.encode(), bool(frame.flags & FLAG_LAST),
+                   body.usage, body.output)
 
     @staticmethod
-    def unpack(frame: Frame) -> tuple[int, str]:
-        """(job id, result text) of a DONE frame, without building the object (the
-        parent's per-job path: the text goes to the store as it is)."""
+    def unpack(frame: Frame) -> DoneBody:
+        """What a DONE frame carries, without building the message (the parent's
+        per-job path: the result text goes to the store as it is)."""
         body = frame.body
+        flags = frame.flags
         try:
-            return _unpack_id(body)[0], body[_ID_SIZE:].decode()
+            job_id = _unpack_id(body)[0]
+            at = _ID_SIZE
+            usage = output = None
+            if flags & FLAG_USAGE:
+                usage = Usage.unpack(body, at)
+                at += _USAGE_SIZE
+            if flags & FLAG_OUTPUT:
+                size = _LENGTH.unpack_from(body, at)[0]
+                at += _LENGTH_SIZE
+                if at + size > len(body):
+                    raise struct.error("output runs past the body")
+                output = body[at:at + size].decode()
+                at += size
+            return DoneBody(job_id, body[at:].decode(), usage, output)
         except (struct.error, UnicodeDecodeError):
-            raise ProtocolError("DONE body is not a job id and UTF-8 JSON text") from None
+            raise ProtocolError("DONE body is not a job id, its usage and output, and "
+                                "UTF-8 JSON text") from None
 
 
 @dataclass(slots=True)
 class Failed:
     """``job``'s attempt failed in the child: ``kind`` is one of ``shared.jobs.FAIL_*``;
     ``retry_delay`` is a handler's own choice for a ``Retry``. ``last``: the child exits
-    right after this answer."""
+    right after this answer. ``usage`` and ``output`` as for ``Done``."""
 
     TYPE: ClassVar[int] = FAILED
     job: int
@@ -271,23 +320,37 @@ class Failed:
     traceback: str | None = None
     retry_delay: float | None = None
     last: bool = False
+    usage: Usage | None = None
+    output: str | None = None
 
     def encode(self) -> bytes:
-        """This message as one frame."""
-        return encode(FAILED, {"job": self.job, "kind": self.kind, "message": self.message,
-                               "traceback": self.traceback, "retry_delay": self.retry_delay},
-                      FLAG_LAST if self.last else 0)
+        """This message as one frame (``usage`` and ``output`` only when there)."""
+        body: dict[str, Any] = {"job": self.job, "kind": self.kind, "message": self.message,
+                                "traceback": self.traceback, "retry_delay": self.retry_delay}
+        if self.usage is not None:
+            body["usage"] = list(self.usage)
+        if self.output:
+            body["output"] = self.output
+        return encode(FAILED, body, FLAG_LAST if self.last else 0)
 
     @classmethod
     def decode(cls, frame: Frame) -> Failed:
         """The message a FAILED frame carries."""
         body = _body(frame, FAILED)
+        usage = body.get("usage")
+        output = body.get("output")
         try:
+            if usage is not None:
+                usage = Usage(float(usage[0]), float(usage[1]), int(usage[2]))
+            if output is not None and not isinstance(output, str):
+                raise ProtocolError("FAILED output is not text")
             return cls(body["job"], body["kind"], body.get("message") or "",
                        body.get("traceback"), body.get("retry_delay"),
-                       bool(frame.flags & FLAG_LAST))
+                       bool(frame.flags & FLAG_LAST), usage, output or None)
         except KeyError as exc:
             raise _missing(FAILED, exc) from None
+        except (TypeError, ValueError, IndexError):
+            raise ProtocolError("FAILED usage is not [cpu, wall, rss]") from None
 
 
 def _id_frame(mtype: int, job_id: int) -> bytes:

@@ -31,7 +31,7 @@ from supervisor.observe import (
     SupervisorMetrics,
     wants_tracing,
 )
-from supervisor.pool import Pool, PoolHalted
+from supervisor.pool import NativeJob, Pool, PoolHalted
 from supervisor.schedules import Schedules, ScheduleSpec
 from supervisor.signals import SignalInbox
 from workers import tracing as child_tracing
@@ -49,6 +49,14 @@ TITLE_INTERVAL = 0.5
 # What woke the loop, by the kind of thing whose fd was ready (for the wake-up metric).
 _WAKE_REASONS = {"Pool": "child", "Database": "notify", "NonBlockingQuery": "claim",
                  "SignalInbox": "signal", "MetricsServer": "scrape"}
+
+
+def native_title(native: list[NativeJob]) -> str:
+    """The title's note on children busy in native code (empty when none)."""
+    if not native:
+        return ""
+    jobs = ",".join(str(n.job_id) for n in native[:3]) + ("..." if len(native) > 3 else "")
+    return f" [{len(native)} busy in native code: job {jobs}]"
 
 
 class Arbiter:
@@ -283,7 +291,7 @@ class Arbiter:
             self.metrics.children(pool.busy_count(), pool.idle_count())
             self.metrics.database_up(self.engine.database_up)
             setproctitle(f"supervisor: master [{pool.busy_count()}/{pool.size()} busy]"
-                         f" queues={','.join(self.queues)}")
+                         f"{native_title(pool.native_jobs(now))} queues={','.join(self.queues)}")
         if self.progress is not None and now >= self.progress.next_update:
             self.progress.update(now, self.engine.ledger.finished, self.engine.queue_counts(),
                                  self.engine.next_promote)

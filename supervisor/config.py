@@ -78,6 +78,9 @@ class RunConfig:
     # Threads per native pool (BLAS, OpenMP, MKL, numexpr) in each child: "auto" (its
     # share of the CPUs, max(1, cpus // children)), a whole number, or "off" (as is).
     native_threads: str | int = "auto"
+    # Bytes of what each attempt printed (stdout and stderr, the last ones) kept with
+    # the attempt in the database; 0: none.
+    output_capture: int = defaults.OUTPUT_CAPTURE
     queue_policies: dict[str, QueuePolicy] = field(default_factory=dict)
     schedules: dict[str, Any] = field(default_factory=dict)  # [schedules.NAME] tables, raw
     # Not settings: the CPUs found at start (for -n's default and native_threads), and
@@ -102,6 +105,7 @@ class RunConfig:
             max_memory_per_child=self.max_memory_per_child, max_result_bytes=self.max_result_bytes,
             default_soft_timeout=self.default_soft_timeout,
             native_threads=self.threads_per_child(),
+            output_capture=self.output_capture,
         )
 
     def threads_per_child(self) -> int | None:
@@ -172,10 +176,12 @@ def load_file_settings(config_path: str | None, cwd: Path | None = None) -> dict
     return _section_from_file(pyproject) if pyproject.is_file() else {}
 
 
-_SIZE_KEYS = {"max_memory_per_child", "max_result_bytes"}
+_SIZE_KEYS = {"max_memory_per_child", "max_result_bytes", "output_capture"}
 # A child's RSS is some tens of MiB before it runs anything: a smaller cap is a size
 # written without its unit (``max_memory_per_child = 512``), and would kill every job.
 _MIN_SIZES = {"max_memory_per_child": 1 << 20}
+# Each attempt's output travels in its answer frame and is stored in its row: bounded.
+_MAX_SIZES = {"output_capture": 16 << 20}
 _NUMBER_KEYS = {"weight", "max_rate"}  # plain numbers; every other float is a duration
 
 
@@ -211,6 +217,9 @@ def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
                 raise ValueError(
                     f"{name}: {value!r} is {size} bytes, below the {_MIN_SIZES[key] >> 20} "
                     "MiB minimum; give a unit, e.g. \"512MB\" or \"1GiB\"")
+            if key in _MAX_SIZES and size > _MAX_SIZES[key]:
+                raise ValueError(f"{name}: {value!r} is {size} bytes, over the "
+                                 f"{_MAX_SIZES[key] >> 20} MiB maximum")
             return size
         if kind.startswith("int"):
             return parse_whole(value, name)

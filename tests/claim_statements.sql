@@ -4,7 +4,8 @@
 -- One change since the recording: the flag of the carrying and alone forms is named
 -- (false AS done), so their rows are read by column name; and a completion sets
 -- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
--- end completed with attempted_at NULL).
+-- end completed with attempted_at NULL); and a completion stores what its attempt cost
+-- and printed (usage, output: issues 26 and 29).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -81,12 +82,15 @@ FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_
 -- @@ complete_and_claim
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS u(id, attempt, result)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -122,12 +126,15 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS u(id, attempt, result)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -185,12 +192,15 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS u(id, attempt, result)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -294,34 +304,37 @@ FROM claimed
 -- @@ complete_and_claim_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[])
-     AS u(id, attempt, result)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
+FROM unnest($1::bigint[], $2::int[], $3::text[],
+            $4::float8[], $5::float8[], $6::float8[], $7::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($5::bigint[], $6::int[]) AS u(id, attempt)
-WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $4 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
+WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $4, lease_expires_at = now() + $7 * interval '1 second',
+    lease_owner = $8, lease_expires_at = now() + $11 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($8::text[], $9::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $10)
+        SELECT a.n FROM unnest($12::text[], $13::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $14)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $11 AND kind = ANY($8::text[])
+    WHERE state = 'available' AND queue = $15 AND kind = ANY($12::text[])
       AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $11 AND q.paused)
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $15 AND q.paused)
     ORDER BY priority, run_at, id
-    LIMIT $12
+    LIMIT $16
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -335,56 +348,59 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[])
-     AS u(id, attempt, result)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
+FROM unnest($1::bigint[], $2::int[], $3::text[],
+            $4::float8[], $5::float8[], $6::float8[], $7::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($5::bigint[], $6::int[]) AS u(id, attempt)
-WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $4 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
+WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $4, lease_expires_at = now() + $7 * interval '1 second',
+    lease_owner = $8, lease_expires_at = now() + $11 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($8::text[], $9::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $10)
+        SELECT a.n FROM unnest($12::text[], $13::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $14)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
     (SELECT priority FROM supervisor.jobs
-     WHERE state = 'available' AND queue = $11 ORDER BY priority LIMIT 1)
+     WHERE state = 'available' AND queue = $15 ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM supervisor.jobs j
-            WHERE j.state = 'available' AND j.queue = $11 AND j.priority > l.priority
+            WHERE j.state = 'available' AND j.queue = $15 AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $11 AND kind = ANY($8::text[])
+    WHERE state = 'available' AND queue = $15 AND kind = ANY($12::text[])
       AND run_at <= now()
     ORDER BY priority, run_at, id
-    LIMIT $12) AS head
+    LIMIT $16) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $11 AND priority = levels.priority
-      AND kind = ANY($8::text[])
-      AND run_at <= now() - $13::float8 * interval '1 second'
+    WHERE state = 'available' AND queue = $15 AND priority = levels.priority
+      AND kind = ANY($12::text[])
+      AND run_at <= now() - $17::float8 * interval '1 second'
     ORDER BY run_at, id
-    LIMIT $12) AS aged))
-      AND state = 'available' AND queue = $11 AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $11 AND q.paused)
-    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $13::float8),
+    LIMIT $16) AS aged))
+      AND state = 'available' AND queue = $15 AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $15 AND q.paused)
+    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $17::float8),
              run_at, id
-    LIMIT $12
+    LIMIT $16
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -398,25 +414,28 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (the start is left to the completion in
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[])
-     AS u(id, attempt, result)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
+FROM unnest($1::bigint[], $2::int[], $3::text[],
+            $4::float8[], $5::float8[], $6::float8[], $7::text[])
+     AS u(id, attempt, result, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($5::bigint[], $6::int[]) AS u(id, attempt)
-WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $4 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
+WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context
-FROM supervisor.claim_keyed($7, $8::text[], $9::int, $10::int,
-                            $4, $11::float8, $12::int[],
-                            $13::int) AS k)
+FROM supervisor.claim_keyed($11, $12::text[], $13::int, $14::int,
+                            $8, $15::float8, $16::int[],
+                            $17::int) AS k)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
        false AS done
 FROM claimed

@@ -129,6 +129,9 @@ class FakePool:
     def size(self) -> int:
         return self.target
 
+    def native_jobs(self, now: float) -> list:
+        return []  # no child is busy in native code here
+
     def next_deadline(self) -> float | None:
         return None
 

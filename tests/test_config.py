@@ -143,3 +143,17 @@ def test_sizes_are_shown_with_a_unit_that_shows_them(size, shown):
     from shared.units import format_size
 
     assert format_size(size) == shown
+
+
+@pytest.mark.parametrize(("value", "kept"), [("64KiB", 65536), (0, 0), ("1MB", 1_000_000)])
+def test_output_capture_is_a_size_and_reaches_the_children(value, kept):
+    config = build_config({"output_capture": value})
+    assert config.output_capture == kept and config.pool_settings().output_capture == kept
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("-1", "expected a size"), ("20MB", "over the 16 MiB maximum"), ("lots", "expected a size"),
+])
+def test_a_bad_output_capture_is_one_clear_error(value, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config({}, {"output_capture": value})

@@ -238,6 +238,27 @@ def test_a_child_killed_for_a_timeout_is_one_exit_not_two():
     assert 'supervisor_children_exits_total{reason="exited"} 1' in text
 
 
+def test_job_cpu_seconds_counts_each_attempt_a_child_measured():
+    from shared.usage import Usage
+    from supervisor.engine.depth import PrefetchDepth
+    from supervisor.engine.ledger import Ledger
+    from supervisor.engine.outbox import Outbox
+    from supervisor.engine.reporting import OutcomeReporter
+    from supervisor.pool import JobDone, JobFailed
+
+    m = SupervisorMetrics("o", version="1")
+    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m, PrefetchDepth())
+    reporter.record([
+        JobDone(job(), "null", 0.3, Usage(0.2, 0.3, 1 << 20)),
+        JobFailed(job(), FAIL_ERROR, "boom", None, None, False, 2.0, Usage(1.5, 2.0, 1)),
+        JobFailed(job(), FAIL_TIMEOUT, "ran past", None, None, False, 9.0),  # no usage
+    ], 0.0)
+    s = parse(m.render().decode())
+    key = 'supervisor_job_cpu_seconds_%s{queue="images",kind="resize"}'
+    assert s[key % "count"] == "2" and float(s[key % "sum"]) == pytest.approx(1.7)
+    assert s['supervisor_job_cpu_seconds_bucket{queue="images",kind="resize",le="0.5"}'] == "1"
+
+
 def test_a_failure_is_retried_or_discarded_not_both():
     with pytest.raises(ValueError):
         SupervisorMetrics("o").job_failed(job(), FAIL_ERROR, retried=True, discarded=True)

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from shared import wire
+from shared.usage import Usage
 
 
 def test_round_trip_one_frame_at_a_time():
@@ -78,9 +79,30 @@ def test_a_run_body_that_is_not_json_at_all_is_a_protocol_error():
 def test_done_carries_its_job_id_the_raw_result_and_last_flag():
     frame = one(wire.Done(9, b'{"ok":true}', last=True))
     assert frame.body.endswith(b'{"ok":true}') and frame.last
-    assert wire.Done.unpack(frame) == (9, '{"ok":true}')
+    assert wire.Done.unpack(frame) == (9, '{"ok":true}', None, None)
     assert wire.Done.decode(frame) == wire.Done(9, b'{"ok":true}', True)
     assert not one(wire.Done(9, b"null")).last
+    # Nothing to say about usage or output: the frame is as it was, 8 bytes and the result.
+    assert len(frame.body) == 8 + len(b'{"ok":true}')
+
+
+def test_done_carries_usage_and_output_between_the_id_and_the_result():
+    usage = Usage(0.25, 0.5, 300 << 20)
+    frame = one(wire.Done(9, b'[1,"x"]', usage=usage, output="é\x00line\n"))
+    assert frame.body.endswith(b'[1,"x"]')
+    assert wire.Done.unpack(frame) == (9, '[1,"x"]', usage, "é\x00line\n")
+    assert wire.Done.decode(frame) == wire.Done(9, b'[1,"x"]', False, usage, "é\x00line\n")
+    # Usage without output costs 24 bytes; an empty output is not sent at all.
+    bare = one(wire.Done(9, b"null", usage=usage, output=""))
+    assert len(bare.body) == 8 + 24 + len(b"null") and wire.Done.unpack(bare).output is None
+
+
+def test_a_done_whose_output_runs_past_its_body_is_a_protocol_error():
+    frame = one(wire.Done(9, b"null", output="abc"))
+    cut = wire.encode_raw(wire.DONE, frame.body[:12], frame.flags)
+    (bad,) = wire.FrameReader().feed(cut)
+    with pytest.raises(wire.ProtocolError):
+        wire.Done.unpack(bad)
 
 
 def test_a_done_without_a_job_id_is_a_protocol_error():
@@ -95,6 +117,7 @@ def test_a_done_without_a_job_id_is_a_protocol_error():
     wire.Heartbeat(5, {"done": 1, "total": 3, "message": "é"}),
     wire.Failed(6, "retry", "later", "tb", 7.5),
     wire.Failed(6, "error", "boom", last=True),
+    wire.Failed(6, "error", "boom", "tb", None, False, Usage(1.5, 2.0, 1 << 30), "out\n"),
     wire.Stop(),
     wire.BootError("import", "ModuleNotFoundError: No module named 'x'"),
 ])
@@ -108,6 +131,8 @@ def test_each_message_round_trips(message):
     (wire.HEARTBEAT, b'{"progress": 1}'),
     (wire.FAILED, b'{"job": 1}'),
     (wire.FAILED, b"not json"),
+    (wire.FAILED, b'{"job": 1, "kind": "error", "usage": [1]}'),
+    (wire.FAILED, b'{"job": 1, "kind": "error", "output": 5}'),
 ])
 def test_bodies_that_do_not_fit_their_type_are_protocol_errors(mtype, body):
     (frame,) = wire.FrameReader().feed(wire.encode_raw(mtype, body))

@@ -34,6 +34,7 @@ from workers.inbox import JobInbox
 from workers.jobpipe import JobPipe
 from workers.reaper import reap_leftovers
 from workers.softtimer import SoftTimer
+from workers.usage import UsageMeter
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class ChildConfig:
     imports: tuple[str, ...] = ()  # modules to import after boot (normally already loaded)
     default_soft_timeout: float | None = None  # for kinds whose @job sets none; 0: none
     native_threads: int | None = None  # threads per native pool (BLAS, OpenMP); None: as is
+    output_capture: int = defaults.OUTPUT_CAPTURE  # bytes of each job's output kept; 0: none
 
 
 def child_main(config: ChildConfig) -> NoReturn:
@@ -129,11 +131,12 @@ class JobRunner:
         self.pipe = JobPipe(config.read_fd, config.write_fd)
         self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
         self.soft_timer = SoftTimer()
-        self.output = output.install()
+        self.output = output.install(keep=config.output_capture)
+        self.meter = UsageMeter(_say)
         self.executor = JobExecutor(max_result_bytes=config.max_result_bytes,
                                     default_soft_timeout=config.default_soft_timeout,
                                     soft_timer=self.soft_timer, begin=self._begin,
-                                    end=self.output.end)
+                                    end=self.output.end, meter=self.meter)
         self.run_job = self.executor.run
 
     def serve(self) -> int:
@@ -158,6 +161,7 @@ class JobRunner:
         limited = config.max_jobs is not None or config.max_memory is not None
         run_job = tracing.traced(self.run_job)  # itself unless the otel extra is on
         pack_start = wire.Start.pack
+        take_output = self.output.take if config.output_capture else None
         answer = b""  # the last job's answer, written with the next job's START
         while True:
             try:
@@ -183,9 +187,12 @@ class JobRunner:
                     return CHILD_OK
                 continue
             result = run_job(run)
+            if take_output is not None:
+                result.output = take_output()
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
-            reap_leftovers()  # nothing its handler started outlives the job
+            if reap_leftovers():  # nothing its handler started outlives the job
+                self.meter.rebase()
             self.jobs_done += 1
             read_ok, write_ok = pipe.intact()
             if not write_ok:

@@ -35,6 +35,7 @@ from workers.outcomes import Discard, Retry, Snooze
 from workers.registry import JobHandle, get_handler
 from workers.results import non_finite
 from workers.softtimer import SoftTimer
+from workers.usage import UsageMeter
 
 
 def _warn(message: str) -> None:
@@ -67,10 +68,11 @@ class JobExecutor:
     with it (None: none are). ``keep_exception``: the exception a failed handler raised
     is kept in ``raised`` (a test wants the original; the child does not keep it, which
     would hold its frames alive until the next failure). ``lookup``: the handler of a
-    kind (the registry's, unless a test runs one handle)."""
+    kind (the registry's, unless a test runs one handle). ``meter``: measures what each
+    job whose handler ran cost (``usage`` of its answer; None: not measured)."""
 
     __slots__ = ("_checkers", "begin", "default_soft_timeout", "end", "keep_exception",
-                 "lookup", "max_result_bytes", "raised", "soft_timer")
+                 "lookup", "max_result_bytes", "meter", "raised", "soft_timer")
 
     def __init__(self, *, max_result_bytes: int = defaults.MAX_RESULT_BYTES,
                  default_soft_timeout: float | None = None,
@@ -78,8 +80,10 @@ class JobExecutor:
                  begin: Callable[[JobContext], None] | None = None,
                  end: Callable[[], None] | None = None,
                  keep_exception: bool = False,
-                 lookup: Callable[[str], JobHandle | None] = get_handler) -> None:
+                 lookup: Callable[[str], JobHandle | None] = get_handler,
+                 meter: UsageMeter | None = None) -> None:
         self.max_result_bytes = max_result_bytes
+        self.meter = meter
         self.default_soft_timeout = default_soft_timeout
         self.soft_timer = soft_timer
         self.begin = begin
@@ -137,6 +141,19 @@ class JobExecutor:
         set_current(context)
         if self.begin is not None:
             self.begin(context)
+        meter = self.meter
+        if meter is None:
+            return self._call(run, handle, context)
+        meter.start()
+        answer = self._call(run, handle, context, meter)
+        answer.usage = meter.usage
+        return answer
+
+    def _call(self, run: wire.Run, handle: JobHandle, context: JobContext,
+              meter: UsageMeter | None = None) -> wire.Done | wire.Failed:
+        """Call the handler (inside any ``@around_job`` hooks) and answer for it."""
+        job_id = run.id
+        args = context.args
         soft = handle.defaults.soft_timeout
         if soft is None:
             soft = self.default_soft_timeout
@@ -166,6 +183,8 @@ class JobExecutor:
             self._keep(exc)
             return wire.Failed(job_id, FAIL_ERROR, one_line(exc), traceback.format_exc())
         finally:
+            if meter is not None:
+                meter.stop()
             set_current(None)
             if self.end is not None:
                 self.end()

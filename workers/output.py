@@ -18,6 +18,10 @@ is answered) flushes Python's buffers and waits until the reader has taken every
 the pipes, so the next job never inherits the tail of this one. Output after that (a
 thread or subprocess the handler left behind) is tagged with the child's pid instead.
 A record is kept under ``PIPE_BUF`` so a pipe never interleaves it with the parent's lines.
+
+Besides tagging, the last ``keep`` bytes each job wrote (stdout and stderr as they
+arrived, the setting ``output_capture``; 0: none) are kept for its answer: ``take``
+hands them out once the job ended, None when it wrote nothing.
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ _FIONREAD = struct.pack("i", 0)
 class OutputCapture:
     """Owns fds 1 and 2 of the child and the thread that tags what arrives on them."""
 
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, keep: int = 0) -> None:
         self.json = fmt == "json"
+        self.keep = keep  # bytes of each job's output kept for its answer
+        self._tail = bytearray()
         self.target = os.dup(2)  # the supervisor's stderr: where records go
         self._job: tuple[int, str] | None = None
         self._job_wrote = False  # the reader took bytes since the last end()
@@ -71,7 +77,19 @@ class OutputCapture:
 
     def begin(self, job_id: int, kind: str) -> None:
         """Lines from now on belong to this job."""
+        self._tail.clear()  # an answer that never took its tail must not pass it on
         self._job = (job_id, kind)
+
+    def take(self) -> str | None:
+        """The last ``keep`` bytes the job that just ended wrote, as text (None: it
+        wrote nothing, or nothing is kept); called after ``end``."""
+        tail = self._tail
+        if not tail:
+            return None
+        keep = self.keep
+        data = bytes(tail[-keep:]) if len(tail) > keep else bytes(tail)
+        tail.clear()
+        return data.decode(errors="replace")
 
     def end(self) -> None:
         """The job's handler returned: its output is written before its answer."""
@@ -115,6 +133,11 @@ class OutputCapture:
             self._selector.unregister(r)
             self._emit_partial(r)
             return
+        if self.keep and self._job is not None:
+            tail = self._tail
+            tail += data
+            if len(tail) > 2 * self.keep:  # trimmed now and then, not at every read
+                del tail[:-self.keep]
         lines = (self._partial[r] + data).split(b"\n")
         self._partial[r] = lines.pop()
         for line in lines:
@@ -153,12 +176,15 @@ def _unread(fd: int) -> int:
 _capture: OutputCapture | None = None
 
 
-def install(fmt: logformat.LogFormat | None = None) -> OutputCapture:
+def install(fmt: logformat.LogFormat | None = None, keep: int = 0) -> OutputCapture:
     """Capture this child's fds 1 and 2 (once); ``fmt`` None: as the parent logs
-    (``shared.logformat``, inherited through the fork)."""
+    (``shared.logformat``, inherited through the fork). ``keep``: bytes of each job's
+    output kept for its answer (0: none)."""
     global _capture
     if _capture is None:
-        _capture = OutputCapture(fmt or logformat.current_format())
+        _capture = OutputCapture(fmt or logformat.current_format(), keep)
+    else:
+        _capture.keep = keep
     return _capture
 
 

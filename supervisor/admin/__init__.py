@@ -15,6 +15,7 @@ Door:
   ``missing_dependencies``, ``parse_job_id``, ``check_state``,
   ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
+- ``kind_usage``: what each kind cost over recent finished jobs (``status --kinds``);
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
 - ``bulk``: retry, cancel or delete the jobs matching a filter, counted, capped and
@@ -49,6 +50,7 @@ from supervisor.admin.status import (
     stale_supervisors,
     status,
 )
+from supervisor.admin.usage import kind_usage
 
 __all__ = [
     "CANCEL_STATES",
@@ -65,6 +67,7 @@ __all__ = [
     "check_state",
     "finished_counts",
     "get_job",
+    "kind_usage",
     "list_jobs",
     "live_slices",
     "live_supervisors",

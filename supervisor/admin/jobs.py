@@ -22,6 +22,7 @@ from psycopg import errors as pgerrors
 from shared.defaults import CANCEL_CHANNEL
 from shared.jobs import CANCELLED, DISCARDED, FAIL_CANCELLED, RETRYABLE, RUNNING, STATES
 from supervisor.admin.refusals import AdminError
+from supervisor.admin.status import native_job
 
 RETRY_STATES = (DISCARDED, CANCELLED, RETRYABLE)
 CANCEL_STATES = ("available", "scheduled", RETRYABLE, RUNNING)
@@ -133,13 +134,19 @@ def list_jobs(conn: psycopg.Connection, *, queue: str | None = None, kind: str |
 
 
 def get_job(conn: psycopg.Connection, job_id: int) -> dict[str, Any]:
-    """Every column of job ``job_id``; ``AdminError`` when there is none."""
+    """Every column of job ``job_id`` (and ``native`` for a running job whose child is
+    busy in native code); ``AdminError`` when there is none."""
     cur = conn.execute(_SHOW, {"id": job_id})
     row = cur.fetchone()
     if row is None:
         raise AdminError(f"no job with id {job_id}")
     assert cur.description is not None  # a SELECT describes its columns
-    return dict(zip([d.name for d in cur.description], row, strict=True))
+    job = dict(zip([d.name for d in cur.description], row, strict=True))
+    if job["state"] == "running":
+        native = native_job(conn, job_id)
+        if native is not None:
+            job["native"] = native  # busy in native code at its supervisor's last beat
+    return job
 
 
 def retry_job(conn: psycopg.Connection, job_id: int) -> str:

@@ -223,8 +223,27 @@ PUBLIC_SUPERVISOR_FIELDS = ("id", "host", "pid", "started_at", "heartbeat_at", "
 
 
 def public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
-    """A live supervisor as shown to people and scripts (without its ``info``)."""
-    return {k: sup[k] for k in PUBLIC_SUPERVISOR_FIELDS}
+    """A live supervisor as shown to people and scripts (without its ``info``), with
+    ``native``: its children busy in native code at its last beat (``{pid, worker, job,
+    kind, seconds}`` each; issue 26)."""
+    native = (sup.get("info") or {}).get("native")
+    return {k: sup[k] for k in PUBLIC_SUPERVISOR_FIELDS} | {
+        "native": native if isinstance(native, list) else []}
+
+
+_NATIVE_JOB = """
+SELECT n FROM supervisor.supervisors, jsonb_array_elements(info->'native') AS n
+WHERE heartbeat_at > now() - %(live)s * interval '1 second'
+  AND jsonb_typeof(info->'native') = 'array' AND n->>'job' = %(id)s::text
+LIMIT 1
+"""
+
+
+def native_job(conn: psycopg.Connection, job_id: int) -> dict[str, Any] | None:
+    """The child running ``job_id`` if its supervisor said at its last beat that it is
+    busy in native code (``{pid, worker, job, kind, seconds}``), else None."""
+    row = conn.execute(_NATIVE_JOB, {"id": job_id, "live": LIVE_AFTER_SECONDS}).fetchone()
+    return row[0] if row else None
 
 
 def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from shared.db import pg_text
 from shared.jsontext import dumps
+from shared.usage import Usage
 from shared.validation import printable
 
 
@@ -35,6 +36,18 @@ def age(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def job_seconds(value: float) -> str:
+    """A job's duration or CPU time: ``12ms`` under a second, else ``1.25s``."""
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def usage_text(usage: Any) -> str:
+    """An attempt's stored usage for a person: ``wall 1.25 s, CPU 1.20 s, peak 310.0
+    MiB``; ``-`` when there is none (or it is not the object the supervisor writes)."""
+    value = Usage.from_json(usage)
+    return "-" if value is None else value.describe()
 
 
 def since(when: datetime | None, now: datetime | None = None) -> str:

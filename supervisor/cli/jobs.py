@@ -16,7 +16,15 @@ from shared.validation import printable
 from supervisor import admin
 from supervisor.admin import AdminError
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
-from supervisor.cli.format import json_text, one_line, since, stamp, table, to_json
+from supervisor.cli.format import (
+    json_text,
+    one_line,
+    since,
+    stamp,
+    table,
+    to_json,
+    usage_text,
+)
 
 
 @contextmanager
@@ -136,6 +144,11 @@ def render_job(row: dict[str, Any]) -> str:
         lines.append(f"  {'waits for ever:':<17} deleted dependenc"
                      f"{'ies' if len(missing) > 1 else 'y'} {which}; cancel this job "
                      f"(supervisor jobs cancel {row['id']})")
+    native = row.get("native")
+    if native:
+        lines.append(f"  {'busy:':<17} in native code (worker {native.get('worker')}, pid "
+                     f"{native.get('pid')}): no heartbeat for {native.get('seconds')} s, "
+                     "CPU time moving")
     limit = row["max_attempts"] or "its handler's limit (set at its first claim)"
     lines.append(f"  {'attempt:':<17} {row['attempt']} of {limit}")
     for name in ("created_at", "run_at", "attempted_at", "heartbeat_at", "lease_expires_at",
@@ -149,16 +162,32 @@ def render_job(row: dict[str, Any]) -> str:
             if len(body) > 100:  # long values read better indented, one key per line
                 body = "\n    " + to_json(row[name]).replace("\n", "\n    ")
             lines.append(f"  {name + ':':<17} {body}")
+    if row.get("usage") is not None:
+        lines.append(f"  {'usage:':<17} {usage_text(row['usage'])} (last attempt)")
+    if row.get("output"):
+        lines.append("  output:           (last attempt, its last "
+                     f"{len(row['output'].encode())} bytes)")
+        lines.append(_indented(row["output"]))
     errors = row["errors"] or []
     lines.append(f"  errors:           {len(errors) or 'none'}")
     for err in errors:
         head = (f"  - attempt {err.get('attempt')} {err.get('kind')} at {err.get('at')}"
                 f" (supervisor {err.get('supervisor') or '-'}): {err.get('message')}")
         lines.append(printable(head))
+        if err.get("usage") is not None:
+            lines.append(f"    usage: {usage_text(err['usage'])}")
         if err.get("traceback"):
-            trace = printable(str(err["traceback"]).rstrip(), keep_newlines=True)
-            lines.append("    " + trace.replace("\n", "\n    "))
+            lines.append(_indented(str(err["traceback"])))
+        if err.get("output"):
+            lines.append("    output:")
+            lines.append(_indented(str(err["output"]), 6))
     return "\n".join(lines)
+
+
+def _indented(text: str, by: int = 4) -> str:
+    """Text from a job (a traceback, what it printed), escaped, each line indented."""
+    pad = " " * by
+    return pad + printable(text.rstrip(), keep_newlines=True).replace("\n", "\n" + pad)
 
 
 @jobs_group.command("retry")

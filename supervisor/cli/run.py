@@ -191,6 +191,10 @@ CHILDREN = _Children()
                    "(auto: its share of the CPUs, max(1, CPUs // children), so children "
                    "do not oversubscribe the cores; off: the libraries' defaults). "
                    "Variables you set (OMP_NUM_THREADS, ...) are left alone.")
+@click.option("--output-capture", metavar="SIZE",
+              help="Bytes of what each attempt prints (stdout and stderr, the last ones) "
+                   "kept with the attempt and shown by 'jobs show' and the dashboard "
+                   "(64KiB; 0: none). The log keeps every line either way.")
 @click.option("--no-listen", "no_listen", is_flag=True,
               help="Poll only, no LISTEN/NOTIFY (for a pooler in transaction mode).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
@@ -210,7 +214,8 @@ CHILDREN = _Children()
 @reports_errors
 def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
-                max_memory_per_child, heartbeat_timeout, native_threads, no_listen,
+                max_memory_per_child, heartbeat_timeout, native_threads, output_capture,
+                no_listen,
                 metrics_port, metrics_host, otel, queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
@@ -221,7 +226,7 @@ def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, 
         "heartbeat_timeout": heartbeat_timeout, "metrics_port": metrics_port,
         "metrics_host": metrics_host, "burst_horizon": burst_horizon,
         "listen": False if no_listen else None, "otel": otel,
-        "native_threads": native_threads,
+        "native_threads": native_threads, "output_capture": output_capture,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

@@ -9,10 +9,11 @@ from typing import Any
 
 import click
 
+from shared.units import format_size
 from shared.validation import printable
 from supervisor import admin
 from supervisor.cli.common import dsn_option, open_database, reports_errors
-from supervisor.cli.format import age, describe_limits, json_text, table
+from supervisor.cli.format import age, describe_limits, job_seconds, json_text, table
 
 # Column order follows a job's life: waiting, in flight, then the finished states. RUN
 # counts started jobs only; CLAIM those a supervisor took and has not started yet.
@@ -27,9 +28,14 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               metavar="SECONDS", help="Refresh period of --watch.")
+@click.option("--kinds", is_flag=True,
+              help="Also what each kind costs over the last hour's finished jobs (at most "
+                   "the newest 10,000): count, failure rate, p50/p95 of wall time, CPU "
+                   "time and peak memory.")
 @dsn_option
 @reports_errors
-def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None) -> None:
+def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
+                   dsn: str | None) -> None:
     """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
     started yet; completed per second over the last minute; age of the oldest available
     job; DRAIN, when the waiting jobs would be done at that pace; paused), queues with
@@ -37,11 +43,11 @@ def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None)
     within 60 s)."""
     with open_database(dsn) as conn:
         if not watch:
-            click.echo(_render(_snapshot(conn), as_json))
+            click.echo(_render(_snapshot(conn, kinds), as_json))
             return
         try:
             while True:
-                text = _render(_snapshot(conn), as_json)
+                text = _render(_snapshot(conn, kinds), as_json)
                 # JSON watchers get one object per line (a stream); people get a redraw.
                 click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
                            "Ctrl-C to stop")
@@ -50,11 +56,15 @@ def status_command(as_json: bool, watch: bool, interval: float, dsn: str | None)
             return
 
 
-def _snapshot(conn) -> dict[str, Any]:
-    """The queue's status and the next schedule fires (empty without schedules)."""
+def _snapshot(conn, kinds: bool = False) -> dict[str, Any]:
+    """The queue's status and the next schedule fires (empty without schedules); with
+    ``kinds``, what each kind cost recently."""
     from supervisor.schedules import admin as schedules_admin
 
-    return admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5)}
+    snapshot = admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5)}
+    if kinds:
+        snapshot["kinds"] = admin.kind_usage(conn)
+    return snapshot
 
 
 def _render(snapshot: dict[str, Any], as_json: bool) -> str:
@@ -74,6 +84,11 @@ def render_text(snapshot: dict[str, Any]) -> str:
             f"{printable(u['kind'])} (queue {printable(u['queue'])})"
             for u in snapshot["unhandled"]))
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
+    native = native_lines(snapshot["supervisors"])
+    if native:
+        parts.append("\n".join(native))
+    if "kinds" in snapshot:
+        parts.append(kinds_table(snapshot["kinds"]))
     if snapshot.get("next_fires"):
         rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]
                 for f in snapshot["next_fires"]]
@@ -109,3 +124,28 @@ def _supervisors_table(sups: list[dict[str, Any]], stale: int) -> str:
     heading = f"{len(sups)} live supervisor{'s' if len(sups) != 1 else ''}{note}"
     return heading + "\n" + table(["HOST", "PID", "BUSY", "BEAT", "UP", "QUEUES"], rows,
                                   right=(1, 2, 3, 4))
+
+
+def native_lines(sups: list[dict[str, Any]]) -> list[str]:
+    """One line per child busy in native code (silent, CPU time moving) at its
+    supervisor's last beat."""
+    return [f"busy in native code: job {n['job']} {printable(str(n['kind']))} in worker "
+            f"{n['worker']} (pid {n['pid']}) of {printable(s['host'])}:{s['pid']}, "
+            f"silent for {age(n['seconds'])}"
+            for s in sups for n in s.get("native") or ()]
+
+
+def kinds_table(kinds: list[dict[str, Any]]) -> str:
+    """What each kind cost over recent finished jobs."""
+    if not kinds:
+        return "no finished jobs in the last hour"
+
+    def pair(value: dict[str, Any] | None, show) -> list[str]:
+        return ["-", "-"] if value is None else [show(value["p50"]), show(value["p95"])]
+
+    rows = [[printable(k["kind"]), k["jobs"], f"{100 * k['failure_rate']:.1f}%",
+             *pair(k["wall_seconds"], job_seconds), *pair(k["cpu_seconds"], job_seconds),
+             *pair(k["max_rss_bytes"], format_size)] for k in kinds]
+    return "kinds, last hour's finished jobs\n" + table(
+        ["KIND", "JOBS", "FAILED", "WALL p50", "p95", "CPU p50", "p95", "MEM p50", "p95"],
+        rows, right=range(1, 9))

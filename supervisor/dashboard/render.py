@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, Response
 
 from shared.db import pg_text
 from shared.jsontext import dumps
+from shared.usage import Usage
 
 # (label, path): the pages in the header, in order.
 NAV: list[tuple[str, str]] = [
@@ -105,6 +106,11 @@ def _rate(per_second: float) -> str:
     return f"{per_second:.2f}/s" if per_second < 10 else f"{per_second:.0f}/s"
 
 
+def _usage(value: Any) -> str:
+    usage = Usage.from_json(value)
+    return "-" if usage is None else usage.describe()
+
+
 ENV = Environment(
     loader=PackageLoader("supervisor.dashboard", "templates"),
     autoescape=True,
@@ -113,6 +119,7 @@ ENV = Environment(
 )
 ENV.filters.update(
     age=_age, since=_since, stamp=_stamp, pretty=_pretty, percent=_percent, rate=_rate,
+    usage=_usage,
     pathpart=lambda text: quote(str(text), safe=""),
     query=lambda params: urlencode({k: v for k, v in params.items() if v not in (None, "")}),
 )

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shared.jobs import ClaimedJob
+from supervisor.db.attempt_cost import usage_params
 from supervisor.db.nonblocking import Prepared
 from supervisor.db.sql import COMPLETE, STARTED
 
@@ -298,6 +299,7 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         values |= {"ids": [c.id for c in completions],
                    "attempts": [c.attempt for c in completions],
                    "results": [c.result_json for c in completions],
+                   **usage_params(completions),
                    "started_ids": [i for i, _ in request.starts],
                    "started_attempts": [a for _, a in request.starts]}
     return values

@@ -21,7 +21,9 @@ import psycopg
 from shared import jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
+from shared.usage import Usage
 from supervisor.db import claim, history, leases
+from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
@@ -54,11 +56,15 @@ log = logging.getLogger("supervisor.store")
 
 @dataclass(slots=True, frozen=True)
 class Completion:
-    """A job whose handler returned; ``result_json`` is already JSON text (or None)."""
+    """A job whose handler returned; ``result_json`` is already JSON text (or None).
+    ``usage``: what the attempt cost, ``output``: the tail of what it printed; None
+    when unknown or empty."""
 
     id: int
     attempt: int
     result_json: str | None
+    usage: Usage | None = None
+    output: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,6 +80,8 @@ class Failure:
     traceback: str | None = None
     retry_delay: float | None = None
     terminal: bool = False
+    usage: Usage | None = None  # as for Completion: kept in the attempt's errors entry too
+    output: str | None = None
 
 
 T = TypeVar("T")
@@ -159,7 +167,7 @@ class Store:
     def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],
                 "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items]}
+                "results": [c.result_json for c in items]} | usage_params(items)
 
     def started(self, items: Sequence[tuple[int, int]]) -> None:
         """Record that these ``(id, attempt)`` started in a child: from now on their
@@ -186,6 +194,7 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
+        params |= usage_params(items)
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}

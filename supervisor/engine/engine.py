@@ -34,7 +34,7 @@ import selectors
 import signal
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared import defaults, jobs
 from supervisor.db import Database, Interrupt
@@ -308,8 +308,14 @@ class Engine:
     def _housekeeping(self, now: float, pool: Pool) -> None:
         """What the claim does not wait for: the maintenance round (beat, rescue,
         pruning) and firing periodic jobs."""
+        if self.reporter.take_native_news():
+            # A child just went native: say so in the registry now, not a round later.
+            self.maintenance.next_round = min(self.maintenance.next_round, now)
         if self.maintenance.due(now):
-            info = {"kinds": self.kinds}
+            info: dict[str, Any] = {"kinds": self.kinds}
+            native = pool.native_jobs(now)
+            if native:
+                info["native"] = [n.as_info() for n in native]
             rescued = self.db.call(lambda s: self.maintenance.run_round(
                 s, children=pool.size(), busy=pool.busy_count(), info=info,
                 may_lead=now >= self.rescue_hold_until), 0, "maintenance")

@@ -19,6 +19,7 @@ import psycopg
 
 from shared import jobs
 from shared.jobs import ClaimedJob
+from shared.usage import Usage
 from supervisor.db import Completion, Database, Failure, Store
 from supervisor.observe import JobTracer, SupervisorMetrics
 
@@ -82,21 +83,26 @@ class Outbox:
         if self.starts_since is None:
             self.starts_since = now
 
-    def completed(self, job: ClaimedJob, result_json: str | None, now: float) -> None:
-        """The handler returned: the job completes with its result."""
+    def completed(self, job: ClaimedJob, result_json: str | None, now: float,
+                  usage: Usage | None = None, output: str | None = None) -> None:
+        """The handler returned: the job completes with its result, and what the
+        attempt cost and printed."""
         self.pending.progress.pop(job.id, None)
         self._drop_start(job.id)  # its completion says it ran
-        self.pending.completions.append(Completion(job.id, job.attempt, result_json))
+        self.pending.completions.append(Completion(
+            job.id, job.attempt, result_json, usage, clean_text(output) if output else None))
         self._touch(now)
 
     def failed(self, job: ClaimedJob, kind: str, message: str, traceback: str | None,
-               retry_delay: float | None, terminal: bool, now: float) -> None:
+               retry_delay: float | None, terminal: bool, now: float,
+               usage: Usage | None = None, output: str | None = None) -> None:
         """The attempt failed; a shutdown interruption goes back without counting."""
         self.pending.progress.pop(job.id, None)
         self._drop_start(job.id)
         failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
                           clean_text(traceback), retry_delay,
-                          terminal or kind in jobs.TERMINAL_FAILURES)
+                          terminal or kind in jobs.TERMINAL_FAILURES,
+                          usage, clean_text(output) if output else None)
         if kind == jobs.FAIL_SHUTDOWN:
             self.pending.interrupts.append(failure)
         elif kind == jobs.FAIL_SNOOZE:
@@ -268,7 +274,7 @@ class Outbox:
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 unstorable.append(Failure(item.id, item.attempt, jobs.FAIL_RESULT,
                                           f"result could not be stored: {message}", None, None,
-                                          True))
+                                          True, item.usage, item.output))
         if unstorable:
             log.warning("%d results could not be stored; those jobs are discarded",
                         len(unstorable))

@@ -46,6 +46,7 @@ class OutcomeReporter:
         # Queues a job of which ended since the engine last asked (``take_ended``): a
         # queue whose keys were all at their limit may claim again.
         self.ended_queues: set[str] = set()
+        self._native_news = False  # a child went busy in native code since last asked
 
     def record(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -57,8 +58,11 @@ class OutcomeReporter:
             elif type(outcome) is JobDone:
                 self.ledger.ended(outcome.job, "completed")
                 self.ended_queues.add(outcome.job.queue)
-                self.outbox.completed(outcome.job, outcome.result_json, now)
+                self.outbox.completed(outcome.job, outcome.result_json, now, outcome.usage,
+                                      outcome.output)
                 self.metrics.job_done(outcome.job, outcome.duration)
+                if outcome.usage is not None:
+                    self.metrics.job_cpu(outcome.job, outcome.usage.cpu_seconds)
                 self.depth.ran(outcome.job.queue, outcome.duration)
             elif type(outcome) is JobFailed:
                 self._failed(outcome, now)
@@ -70,6 +74,11 @@ class OutcomeReporter:
                 log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
                           outcome.what, outcome.detail)
                 self._child_event(outcome)
+
+    def take_native_news(self) -> bool:
+        """Whether a child was found busy in native code since the last call."""
+        news, self._native_news = self._native_news, False
+        return news
 
     def take_ended(self) -> set[str]:
         """The queues a job of which ended since the last call."""
@@ -92,6 +101,9 @@ class OutcomeReporter:
 
     def _child_event(self, event: ChildEvent) -> None:
         """Count each child's end once: a killed child's later exit is the same end."""
+        if event.what == "native":
+            self._native_news = True
+            return
         if event.what == "killed":
             if event.pid in self._killed:
                 return
@@ -141,7 +153,10 @@ class OutcomeReporter:
         if discarded:
             self.ledger.finished["discarded"] += 1  # jobs, apart from failed attempts
         self.outbox.failed(job, outcome.kind, outcome.message, outcome.traceback,
-                           retry_delay(job, outcome.retry_delay), outcome.terminal, now)
+                           retry_delay(job, outcome.retry_delay), outcome.terminal, now,
+                           outcome.usage, outcome.output)
+        if outcome.usage is not None:
+            self.metrics.job_cpu(job, outcome.usage.cpu_seconds)
         self.metrics.job_failed(job, outcome.kind,
                                 retried=not shutdown and not cancelled and not discarded,
                                 discarded=discarded, duration=outcome.duration)

@@ -91,6 +91,13 @@ class SupervisorMetrics:
             ["queue", "kind"],
             buckets=DURATION_BUCKETS,
         )
+        self._cpu = r.histogram(
+            "supervisor_job_cpu_seconds",
+            "CPU time (user + system, the child and what it started) of a job attempt "
+            "that ran in a child, completed or failed.",
+            ["queue", "kind"],
+            buckets=DURATION_BUCKETS,
+        )
         self._wait = r.histogram(
             "supervisor_job_wait_seconds",
             "Time from a job's run_at (or enqueue) to its claim.",
@@ -167,6 +174,10 @@ class SupervisorMetrics:
         key = (job.queue, self._kind(job.kind))
         self._completed.add(key)
         self._duration.record(key, duration)
+
+    def job_cpu(self, job: Any, cpu_seconds: float) -> None:
+        """An attempt of ``job`` that ran in a child used ``cpu_seconds`` of CPU."""
+        self._cpu.record((job.queue, self._kind(job.kind)), cpu_seconds)
 
     def job_failed(
         self,

@@ -13,6 +13,7 @@ from supervisor.pool.outcomes import (
     JobProgress,
     JobReturned,
     JobStarted,
+    NativeJob,
     Outcome,
     PoolHalted,
 )
@@ -20,4 +21,4 @@ from supervisor.pool.pool import Pool
 from supervisor.pool.settings import PoolSettings
 
 __all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "JobReturned", "JobStarted",
-           "Outcome", "Pool", "PoolHalted", "PoolSettings"]
+           "NativeJob", "Outcome", "Pool", "PoolHalted", "PoolSettings"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.jobs import ClaimedJob
+from shared.usage import Usage
 
 
 @dataclass(slots=True)
@@ -37,11 +38,14 @@ class JobReturned:
 @dataclass(slots=True)
 class JobDone:
     """The handler returned. ``result_json`` is the result as JSON text, ready for the
-    store; the parent never decodes it."""
+    store; the parent never decodes it. ``usage``: what the attempt cost, as the child
+    measured it; ``output``: the tail of what it printed (None: nothing)."""
 
     job: ClaimedJob
     result_json: str
     duration: float
+    usage: Usage | None = None
+    output: str | None = None
 
 
 @dataclass(slots=True)
@@ -49,7 +53,8 @@ class JobFailed:
     """The attempt failed. ``kind`` is one of the ``shared.jobs.FAIL_*`` kinds: from the
     child (error, discard, retry, binding, unknown_kind, result) or from the parent
     (crashed, timeout, hung, cancelled, shutdown). ``terminal`` means retrying cannot
-    help; ``retry_delay`` is the handler's own choice for a ``Retry``."""
+    help; ``retry_delay`` is the handler's own choice for a ``Retry``. ``usage`` and
+    ``output`` as for ``JobDone`` (None when the parent ended the attempt)."""
 
     job: ClaimedJob
     kind: str
@@ -58,6 +63,8 @@ class JobFailed:
     retry_delay: float | None
     terminal: bool
     duration: float
+    usage: Usage | None = None
+    output: str | None = None
 
 
 @dataclass(slots=True)
@@ -77,6 +84,23 @@ class ChildEvent:
     worker_no: int
     what: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class NativeJob:
+    """A child busy in native code now: its heartbeats stopped but its CPU time moves
+    (a handler holding the GIL in a C call), for ``seconds`` so far."""
+
+    pid: int
+    worker_no: int
+    job_id: int
+    kind: str
+    seconds: float
+
+    def as_info(self) -> dict[str, Any]:
+        """As published in the supervisor's registry row (``info.native``)."""
+        return {"pid": self.pid, "worker": self.worker_no, "job": self.job_id,
+                "kind": self.kind, "seconds": round(self.seconds, 1)}
 
 
 # What became of one job, as a child's frames or its exit said.

@@ -39,6 +39,7 @@ from supervisor.pool.outcomes import (
     JobProgress,
     JobReturned,
     JobStarted,
+    NativeJob,
     Outcome,
     PoolHalted,
 )
@@ -199,6 +200,14 @@ class Pool:
         """Every job held in a child now, running or queued (for lease renewal and
         reconciliation: all of them are leased by this supervisor)."""
         return [job for child in self._children.values() for job in child.jobs]
+
+    def native_jobs(self, now: float) -> list[NativeJob]:
+        """The children busy in native code now (silent, CPU time moving), each with
+        its job, for the title, the registry row and ``status``."""
+        return [NativeJob(child.pid, child.worker_no, job.id, job.kind,
+                          now - child.native_since)
+                for child in self._children.values()
+                if child.native and child.state == BUSY and (job := child.job) is not None]
 
     def take_outcomes(self) -> list[Outcome]:
         """Every JobStarted, JobReturned, JobDone, JobFailed, JobProgress and

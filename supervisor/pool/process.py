@@ -155,6 +155,7 @@ class ChildProcess:
         "max_jobs",
         "mem_deadline",
         "native",
+        "native_since",
         "outgoing",
         "pid",
         "read_fd",
@@ -214,6 +215,7 @@ class ChildProcess:
         self.cpu_seen: float | None = None
         self.cpu_seen_at = now
         self.native = False
+        self.native_since = now  # when it was first seen busy in native code
         self.mem_deadline: float | None = None  # next RSS sample (a memory limit is set)
         self.boot_deadline: float | None = now + settings.boot_timeout
         self.exit_deadline: float | None = None  # STOP or SIGTERM sent: SIGKILL then
@@ -323,6 +325,8 @@ class ChildProcess:
         used = 0.0 if seen is None else sample.cpu_seconds - seen
         if state != "D" and used > 0 and used >= BUSY_CPU_SHARE * (now - self.cpu_seen_at):
             self.alive_at = now
+            if not self.native:
+                self.native_since = self.cpu_seen_at
             self.native = True
         self.cpu_seen = sample.cpu_seconds
         self.cpu_seen_at = now
@@ -593,13 +597,13 @@ class ChildProcess:
         job = jobs[0]
         duration = now - self.job_started
         if frame.type == _DONE:
-            job_id, result = _unpack_done(frame)
-            if job_id != job.id:
-                self._stray(job_id)
+            done = _unpack_done(frame)
+            if done.job != job.id:
+                self._stray(done.job)
                 return
             if not self.started:  # an answer says it ran, START or not
                 news.append(JobStarted(job))
-            news.append(JobDone(job, result, duration))
+            news.append(JobDone(job, done.result, duration, done.usage, done.output))
         else:
             answer = _decode_failed(frame)
             if answer.job != job.id:
@@ -609,7 +613,8 @@ class ChildProcess:
                 news.append(JobStarted(job))
             kind = answer.kind
             news.append(JobFailed(job, kind, answer.message, answer.traceback,
-                                  answer.retry_delay, kind in TERMINAL_FAILURES, duration))
+                                  answer.retry_delay, kind in TERMINAL_FAILURES, duration,
+                                  answer.usage, answer.output))
         jobs.popleft()
         self.started = False
         if self.kill_kind is not None:

@@ -32,6 +32,7 @@ class PoolSettings:
     child_imports: tuple[str, ...] = ()  # modules each child imports after boot
     default_soft_timeout: float | None = None  # SoftTimeout for kinds whose @job sets none
     native_threads: int | None = None  # each child's BLAS/OpenMP/numexpr pools; None: as is
+    output_capture: int = defaults.OUTPUT_CAPTURE  # bytes of each attempt's output kept
 
     def memory_sample_interval(self) -> float:
         """How often the parent samples a busy child's RSS when a memory limit is set:

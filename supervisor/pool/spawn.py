@@ -50,6 +50,7 @@ def fork_child(oscalls: OsCalls, settings: PoolSettings, *, worker_no: int,
         imports=tuple(settings.child_imports),
         default_soft_timeout=settings.default_soft_timeout,
         native_threads=settings.native_threads,
+        output_capture=settings.output_capture,
     )
     # Anything buffered now would be written twice: once by us, once by the child.
     for stream in (sys.stdout, sys.stderr):

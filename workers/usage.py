@@ -1,0 +1,136 @@
+"""Measuring what each job costs, in the child that runs it (``shared.usage.Usage``).
+
+CPU time is ``getrusage`` of the child itself plus what its reaped children used (a
+handler's ``subprocess.run`` counts), read once per job, at its end: a job's CPU is what
+the child used since the previous job's end, so it includes the runtime's few
+microseconds between two jobs (reading the next RUN, writing the answer) and saves two
+system calls a job (``rebase`` after the runtime reaps a job's leftovers).
+Peak memory is the kernel's high-water mark of the child's resident set, reset as each
+job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end: from
+``/proc/self/status`` (``VmHWM``) for a job of ``STATUS_AFTER`` seconds or more, and from
+``getrusage``'s ``ru_maxrss`` (the same mark, one call) for shorter ones, so a no-op job
+pays no ``/proc`` read. ``ru_maxrss`` also keeps the peak of threads that exited, so
+after a job whose threads ended at a higher peak a short job can read high. Where
+``/proc`` cannot be written or read, one warning says so and ``ru_maxrss`` (the peak
+since the child started, if the mark cannot be reset) stands in.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import resource
+import time
+from collections.abc import Callable
+
+from shared.usage import Usage
+
+HIGH_FD = 900  # the meter's /proc files live at or above this fd number
+STATUS_AFTER = 0.005  # jobs at least this long read VmHWM: the read is <1% of them
+_SELF = resource.RUSAGE_SELF
+_CHILDREN = resource.RUSAGE_CHILDREN
+_getrusage = resource.getrusage
+_monotonic = time.monotonic
+
+
+def _cpu_now() -> float:
+    mine = _getrusage(_SELF)
+    theirs = _getrusage(_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
+
+
+class UsageMeter:
+    """Measures one job at a time: ``start()`` as it begins, ``stop()`` as it ends."""
+
+    __slots__ = ("_clear_fd", "_cpu", "_mark", "_reset_due", "_status_fd",
+                 "_t0", "_warn", "usage")
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+        self._clear_fd = self._open("/proc/self/clear_refs", os.O_WRONLY)
+        self._status_fd = self._open("/proc/self/status", os.O_RDONLY) \
+            if self._clear_fd is not None else None
+        self._reset_due = True
+        self._cpu = _cpu_now()  # the first job's CPU counts from here
+        self._mark = 0
+        self._t0 = 0.0
+        self.usage: Usage | None = None  # the last job's, once ``stop`` measured it
+
+    def _open(self, path: str, flags: int) -> int | None:
+        try:
+            low = os.open(path, flags | os.O_CLOEXEC)
+        except OSError as exc:
+            self._proc_failed(f"cannot open {path} ({exc.strerror})")
+            return None
+        # Kept far above the low numbers a handler may close wholesale (closerange(0,
+        # 11)), whose reuse by another file would have the meter write into that file.
+        try:
+            high = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+        except OSError:
+            return low  # a low fd limit: the low one still works
+        os.close(low)
+        return high
+
+    def _drop(self, fd: int) -> None:
+        # A handler may have closed it already.
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    def _proc_failed(self, why: str) -> None:
+        if self._warn is not None:
+            self._warn(f"job usage: {why}; max_rss_bytes falls back to getrusage's "
+                       "peak, which is not reset per job")
+            self._warn = None  # type: ignore[assignment]  # once per child
+
+    def start(self) -> None:
+        """A job begins: reset the memory mark (unless it stayed where the last reset
+        left it) and take the wall clock. CPU time counts from the last job's end."""
+        if self._reset_due and self._clear_fd is not None:
+            try:
+                os.write(self._clear_fd, b"5")
+            except OSError as exc:
+                self._drop(self._clear_fd)
+                self._clear_fd = None
+                self._proc_failed(f"cannot reset the memory mark ({exc.strerror})")
+        self._t0 = _monotonic()
+
+    def stop(self) -> Usage:
+        """The job ended: what it cost since ``start`` (its CPU since the last end)."""
+        wall = _monotonic() - self._t0
+        mine = _getrusage(_SELF)
+        theirs = _getrusage(_CHILDREN)
+        total = mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
+        cpu = total - self._cpu
+        self._cpu = total
+        peak = mine.ru_maxrss * 1024
+        # The mark moved during this job (or was reset at its start) unless it reads as
+        # at the last job's end: then the next job resets it; once steady, no resets.
+        long = wall >= STATUS_AFTER
+        self._reset_due = long or mine.ru_maxrss != self._mark
+        self._mark = mine.ru_maxrss
+        if long and self._status_fd is not None:
+            hwm = self._read_hwm()
+            if hwm is not None:
+                peak = hwm
+        usage = self.usage = Usage(max(cpu, 0.0), wall, peak)
+        return usage
+
+    def rebase(self) -> None:
+        """Count the next job's CPU from now: what the runtime did since the last end
+        (reaping processes the job left behind, and their CPU time) is nobody's."""
+        self._cpu = _cpu_now()
+
+    def _read_hwm(self) -> int | None:
+        fd = self._status_fd
+        assert fd is not None
+        try:
+            data = os.pread(fd, 8192, 0)
+            at = data.index(b"VmHWM:")
+            return int(data[at + 6:data.index(b"kB", at)]) * 1024
+        except (OSError, ValueError) as exc:
+            self._drop(fd)
+            self._status_fd = None
+            self._proc_failed(f"cannot read VmHWM from /proc/self/status ({exc})")
+            return None
