@@ -5,6 +5,8 @@
 -- (false AS done), so their rows are read by column name; and a completion sets
 -- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
 -- end completed with attempted_at NULL).
+-- Since issue 31 a carried completion also sets the attempt's start from ``ran``
+-- (seconds since its start, when that start was held back and never written).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -82,11 +84,11 @@ FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS u(id, attempt, result)
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[])
+     AS u(id, attempt, result, ran)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -123,11 +125,11 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS u(id, attempt, result)
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[])
+     AS u(id, attempt, result, ran)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -186,11 +188,11 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS u(id, attempt, result)
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[])
+     AS u(id, attempt, result, ran)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -295,33 +297,33 @@ FROM claimed
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[])
-     AS u(id, attempt, result)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[])
+     AS u(id, attempt, result, ran)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $5 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($5::bigint[], $6::int[]) AS u(id, attempt)
-WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $4 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($6::bigint[], $7::int[]) AS u(id, attempt)
+WHERE j.id = ANY($6::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $5 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $4, lease_expires_at = now() + $7 * interval '1 second',
+    lease_owner = $5, lease_expires_at = now() + $8 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($8::text[], $9::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $10)
+        SELECT a.n FROM unnest($9::text[], $10::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $11)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $11 AND kind = ANY($8::text[])
+    WHERE state = 'available' AND queue = $12 AND kind = ANY($9::text[])
       AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $11 AND q.paused)
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $12 AND q.paused)
     ORDER BY priority, run_at, id
-    LIMIT $12
+    LIMIT $13
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -336,55 +338,55 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[])
-     AS u(id, attempt, result)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[])
+     AS u(id, attempt, result, ran)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $5 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($5::bigint[], $6::int[]) AS u(id, attempt)
-WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $4 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($6::bigint[], $7::int[]) AS u(id, attempt)
+WHERE j.id = ANY($6::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $5 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $4, lease_expires_at = now() + $7 * interval '1 second',
+    lease_owner = $5, lease_expires_at = now() + $8 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($8::text[], $9::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $10)
+        SELECT a.n FROM unnest($9::text[], $10::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $11)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
     (SELECT priority FROM supervisor.jobs
-     WHERE state = 'available' AND queue = $11 ORDER BY priority LIMIT 1)
+     WHERE state = 'available' AND queue = $12 ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM supervisor.jobs j
-            WHERE j.state = 'available' AND j.queue = $11 AND j.priority > l.priority
+            WHERE j.state = 'available' AND j.queue = $12 AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $11 AND kind = ANY($8::text[])
+    WHERE state = 'available' AND queue = $12 AND kind = ANY($9::text[])
       AND run_at <= now()
     ORDER BY priority, run_at, id
-    LIMIT $12) AS head
+    LIMIT $13) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $11 AND priority = levels.priority
-      AND kind = ANY($8::text[])
-      AND run_at <= now() - $13::float8 * interval '1 second'
+    WHERE state = 'available' AND queue = $12 AND priority = levels.priority
+      AND kind = ANY($9::text[])
+      AND run_at <= now() - $14::float8 * interval '1 second'
     ORDER BY run_at, id
-    LIMIT $12) AS aged))
-      AND state = 'available' AND queue = $11 AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $11 AND q.paused)
-    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $13::float8),
+    LIMIT $13) AS aged))
+      AND state = 'available' AND queue = $12 AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $12 AND q.paused)
+    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $14::float8),
              run_at, id
-    LIMIT $12
+    LIMIT $13
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -399,24 +401,24 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[])
-     AS u(id, attempt, result)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $4 AND j.state = 'running'
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[])
+     AS u(id, attempt, result, ran)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $5 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($5::bigint[], $6::int[]) AS u(id, attempt)
-WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $4 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($6::bigint[], $7::int[]) AS u(id, attempt)
+WHERE j.id = ANY($6::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $5 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context
-FROM supervisor.claim_keyed($7, $8::text[], $9::int, $10::int,
-                            $4, $11::float8, $12::int[],
-                            $13::int) AS k)
+FROM supervisor.claim_keyed($8, $9::text[], $10::int, $11::int,
+                            $5, $12::float8, $13::int[],
+                            $14::int) AS k)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
        false AS done
 FROM claimed

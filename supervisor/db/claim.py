@@ -298,6 +298,7 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         values |= {"ids": [c.id for c in completions],
                    "attempts": [c.attempt for c in completions],
                    "results": [c.result_json for c in completions],
+                   "ran": [c.ran for c in completions],
                    "started_ids": [i for i, _ in request.starts],
                    "started_attempts": [a for _, a in request.starts]}
     return values

@@ -54,11 +54,14 @@ log = logging.getLogger("supervisor.store")
 
 @dataclass(slots=True, frozen=True)
 class Completion:
-    """A job whose handler returned; ``result_json`` is already JSON text (or None)."""
+    """A job whose handler returned; ``result_json`` is already JSON text (or None).
+    ``ran``: seconds since its start when that start was not written (the write sets
+    the attempt's start from it), else None."""
 
     id: int
     attempt: int
     result_json: str | None
+    ran: float | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,6 +77,7 @@ class Failure:
     traceback: str | None = None
     retry_delay: float | None = None
     terminal: bool = False
+    ran: float | None = None  # as Completion.ran
 
 
 T = TypeVar("T")
@@ -159,7 +163,8 @@ class Store:
     def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],
                 "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items]}
+                "results": [c.result_json for c in items],
+                "ran": [c.ran for c in items]}
 
     def started(self, items: Sequence[tuple[int, int]]) -> None:
         """Record that these ``(id, attempt)`` started in a child: from now on their
@@ -186,6 +191,7 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
+        params["ran"] = [f.ran for f in items]
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}

@@ -66,7 +66,7 @@ class Claimer:
         self._last_turn[queue] = next(self._order)
         request = ClaimRequest(queue, self.kinds, wanted, self.scheduler.aging(queue),
                                self.scheduler.per_key(queue),
-                               self.outbox.take_completions(), self.outbox.take_starts())
+                               self.outbox.take_completions(), self.outbox.take_starts(now))
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0
