@@ -110,6 +110,16 @@ class Store:
         # For rows that leave max_attempts out: each kind's handler value, else this.
         self.max_attempts: Mapping[str, int] = {}
         self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
+        self._run_once: set[str] = set()  # statements run once: prepared from the next run
+
+    def _again(self, sql: str) -> bool:
+        """Whether ``sql`` runs prepared: from its second run on. Preparing costs a round
+        trip of its own (psycopg waits for the Parse before it executes), which a
+        statement run once at start, before the first claim, should not pay."""
+        if sql in self._run_once:
+            return True
+        self._run_once.add(sql)
+        return False
 
 
     @property
@@ -239,7 +249,7 @@ class Store:
     def promote_due(self, limit: int = 1000) -> int:
         """Make up to ``limit`` scheduled/retryable jobs whose run_at has come available;
         returns how many. Safe to run from several supervisors at once."""
-        cur = self.connection.execute(PROMOTE, {"limit": limit}, prepare=True)
+        cur = self.connection.execute(PROMOTE, {"limit": limit}, prepare=self._again(PROMOTE))
         return cur.rowcount
 
     def rescue_expired(self, limit: int = 1000) -> list[Rescued]:
@@ -259,12 +269,13 @@ class Store:
         if not queues or not kinds:
             return None
         row = self.connection.execute(NEXT_DUE, {"queues": list(queues), "kinds": list(kinds)},
-                                      prepare=True).fetchone()
+                                      prepare=self._again(NEXT_DUE)).fetchone()
         return None if row is None else row[0]
 
     def paused_queues(self, queues: Sequence[str]) -> set[str]:
         """Which of ``queues`` are paused."""
-        rows = self.connection.execute(PAUSED, {"queues": list(queues)}, prepare=True)
+        rows = self.connection.execute(PAUSED, {"queues": list(queues)},
+                                       prepare=self._again(PAUSED))
         return {row[0] for row in rows}
 
     def reconcile(self, held: Sequence[int]) -> list[int]:
@@ -277,7 +288,8 @@ class Store:
     # -- global limits (the statements are in supervisor.db.leases) -----------------------
     def read_limits(self, queues: Sequence[str]) -> dict[str, StoredLimits]:
         """The global limits of those of ``queues`` that have any."""
-        return leases.read_limits(self.connection, queues)
+        return leases.read_limits(self.connection, queues,
+                                  prepare=self._again(leases.READ_LIMITS))
 
     def renew_lease(self, queue: str, decide: Callable[[dict[str, LeaseRow]], T],
                     to_row: Callable[[T], Slice]) -> T:
@@ -345,7 +357,8 @@ class Store:
         if not queues or not kinds:
             return set()
         rows = self.connection.execute(QUEUES_WITH_WORK, {"queues": list(queues),
-                                                           "kinds": list(kinds)}, prepare=True)
+                                                           "kinds": list(kinds)},
+                                       prepare=self._again(QUEUES_WITH_WORK))
         return {row[0] for row in rows}
 
     def has_due_work(self, queues: Sequence[str], kinds: Sequence[str],
