@@ -140,7 +140,7 @@ class SupervisorMetrics:
         )
         self._info = r.gauge("supervisor_info", "This supervisor's identity.",
                              ["owner", "version"])
-        self._identity = (owner, version)  # the version is looked up at the first render
+        self._identity: tuple[str, str | None] | None = (owner, version)  # version: at render
         self._children.set(0, state="busy")
         self._children.set(0, state="idle")
         self._db_up.set(0)
