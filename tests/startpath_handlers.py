@@ -6,6 +6,7 @@ which holds what the parent had imported when it forked."""
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 
@@ -18,6 +19,8 @@ def _parent_modules() -> None:
     if os.getpid() == _PARENT:  # children leave with os._exit: this runs in the parent
         with open(os.environ["STARTPATH_PARENT"], "w") as out:
             out.write("\n".join(sorted(sys.modules)))
+        with open(os.environ["STARTPATH_PARENT"] + ".gc", "w") as out:
+            out.write(str(gc.isenabled()))
 
 
 atexit.register(_parent_modules)

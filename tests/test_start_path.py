@@ -45,6 +45,8 @@ def test_a_burst_run_imports_nothing_its_first_job_does_not_need(dsn, tmp_path):
     assert "psycopg" in in_parent and "workers.child" in in_child  # the lists are real
     assert sorted(m for m in NOT_ON_THE_START_PATH if m in in_parent) == []
     assert sorted(m for m in NOT_ON_THE_START_PATH if m in in_child) == []
+    # The collector, off while the start path imports, is back on in the parent.
+    assert (tmp_path / "parent_modules.txt.gc").read_text() == "True"
 
 
 def test_psycopgs_versions_from_their_dist_info_names_are_what_metadata_says():

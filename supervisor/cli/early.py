@@ -22,6 +22,7 @@ their version module is the one-liner that asks for nothing else.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sys
@@ -49,6 +50,11 @@ def prepare(argv: list[str] | None = None) -> None:
         from supervisor.signals import record_early
 
         record_early()
+        # Importing (psycopg, click, the engine, the handler modules) allocates many
+        # objects and few cycles: the collector's passes meanwhile are start-up time
+        # for nothing. ``run_supervisor`` turns it back on once the imports are done,
+        # before anything forks (and each child turns it on for itself anyway).
+        gc.disable()
     hide_passwords(argv)
     known_versions(_VERSION_MODULES)
 
