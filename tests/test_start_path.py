@@ -52,7 +52,7 @@ def test_a_burst_run_imports_nothing_its_first_job_does_not_need(dsn, tmp_path):
 def test_psycopgs_versions_from_their_dist_info_names_are_what_metadata_says():
     from importlib import metadata
 
-    from supervisor.cli.early import _dist_info_version
+    from supervisor.cli.versions import _dist_info_version
 
     assert _dist_info_version("psycopg", "psycopg-") == metadata.version("psycopg")
     assert _dist_info_version("psycopg_binary", "psycopg_binary-") == \
@@ -60,7 +60,7 @@ def test_psycopgs_versions_from_their_dist_info_names_are_what_metadata_says():
 
 
 def test_a_version_module_that_does_more_is_left_to_read_its_own(tmp_path, monkeypatch):
-    from supervisor.cli.early import known_versions
+    from supervisor.cli.versions import known_versions
 
     package = tmp_path / "fakepkg"
     package.mkdir()
