@@ -28,7 +28,6 @@ accepts as is.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
@@ -75,6 +74,8 @@ def embedded_data_dir() -> Path:
         return Path(configured).expanduser().resolve()
     cwd = Path.cwd().resolve()
     if os.geteuid() == 0:
+        import hashlib  # the embedded server's path only
+
         digest = hashlib.sha256(str(cwd).encode()).hexdigest()[:12]
         return ROOT_EMBEDDED_BASE / digest / "pgdata"
     return cwd / ".supervisor" / "pgdata"

@@ -19,7 +19,6 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
-from cronsim import CronSim, CronSimError
 
 from shared.options import DEFAULTS
 
@@ -130,6 +129,8 @@ def _checked_cron(cron: Any, tz_name: str, bad) -> str:
     text = " ".join(cron.split())
     if len(text.split()) not in (5, 6):
         raise bad(f"invalid cron expression {cron!r}: need 5 fields, or 6 with seconds first")
+    from cronsim import CronSim, CronSimError  # only where a cron schedule is declared
+
     try:
         # Asking for one slot also catches expressions that parse but never fire (Feb 30).
         next(CronSim(text, datetime.now(UTC).astimezone(ZoneInfo(tz_name))))

@@ -32,7 +32,7 @@ from supervisor.observe import (
     wants_tracing,
 )
 from supervisor.pool import NativeJob, Pool, PoolHalted
-from supervisor.schedules import Schedules, ScheduleSpec
+from supervisor.schedules import ScheduleSpec
 from supervisor.signals import SignalInbox
 from workers import tracing as child_tracing
 
@@ -76,8 +76,11 @@ class Arbiter:
         self.selector = selectors.DefaultSelector()
         self.metrics = SupervisorMetrics(self.owner, max_kinds=config.metrics_max_kinds)
         # A batch run (--burst) fires no periodic jobs: it ends when its work is done.
-        fires = Schedules(schedules, self.owner, clock=clock) if schedules and not config.burst \
-            else None
+        fires = None
+        if schedules and not config.burst:
+            from supervisor.schedules import Schedules  # loaded only where schedules fire
+
+            fires = Schedules(schedules, self.owner, clock=clock)
         # Decided before any fork: the children inherit it (raises TracingUnavailable).
         self.tracer = JobTracer() if wants_tracing(config.otel) else None
         if self.tracer is not None:

@@ -20,8 +20,6 @@ Keys may use dashes or underscores. Unknown keys are an error, not a silent no-o
 
 from __future__ import annotations
 
-import difflib
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -133,6 +131,8 @@ def _norm(key: str) -> str:
 
 
 def _section_from_file(path: Path) -> dict[str, Any]:
+    import tomllib  # only when there is a file: not on every start-up's path
+
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -159,6 +159,8 @@ def settings_path(config_path: str | None, cwd: Path | None = None) -> Path | No
 
 def _unknown(raw_key: str, known: set[str], where: str, prefix: str = "") -> ConfigError:
     """The error for a setting nobody reads, naming the file and the closest valid key."""
+    import difflib
+
     close = difflib.get_close_matches(_norm(raw_key), sorted(known), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return ConfigError(f"{prefix}unknown setting {raw_key!r} in {where}{hint}")

@@ -12,8 +12,12 @@ What can be seen from here, and what it costs:
 * supervisord's own modules (``supervisord.py``, ``supervisorctl.py``, ``xmlrpc.py``) in
   our package directory: a stat each, cheap enough for every ``import supervisor``;
 * a ``supervisor/__init__.py`` without our marker: the package imported is not ours;
-* ``importlib.metadata``: the ``supervisor`` distribution claiming files in our package
-  directory (about 10 ms: only ``supervisor run`` pays it).
+* the ``supervisor`` distribution claiming files in our package directory: its
+  ``*.dist-info/RECORD``, found with a directory listing of each ``sys.path`` entry
+  (only ``supervisor run`` pays it). Not through ``importlib.metadata``: importing it
+  (with email, zipfile and csv) cost about 25 ms of CPU of every start-up, and the start
+  path makes no metadata lookup (issue 31). An ``.egg-info`` of that name, which has
+  no RECORD, is still asked through ``importlib.metadata``.
 
 When supervisord's ``__init__.py`` has replaced ours, ``import supervisor`` runs none of
 our code, so nothing can refuse there: producers see the AttributeError (the README
@@ -67,6 +71,50 @@ def problem(package_dir: str = PACKAGE_DIR) -> str | None:
 
 
 def _claimed_problem(package_dir: str) -> str | None:
+    ours = os.path.realpath(package_dir)
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:  # not a directory (a zip file), or gone
+            continue
+        for name in names:
+            stem, _, suffix = name.rpartition(".")
+            project, _, version = stem.partition("-")
+            if project.lower() != SUPERVISORD_DISTRIBUTION:
+                continue
+            if suffix == "egg-info":
+                return _claimed_by_metadata(package_dir)
+            if suffix == "dist-info":
+                found = _record_claims(os.path.join(entry or ".", name), ours)
+                if found:
+                    return refusal(f"supervisor {version} claims files in {package_dir}")
+    return None
+
+
+def _record_claims(info_dir: str, ours: str) -> bool:
+    """Whether the RECORD of ``info_dir`` lists a file inside the directory ``ours``."""
+    site = os.path.dirname(info_dir)
+    try:
+        with open(os.path.join(info_dir, "RECORD"), encoding="utf-8") as record:
+            lines = record.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        if line.startswith('"'):  # a quoted path (it holds a comma): the csv rules
+            import csv
+
+            path = next(csv.reader([line]))[0]
+        else:
+            path = line.split(",", 1)[0]
+        if not path.startswith("supervisor/"):
+            continue
+        located = os.path.realpath(os.path.join(site, path))
+        if os.path.dirname(located) == ours or located.startswith(ours + os.sep):
+            return True
+    return False
+
+
+def _claimed_by_metadata(package_dir: str) -> str | None:
     from importlib import metadata
     from pathlib import Path
 

@@ -6,6 +6,8 @@
 -- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
 -- end completed with attempted_at NULL); and a completion stores what its attempt cost
 -- and printed (usage, output: issues 26 and 29).
+-- Since issue 31 a carried completion also sets the attempt's start from ``ran``
+-- (seconds since its start, when that start was held back and never written).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -85,12 +87,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
-     AS u(id, attempt, result, cpu, wall, rss, output)
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -129,12 +131,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
-     AS u(id, attempt, result, cpu, wall, rss, output)
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -195,12 +197,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
-     AS u(id, attempt, result, cpu, wall, rss, output)
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
@@ -307,34 +309,34 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[],
-            $4::float8[], $5::float8[], $6::float8[], $7::text[])
-     AS u(id, attempt, result, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
+            $5::float8[], $6::float8[], $7::float8[], $8::text[])
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
-WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
+WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $8, lease_expires_at = now() + $11 * interval '1 second',
+    lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($12::text[], $13::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $14)
+        SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $15)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $15 AND kind = ANY($12::text[])
+    WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
       AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $15 AND q.paused)
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
     ORDER BY priority, run_at, id
-    LIMIT $16
+    LIMIT $17
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -351,56 +353,56 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[],
-            $4::float8[], $5::float8[], $6::float8[], $7::text[])
-     AS u(id, attempt, result, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
+            $5::float8[], $6::float8[], $7::float8[], $8::text[])
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
-WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
+WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $8, lease_expires_at = now() + $11 * interval '1 second',
+    lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($12::text[], $13::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $14)
+        SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $15)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
     (SELECT priority FROM supervisor.jobs
-     WHERE state = 'available' AND queue = $15 ORDER BY priority LIMIT 1)
+     WHERE state = 'available' AND queue = $16 ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM supervisor.jobs j
-            WHERE j.state = 'available' AND j.queue = $15 AND j.priority > l.priority
+            WHERE j.state = 'available' AND j.queue = $16 AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $15 AND kind = ANY($12::text[])
+    WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
       AND run_at <= now()
     ORDER BY priority, run_at, id
-    LIMIT $16) AS head
+    LIMIT $17) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
     SELECT id FROM supervisor.jobs
-    WHERE state = 'available' AND queue = $15 AND priority = levels.priority
-      AND kind = ANY($12::text[])
-      AND run_at <= now() - $17::float8 * interval '1 second'
+    WHERE state = 'available' AND queue = $16 AND priority = levels.priority
+      AND kind = ANY($13::text[])
+      AND run_at <= now() - $18::float8 * interval '1 second'
     ORDER BY run_at, id
-    LIMIT $16) AS aged))
-      AND state = 'available' AND queue = $15 AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $15 AND q.paused)
-    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $17::float8),
+    LIMIT $17) AS aged))
+      AND state = 'available' AND queue = $16 AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
+    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $18::float8),
              run_at, id
-    LIMIT $16
+    LIMIT $17
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -417,25 +419,25 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest($1::bigint[], $2::int[], $3::text[],
-            $4::float8[], $5::float8[], $6::float8[], $7::text[])
-     AS u(id, attempt, result, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $8 AND j.state = 'running'
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
+            $5::float8[], $6::float8[], $7::float8[], $8::text[])
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($9::bigint[], $10::int[]) AS u(id, attempt)
-WHERE j.id = ANY($9::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $8 AND j.state = 'running' AND j.attempted_at IS NULL
+FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
+WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context
-FROM supervisor.claim_keyed($11, $12::text[], $13::int, $14::int,
-                            $8, $15::float8, $16::int[],
-                            $17::int) AS k)
+FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
+                            $9, $16::float8, $17::int[],
+                            $18::int) AS k)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
        false AS done
 FROM claimed

@@ -230,7 +230,9 @@ def test_a_written_retry_makes_the_engine_look_for_its_due_time_soon():
     assert store.names().count("poll") > polls
 
 
-def test_a_start_rides_on_the_next_claim_or_is_written_within_the_flush_interval():
+def test_a_short_jobs_start_is_never_written_its_completion_carries_it():
+    # Issue 31: a start is held back; a job that ends within START_HOLD has its start
+    # carried by its completion (``ran``), so its row is written twice per attempt.
     engine, db, store, pool, clock = make_engine(children=2)
     store.add(n=3)
     engine.tick(clock.now, pool)
@@ -240,17 +242,56 @@ def test_a_start_rides_on_the_next_claim_or_is_written_within_the_flush_interval
     assert sorted(engine.outbox.pending.starts) == [1, 2]
     pool.finish(1)
     clock.now += 0.01
-    engine.tick(clock.now, pool)  # the completion and job 2's start ride on one claim
+    engine.tick(clock.now, pool)  # the completion rides on a claim; job 2's start stays
     (params, _), = db.claims.sent
-    assert [c.id for c in params["completions"]] == [1]
+    (done,) = params["completions"]
+    assert done.id == 1 and done.ran == pytest.approx(0.01)
+    assert list(params["starts"]) == []
+    assert list(engine.outbox.pending.starts) == [2]
+    db.claims.answer()
+    engine.tick(clock.now, pool)  # job 3 goes to the free child
+    engine.tick(clock.now, pool)
+    clock.now += 0.02
+    pool.finish(2)
+    pool.finish(3)
+    for _ in range(3):
+        engine.tick(clock.now, pool)
+        if db.claims.sent:
+            db.claims.answer()
+    clock.now += 1.0
+    engine.tick(clock.now, pool)
+    written = [c for c in store.calls if c[0] == "started"]
+    assert written == [], "no start of a job that ended within the hold is written"
+    assert engine.outbox.count() == 0 and not engine.outbox.pending.starts
+
+
+def test_a_long_jobs_start_rides_on_a_claim_once_old_or_is_written_within_the_hold():
+    from supervisor.engine.outbox import START_CARRY_AGE, START_HOLD
+
+    engine, db, store, pool, clock = make_engine(children=2)
+    store.add(n=3)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    engine.tick(clock.now, pool)  # jobs 1 and 2 started
+    clock.now += START_CARRY_AGE + 0.01
+    pool.finish(1)
+    engine.tick(clock.now, pool)  # a claim goes out: job 2's start is old enough to ride
+    (params, _), = db.claims.sent
+    assert list(params["starts"]) == [(2, 1)]
     assert engine.outbox.pending.starts == {}
     db.claims.answer()
     engine.tick(clock.now, pool)  # job 3 goes to a child
     engine.tick(clock.now, pool)  # its start is booked; nothing else is due
     assert list(engine.outbox.pending.starts) == [3]
-    clock.now += 0.05
+    clock.now += START_HOLD / 2
     engine.tick(clock.now, pool)
-    assert ("started", [3]) in store.calls
+    assert ("started", [3]) not in store.calls  # not yet: its outcome may carry it
+    deadline = engine.next_deadline(clock.now, pool)
+    assert deadline <= clock.now + START_HOLD / 2 + 1e-9
+    clock.now += START_HOLD / 2 + 0.001
+    engine.tick(clock.now, pool)
+    assert ("started", [3]) in store.calls  # written on its own within the hold
 
 
 def test_prefetch_depth_follows_run_times():

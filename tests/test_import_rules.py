@@ -140,6 +140,12 @@ def door_names(room: str, root: Path) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            # A door may load a name on first use (a module ``__getattr__``, issue 31's
+            # start-up): what its ``__all__`` lists is its door all the same.
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) \
+                    and isinstance(node.value, ast.List | ast.Tuple):
+                names |= {e.value for e in node.value.elts
+                          if isinstance(e, ast.Constant) and isinstance(e.value, str)}
     return names
 
 

@@ -73,9 +73,13 @@ def test_a_statement_sent_with_prepare_is_prepared_once_then_only_executed(runne
     query, sel, _ = runner
     double = Prepared("SELECT %(n)s::bigint * 2")
     assert run(query, sel, double, {"n": 1}, prepare=True) == [(2,)]
+    # Its first use went out in one round trip, unprepared (issue 31: the first claim
+    # after start-up); from its second use on it is prepared.
+    assert [name for name, in run(query, sel, SERVER_PREPARED, {})] == []
     assert run(query, sel, double, {"n": 5}, prepare=True) == [(10,)]
     # A value that dumps as another type (int8, not int2) gets a statement of its own.
     assert run(query, sel, double, {"n": 2**40}, prepare=True) == [(2**41,)]
+    assert run(query, sel, double, {"n": 2**41}, prepare=True) == [(2**42,)]
     assert run(query, sel, double, {"n": 7}, prepare=True) == [(14,)]
     names = [name for name, in run(query, sel, SERVER_PREPARED, {})]
     assert names == ["_supervisor_1", "_supervisor_2"]
@@ -84,7 +88,8 @@ def test_a_statement_sent_with_prepare_is_prepared_once_then_only_executed(runne
 def test_a_failed_prepared_statement_is_prepared_afresh_under_a_new_name(runner):
     query, sel, _ = runner
     one = Prepared("SELECT %(n)s::int")
-    assert run(query, sel, one, {"n": 1}, prepare=True) == [(1,)]
+    assert run(query, sel, one, {"n": 1}, prepare=True) == [(1,)]  # sent as it is
+    assert run(query, sel, one, {"n": 1}, prepare=True) == [(1,)]  # prepared
     run(query, sel, Prepared("DEALLOCATE ALL"), {})  # the server forgets it
     assert isinstance(run(query, sel, one, {"n": 2}, prepare=True), psycopg.Error)
     assert run(query, sel, one, {"n": 3}, prepare=True) == [(3,)]
@@ -96,6 +101,8 @@ def test_where_preparing_fails_statements_are_sent_as_they_are(runner):
     # The name the runner will choose is taken, so its PREPARE fails (as behind a
     # pooler that refuses them): the statement still runs, unnamed, and so do the next.
     run(query, sel, Prepared("PREPARE _supervisor_1 AS SELECT 0"), {})
+    assert run(query, sel, Prepared("SELECT %(n)s::int"), {"n": 4}, prepare=True) == [(4,)]
+    assert query.prepares  # its first use is not prepared
     assert run(query, sel, Prepared("SELECT %(n)s::int"), {"n": 4}, prepare=True) == [(4,)]
     assert not query.prepares
     assert run(query, sel, Prepared("SELECT %(n)s::int + 1"), {"n": 4}, prepare=True) == [(5,)]

@@ -6,10 +6,16 @@ pid, start and end (``bench_handlers.timed_spin``; the Pool runs the same functi
 From those records, per run: process start to the first job's first line (ours), the
 span from the first job start to the last job end, the last job end to exit (ours), the
 gaps between two jobs in one child, CPU and wall time per job in the child, and over the
-run the supervisor process's own CPU, every PostgreSQL process's CPU and the database's
-committed transactions.
+run the supervisor process's own CPU (in all, and from the first job's start on, which
+leaves out its start-up), every PostgreSQL process's CPU, the database's committed
+transactions and the rows of supervisor.jobs it updated, each also per job.
+
+``--code DIR [DIR ...]``: each checkout's supervisor in turn within every round, on a
+database its own code migrated (``common.scratch_database_for``), for a before/after
+comparison in one run.
 
 Usage: python scripts/bench/job_timeline.py [--ms 20] [--jobs 500] [--rounds 2]
+       [--code DIR ...]
 """
 
 from __future__ import annotations
@@ -72,6 +78,21 @@ def commits(dsn: str) -> int:
                             "WHERE datname = current_database()").fetchone()[0]
 
 
+def rows_updated(dsn: str) -> int:
+    """Rows of supervisor.jobs updated so far, once the exited backends' counts are in
+    (they report them as they exit; read until two reads agree)."""
+    last = -1
+    for _ in range(20):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            now = conn.execute("SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname "
+                               "= 'supervisor' AND relname = 'jobs'").fetchone()[0]
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.3)
+    return last
+
+
 def through_pool(n: int, jobs: int) -> tuple[list, dict]:
     with multiprocessing.get_context("fork").Pool(2) as pool:
         return pool.map(timed_spin, [n] * jobs, chunksize=1), {}
@@ -81,20 +102,42 @@ def through_supervisor(dsn: str, n: int, jobs: int) -> tuple[list, dict]:
     common.reset(dsn)
     enqueue_many("run_cpu_timed", [{"n": n}] * jobs, queue="bench_timed", dsn=dsn)
     env = common.supervisor_env(dsn)
-    before_commits, before_pg = commits(dsn), postgres_cpu()
+    before_commits, before_pg, before_rows = commits(dsn), postgres_cpu(), rows_updated(dsn)
     began = time.time()
     proc = subprocess.Popen(common.supervisor_cmd("--burst", "-q", "bench_timed", "-n", "2"),
                             env=env, cwd=str(common.SCRIPTS))
     parent_cpu = [0.0]
+    samples: list[tuple[float, float]] = []  # (time, the parent's CPU so far)
+
+    backends: dict[int, float] = {}  # the run's own PostgreSQL backends: CPU last seen
+    pids: set[int] = set()
+    asked = [0]
 
     def watch() -> None:  # the parent's own CPU, read until it exits
-        while proc.poll() is None:
-            try:
-                stat = Path(f"/proc/{proc.pid}/stat").read_text()
-                parent_cpu[0] = _stat_cpu(stat[stat.rindex(")") + 2:].split(), False)
-            except OSError:
-                pass
-            time.sleep(0.02)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while proc.poll() is None:
+                try:
+                    stat = Path(f"/proc/{proc.pid}/stat").read_text()
+                    parent_cpu[0] = _stat_cpu(stat[stat.rindex(")") + 2:].split(), False)
+                    samples.append((time.time(), parent_cpu[0]))
+                except OSError:
+                    pass
+                # Other work on this shared server is not the run's: only the backends
+                # connected to its database count (their CPU read every 20 ms, so the
+                # last few ms of each are missed; the list asked for every 0.2 s, each
+                # ask one commit, taken off the run's count).
+                if len(samples) % 10 == 1:
+                    asked[0] += 1
+                    pids.update(pid for (pid,) in conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND pid <> pg_backend_pid()").fetchall())
+                for pid in pids:
+                    try:
+                        stat = Path(f"/proc/{pid}/stat").read_text()
+                    except OSError:
+                        continue
+                    backends[pid] = _stat_cpu(stat[stat.rindex(")") + 2:].split(), False)
+                time.sleep(0.02)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -103,10 +146,15 @@ def through_supervisor(dsn: str, n: int, jobs: int) -> tuple[list, dict]:
     ended = time.time()
     watcher.join()
     extra = {"parent_cpu": parent_cpu[0], "pg_cpu": postgres_cpu() - before_pg,
-             "commits": commits(dsn) - before_commits, "began": began, "ended": ended}
+             "commits": commits(dsn) - before_commits - asked[0] - 1, "began": began,
+             "ended": ended,
+             "rows": rows_updated(dsn) - before_rows, "backends_cpu": sum(backends.values())}
     with psycopg.connect(dsn, autocommit=True) as conn:
         records = [orjson.loads(r[0]) for r in
                    conn.execute("SELECT result::text FROM supervisor.jobs")]
+    first = min(r[3] for r in records)
+    at_first = [cpu for t, cpu in samples if t <= first]
+    extra["startup_cpu"] = at_first[-1] if at_first else 0.0
     return records, extra
 
 
@@ -123,9 +171,16 @@ def describe(name: str, records: list, extra: dict) -> str:
             f"{statistics.median(r[0] for r in records) * 1000:.2f} ms, wall "
             f"{statistics.median(r[1] for r in records) * 1000:.2f} ms")
     if extra:
+        jobs = len(records)
+        after_start = extra["parent_cpu"] - extra["startup_cpu"]
         line += (f"; start {first - extra['began']:.3f} s, exit {extra['ended'] - last:.3f} s"
-                 f"; parent CPU {extra['parent_cpu']:.2f} s, PostgreSQL CPU "
-                 f"{extra['pg_cpu']:.2f} s, {extra['commits']} commits")
+                 f"; parent CPU {extra['parent_cpu']:.2f} s ({after_start:.2f} s from the "
+                 f"first job on: {after_start / jobs * 1000:.2f} ms/job), PostgreSQL CPU "
+                 f"{extra['pg_cpu']:.2f} s (every postgres process on the machine), the run's "
+                 f"own backends {extra['backends_cpu']:.2f} s "
+                 f"({extra['backends_cpu'] / jobs * 1000:.2f} ms/job), "
+                 f"{extra['commits']} commits, {extra['rows']} row writes "
+                 f"({extra['rows'] / jobs:.2f}/job)")
     return line
 
 
@@ -135,15 +190,27 @@ def main() -> None:
     parser.add_argument("--ms", type=float, default=20.0)
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--code", nargs="*", default=[str(common.ROOT)])
+    parser.add_argument("--no-pool", action="store_true", help="skip the Pool's runs")
     args = parser.parse_args()
     n = round(iterations_per_ms() * args.ms)
-    dsn = common.scratch_database(args.dsn, DATABASE)
+    names = {code: f"{DATABASE}_{i}" for i, code in enumerate(args.code)}
+    dsns = {code: common.scratch_database_for(args.dsn, name, code)
+            for code, name in names.items()}
+    print(f"load average {os.getloadavg()}", flush=True)
     try:
         for _ in range(args.rounds):
-            print(describe("Pool(2)", *through_pool(n, args.jobs)), flush=True)
-            print(describe("supervisor", *through_supervisor(dsn, n, args.jobs)), flush=True)
+            if not args.no_pool:
+                print(describe("Pool(2)", *through_pool(n, args.jobs)), flush=True)
+            for code, dsn in dsns.items():
+                os.environ["BENCH_CODE"] = code
+                label = f"supervisor ({os.path.basename(code.rstrip('/'))})"
+                print(describe(label, *through_supervisor(dsn, n, args.jobs)), flush=True)
+        print(f"load average {os.getloadavg()}", flush=True)
     finally:
-        common.drop_database(args.dsn, DATABASE)
+        os.environ.pop("BENCH_CODE", None)
+        for name in names.values():
+            common.drop_database(args.dsn, name)
 
 
 if __name__ == "__main__":

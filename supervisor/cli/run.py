@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -57,6 +58,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         import_apps(apps)
     except AppImportError as exc:
         raise CliError(str(exc)) from None
+    gc.enable()  # off since supervisor.cli.early, for the imports of the start path
     if not REGISTRY:
         raise CliError("no job handlers loaded: name the modules that define them with --app")
     for handle in REGISTRY.values():

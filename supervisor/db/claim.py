@@ -300,6 +300,7 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
                    "attempts": [c.attempt for c in completions],
                    "results": [c.result_json for c in completions],
                    **usage_params(completions),
+                   "ran": [c.ran for c in completions],
                    "started_ids": [i for i, _ in request.starts],
                    "started_attempts": [a for _, a in request.starts]}
     return values

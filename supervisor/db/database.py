@@ -52,7 +52,7 @@ from supervisor.db.connections import (
     DatabaseHung,
     Interrupt,
     Interrupted,
-    open_connection,
+    open_connections,
 )
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.store import Store
@@ -132,15 +132,9 @@ class Database:
         """Connect all three, blocking (at start); raises ``DatabaseUnavailable`` (at
         start an unreachable database is a one-line error, not a retry loop).
         ``connect_within``: a shorter bound than the deadline for each connect."""
-        conns: list[psycopg.Connection] = []
-        try:
-            for name in self._names():
-                conns.append(open_connection(self.dsn, name, self.statement_timeout,
-                                             self.deadline, self.interrupt, connect_within))
-        except DatabaseUnavailable:
-            for conn in conns:
-                _quietly_close(conn)
-            raise
+        conns: list[psycopg.Connection] = list(open_connections(
+            self.dsn, self._names(), self.statement_timeout, self.deadline, self.interrupt,
+            connect_within))
         self._adopt(conns)
 
     def _adopt(self, conns: list[psycopg.Connection]) -> None:

@@ -83,9 +83,10 @@ class Slice:
     want_rate: float
 
 
-def read_limits(conn: psycopg.Connection, queues: Sequence[str]) -> dict[str, StoredLimits]:
+def read_limits(conn: psycopg.Connection, queues: Sequence[str],
+                prepare: bool = True) -> dict[str, StoredLimits]:
     """The limits of those of ``queues`` that have any."""
-    rows = conn.execute(READ_LIMITS, {"queues": list(queues)}, prepare=True)
+    rows = conn.execute(READ_LIMITS, {"queues": list(queues)}, prepare=prepare)
     return {queue: StoredLimits(max_running, max_rate, burst, per_key)
             for queue, max_running, max_rate, burst, per_key in rows}
 

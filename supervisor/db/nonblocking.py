@@ -9,10 +9,12 @@ dispatching, and the answer is picked up when the socket is readable.
 Statements sent with ``prepare=True`` are prepared server-side once per connection (a
 named statement per parameter-type signature, as psycopg does) and then only bound and
 executed: a claim that carries no writes costs the server about a millisecond of parse
-and planning otherwise, which is most of an idle pickup. The first use costs one more
-round trip. Off with ``prepares=False`` (behind a pooler in transaction mode, where a
-named statement may be unknown on the next server connection), and off for good on a
-connection where preparing failed once.
+and planning otherwise, which is most of an idle pickup. Preparing costs a round trip of
+its own, so a statement is prepared at its second use, not its first: the first claim
+after start-up, which idle children wait for, goes out in one round trip. Off with
+``prepares=False`` (behind a pooler in transaction mode, where a named statement may be
+unknown on the next server connection), and off for good on a connection where
+preparing failed once.
 
 A statement sent is given ``sent_at`` (monotonic): the owner abandons it when no answer
 came within its deadline (``Database.expire``), since a hung server never answers and
@@ -86,6 +88,7 @@ class NonBlockingQuery:
         self._registered = False
         self.prepares = True  # server-side prepared statements allowed on this connection
         self._names: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        self._sent_once: set[tuple[bytes, tuple[int, ...]]] = set()  # prepared next time
         self._named = 0  # names used on this connection: a name is never reused
         # While a statement is being prepared: what to execute once it is.
         self._then: tuple[tuple[bytes, tuple[int, ...]], bytes, Sequence[Any],
@@ -111,7 +114,11 @@ class NonBlockingQuery:
         if prepare and self.prepares:
             key = (statement.sql, types)
             name = self._names.get(key)
-            if name is None:
+            if name is None and key not in self._sent_once:
+                self._sent_once.add(key)
+                self.pgconn.send_query_params(statement.sql, dumped, param_types=types,
+                                              param_formats=formats)
+            elif name is None:
                 self._named += 1
                 name = f"_supervisor_{self._named}".encode()
                 self.pgconn.send_prepare(name, statement.sql, param_types=types)

@@ -31,12 +31,12 @@ UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = {_USAGE}, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
-    -- a job done before its start was written (the start is left to the completion in
-    -- the same statement, see _STARTED_CARRIED) still says it was attempted
-    attempted_at = coalesce(j.attempted_at, now())
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             {_USAGE_ARRAYS})
-     AS u(id, attempt, result, cpu, wall, rss, output)
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE {_FENCE}
 RETURNING j.id
 """
@@ -66,11 +66,13 @@ SET state = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
     finished_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts THEN now() END,
     errors = j.errors || {_FAILED_ENTRY},
     usage = {_USAGE}, output = u.output,
-    lease_owner = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- as in COMPLETE: a failure before its start was written carries the start
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
             %(tracebacks)s::text[], %(delays)s::float8[], %(terminal)s::bool[],
-            {_USAGE_ARRAYS})
-     AS u(id, attempt, kind, message, traceback, delay, terminal, cpu, wall, rss, output)
+            %(ran)s::float8[], {_USAGE_ARRAYS})
+     AS u(id, attempt, kind, message, traceback, delay, terminal, ran, cpu, wall, rss, output)
 WHERE {_FENCE}
 RETURNING j.id
 """

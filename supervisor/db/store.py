@@ -58,13 +58,15 @@ log = logging.getLogger("supervisor.store")
 class Completion:
     """A job whose handler returned; ``result_json`` is already JSON text (or None).
     ``usage``: what the attempt cost, ``output``: the tail of what it printed; None
-    when unknown or empty."""
+    when unknown or empty. ``ran``: seconds since its start when that start was not
+    written (the write sets the attempt's start from it), else None."""
 
     id: int
     attempt: int
     result_json: str | None
     usage: Usage | None = None
     output: str | None = None
+    ran: float | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -82,6 +84,7 @@ class Failure:
     terminal: bool = False
     usage: Usage | None = None  # as for Completion: kept in the attempt's errors entry too
     output: str | None = None
+    ran: float | None = None  # as Completion.ran
 
 
 T = TypeVar("T")
@@ -114,6 +117,16 @@ class Store:
         # For rows that leave max_attempts out: each kind's handler value, else this.
         self.max_attempts: Mapping[str, int] = {}
         self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
+        self._run_once: set[str] = set()  # statements run once: prepared from the next run
+
+    def _again(self, sql: str) -> bool:
+        """Whether ``sql`` runs prepared: from its second run on. Preparing costs a round
+        trip of its own (psycopg waits for the Parse before it executes), which a
+        statement run once at start, before the first claim, should not pay."""
+        if sql in self._run_once:
+            return True
+        self._run_once.add(sql)
+        return False
 
 
     @property
@@ -167,7 +180,8 @@ class Store:
     def _complete_params(self, items: Sequence[Completion]) -> dict:
         return {"owner": self.owner, "ids": [c.id for c in items],
                 "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items]} | usage_params(items)
+                "results": [c.result_json for c in items],
+                "ran": [c.ran for c in items]} | usage_params(items)
 
     def started(self, items: Sequence[tuple[int, int]]) -> None:
         """Record that these ``(id, attempt)`` started in a child: from now on their
@@ -194,6 +208,7 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
+        params["ran"] = [f.ran for f in items]
         params |= usage_params(items)
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
@@ -242,7 +257,7 @@ class Store:
     def promote_due(self, limit: int = 1000) -> int:
         """Make up to ``limit`` scheduled/retryable jobs whose run_at has come available;
         returns how many. Safe to run from several supervisors at once."""
-        cur = self.connection.execute(PROMOTE, {"limit": limit}, prepare=True)
+        cur = self.connection.execute(PROMOTE, {"limit": limit}, prepare=self._again(PROMOTE))
         return cur.rowcount
 
     def rescue_expired(self, limit: int = 1000) -> list[Rescued]:
@@ -262,12 +277,13 @@ class Store:
         if not queues or not kinds:
             return None
         row = self.connection.execute(NEXT_DUE, {"queues": list(queues), "kinds": list(kinds)},
-                                      prepare=True).fetchone()
+                                      prepare=self._again(NEXT_DUE)).fetchone()
         return None if row is None else row[0]
 
     def paused_queues(self, queues: Sequence[str]) -> set[str]:
         """Which of ``queues`` are paused."""
-        rows = self.connection.execute(PAUSED, {"queues": list(queues)}, prepare=True)
+        rows = self.connection.execute(PAUSED, {"queues": list(queues)},
+                                       prepare=self._again(PAUSED))
         return {row[0] for row in rows}
 
     def reconcile(self, held: Sequence[int]) -> list[int]:
@@ -280,7 +296,8 @@ class Store:
     # -- global limits (the statements are in supervisor.db.leases) -----------------------
     def read_limits(self, queues: Sequence[str]) -> dict[str, StoredLimits]:
         """The global limits of those of ``queues`` that have any."""
-        return leases.read_limits(self.connection, queues)
+        return leases.read_limits(self.connection, queues,
+                                  prepare=self._again(leases.READ_LIMITS))
 
     def renew_lease(self, queue: str, decide: Callable[[dict[str, LeaseRow]], T],
                     to_row: Callable[[T], Slice]) -> T:
@@ -348,7 +365,8 @@ class Store:
         if not queues or not kinds:
             return set()
         rows = self.connection.execute(QUEUES_WITH_WORK, {"queues": list(queues),
-                                                           "kinds": list(kinds)}, prepare=True)
+                                                           "kinds": list(kinds)},
+                                       prepare=self._again(QUEUES_WITH_WORK))
         return {row[0] for row in rows}
 
     def has_due_work(self, queues: Sequence[str], kinds: Sequence[str],

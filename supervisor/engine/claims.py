@@ -45,6 +45,7 @@ class Claimer:
         self.clock = clock
         self.accepting = True  # False once draining: late answers go straight back
         self.in_flight: tuple[str, int] | None = None  # (queue, jobs asked for)
+        self.answers = 0  # claims answered (or failed) so far
         self._order = itertools.count()
         self._last_turn: dict[str, int] = {}
 
@@ -66,7 +67,7 @@ class Claimer:
         self._last_turn[queue] = next(self._order)
         request = ClaimRequest(queue, self.kinds, wanted, self.scheduler.aging(queue),
                                self.scheduler.per_key(queue),
-                               self.outbox.take_completions(), self.outbox.take_starts())
+                               self.outbox.take_completions(), self.outbox.take_starts(now))
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0
@@ -89,6 +90,7 @@ class Claimer:
                   outcome: ClaimResult | Exception) -> list[ClaimedJob]:
         """Book the claim's answer; returns the jobs it took."""
         self.in_flight = None
+        self.answers += 1
         queue, wanted, completions = request.queue, request.limit, request.completions
         if isinstance(outcome, Exception):
             self.scheduler.unplanned(queue, wanted)

@@ -141,7 +141,10 @@ class Engine:
         if self.claimer.accepting and db.up and not self.fenced:
             self.claimer.claim(now, pool.size(), eager=self.outbox.due(now, in_flight))
             self.dispatch(pool)
-        if db.up:  # after the claim is sent: these round trips overlap its execution
+        # After the claim is sent, so these round trips overlap its execution; but not
+        # before the first claim's answer: the idle children of a start wait for it, and
+        # the first maintenance round (30 ms on a loaded machine) held it unread.
+        if db.up and (self.claimer.answers or not self.claim_in_flight):
             self._housekeeping(now, pool)
         if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0):
             self.outbox.flush(db, now)

@@ -6,7 +6,6 @@ to record them. Outcomes are stated by the caller; nothing here infers them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from importlib import metadata
 from typing import Any
 
 from shared import defaults
@@ -24,6 +23,10 @@ CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 
 def _package_version() -> str:
+    # Asked at the first render, not at start: a metadata lookup (with the import of
+    # importlib.metadata) cost about 25 ms of CPU of every start-up (issue 31).
+    from importlib import metadata
+
     try:
         return metadata.version("pg-supervisor")
     except metadata.PackageNotFoundError:
@@ -142,8 +145,9 @@ class SupervisorMetrics:
         self._db_up = r.gauge(
             "supervisor_database_up", "1 while the work connection is usable, else 0."
         )
-        info = r.gauge("supervisor_info", "This supervisor's identity.", ["owner", "version"])
-        info.set(1, owner=owner, version=version or _package_version())
+        self._info = r.gauge("supervisor_info", "This supervisor's identity.",
+                             ["owner", "version"])
+        self._identity: tuple[str, str | None] | None = (owner, version)  # version: at render
         self._children.set(0, state="busy")
         self._children.set(0, state="idle")
         self._db_up.set(0)
@@ -264,4 +268,8 @@ class SupervisorMetrics:
 
     def render(self) -> bytes:
         """Every metric in the text exposition format: the ``MetricsServer`` callback."""
+        if self._identity is not None:
+            owner, version = self._identity
+            self._info.set(1, owner=owner, version=version or _package_version())
+            self._identity = None
         return self.registry.render()
