@@ -6,12 +6,11 @@ trusting the supervisor's own account.
 """
 
 import ctypes
-import math
 import os
-import re
 import time
 
 import orjson
+from gil_busy import hold_gil_burning_cpu
 
 from shared.jobs import Backoff
 from workers import Discard, current_job, job
@@ -106,18 +105,9 @@ def e2e_hang_in_c() -> None:
 @job(max_attempts=1)
 def e2e_regex_busy(seconds: float = 6.0) -> bool:
     """Catastrophic backtracking: holds the GIL in C for about ``seconds`` while burning
-    CPU: busy, not hung. The length is calibrated here, because the time doubles with
-    each character and a fixed length took 5.4 s on one machine and under 3 s on another."""
+    CPU: busy, not hung."""
     record("run")
-    pattern = re.compile(r"(a+)+$")
-    probe, took = 16, 0.0
-    while took < 0.05:
-        probe += 1
-        started = time.perf_counter()
-        pattern.match("a" * probe + "!")
-        took = time.perf_counter() - started
-    n = probe + max(0, math.ceil(math.log2(seconds / took)))
-    return bool(pattern.match("a" * n + "!"))
+    return hold_gil_burning_cpu(seconds)
 
 
 @job

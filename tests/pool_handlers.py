@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import time
+
+from gil_busy import hold_gil_burning_cpu
 
 from workers import Discard, Retry, current_job, job
 
@@ -66,10 +67,9 @@ def pool_sleep_with_timeout(seconds: float):
 
 
 @job(name="pool_regex_busy")
-def pool_regex_busy(n: int = 24):
-    # Catastrophic backtracking: one C call that holds the GIL and burns CPU the whole
-    # time (n=24 about 1.3 s here, each n more doubles it): busy, not hung.
-    return bool(re.match(r"(a+)+$", "a" * n + "!"))
+def pool_regex_busy(seconds: float = 2.0):
+    # One C call that holds the GIL and burns CPU the whole time: busy, not hung.
+    return hold_gil_burning_cpu(seconds)
 
 
 @job(name="pool_gil_sleep")

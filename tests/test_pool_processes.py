@@ -88,10 +88,10 @@ def test_handler_timeout_from_the_job_decorator(make_driver):
 
 
 def test_native_code_holding_the_gil_while_burning_cpu_is_busy_not_hung(make_driver):
-    # The regex holds the GIL for about 1.3 s here, the heartbeat timeout is 0.5 s: its
+    # The regex holds the GIL for about 2 s, the heartbeat timeout is 0.5 s: its
     # heartbeat thread starves, but its CPU time moves, so it is left to finish.
     d = make_driver(heartbeat_timeout=0.5)
-    out = d.run("pool_regex_busy", '{"n": 24}')
+    out = d.run("pool_regex_busy", '{"seconds": 2.0}')
     assert isinstance(out, JobDone), out
     assert len(d.events("native")) == 1
     assert not d.events("killed")
