@@ -249,6 +249,9 @@ class FakePool:
     def held_count(self) -> int:
         return len(self.jobs)
 
+    def child_reports(self) -> list:
+        return []  # no processes: nothing to say of them
+
     def occupied(self) -> Counter:
         return Counter(job.queue for job in self.jobs.values())  # one job per child
 

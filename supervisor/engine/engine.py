@@ -309,7 +309,9 @@ class Engine:
         """What the claim does not wait for: the maintenance round (beat, rescue,
         pruning) and firing periodic jobs."""
         if self.maintenance.due(now):
-            info = {"kinds": self.kinds}
+            # Each child's job, its age and memory ride on the heartbeat (once a round).
+            info = {"kinds": self.kinds,
+                    "children": [r.as_json() for r in pool.child_reports()]}
             rescued = self.db.call(lambda s: self.maintenance.run_round(
                 s, children=pool.size(), busy=pool.busy_count(), info=info,
                 may_lead=now >= self.rescue_hold_until), 0, "maintenance")
