@@ -47,7 +47,8 @@ def test_a_queue_drains_in_its_jobs_times_run_time_over_the_children_serving_it(
     q = _queue(conn, "q")
     assert q["serving"] == 4
     assert q["drain_seconds"] == pytest.approx(8 * 2.0 / 4)
-    admin.set_limits(conn, "q", {"max_running": 2}, clear=False)  # a global cap: two at once at most
+    # A global cap: two at once at most.
+    admin.set_limits(conn, "q", {"max_running": 2}, clear=False)
     assert _queue(conn, "q")["drain_seconds"] == pytest.approx(8 * 2.0 / 2)
     admin.set_paused(conn, "q", True)
     assert _queue(conn, "q")["drain_seconds"] is None  # paused: never drains

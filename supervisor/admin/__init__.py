@@ -17,11 +17,12 @@ Door:
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
+- ``history``: the charts' finished jobs and queue depth per bucket of time;
 - ``bulk``: retry, cancel or delete the jobs matching a filter, counted, capped and
   batched.
 """
 
-from supervisor.admin import bulk, pages
+from supervisor.admin import bulk, history, pages
 from supervisor.admin.jobs import (
     CANCEL_STATES,
     RETRY_STATES,
@@ -65,6 +66,7 @@ __all__ = [
     "check_state",
     "finished_counts",
     "get_job",
+    "history",
     "list_jobs",
     "live_slices",
     "live_supervisors",

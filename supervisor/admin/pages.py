@@ -72,38 +72,6 @@ ORDER BY l.queue, l.owner
 """
 
 
-# The per-minute history (supervisor.job_minutes, rolled up by the maintenance leader)
-# in buckets of ``step`` seconds, the empty ones included, oldest first, ending with
-# the last closed bucket (the open one is not rolled up yet and would read as a drop).
-_HISTORY = """
-SELECT b.t AS at, coalesce(sum(m.completed), 0)::int AS completed,
-       coalesce(sum(m.discarded), 0)::int AS failed,
-       coalesce(sum(m.retried), 0)::int AS retried,
-       (sum(m.run_sum) / nullif(sum(m.run_n), 0))::float8 AS run_mean,
-       (sum(m.wait_sum) / nullif(sum(m.wait_n), 0))::float8 AS wait_mean
-FROM generate_series(
-        to_timestamp(floor(extract(epoch FROM now()) / %(step)s) * %(step)s)
-            - %(buckets)s * %(step)s * interval '1 second',
-        to_timestamp(floor(extract(epoch FROM now()) / %(step)s) * %(step)s)
-            - %(step)s * interval '1 second',
-        %(step)s * interval '1 second') AS b(t)
-LEFT JOIN supervisor.job_minutes m
-       ON m.minute >= b.t AND m.minute < b.t + %(step)s * interval '1 second'
-GROUP BY b.t
-ORDER BY b.t
-"""
-
-
-def history(conn: psycopg.Connection, buckets: int, step: int) -> list[dict[str, Any]]:
-    """The last ``buckets`` buckets of ``step`` seconds (a multiple of 60) of the
-    finished jobs' history: ``at``, ``completed``, ``failed`` (discarded),
-    ``retried``, ``run_mean`` and ``wait_mean`` (seconds; None without jobs)."""
-    cur = conn.execute(_HISTORY, {"buckets": buckets, "step": step})
-    assert cur.description is not None  # a SELECT describes its columns
-    names = [d.name for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur]
-
-
 def schedules(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Every schedule: name, kind, queue, expression, status, next and last fire, the
     last fire's job and its state (see ``supervisor.schedules.admin``)."""

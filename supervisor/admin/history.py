@@ -1,0 +1,117 @@
+"""The history behind the dashboard's charts: finished jobs per bucket of time from
+the per-minute rollup (``supervisor.job_minutes``) and queue depth from the per-minute
+samples (``supervisor.queue_minutes``), both written by the maintenance leader
+(``supervisor.db.history``). Each answer is one query bounded by the tables' keys
+(minute first), so a chart costs the same on a jobs table of millions.
+
+Buckets run oldest first, the empty ones included, and end with the last closed
+bucket: the open one is not rolled up yet and would read as a drop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+# The bucket starts: ``buckets`` of ``step`` seconds ending before the open one (the
+# casts: a small Python int travels as a smallint, and 24 * 3600 overflows one).
+_BUCKETS = """generate_series(
+        to_timestamp(floor(extract(epoch FROM now()) / %(step)s::int) * %(step)s::int)
+            - %(buckets)s::int * %(step)s::int * interval '1 second',
+        to_timestamp(floor(extract(epoch FROM now()) / %(step)s::int) * %(step)s::int)
+            - %(step)s::int * interval '1 second',
+        %(step)s::int * interval '1 second') AS b(t)"""
+
+_FINISHED = f"""
+SELECT b.t AS at, coalesce(sum(m.completed), 0)::int AS completed,
+       coalesce(sum(m.discarded), 0)::int AS failed,
+       coalesce(sum(m.retried), 0)::int AS retried,
+       (sum(m.run_sum) / nullif(sum(m.run_n), 0))::float8 AS run_mean,
+       (sum(m.wait_sum) / nullif(sum(m.wait_n), 0))::float8 AS wait_mean,
+       max(m.run_p95)::float8 AS run_p95, max(m.wait_p95)::float8 AS wait_p95
+FROM {_BUCKETS}
+LEFT JOIN supervisor.job_minutes m
+       ON m.minute >= b.t AND m.minute < b.t + %(step)s::int * interval '1 second'
+      AND (%(queue)s::text IS NULL OR m.queue = %(queue)s::text)
+      AND (%(kind)s::text IS NULL OR m.kind = %(kind)s::text)
+GROUP BY b.t
+ORDER BY b.t
+"""
+
+# A bucket's depth is its largest sample (a minute without one had nothing waiting or
+# running, or no leader: 0 either way on the chart).
+_DEPTH = f"""
+SELECT b.t AS at, coalesce(max(d.available), 0)::int AS available,
+       coalesce(max(d.running), 0)::int AS running,
+       max(d.oldest_wait)::float8 AS oldest_wait
+FROM {_BUCKETS}
+LEFT JOIN supervisor.queue_minutes d
+       ON d.minute >= b.t AND d.minute < b.t + %(step)s::int * interval '1 second'
+      AND d.queue = %(queue)s::text
+GROUP BY b.t
+ORDER BY b.t
+"""
+
+HOUR = (60, 60)  # (buckets, step): the last hour by minute
+DAY = (24, 3600)  # the last day by hour
+
+
+def _rows(cur: psycopg.Cursor) -> list[dict[str, Any]]:
+    assert cur.description is not None  # a SELECT describes its columns
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur]
+
+
+def finished(conn: psycopg.Connection, buckets: int, step: int, *,
+             queue: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+    """The last ``buckets`` buckets of ``step`` seconds (a multiple of 60) of finished
+    jobs, of one ``queue`` and/or ``kind`` or all: ``at``, ``completed``, ``failed``
+    (discarded), ``retried``, ``run_mean``, ``wait_mean``, ``run_p95`` and
+    ``wait_p95`` (seconds, None without jobs; a bucket's p95 is the largest of its
+    minutes', an upper bound)."""
+    return _rows(conn.execute(_FINISHED, {"buckets": buckets, "step": step,
+                                          "queue": queue, "kind": kind}))
+
+
+def depth(conn: psycopg.Connection, buckets: int, step: int,
+          queue: str) -> list[dict[str, Any]]:
+    """The last ``buckets`` buckets of ``step`` seconds of ``queue``'s depth: ``at``,
+    ``available``, ``running`` (the largest sample in the bucket) and ``oldest_wait``
+    (seconds; None without a sample)."""
+    return _rows(conn.execute(_DEPTH, {"buckets": buckets, "step": step, "queue": queue}))
+
+
+# The last ``hours`` of the rollup added up per kind (of one queue) or per queue (of
+# one kind): a few thousand rows of job_minutes at most, through its key.
+_TOTALS = """
+SELECT {by} AS name, sum(completed)::int AS completed, sum(discarded)::int AS failed,
+       sum(cancelled)::int AS cancelled, sum(retried)::int AS retried,
+       (sum(run_sum) / nullif(sum(run_n), 0))::float8 AS run_mean,
+       max(run_p95)::float8 AS run_p95,
+       (sum(wait_sum) / nullif(sum(wait_n), 0))::float8 AS wait_mean
+FROM supervisor.job_minutes
+WHERE minute >= now() - %(hours)s * interval '1 hour' AND {where} = %(name)s::text
+GROUP BY {by}
+ORDER BY {by}
+"""
+_TOTALS_BY = {"kind": _TOTALS.format(by="kind", where="queue"),
+              "queue": _TOTALS.format(by="queue", where="kind")}
+
+
+def totals(conn: psycopg.Connection, hours: int, *, queue: str | None = None,
+           kind: str | None = None) -> list[dict[str, Any]]:
+    """The finished jobs of the last ``hours`` from the rollup: per kind of ``queue``,
+    or per queue of ``kind`` (give one): ``name``, ``completed``, ``failed``,
+    ``cancelled``, ``retried``, ``run_mean``, ``run_p95`` (an upper bound),
+    ``wait_mean``, and ``failure_rate`` (failed over completed plus failed; None
+    without either)."""
+    if (queue is None) == (kind is None):
+        raise ValueError("totals: give a queue or a kind")
+    sql = _TOTALS_BY["kind"] if queue is not None else _TOTALS_BY["queue"]
+    rows = _rows(conn.execute(sql, {"hours": hours, "name": queue if queue is not None
+                                    else kind}))
+    for row in rows:
+        ended = row["completed"] + row["failed"]
+        row["failure_rate"] = row["failed"] / ended if ended else None
+    return rows
