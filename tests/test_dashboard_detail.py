@@ -85,7 +85,7 @@ def test_a_queue_page_charts_its_hour_and_day_and_its_depth(history):
 
 
 def test_a_kind_page_charts_its_hour_and_day_across_queues(history):
-    server, dsn = history
+    server, _dsn = history
     status, data = api(server, "/api/kinds/resize")
     assert status == 200 and data["kind"] == "resize"
     assert data["day"]["completed"] == 142 and data["day"]["failed"] == 3
@@ -98,7 +98,7 @@ def test_a_kind_page_charts_its_hour_and_day_across_queues(history):
 
 
 def test_unknown_queues_and_kinds_are_404_and_the_lists_link_to_their_pages(history):
-    server, dsn = history
+    server, _dsn = history
     assert api(server, "/api/queues/no-such-queue")[0] == 404
     assert api(server, "/api/kinds/no-such-kind")[0] == 404
     status, _, body = call(server.url + "/kinds/no%00such")
