@@ -75,7 +75,8 @@ def test_a_queue_page_charts_its_hour_and_day_and_its_depth(history):
     assert status == 200
     for chart in ("finished-hour", "finished-day", "times-hour", "times-day",
                   "depth-hour", "depth-day", "oldest-hour", "oldest-day"):
-        assert f'id="chart-{chart}"><svg class="chart"'.encode() in body, chart
+        assert f'id="chart-{chart}"><figcaption>'.encode() in body, chart
+    assert body.count(b'<svg class="chart"') == 8
     assert b"completed 47" in body  # the hour
     assert f"completed {_closed_hours(dsn)}".encode() in body  # the day
     assert b"available 17" in body and b"oldest wait 15.0m" in body

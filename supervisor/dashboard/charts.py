@@ -17,7 +17,7 @@ from typing import Any
 from markupsafe import Markup
 
 WIDTH, HEIGHT = 600, 140
-PAD_LEFT, PAD_BOTTOM, PAD_TOP = 44, 18, 8
+PAD_LEFT, PAD_BOTTOM, PAD_TOP = 44, 18, 22  # the legend sits above the plot
 COLORS = {"completed": "#2457c5", "failed": "#b3261e", "retried": "#a05a00",
           "run_mean": "#2457c5", "run_p95": "#7aa2ff", "wait_mean": "#1f7a3a",
           "wait_p95": "#8fcf9f", "available": "#a05a00", "running": "#2457c5",
@@ -83,7 +83,7 @@ def line_chart(title: str, points: list[dict[str, Any]],
         figure = sum(present) if summary == "total" else max(present, default=None)
         shown = "-" if figure is None else fmt(figure)
         parts.append(f'<text class="legend-{name}" x="{PAD_LEFT + 6 + n * LEGEND_STEP}" '
-                     f'y="{PAD_TOP + 10}" font-size="11" fill="{COLORS[name]}">'
+                     f'y="13" font-size="11" fill="{COLORS[name]}">'
                      f'{LABELS.get(name, name)} {escape(shown)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
