@@ -14,42 +14,56 @@ from typing import Any
 
 import psycopg
 
-# The bucket starts: ``buckets`` of ``step`` seconds ending before the open one (the
-# casts: a small Python int travels as a smallint, and 24 * 3600 overflows one).
-_BUCKETS = """generate_series(
-        to_timestamp(floor(extract(epoch FROM now()) / %(step)s::int) * %(step)s::int)
-            - %(buckets)s::int * %(step)s::int * interval '1 second',
-        to_timestamp(floor(extract(epoch FROM now()) / %(step)s::int) * %(step)s::int)
-            - %(step)s::int * interval '1 second',
-        %(step)s::int * interval '1 second') AS b(t)"""
+# The buckets: ``buckets`` of ``step`` seconds ending before the open one. Rows are
+# read by one range over the table's key (minute first) and added up per bucket, then
+# joined to the list of buckets so the empty ones show. (The casts: a small Python int
+# travels as a smallint, and 24 * 3600 overflows one.)
+_SPAN = """span AS (
+    SELECT to_timestamp(floor(extract(epoch FROM now()) / %(step)s::int) * %(step)s::int)
+           AS upto)"""
+_SERIES = """generate_series(span.upto - %(buckets)s::int * %(step)s::int * interval '1 second',
+                span.upto - %(step)s::int * interval '1 second',
+                %(step)s::int * interval '1 second') AS b(t)"""
+_BUCKET_OF = "to_timestamp(floor(extract(epoch FROM {col}) / %(step)s::int) * %(step)s::int)"
+_IN_SPAN = """{col} >= span.upto - %(buckets)s::int * %(step)s::int * interval '1 second'
+      AND {col} < span.upto"""
 
 _FINISHED = f"""
-SELECT b.t AS at, coalesce(sum(m.completed), 0)::int AS completed,
-       coalesce(sum(m.discarded), 0)::int AS failed,
-       coalesce(sum(m.retried), 0)::int AS retried,
-       (sum(m.run_sum) / nullif(sum(m.run_n), 0))::float8 AS run_mean,
-       (sum(m.wait_sum) / nullif(sum(m.wait_n), 0))::float8 AS wait_mean,
-       max(m.run_p95)::float8 AS run_p95, max(m.wait_p95)::float8 AS wait_p95
-FROM {_BUCKETS}
-LEFT JOIN supervisor.job_minutes m
-       ON m.minute >= b.t AND m.minute < b.t + %(step)s::int * interval '1 second'
-      AND (%(queue)s::text IS NULL OR m.queue = %(queue)s::text)
-      AND (%(kind)s::text IS NULL OR m.kind = %(kind)s::text)
-GROUP BY b.t
+WITH {_SPAN},
+m AS (
+    SELECT {_BUCKET_OF.format(col="minute")} AS t, sum(completed) AS completed,
+           sum(discarded) AS discarded, sum(retried) AS retried,
+           sum(run_sum) AS run_sum, sum(run_n) AS run_n, sum(wait_sum) AS wait_sum,
+           sum(wait_n) AS wait_n, max(run_p95) AS run_p95, max(wait_p95) AS wait_p95
+    FROM supervisor.job_minutes, span
+    WHERE {_IN_SPAN.format(col="minute")}
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+    GROUP BY 1)
+SELECT b.t AS at, coalesce(m.completed, 0)::int AS completed,
+       coalesce(m.discarded, 0)::int AS failed, coalesce(m.retried, 0)::int AS retried,
+       (m.run_sum / nullif(m.run_n, 0))::float8 AS run_mean,
+       (m.wait_sum / nullif(m.wait_n, 0))::float8 AS wait_mean,
+       m.run_p95::float8 AS run_p95, m.wait_p95::float8 AS wait_p95
+FROM span CROSS JOIN {_SERIES}
+LEFT JOIN m ON m.t = b.t
 ORDER BY b.t
 """
 
 # A bucket's depth is its largest sample (a minute without one had nothing waiting or
 # running, or no leader: 0 either way on the chart).
 _DEPTH = f"""
-SELECT b.t AS at, coalesce(max(d.available), 0)::int AS available,
-       coalesce(max(d.running), 0)::int AS running,
-       max(d.oldest_wait)::float8 AS oldest_wait
-FROM {_BUCKETS}
-LEFT JOIN supervisor.queue_minutes d
-       ON d.minute >= b.t AND d.minute < b.t + %(step)s::int * interval '1 second'
-      AND d.queue = %(queue)s::text
-GROUP BY b.t
+WITH {_SPAN},
+d AS (
+    SELECT {_BUCKET_OF.format(col="minute")} AS t, max(available) AS available,
+           max(running) AS running, max(oldest_wait) AS oldest_wait
+    FROM supervisor.queue_minutes, span
+    WHERE {_IN_SPAN.format(col="minute")} AND queue = %(queue)s::text
+    GROUP BY 1)
+SELECT b.t AS at, coalesce(d.available, 0)::int AS available,
+       coalesce(d.running, 0)::int AS running, d.oldest_wait::float8 AS oldest_wait
+FROM span CROSS JOIN {_SERIES}
+LEFT JOIN d ON d.t = b.t
 ORDER BY b.t
 """
 
