@@ -14,18 +14,16 @@ from typing import Any
 
 import psycopg
 
-# The buckets: ``buckets`` of ``step`` seconds ending before the open one. Rows are
-# read by one range over the table's key (minute first) and added up per bucket, then
-# joined to the list of buckets so the empty ones show. (The casts: a small Python int
-# travels as a smallint, and 24 * 3600 overflows one.)
-_SPAN = """span AS (
-    SELECT to_timestamp(floor(extract(epoch FROM now()) / %(step)s::int) * %(step)s::int)
-           AS upto)"""
-_SERIES = """generate_series(span.upto - %(buckets)s::int * %(step)s::int * interval '1 second',
-                span.upto - %(step)s::int * interval '1 second',
-                %(step)s::int * interval '1 second') AS b(t)"""
-_BUCKET_OF = "to_timestamp(floor(extract(epoch FROM {col}) / %(step)s::int) * %(step)s::int)"
-_IN_SPAN = """{col} >= span.upto - %(buckets)s::int * %(step)s::int * interval '1 second'
+# The buckets: ``buckets`` of one ``unit`` (a minute or an hour) ending before the
+# open one. Rows are read by one range over the table's key (minute first) and added
+# up per bucket with date_trunc (numeric epoch arithmetic on every row cost 100 ms a
+# day), then joined to the list of buckets so the empty ones show.
+_SPAN = "span AS (SELECT date_trunc(%(unit)s, now()) AS upto)"
+_SERIES = """generate_series(span.upto - %(buckets)s::int * ('1 ' || %(unit)s)::interval,
+                span.upto - ('1 ' || %(unit)s)::interval,
+                ('1 ' || %(unit)s)::interval) AS b(t)"""
+_BUCKET_OF = "date_trunc(%(unit)s, {col})"
+_IN_SPAN = """{col} >= span.upto - %(buckets)s::int * ('1 ' || %(unit)s)::interval
       AND {col} < span.upto"""
 
 _FINISHED = f"""
@@ -67,8 +65,9 @@ LEFT JOIN d ON d.t = b.t
 ORDER BY b.t
 """
 
-HOUR = (60, 60)  # (buckets, step): the last hour by minute
-DAY = (24, 3600)  # the last day by hour
+HOUR = (60, "minute")  # (buckets, unit): the last hour by minute
+DAY = (24, "hour")  # the last day by hour
+UNITS = ("minute", "hour")
 
 
 def _rows(cur: psycopg.Cursor) -> list[dict[str, Any]]:
@@ -77,23 +76,30 @@ def _rows(cur: psycopg.Cursor) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cur]
 
 
-def finished(conn: psycopg.Connection, buckets: int, step: int, *,
+def finished(conn: psycopg.Connection, buckets: int, unit: str, *,
              queue: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
-    """The last ``buckets`` buckets of ``step`` seconds (a multiple of 60) of finished
+    """The last ``buckets`` ``unit`` buckets (``minute`` or ``hour``) of finished
     jobs, of one ``queue`` and/or ``kind`` or all: ``at``, ``completed``, ``failed``
     (discarded), ``retried``, ``run_mean``, ``wait_mean``, ``run_p95`` and
     ``wait_p95`` (seconds, None without jobs; a bucket's p95 is the largest of its
     minutes', an upper bound)."""
-    return _rows(conn.execute(_FINISHED, {"buckets": buckets, "step": step,
+    return _rows(conn.execute(_FINISHED, {"buckets": buckets, "unit": _unit(unit),
                                           "queue": queue, "kind": kind}))
 
 
-def depth(conn: psycopg.Connection, buckets: int, step: int,
+def depth(conn: psycopg.Connection, buckets: int, unit: str,
           queue: str) -> list[dict[str, Any]]:
-    """The last ``buckets`` buckets of ``step`` seconds of ``queue``'s depth: ``at``,
+    """The last ``buckets`` ``unit`` buckets of ``queue``'s depth: ``at``,
     ``available``, ``running`` (the largest sample in the bucket) and ``oldest_wait``
     (seconds; None without a sample)."""
-    return _rows(conn.execute(_DEPTH, {"buckets": buckets, "step": step, "queue": queue}))
+    return _rows(conn.execute(_DEPTH, {"buckets": buckets, "unit": _unit(unit),
+                                       "queue": queue}))
+
+
+def _unit(unit: str) -> str:
+    if unit not in UNITS:
+        raise ValueError(f"a chart's bucket is a minute or an hour, not {unit!r}")
+    return unit
 
 
 # The last ``hours`` of the rollup added up per kind (of one queue) or per queue (of

@@ -217,7 +217,7 @@ async def api_history(request: Request) -> Response:
         raise admin.AdminError(f"minutes is an integer from 1 to 1440; got {text[:20]!r}",
                                usage=True)
     return JSONResponse({"minutes": await _db(request).run(admin.history.finished,
-                                                            int(text), 60)})
+                                                            int(text), "minute")})
 
 
 async def api_overview(request: Request) -> Response:
