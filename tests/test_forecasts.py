@@ -107,3 +107,13 @@ def test_a_supervisor_publishes_each_child_its_job_age_and_memory(dsn, conn):
     finally:
         sup.signal(signal.SIGKILL)
         sup.stop()
+
+
+def test_children_written_by_hand_are_shown_only_when_they_are_objects(conn):
+    # info is any jsonb a script may write: only a list's objects are shown.
+    for sid, info in (("a", '{"children": "lots"}'), ("b", '{"children": [1, {"pid": 7}]}'),
+                      ("c", "[1]"), ("d", "{}"), ("e", '"text"')):
+        conn.execute("INSERT INTO supervisor.supervisors (id, host, pid, info) "
+                     "VALUES (%s, 'h', 1, %s::jsonb)", (sid, info))
+    found = {s["id"]: s["workers"] for s in admin.status(conn)["supervisors"]}
+    assert found == {"a": [], "b": [{"pid": 7}], "c": [], "d": [], "e": []}

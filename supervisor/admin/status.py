@@ -252,7 +252,8 @@ def _unhandled(conn: psycopg.Connection, queues: list[str],
 
 
 def _kinds(sup: dict[str, Any]) -> set[str] | None:
-    kinds = (sup.get("info") or {}).get("kinds")
+    info = sup.get("info")
+    kinds = info.get("kinds") if isinstance(info, dict) else None
     return set(kinds) if isinstance(kinds, list) else None
 
 
@@ -271,7 +272,8 @@ def public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
 def _workers(sup: dict[str, Any]) -> list[dict[str, Any]]:
     # Published by the supervisor itself into info (older ones publish none); a row
     # written by hand may hold anything, so only objects are kept.
-    kids = (sup.get("info") or {}).get("children")
+    info = sup.get("info")
+    kids = info.get("children") if isinstance(info, dict) else None
     return [k for k in kids if isinstance(k, dict)] if isinstance(kids, list) else []
 
 
