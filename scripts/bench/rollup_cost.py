@@ -2,13 +2,13 @@
 it with the maintenance leader's roll-up and depth sample taken out, interleaved.
 
 The roll-up only adds up minutes that closed 30 s ago, so a short drain never gives it
-work: each run drains ``--jobs`` no-op jobs (200,000 by default: about a minute here)
+work: each run drains ``--jobs`` no-op jobs (600,000 by default: about three minutes here)
 with ``supervisor run -n 2 --burst`` at defaults, start-up included, on a database
 its own code migrated; the "on" runs report how many jobs their leader rolled up while
 draining. Rounds alternate so load from elsewhere falls on both alike; the report is
 the median of the rounds and the load average before and after.
 
-Usage: python scripts/bench/rollup_cost.py [--jobs 200000] [--rounds 3]
+Usage: python scripts/bench/rollup_cost.py [--jobs 600000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def rolled(dsn: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=common.DEFAULT_DSN)
-    parser.add_argument("--jobs", type=int, default=200_000)
+    parser.add_argument("--jobs", type=int, default=600_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
