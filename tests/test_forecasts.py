@@ -7,11 +7,13 @@ from __future__ import annotations
 import signal
 
 import pytest
+from click.testing import CliRunner
 from e2e import Supervisor, wait_until
 
 from shared.batches import Callback, find_batch
 from shared.enqueue import enqueue, enqueue_many
 from supervisor import admin
+from supervisor.cli.main import main
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,6 +72,9 @@ def test_a_batch_eta_comes_from_its_run_times_and_the_children_serving_it(conn, 
                  "WHERE id = ANY(%s)", (batch.ids[:2],))
     # Its own members' mean (3 s) now: 4 left on 2 children.
     assert found.eta() == pytest.approx(4 * 3.0 / 2, rel=0.01)
+    shown = CliRunner().invoke(main, ["batches", "show", str(batch.id), "--dsn", dsn])
+    assert shown.exit_code == 0, shown.output
+    assert "eta:      6s (4 left, 3s mean run, 2 children)" in shown.output
     page = next(b for b in admin.pages.batches(conn) if b["id"] == batch.id)
     assert page["eta"] == pytest.approx(found.eta(), rel=0.01) and page["workers"] == 2
     conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now() "
