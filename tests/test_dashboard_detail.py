@@ -13,6 +13,7 @@ import pytest
 from test_dashboard_http import api, call
 
 from supervisor.db import Store
+from supervisor.db.history import sample_depth
 
 pytestmark = pytest.mark.timeout(60)
 pytest_plugins = ["dashboard_fixtures"]  # pages
@@ -125,3 +126,15 @@ def test_the_leader_samples_each_queue_depth_once_a_minute(conn):
                         "FROM supervisor.queue_minutes ORDER BY queue").fetchall()
     assert [r[:3] for r in rows] == [("a", 2, 0), ("b", 1, 1)]
     assert 590 <= rows[0][3] < 700 and rows[1][3] < 60
+
+
+def test_a_depth_too_slow_to_count_is_skipped_not_waited_for(conn, dsn):
+    conn.execute("INSERT INTO supervisor.jobs (kind, queue) "
+                 "SELECT 'k', 'q' || (g % 3) FROM generate_series(1, 30) AS g")
+    # Another session holds the table: the count cannot start, and the leader gives up
+    # after its budget instead of waiting; nothing is written, the connection is fine.
+    with psycopg.connect(dsn) as other:
+        other.execute("LOCK TABLE supervisor.jobs IN ACCESS EXCLUSIVE MODE")
+        assert sample_depth(conn, timeout_ms=200) == 0
+    assert conn.execute("SELECT count(*) FROM supervisor.queue_minutes").fetchone()[0] == 0
+    assert sample_depth(conn) == 3
