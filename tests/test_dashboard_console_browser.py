@@ -88,8 +88,8 @@ def test_queue_and_kind_pages_draw_their_charts(browser, pages):
     assert _series_points(browser, "chart-times-hour", "run_mean") == 60
     assert _series_points(browser, "chart-depth-hour", "available") == 60
     assert "failed 25" in css(browser, "#chart-finished-hour")[0].text
-    assert "run mean 2.0s" in css(browser, "#chart-times-hour")[0].text
-    assert "available 100" in css(browser, "#chart-depth-hour")[0].text
+    assert "run mean max 2.0s" in css(browser, "#chart-times-hour")[0].text
+    assert "available max 100" in css(browser, "#chart-depth-hour")[0].text
     assert browser.title != "pwned"
     css(browser, 'tr[data-kind="resize"] a')[0].click()
     wait_for(lambda: browser.current_url.endswith("/kinds/resize"), what="the kind page")

@@ -80,7 +80,7 @@ def test_a_queue_page_charts_its_hour_and_day_and_its_depth(history):
     assert body.count(b'<svg class="chart"') == 8
     assert b"completed 47" in body  # the hour
     assert f"completed {_closed_hours(dsn)}".encode() in body  # the day
-    assert b"available 17" in body and b"oldest wait 15.0m" in body
+    assert b"available max 17" in body and b"oldest wait max 15.0m" in body
     assert b'href="/kinds/resize"' in body
     assert body.count(b"<script") == 1  # the page's own script; the charts have none
     assert "script-src 'self'" in headers["content-security-policy"]

@@ -48,7 +48,8 @@ def line_chart(title: str, points: list[dict[str, Any]],
                fmt: Callable[[float], str] = count, summary: str = "total") -> Markup:
     """An SVG line chart of ``series`` (keys of each point) over ``points`` (oldest
     first, each with ``at``), with its largest value on the axis and a legend giving
-    each series' ``total`` or ``max`` (``summary``) formatted by ``fmt``."""
+    each series' ``total`` or ``max`` (``summary``, then said: "run mean max 2.0s")
+    formatted by ``fmt``."""
     values = [float(p[name]) for p in points for name in series if p.get(name) is not None]
     top = max([0.0, *values])
     if fmt is count:
@@ -84,7 +85,8 @@ def line_chart(title: str, points: list[dict[str, Any]],
         shown = "-" if figure is None else fmt(figure)
         parts.append(f'<text class="legend-{name}" x="{PAD_LEFT + 6 + n * LEGEND_STEP}" '
                      f'y="13" font-size="11" fill="{COLORS[name]}">'
-                     f'{LABELS.get(name, name)} {escape(shown)}</text>')
+                     f'{LABELS.get(name, name)} {"max " if summary == "max" else ""}'
+                     f'{escape(shown)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
 
