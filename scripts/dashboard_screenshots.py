@@ -40,6 +40,8 @@ PAGES = [  # (file name, path; {name} is a seeded job id)
     ("dashboard-limits.png", "/limits"),
     ("dashboard-jobs-search.png", "/jobs?q=relay+refused"),
     ("dashboard-bulk.png", "/jobs/bulk/retry?state=discarded"),
+    ("dashboard-queue.png", "/queues/images"),
+    ("dashboard-kind.png", "/kinds/resize"),
 ]
 
 
@@ -68,12 +70,36 @@ def main() -> int:
                        'resize', 40 + (g * 7) % 13, CASE WHEN g BETWEEN 20 AND 24 THEN 9
                        ELSE g % 3 END, g % 4
                 FROM generate_series(1, 59) AS g""")
+            history(conn)
         shoot(dsn, ids, args.out)
     finally:
         with psycopg.connect(args.server, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 sql.Identifier(name)))
     return 0
+
+
+def history(conn: psycopg.Connection) -> None:
+    """A day of history for the queue and kind pages: run and wait times by minute,
+    finished jobs by hour with a failing stretch at night, and the images queue's depth
+    once a minute (a backlog that builds at 02:00 and drains)."""
+    conn.execute("""UPDATE supervisor.job_minutes SET run_sum = completed * (1.8 + (
+                        extract(minute FROM minute)::int % 5) * 0.1), run_n = completed,
+                        run_p95 = 3.1, wait_sum = completed * 0.4, wait_n = completed,
+                        wait_p95 = 1.2""")
+    conn.execute("""INSERT INTO supervisor.job_minutes
+        (minute, queue, kind, completed, discarded, retried, run_sum, run_n, run_p95,
+         wait_sum, wait_n)
+        SELECT date_trunc('minute', now()) - g * interval '1 minute', 'images', 'resize',
+               30 + (g * 5) % 11, CASE WHEN g BETWEEN 600 AND 720 THEN 6 ELSE g % 2 END,
+               g % 3, 60.0, 30, 2.9, 12.0 + (g % 90), 30
+        FROM generate_series(60, 1439, 7) AS g
+        ON CONFLICT DO NOTHING""")
+    conn.execute("""INSERT INTO supervisor.queue_minutes
+        (minute, queue, available, running, oldest_wait)
+        SELECT date_trunc('minute', now()) - g * interval '1 minute', 'images',
+               greatest(0, 400 - abs(g - 700))::int + 6, 4, 60.0 + greatest(0, 400 - abs(g - 700))
+        FROM generate_series(0, 1439) AS g""")
 
 
 def shoot(dsn: str, ids: dict[str, int], out: Path) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Unpack
 
 from shared import jobs
+from shared.batcheta import forecast
 from shared.batchstate import BatchSummary, Member, iter_results, summary
 from shared.options import (
     JOB_OPTIONS,
@@ -74,6 +75,17 @@ class Batch:
         if found is None:
             raise LookupError(f"batch {self.id} does not exist")
         return found
+
+    def eta(self) -> float | None:
+        """Seconds until every member is done, forecast from measured run times and the
+        children serving the batch's queues (``shared.batcheta``): 0 when none is
+        left, None when it cannot be known (no run time measured yet, or no live
+        supervisor serves the members left). One query."""
+        with connect(self.dsn) as conn:
+            found = forecast(conn, self.id)
+        if found is None:
+            raise LookupError(f"batch {self.id} does not exist")
+        return found.eta
 
     def wait(self, timeout: float | None = None) -> BatchSummary:
         """Block until every member is final (and the callback enqueued); the summary.

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 import psycopg
+from psycopg.types.json import Jsonb
 
 TOKEN = "operator-token-7f3a"
 PROXIED_HOST = "dash.example.com"  # as a reverse proxy would pass it on
@@ -115,12 +116,27 @@ def seed(conn: psycopg.Connection) -> dict[str, int]:
                             args={"x": 9, "y": 9},
                             errors=[_error(1, "cancelled", "cancelled by operator", None, 4)])
     conn.execute("INSERT INTO supervisor.queues (name, paused) VALUES ('email', true)")
+    # Its children as its heartbeat publishes them (supervisor.pool.ChildReport).
+    children = [_child(1, 4251, ids["running"], "resize", 734.2, 412_000_000, 118),
+                _child(2, 4252, ids["running2"], "render_tile", 12.8, 96_500_000, 402),
+                _child(3, 4253, None, None, None, 61_200_000, 77),
+                _child(4, 4254, None, None, None, 60_900_000, 80)]
     conn.execute("""INSERT INTO supervisor.supervisors
-                        (id, host, pid, started_at, queues, children, busy)
+                        (id, host, pid, started_at, queues, children, busy, info)
                     VALUES ('build-7:4242:3f9c', 'build-7', 4242,
                             now() - interval '3 hours 12 minutes',
-                            '{images,reports,email}', 4, 2)""")
+                            '{images,reports,email}', 4, 2, %s)""",
+                 (Jsonb({"children": children}),))
     return ids
+
+
+def _child(worker: int, pid: int, job_id: int | None, kind: str | None,
+           seconds: float | None, rss: int, done: int) -> dict:
+    return {"worker": worker, "pid": pid, "state": "busy" if job_id else "idle",
+            "job_id": job_id, "kind": kind, "queue": "images" if job_id else None,
+            "attempt": 1 if job_id else None, "job_seconds": seconds,
+            "held": 1 if job_id else 0, "rss_bytes": rss, "jobs_done": done,
+            "age_seconds": 3 * 3600.0 + worker}
 
 
 def seed_pages(conn: psycopg.Connection) -> dict[str, int]:

@@ -150,6 +150,9 @@ class FakeStore:
     def roll_up(self) -> int:
         return 0
 
+    def sample_depth(self) -> int:
+        return 0
+
     def read_limits(self, queues):  # no global limits here (tests/test_limits_*.py)
         return {}
 
@@ -251,6 +254,9 @@ class FakePool:
 
     def held_count(self) -> int:
         return len(self.jobs)
+
+    def child_reports(self) -> list:
+        return []  # no processes: nothing to say of them
 
     def occupied(self) -> Counter:
         return Counter(job.queue for job in self.jobs.values())  # one job per child

@@ -67,7 +67,8 @@ def test_batches_kinds_and_limits_pages_show_their_figures(browser, pages):
 
 
 @pytest.mark.parametrize("path", ["/", "/jobs", "/kinds", "/schedules", "/batches",
-                                  "/limits", "/supervisors"])
+                                  "/limits", "/supervisors", "/queues/images",
+                                  "/kinds/resize"])
 def test_every_page_fits_a_420px_screen(browser, pages, path):
     server, _dsn, _ids = pages
     browser.set_window_size(420, 900)

@@ -142,6 +142,7 @@ def test_readme_and_batches_fan_out_fan_in(supervisor_dsn, supervisor_drain, sup
     done = batch.wait(timeout=5)   # .total .completed .discarded .cancelled .callback_id
     assert (done.total, done.completed, done.discarded, done.cancelled) == (6, 6, 0, 0)
     assert supervisor.batch(batch.id).summary().callback_id == done.callback_id
+    assert batch.eta() == 0  # seconds until done (forecast): none left
     assert supervisor.wait(done.callback_id, timeout=5) == "out.png: 18"
     assert supervisor.wait(later, timeout=5) == "published monday"
     assert asyncio.run(supervisor.wait_async(a, 5)) == "published sunday"

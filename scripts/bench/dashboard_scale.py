@@ -79,7 +79,25 @@ ROUTES = [
     "/jobs/{some_id}", "/api/jobs/{some_id}",
     "/kinds", "/schedules", "/batches", "/limits",
     "/api/jobs/bulk/retry?state=discarded", "/jobs/bulk/retry?kind=app.tasks.resize_0",
+    # The console's pages (issue 29): one queue, one kind, their charts, forecasts.
+    "/queues/q3", "/api/queues/q3", "/kinds/app.tasks.resize_0",
+    "/api/kinds/app.tasks.resize_0", "/api/history?minutes=1440", "/metrics",
+    "/api/batches",
 ]
+
+# The history behind the charts: the 30 days of seeded jobs rolled up as the leader
+# would (in one go here), a depth sample per queue and minute for 30 days, and four
+# live supervisors of 16 children each publishing their children.
+_DEPTH = """
+INSERT INTO supervisor.queue_minutes (minute, queue, available, running, oldest_wait)
+SELECT date_trunc('minute', now()) - m * interval '1 minute', 'q' || q,
+       100 + (m * 7 + q) % 500, 4, 30.0 + m % 600
+FROM generate_series(0, 30 * 1440 - 1) AS m, generate_series(0, 7) AS q
+"""
+_SUPERVISOR = """
+INSERT INTO supervisor.supervisors (id, host, pid, queues, children, busy, info)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, 16, 16, %(info)s)
+"""
 
 
 OPTIONAL_INDEXES = (
@@ -115,7 +133,32 @@ def seed(base: str, rows: int) -> tuple[str, float]:
         for statement in OPTIONAL_INDEXES:
             conn.execute(statement)
         conn.execute("VACUUM ANALYZE supervisor.jobs")
+        seed_history(conn)
     return dsn, took
+
+
+def seed_history(conn: psycopg.Connection) -> None:
+    """The rollup of every seeded job, 30 days of depth samples, live supervisors."""
+    from psycopg.types.json import Jsonb
+
+    from supervisor.db.history import roll_up
+
+    start = time.perf_counter()
+    conn.execute("UPDATE supervisor.rollup_mark SET rolled_until = now() - interval '31 days'")
+    roll_up(conn, lag=-60, slice_seconds=32 * 86400.0)
+    conn.execute(_DEPTH)
+    for n in range(4):
+        children = [{"worker": w, "pid": 1000 * n + w, "state": "busy", "job_id": w,
+                     "kind": "app.tasks.resize_0", "queue": f"q{w % 8}", "attempt": 1,
+                     "job_seconds": 1.5, "held": 2, "rss_bytes": 80_000_000,
+                     "jobs_done": 500, "age_seconds": 3600.0} for w in range(1, 17)]
+        conn.execute(_SUPERVISOR, {"id": f"bench-{n}", "host": f"host-{n}", "pid": 100 + n,
+                                   "queues": [f"q{q}" for q in range(8)],
+                                   "info": Jsonb({"children": children})})
+    conn.execute("VACUUM ANALYZE supervisor.job_minutes, supervisor.queue_minutes")
+    rows = conn.execute("SELECT count(*) FROM supervisor.job_minutes").fetchone()
+    print(f"history: {rows[0] if rows else 0} rolled-up minutes, 30 days of depth "
+          f"samples, in {time.perf_counter() - start:.0f} s", flush=True)
 
 
 def main() -> int:

@@ -18,11 +18,12 @@ Door:
 - ``kind_usage``: what each kind cost over recent finished jobs (``status --kinds``);
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
+- ``history``: the charts' finished jobs and queue depth per bucket of time;
 - ``bulk``: retry, cancel or delete the jobs matching a filter, counted, capped and
   batched.
 """
 
-from supervisor.admin import bulk, pages
+from supervisor.admin import bulk, history, pages
 from supervisor.admin.jobs import (
     CANCEL_STATES,
     RETRY_STATES,
@@ -67,6 +68,7 @@ __all__ = [
     "check_state",
     "finished_counts",
     "get_job",
+    "history",
     "kind_usage",
     "list_jobs",
     "live_slices",

@@ -12,31 +12,30 @@ from typing import Any
 
 import psycopg
 
+from shared.batcheta import ETA_LATERAL
 from shared.jobs import FINISHED_STATES, STATES
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import AdminError
+from supervisor.admin.status import LIVE_AFTER_SECONDS
 from supervisor.schedules import admin as schedules_admin
 
 KIND_WINDOW_HOURS = 24  # finished jobs counted on the kinds page
 BATCH_PAGE = 50
 
-# Members by state per batch (jobs_batch_idx), the newest batches first; the mean run
-# time of the completed members gives the ETA of the rest.
-_BATCHES = """
+# Members by state per batch (jobs_batch_idx), the newest batches first, and each
+# one's forecast (shared.batcheta: measured run times and the children serving it).
+_BATCHES = f"""
 SELECT b.id, b.total, b.callback_kind, b.callback_queue, b.callback_id, b.created_at,
        b.finished_at, cb.state AS callback_state,
-       m.counts, m.mean_run
+       m.counts, f.mean_run, f.workers, f.eta
 FROM (SELECT * FROM supervisor.batches ORDER BY id DESC LIMIT %(limit)s) AS b
 LEFT JOIN supervisor.jobs cb ON cb.id = b.callback_id
 CROSS JOIN LATERAL (
-    SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) AS counts,
-           (SELECT avg(extract(epoch FROM j.finished_at - j.attempted_at))::float8
-            FROM supervisor.jobs j
-            WHERE j.batch_id = b.id AND j.state = 'completed'
-              AND j.attempted_at IS NOT NULL) AS mean_run
+    SELECT coalesce(jsonb_object_agg(s.state, s.n), '{{}}'::jsonb) AS counts
     FROM (SELECT state, count(*) AS n FROM supervisor.jobs
           WHERE batch_id = b.id GROUP BY state) AS s
 ) AS m
+CROSS JOIN LATERAL ({ETA_LATERAL}) AS f
 ORDER BY b.id DESC
 """
 
@@ -73,38 +72,6 @@ ORDER BY l.queue, l.owner
 """
 
 
-# The per-minute history (supervisor.job_minutes, rolled up by the maintenance leader)
-# in buckets of ``step`` seconds, the empty ones included, oldest first, ending with
-# the last closed bucket (the open one is not rolled up yet and would read as a drop).
-_HISTORY = """
-SELECT b.t AS at, coalesce(sum(m.completed), 0)::int AS completed,
-       coalesce(sum(m.discarded), 0)::int AS failed,
-       coalesce(sum(m.retried), 0)::int AS retried,
-       (sum(m.run_sum) / nullif(sum(m.run_n), 0))::float8 AS run_mean,
-       (sum(m.wait_sum) / nullif(sum(m.wait_n), 0))::float8 AS wait_mean
-FROM generate_series(
-        to_timestamp(floor(extract(epoch FROM now()) / %(step)s) * %(step)s)
-            - %(buckets)s * %(step)s * interval '1 second',
-        to_timestamp(floor(extract(epoch FROM now()) / %(step)s) * %(step)s)
-            - %(step)s * interval '1 second',
-        %(step)s * interval '1 second') AS b(t)
-LEFT JOIN supervisor.job_minutes m
-       ON m.minute >= b.t AND m.minute < b.t + %(step)s * interval '1 second'
-GROUP BY b.t
-ORDER BY b.t
-"""
-
-
-def history(conn: psycopg.Connection, buckets: int, step: int) -> list[dict[str, Any]]:
-    """The last ``buckets`` buckets of ``step`` seconds (a multiple of 60) of the
-    finished jobs' history: ``at``, ``completed``, ``failed`` (discarded),
-    ``retried``, ``run_mean`` and ``wait_mean`` (seconds; None without jobs)."""
-    cur = conn.execute(_HISTORY, {"buckets": buckets, "step": step})
-    assert cur.description is not None  # a SELECT describes its columns
-    names = [d.name for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur]
-
-
 def schedules(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Every schedule: name, kind, queue, expression, status, next and last fire, the
     last fire's job and its state (see ``supervisor.schedules.admin``)."""
@@ -131,10 +98,10 @@ def schedule_action(conn: psycopg.Connection, name: str, action: str) -> dict[st
 
 def batches(conn: psycopg.Connection, limit: int = BATCH_PAGE) -> list[dict[str, Any]]:
     """The newest batches: ``total``, members by state (``counts``), ``done`` (finished
-    members), ``percent``, the callback (kind, job id, state), and ``eta`` (seconds:
-    unfinished members times the completed ones' mean run time, divided by the members
-    running now; None before a member completes or when none runs)."""
-    cur = conn.execute(_BATCHES, {"limit": limit})
+    members), ``percent``, the callback (kind, job id, state), ``mean_run`` (seconds),
+    ``workers`` (children serving it) and ``eta`` (seconds; see ``shared.batcheta``:
+    None when unknown)."""
+    cur = conn.execute(_BATCHES, {"limit": limit, "live": LIVE_AFTER_SECONDS})
     assert cur.description is not None  # a SELECT describes its columns
     names = [d.name for d in cur.description]
     out = []
@@ -143,12 +110,8 @@ def batches(conn: psycopg.Connection, limit: int = BATCH_PAGE) -> list[dict[str,
         counts = {state: int(batch["counts"].get(state, 0)) for state in STATES}
         done = sum(counts[s] for s in FINISHED_STATES)
         left = max(batch["total"] - done, 0)
-        running = counts["running"]
-        mean = batch.pop("mean_run")
-        batch.update(counts=counts, done=done, left=left, mean_run=mean,
-                     percent=100.0 * done / batch["total"] if batch["total"] else 100.0,
-                     eta=left * mean / running if left and mean is not None and running
-                     else None)
+        batch.update(counts=counts, done=done, left=left,
+                     percent=100.0 * done / batch["total"] if batch["total"] else 100.0)
         out.append(batch)
     return out
 

@@ -64,6 +64,21 @@ GROUP BY queue
 
 _QUEUE_ROWS = "SELECT name, paused, updated_at FROM supervisor.queues"
 
+# For the drain forecast: each queue's mean run time over the last hour of the
+# per-minute history (a few hundred rows of job_minutes through its key), and the
+# children of the live supervisors serving it (the registry, a few rows).
+_RUN_MEANS = """
+SELECT queue, (sum(run_sum) / nullif(sum(run_n), 0))::float8 FROM supervisor.job_minutes
+WHERE minute > now() - %(window)s * interval '1 second'
+GROUP BY queue
+"""
+_SERVING = """
+SELECT q.name, sum(s.children)::int FROM supervisor.supervisors s, unnest(s.queues) AS q(name)
+WHERE s.heartbeat_at > now() - %(live)s * interval '1 second'
+GROUP BY q.name
+"""
+RUN_TIME_WINDOW_SECONDS = 3600.0
+
 _LIVE_SUPERVISORS = """
 SELECT id, host, pid, started_at, heartbeat_at, queues, children, busy, info,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age,
@@ -144,19 +159,42 @@ def queue_stats(conn: psycopg.Connection,
         entry(name)["paused"] = paused
     for name, limits in all_limits(conn).items():  # supervisor queues limit
         entry(name)["limits"] = limits
-    for item in queues.values():
+    run_means: dict[str, float | None] = dict(
+        conn.execute(_RUN_MEANS, {"window": RUN_TIME_WINDOW_SECONDS}).fetchall())
+    serving: dict[str, int] = dict(
+        conn.execute(_SERVING, {"live": LIVE_AFTER_SECONDS}).fetchall())
+    for name, item in queues.items():
+        item["run_mean"] = run_means.get(name)
+        item["serving"] = _slots(serving.get(name, 0), item["limits"])
         item["drain_seconds"] = drain_seconds(item)
     return [queues[name] for name in sorted(queues)]
 
 
+def _slots(children: int, limits: dict[str, Any] | None) -> int:
+    # A global max_running caps what the queue can run at once, whatever serves it.
+    cap = (limits or {}).get("max_running")
+    return min(children, cap) if isinstance(cap, int) else children
+
+
 def drain_seconds(queue: dict[str, Any]) -> float | None:
-    """When ``queue``'s available jobs would be done at the last minute's pace: its
-    available count over its completions per second (0 when none waits; None when jobs
-    wait and none completed in the last minute)."""
-    waiting = queue["counts"]["available"]
-    if not waiting:
+    """When ``queue``'s work (available, claimed and running jobs) would be done: that
+    many jobs times the queue's mean run time over the last hour (``run_mean``),
+    divided by the children of live supervisors serving it (``serving``, capped by its
+    global ``max_running``). Without a measured run time, the available jobs at the
+    last minute's pace of completions. 0 when nothing is left; None when it cannot be
+    known: jobs wait and nothing measured, or the queue is paused or nobody serves it
+    (then it never drains)."""
+    counts = queue["counts"]
+    todo = counts["available"] + counts["claimed"] + counts["running"]
+    if not todo:
         return 0.0
-    return waiting / queue["rate"] if queue["rate"] > 0 else None
+    if queue["paused"] and counts["available"]:
+        return None
+    if queue.get("run_mean") is not None and queue.get("serving"):
+        return todo * queue["run_mean"] / min(queue["serving"], todo)
+    if not counts["available"]:
+        return 0.0  # only started or claimed jobs left, no run time to weigh them
+    return counts["available"] / queue["rate"] if queue["rate"] > 0 else None
 
 
 def live_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
@@ -214,7 +252,8 @@ def _unhandled(conn: psycopg.Connection, queues: list[str],
 
 
 def _kinds(sup: dict[str, Any]) -> set[str] | None:
-    kinds = (sup.get("info") or {}).get("kinds")
+    info = sup.get("info")
+    kinds = info.get("kinds") if isinstance(info, dict) else None
     return set(kinds) if isinstance(kinds, list) else None
 
 
@@ -225,10 +264,22 @@ PUBLIC_SUPERVISOR_FIELDS = ("id", "host", "pid", "started_at", "heartbeat_at", "
 def public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
     """A live supervisor as shown to people and scripts (without its ``info``), with
     ``native``: its children busy in native code at its last beat (``{pid, worker, job,
-    kind, seconds}`` each; issue 26)."""
-    native = (sup.get("info") or {}).get("native")
-    return {k: sup[k] for k in PUBLIC_SUPERVISOR_FIELDS} | {
-        "native": native if isinstance(native, list) else []}
+    kind, seconds}`` each; issue 26).
+    ``workers``: one object per child as its heartbeat last published it (see
+    ``supervisor.pool.ChildReport``: worker, pid, state, job_id, kind, queue, attempt,
+    job_seconds, held, rss_bytes, jobs_done, age_seconds, and any key added later)."""
+    info = sup.get("info")
+    native = info.get("native") if isinstance(info, dict) else None
+    return {**{k: sup[k] for k in PUBLIC_SUPERVISOR_FIELDS}, "workers": _workers(sup),
+            "native": native if isinstance(native, list) else []}
+
+
+def _workers(sup: dict[str, Any]) -> list[dict[str, Any]]:
+    # Published by the supervisor itself into info (older ones publish none); a row
+    # written by hand may hold anything, so only objects are kept.
+    info = sup.get("info")
+    kids = info.get("children") if isinstance(info, dict) else None
+    return [k for k in kids if isinstance(k, dict)] if isinstance(kids, list) else []
 
 
 _NATIVE_JOB = """

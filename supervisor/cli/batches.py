@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 
 import click
 
+from shared.batcheta import forecast
 from shared.exitcodes import CLI_USAGE
 from shared.validation import printable
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
-from supervisor.cli.format import since, table, to_json
+from supervisor.cli.format import age, since, table, to_json
 
 # Counts come from the members (the partial index on batch_id), newest batches first.
 _LIST = """
@@ -87,9 +88,11 @@ def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
         raise CliError(f"batch id must be a number, not {batch_id!r}", CLI_USAGE) from None
     with open_database(dsn) as conn:
         rows = _rows(conn, ident, 1)
+        ahead = forecast(conn, ident) if rows else None
     if not rows:
         raise CliError(f"no batch {ident} (see `supervisor batches list`)", CLI_USAGE)
     row = rows[0]
+    row["eta"] = ahead.eta if ahead else None
     if as_json:
         click.echo(to_json(row))
         return
@@ -104,6 +107,8 @@ def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
         lines.append(f"  finished: {row['finished_at'].isoformat(timespec='seconds')} "
                      f"({since(row['finished_at'], now)})")
     lines.append(f"  callback: {_callback(row)}")
+    if row["pending"]:
+        lines.append(f"  eta:      {_eta(ahead)}")
     click.echo("\n".join(lines))
 
 
@@ -114,3 +119,13 @@ def _callback(row: dict) -> str:
     if row["callback_id"] is None:
         return f"{kind} (when the last job is final)"
     return f"{kind} job {row['callback_id']} ({row['callback_state']})"
+
+
+def _eta(ahead) -> str:
+    # The forecast of shared.batcheta, with what it rests on.
+    if ahead is None or ahead.eta is None:
+        why = "no run time measured yet" if ahead is None or ahead.mean_run is None \
+            else "no live supervisor serves its queues"
+        return f"unknown ({why})"
+    return (f"{age(ahead.eta)} ({ahead.left} left, {age(ahead.mean_run)} mean run, "
+            f"{max(min(ahead.workers, ahead.left), ahead.running)} children)")

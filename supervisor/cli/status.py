@@ -108,10 +108,10 @@ def _queues_table(queues: list[dict[str, Any]]) -> str:
 
 
 def _drain(queue: dict[str, Any]) -> str:
-    # When the waiting jobs would be done at the last minute's pace.
+    # When the queue's jobs would be done (admin.status.drain_seconds).
     seconds = queue["drain_seconds"]
     if seconds is None:
-        return "never"  # jobs wait and none completed in the last minute
+        return "never"  # paused, unserved, or jobs wait and nothing is measured
     return "-" if seconds == 0 else age(seconds)
 
 

@@ -6,9 +6,11 @@ in the Prometheus text format.
   started jobs and ``claimed`` those taken but not started (as the queues page);
 - ``supervisor_queue_oldest_seconds{queue}``: how long the oldest available job has
   waited past its run_at (0 when none waits);
-- ``supervisor_queue_drain_seconds{queue}``: the available jobs divided by the queue's
-  completions per second over the last minute: when the backlog would be gone at the
-  present pace (0 with nothing waiting; +Inf when jobs wait and none completed).
+- ``supervisor_queue_drain_seconds{queue}``: when the queue's work would be done (see
+  ``admin.status.drain_seconds``): its available, claimed and running jobs times its
+  mean run time over the last hour, divided by the children serving it; without a
+  measured run time, the available jobs at the last minute's pace (0 with nothing
+  left; +Inf when it cannot drain: paused, unserved, or nothing measured).
 
 The finished counts come from the dashboard's shared, periodically refreshed count
 (``counts.FinishedCounts``), so a scrape every few seconds costs what a page refresh
@@ -59,8 +61,9 @@ def render(queues: list[dict[str, Any]]) -> str:
     for q in queues:
         lines.append(f'supervisor_queue_oldest_seconds{{queue="{_label(q["name"])}"}} '
                      f'{_number(float(q["oldest_available"] or 0.0))}')
-    lines += ["# HELP supervisor_queue_drain_seconds Available jobs over completions per "
-              "second in the last minute (+Inf: jobs wait and none completes).",
+    lines += ["# HELP supervisor_queue_drain_seconds Seconds until the queue's jobs are "
+              "done: jobs left times mean run time over the children serving it "
+              "(+Inf: paused, unserved or unmeasured).",
               "# TYPE supervisor_queue_drain_seconds gauge"]
     for q in queues:
         lines.append(f'supervisor_queue_drain_seconds{{queue="{_label(q["name"])}"}} '

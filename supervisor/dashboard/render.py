@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, Response
 
 from shared.db import pg_text
 from shared.jsontext import dumps
+from shared.units import format_size
 from shared.usage import Usage
 
 # (label, path): the pages in the header, in order.
@@ -120,6 +121,7 @@ ENV = Environment(
 ENV.filters.update(
     age=_age, since=_since, stamp=_stamp, pretty=_pretty, percent=_percent, rate=_rate,
     usage=_usage,
+    size=lambda n: "-" if not isinstance(n, int) or n < 0 else format_size(n),
     pathpart=lambda text: quote(str(text), safe=""),
     query=lambda params: urlencode({k: v for k, v in params.items() if v not in (None, "")}),
 )

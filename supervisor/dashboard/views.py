@@ -18,7 +18,7 @@ from starlette.routing import Route
 from shared.jobs import STATES
 from supervisor import admin
 from supervisor.admin import CANCEL_STATES, RETRY_STATES, parse_job_id
-from supervisor.dashboard import charts, queries
+from supervisor.dashboard import charts, detail, queries
 from supervisor.dashboard.render import JSONResponse, page
 
 REFRESH_HEADER = "x-dashboard-refresh"
@@ -50,7 +50,7 @@ async def _job(request: Request) -> dict[str, Any]:
 
 async def queues_page(request: Request) -> Response:
     """``/``: every queue with counts by state, rate, oldest waiting job, paused."""
-    hour = await _db(request).run(admin.pages.history, 60, 60)
+    hour = await _db(request).run(admin.history.finished, *admin.history.HOUR)
     return page(request, "queues.html", title="Queues", states=admin.COUNTED,
                 hour_chart=charts.line_chart("Jobs finished per minute, last hour", hour),
                 **await _overview(request))
@@ -127,6 +127,67 @@ async def limits_page(request: Request) -> Response:
                 limits=await _db(request).run(admin.pages.limits))
 
 
+def _finished_charts(history: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    # Throughput and failures, then wait and run time, over the hour and the day.
+    return {
+        "finished_hour": charts.line_chart("Jobs finished per minute, last hour",
+                                           history["hour"]),
+        "finished_day": charts.line_chart("Jobs finished per hour, last day",
+                                          history["day"]),
+        "times_hour": charts.line_chart(
+            "Wait and run time per minute, last hour", history["hour"],
+            ("run_mean", "run_p95", "wait_mean"), fmt=charts.seconds, summary="max"),
+        "times_day": charts.line_chart(
+            "Wait and run time per hour, last day", history["day"],
+            ("run_mean", "run_p95", "wait_mean"), fmt=charts.seconds, summary="max"),
+    }
+
+
+async def _queue_detail(request: Request) -> dict[str, Any]:
+    finished, _age = await _finished(request)
+    return await _db(request).run(detail.queue, request.path_params["name"], finished)
+
+
+async def queue_page(request: Request) -> Response:
+    """``/queues/<name>``: one queue's figures, its drain forecast, the last day's
+    kinds, and charts of throughput, failures, wait and run time, depth and oldest
+    wait over the last hour and day."""
+    data = await _queue_detail(request)
+    depth = data["depth"]
+    return page(request, "queue.html", title=f"Queue {data['queue']['name']}",
+                states=admin.COUNTED, **data, **_finished_charts(data["history"]),
+                depth_hour=charts.line_chart("Jobs available and running, last hour",
+                                             depth["hour"], ("available", "running"),
+                                             summary="max"),
+                depth_day=charts.line_chart("Jobs available and running, last day",
+                                            depth["day"], ("available", "running"),
+                                            summary="max"),
+                oldest_hour=charts.line_chart("Oldest wait, last hour", depth["hour"],
+                                              ("oldest_wait",), fmt=charts.seconds,
+                                              summary="max"),
+                oldest_day=charts.line_chart("Oldest wait, last day", depth["day"],
+                                             ("oldest_wait",), fmt=charts.seconds,
+                                             summary="max"))
+
+
+async def kind_page(request: Request) -> Response:
+    """``/kinds/<name>``: one kind's jobs in flight, the last day's totals per queue,
+    and charts of throughput, failures, wait and run time over the last hour and day."""
+    data = await _db(request).run(detail.kind, request.path_params["name"])
+    return page(request, "kind.html", title=f"Kind {data['kind']}", states=STATES,
+                **data, **_finished_charts(data["history"]))
+
+
+async def api_queue(request: Request) -> Response:
+    """``/api/queues/<name>``: the queue page's data."""
+    return JSONResponse(await _queue_detail(request))
+
+
+async def api_kind(request: Request) -> Response:
+    """``/api/kinds/<name>``: the kind page's data."""
+    return JSONResponse(await _db(request).run(detail.kind, request.path_params["name"]))
+
+
 async def api_schedules(request: Request) -> Response:
     """``/api/schedules``: the schedules page's data."""
     return JSONResponse({"schedules": await _db(request).run(admin.pages.schedules)})
@@ -155,8 +216,8 @@ async def api_history(request: Request) -> Response:
     if not text.isdigit() or not 1 <= int(text) <= 1440:
         raise admin.AdminError(f"minutes is an integer from 1 to 1440; got {text[:20]!r}",
                                usage=True)
-    return JSONResponse({"minutes": await _db(request).run(admin.pages.history,
-                                                            int(text), 60)})
+    return JSONResponse({"minutes": await _db(request).run(admin.history.finished,
+                                                            int(text), "minute")})
 
 
 async def api_overview(request: Request) -> Response:
@@ -197,6 +258,10 @@ ROUTES = [
     Route("/batches", batches_page, name="batches"),
     Route("/kinds", kinds_page, name="kinds"),
     Route("/limits", limits_page, name="limits"),
+    Route("/queues/{name:path}", queue_page, name="queue"),
+    Route("/kinds/{name:path}", kind_page, name="kind"),
+    Route("/api/queues/{name:path}", api_queue),
+    Route("/api/kinds/{name:path}", api_kind),
     Route("/api/schedules", api_schedules),
     Route("/api/history", api_history),
     Route("/api/batches", api_batches),

@@ -9,6 +9,10 @@ transaction commits a little after its ``finished_at`` is still counted; at most
 rolled in pieces, added up; its p95 is the largest of its pieces'); the mark row is
 taken with SKIP LOCKED, so two supervisors leading one after the other never count a
 job twice. The cost grows with the jobs finished per round, not with the table.
+
+Beside it, ``sample_depth`` records each queue's depth once a minute
+(``supervisor.queue_minutes``): the available and running jobs and the oldest wait,
+one count over the state index's live part, skipped when this minute has its sample.
 """
 
 from __future__ import annotations
@@ -88,4 +92,48 @@ def roll_up(conn: psycopg.Connection, lag: float = LAG, keep: float = KEEP,
         written = conn.execute(_ADD, {"since": span[0], "upto": span[1]}).rowcount
         conn.execute(_MOVE, {"upto": span[1]})
         conn.execute(_DROP, {"keep": keep})
+    return max(written, 0)
+
+
+# One sample a minute: the NOT EXISTS is a one-time filter, so a round whose minute has
+# its sample already reads one key of queue_minutes and no job.
+_SAMPLE = """
+INSERT INTO supervisor.queue_minutes (minute, queue, available, running, oldest_wait)
+SELECT date_trunc('minute', now()), queue,
+       count(*) FILTER (WHERE state = 'available'),
+       count(*) FILTER (WHERE state = 'running'),
+       greatest(extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available')),
+                0)::float8
+FROM supervisor.jobs
+WHERE state IN ('available', 'running')
+  AND NOT EXISTS (SELECT 1 FROM supervisor.queue_minutes
+                  WHERE minute = date_trunc('minute', now()))
+GROUP BY queue
+ON CONFLICT (minute, queue) DO NOTHING
+"""
+_DROP_SAMPLES = """
+DELETE FROM supervisor.queue_minutes WHERE minute < now() - %(keep)s * interval '1 second'
+"""
+
+
+# The count runs in the leader's loop: it may hold it this long, no longer. Counting
+# 600,000 waiting jobs took 218 ms on the loaded test machine; a backlog too big to
+# count in time is not sampled that minute (the chart shows a gap), rather than
+# stalling the leader's claims once a minute for seconds.
+SAMPLE_TIMEOUT_MS = 250
+
+
+def sample_depth(conn: psycopg.Connection, keep: float = KEEP,
+                 timeout_ms: int = SAMPLE_TIMEOUT_MS) -> int:
+    """Record each queue's depth for this minute unless it is recorded already, drop
+    samples older than ``keep`` seconds; returns the queues sampled (0 when this
+    minute had its sample, or when counting took longer than ``timeout_ms``)."""
+    try:
+        with conn.transaction():
+            conn.execute(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
+            written = conn.execute(_SAMPLE).rowcount
+            if written > 0:
+                conn.execute(_DROP_SAMPLES, {"keep": keep})
+    except psycopg.errors.QueryCanceled:
+        return 0
     return max(written, 0)

@@ -341,6 +341,11 @@ class Store:
         (``supervisor.db.history``); how many (minute, queue, kind) rows it wrote."""
         return history.roll_up(self.connection, lag, slice_seconds=slice_seconds)
 
+    def sample_depth(self) -> int:
+        """Record each queue's depth for this minute once (``history.sample_depth``);
+        how many queues were sampled."""
+        return history.sample_depth(self.connection)
+
     def leave(self) -> None:
         """Remove this supervisor's heartbeat row (clean exit)."""
         self.connection.execute(LEAVE, {"id": self.owner})

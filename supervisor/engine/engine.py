@@ -315,7 +315,9 @@ class Engine:
             # A child just went native: say so in the registry now, not a round later.
             self.maintenance.next_round = min(self.maintenance.next_round, now)
         if self.maintenance.due(now):
-            info: dict[str, Any] = {"kinds": self.kinds}
+            # Each child's job, its age and memory ride on the heartbeat (once a round).
+            info: dict[str, Any] = {"kinds": self.kinds,
+                                    "children": [r.as_json() for r in pool.child_reports()]}
             native = pool.native_jobs(now)
             if native:
                 info["native"] = [n.as_info() for n in native]

@@ -80,6 +80,7 @@ class Maintenance:
                         len(rescued), unstarted, ", ".join(lost) or "?")
         self._prune(store)
         store.roll_up()  # the per-minute history of finished jobs (dashboard charts)
+        store.sample_depth()  # and each queue's depth, once a minute
         return len(rescued)
 
     def _prune(self, store: Store) -> None:

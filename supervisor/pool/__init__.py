@@ -1,7 +1,8 @@
 """The pool room: pre-forked children and the policy that keeps them.
 
 Door: ``Pool`` (policy: spawn, dispatch, kill, reap, recycle, crash loop), its settings
-and the records it reports through ``Pool.take_outcomes()``. Behind it, each child is a
+and the records it reports through ``Pool.take_outcomes()``; ``ChildReport``, what
+``Pool.child_reports()`` says of each child for the heartbeat. Behind it, each child is a
 ``ChildProcess`` (its pipes, frames, queue of jobs and deadlines). Nothing here touches the
 database.
 """
@@ -18,7 +19,8 @@ from supervisor.pool.outcomes import (
     PoolHalted,
 )
 from supervisor.pool.pool import Pool
+from supervisor.pool.report import ChildReport
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "JobReturned", "JobStarted",
-           "NativeJob", "Outcome", "Pool", "PoolHalted", "PoolSettings"]
+__all__ = ["ChildEvent", "ChildReport", "JobDone", "JobFailed", "JobProgress", "JobReturned",
+           "JobStarted", "NativeJob", "Outcome", "Pool", "PoolHalted", "PoolSettings"]

@@ -55,6 +55,7 @@ from supervisor.pool.process import (
     Leaving,
     Readied,
 )
+from supervisor.pool.report import ChildReport
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
 from workers import nativethreads
@@ -208,6 +209,22 @@ class Pool:
                           now - child.native_since)
                 for child in self._children.values()
                 if child.native and child.state == BUSY and (job := child.job) is not None]
+
+    def child_reports(self) -> list[ChildReport]:
+        """One ``ChildReport`` per child not reaped yet, by worker number: its job, for
+        how long, its memory (one read of /proc per child; asked once per heartbeat)."""
+        now = self._clock()
+        out = []
+        for child in sorted(self._children.values(), key=lambda c: c.worker_no):
+            job = child.job
+            out.append(ChildReport(
+                worker=child.worker_no, pid=child.pid, state=child.state,
+                job_id=job.id if job else None, kind=job.kind if job else None,
+                queue=job.queue if job else None, attempt=job.attempt if job else None,
+                job_seconds=max(now - child.job_started, 0.0) if job else None,
+                held=len(child.jobs), rss_bytes=self._os.rss(child.pid),
+                jobs_done=child.jobs_done, age_seconds=max(now - child.spawned_at, 0.0)))
+        return out
 
     def take_outcomes(self) -> list[Outcome]:
         """Every JobStarted, JobReturned, JobDone, JobFailed, JobProgress and
