@@ -4,7 +4,8 @@
 -- One change since the recording: the flag of the carrying and alone forms is named
 -- (false AS done), so their rows are read by column name; and a completion sets
 -- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
--- end completed with attempted_at NULL).
+-- end completed with attempted_at NULL); and every form returns the job's last
+-- checkpoint (issue 28: checkpoint::text AS checkpoint, the child's resume).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -25,7 +26,7 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -68,12 +69,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
@@ -112,12 +114,12 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -175,12 +177,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -200,15 +202,16 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -229,8 +232,8 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 
@@ -275,19 +278,20 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 
@@ -325,12 +329,12 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -388,12 +392,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -413,12 +417,13 @@ WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed($7, $8::text[], $9::int, $10::int,
                             $4, $11::float8, $12::int[],
                             $13::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

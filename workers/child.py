@@ -33,7 +33,9 @@ from workers.heartbeat import Heartbeat
 from workers.inbox import JobInbox
 from workers.jobpipe import JobPipe
 from workers.reaper import reap_leftovers
+from workers.registry import get_handler
 from workers.softtimer import SoftTimer
+from workers.stopnotice import StopNotice
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +131,22 @@ class JobRunner:
         self.pipe = JobPipe(config.read_fd, config.write_fd)
         self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
         self.soft_timer = SoftTimer()
+        self.stop_notice = StopNotice()
         self.output = output.install()
         self.executor = JobExecutor(max_result_bytes=config.max_result_bytes,
                                     default_soft_timeout=config.default_soft_timeout,
                                     soft_timer=self.soft_timer, begin=self._begin,
-                                    end=self.output.end)
+                                    end=self.output.end, stop_notice=self.stop_notice,
+                                    send_checkpoint=self._send_checkpoint)
         self.run_job = self.executor.run
+        self.inbox = JobInbox(self.pipe.read_fd, config.max_frame_bytes)
+        self.inbox.on_stopping = self._on_stopping
+        self.inbox.on_checkpointed = self._on_checkpointed
+        self.heartbeat.listen = self._listen
+        # Notices for a job read before its handler began (the main thread read them
+        # between jobs): applied at its begin.
+        self._early_stops: dict[int, str] = {}
+        self._acked: set[int] = set()  # flushed checkpoints the parent says are written
 
     def serve(self) -> int:
         """Say READY, then run the jobs the parent queues, back to back, until told to
@@ -151,7 +163,7 @@ class JobRunner:
         pipe.guard_forks()
         self.heartbeat.start()
         self.heartbeat.write(wire.Ready(os.getpid(), config.worker_no).encode())
-        inbox = JobInbox(pipe.read_fd, config.max_frame_bytes)
+        inbox = self.inbox
         lock = self.heartbeat.lock
         heartbeat = self.heartbeat
         write_fd = pipe.write_fd
@@ -208,5 +220,41 @@ class JobRunner:
 
     def _begin(self, context: JobContext) -> None:
         """A job's handler is about to run: beat for it, and tag its output."""
+        early = self._early_stops.pop(context.id, None) if self._early_stops else None
+        if early is not None:
+            context.stop_reason = early
         self.heartbeat.begin(context.id, context)  # its thread also sets the title
         self.output.begin(context.id, context.kind)
+
+    # -- checkpoints and stop notices (issue 28) -------------------------------------
+    def _listen(self) -> None:
+        """The heartbeat thread's look at the pipe while a job runs."""
+        self.inbox.poll()
+
+    def _on_stopping(self, notice: wire.Stopping) -> None:
+        current = self.heartbeat.current
+        if current is None or current[0] != notice.job:
+            self._early_stops[notice.job] = notice.reason
+            return
+        context = current[1]
+        if context.stop_reason is not None:
+            return
+        handle = get_handler(context.kind)
+        raising = handle is not None and handle.defaults.on_stop == "raise"
+        self.stop_notice.noticed(context, notice.reason, raising)
+
+    def _on_checkpointed(self, ack: wire.Checkpointed) -> None:
+        self._acked.add(ack.job)
+
+    def _send_checkpoint(self, job_id: int, state: bytes, flush: bool) -> None:
+        """A handler's checkpoint to the parent; with ``flush``, wait until it is written
+        (the main thread reads the pipe itself meanwhile)."""
+        self._acked.discard(job_id)
+        self.heartbeat.write(wire.Checkpoint(job_id, state, flush).encode())
+        if not flush:
+            return
+        inbox = self.inbox
+        while job_id not in self._acked and not inbox.closed:
+            inbox.wait_readable(0.1)
+            inbox.poll()
+        self._acked.discard(job_id)

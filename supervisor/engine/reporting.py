@@ -17,6 +17,7 @@ from supervisor.engine.policy import retry_delay
 from supervisor.observe import SupervisorMetrics, job_fields
 from supervisor.pool import (
     ChildEvent,
+    JobCheckpoint,
     JobDone,
     JobFailed,
     JobProgress,
@@ -66,6 +67,8 @@ class OutcomeReporter:
                 self._returned(outcome, now)
             elif isinstance(outcome, JobProgress):
                 self.outbox.progressed(outcome.job, outcome.progress)
+            elif isinstance(outcome, JobCheckpoint):
+                self.outbox.checkpointed(outcome.job, outcome.state_json, outcome.flush, now)
             elif isinstance(outcome, ChildEvent):
                 log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
                           outcome.what, outcome.detail)
@@ -112,6 +115,17 @@ class OutcomeReporter:
         self.outbox.failed(job, outcome.kind, outcome.message, None, outcome.retry_delay,
                            False, now)
 
+    def _stopped(self, outcome: JobFailed, now: float) -> None:
+        """The handler let ``Stopping`` out after a drain's or a fence's notice: the job
+        goes back uncharged, without an errors entry, and resumes from its checkpoint
+        wherever it runs next."""
+        job = outcome.job
+        log.info("job %d %s attempt %d/%d stopped after its notice, goes back (resumes "
+                 "from its checkpoint)", job.id, job.kind, job.attempt, job.max_attempts,
+                 extra=job_fields(job, verdict="goes back (stopped)"))
+        self.ledger.ended(job, "interrupted")
+        self.outbox.stopped(job, now)
+
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job
         self.ended_queues.add(job.queue)
@@ -121,6 +135,9 @@ class OutcomeReporter:
         cancelled = outcome.kind == jobs.FAIL_CANCELLED
         if outcome.kind == jobs.FAIL_SNOOZE:
             self._snoozed(outcome, now)
+            return
+        if outcome.kind == jobs.FAIL_STOPPED:
+            self._stopped(outcome, now)
             return
         discarded = not shutdown and not cancelled and (
             outcome.terminal or outcome.kind in jobs.TERMINAL_FAILURES

@@ -8,6 +8,7 @@ database.
 
 from supervisor.pool.outcomes import (
     ChildEvent,
+    JobCheckpoint,
     JobDone,
     JobFailed,
     JobProgress,
@@ -19,5 +20,5 @@ from supervisor.pool.outcomes import (
 from supervisor.pool.pool import Pool
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "JobReturned", "JobStarted",
-           "Outcome", "Pool", "PoolHalted", "PoolSettings"]
+__all__ = ["ChildEvent", "JobCheckpoint", "JobDone", "JobFailed", "JobProgress",
+           "JobReturned", "JobStarted", "Outcome", "Pool", "PoolHalted", "PoolSettings"]

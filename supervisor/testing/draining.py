@@ -303,7 +303,7 @@ class _Drain:
         # The RUN frame the parent would send, decoded as the child decodes it (args
         # that do not parse become the job's failure, not the drain's).
         data = wire.Run.pack(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                             job.args_json, job.trace_context)
+                             job.args_json, job.trace_context, job.checkpoint)
         run = wire.Run.decode(FrameReader().feed(data)[0])
         self.contexts.clear()
         self.executor.raised = None

@@ -1,0 +1,67 @@
+"""The stop notice in the child (issue 28): ``current_job().stopping`` and, for handlers
+that opted in with ``@job(on_stop="raise")``, ``workers.Stopping`` raised in the handler.
+
+The parent's STOPPING frame is read by the heartbeat thread, which looks at the pipe
+while a job runs (``JobRunner._listen``); it sets the job's ``stop_reason`` and, for an
+opted-in handler, signals the main thread with ``SIGUSR2``. Why a signal, as for
+``SoftTimeout`` (``workers.softtimer``): Python runs a signal handler in the main thread
+at the next bytecode boundary, and a signal also interrupts a handler blocked in
+``time.sleep``, a socket read or a ``wait``, where an asynchronous exception set from
+another thread would not be seen until the call returned.
+
+It cannot fire outside the handler: it is armed only around the call, and a signal that
+slips in as the call returns is delivered in the runtime's own frames (``StopNotice.call``
+or the soft timer's), which the signal handler recognises and ignores.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from workers.context import JobContext
+from workers.outcomes import Stopping
+from workers.softtimer import SoftTimer
+
+NOTICE_SIGNAL = signal.SIGUSR2
+
+
+class StopNotice:
+    """Arms ``Stopping`` around one opted-in handler call at a time."""
+
+    def __init__(self) -> None:
+        self._context: JobContext | None = None  # of the armed call; None: none armed
+        self.fired = False
+        self._main = threading.main_thread().ident
+        signal.signal(NOTICE_SIGNAL, self._on_signal)
+
+    def call(self, context: JobContext, func: Callable[[], Any]) -> Any:
+        """``func()`` with ``Stopping`` raised in it once the job's stop notice comes."""
+        self.fired = False
+        self._context = context
+        try:
+            if context.stop_reason is not None:  # the notice came before the call
+                self.fired = True
+                raise Stopping(context.stop_reason)
+            return func()
+        finally:
+            self._context = None
+
+    def noticed(self, context: JobContext, reason: str, raising: bool) -> None:
+        """The parent's notice for ``context``'s job arrived (heartbeat thread)."""
+        context.stop_reason = reason
+        if raising and self._context is context and not self.fired and self._main:
+            signal.pthread_kill(self._main, NOTICE_SIGNAL)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        context = self._context
+        if (context is None or self.fired or frame is None
+                or frame.f_code in _RUNTIME_CODES):
+            return
+        self.fired = True
+        raise Stopping(context.stop_reason or "stopping")
+
+
+_RUNTIME_CODES = frozenset({StopNotice.call.__code__, SoftTimer.call.__code__})
