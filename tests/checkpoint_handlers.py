@@ -86,3 +86,35 @@ def ck_flush(n: int = 3) -> int:
         ctx.checkpoint({"i": i}, flush=True)
         record("flushed", i=i)
     return n
+
+
+@job(soft_timeout=0.3)
+def ck_soft() -> str | None:
+    """Catches its soft timeout and says what ``stop_reason`` was then."""
+    from workers import SoftTimeout
+
+    try:
+        time.sleep(10)
+    except SoftTimeout:
+        return current_job().stop_reason
+    return "no soft timeout"
+
+
+@job
+def ck_raise_unasked() -> None:
+    """Raises Stopping although nobody told it to stop."""
+    raise Stopping("by itself")
+
+
+@job(on_stop="raise")
+def ck_wait_told(seconds: float = 20.0) -> str:
+    """Sleeps; a notice makes Stopping come out of the sleep (uncaught)."""
+    time.sleep(seconds)
+    return "slept"
+
+
+@job
+def ck_flush_once() -> dict:
+    """One flushed checkpoint: returns once the parent says it was written."""
+    current_job().checkpoint({"at": "the end"}, flush=True)
+    return {"flushed": True}

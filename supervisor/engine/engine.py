@@ -271,7 +271,7 @@ class Engine:
     def notify_drain(self, pool: Pool, grace: float) -> int:
         """At a drain's start: tell the running jobs that cannot finish within the
         grace to checkpoint and stop (``engine.notices``). Returns how many."""
-        return notify_drain(pool, self.planner.depth, grace)
+        return notify_drain(pool, self.reporter.run_times, grace)
 
     def collect(self, pool: Pool, now: float) -> None:
         """Book what the pool reported since the last tick (used while stopping)."""

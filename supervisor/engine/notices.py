@@ -1,16 +1,12 @@
 """Stop notices (issue 28): which running jobs are told they are about to be stopped.
 
-A drain gives running jobs its grace to finish. A job its queue's measured run time says
-cannot finish within what is left of the grace (or whose queue has no measured run time
-yet) is told at once, so its handler can checkpoint and hand the job back
-(``workers.Stopping``): it goes back without spending its attempt, without an errors
+A drain gives running jobs its grace to finish. A job its kind's measured 95th percentile
+run time (``RunTimes``) says cannot finish within the grace (or whose kind has no
+measured run time yet) is told at once, so its handler can checkpoint and hand the job
+back (``workers.Stopping``): it goes back without spending its attempt, without an errors
 entry, and resumes from its checkpoint on the next supervisor. A job expected to finish
 is left alone; if it is still running at the end of the grace it is killed as before
 (``shutdown``).
-
-The run time is the queue's smoothed average (``PrefetchDepth.run_time``, what the
-pipeline depth is sized from): no percentile is measured per kind here, so a queue whose
-jobs vary widely may see a job it expected to finish run into the end of the grace.
 
 A fence (leases unrenewed too long) tells every running job and kills it ``FENCE_GRACE``
 later unless it answered first: the fence margin leaves a second for the kill.
@@ -22,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from shared import jobs
-from supervisor.engine.depth import PrefetchDepth
+from supervisor.engine.runtimes import RunTimes
 
 if TYPE_CHECKING:
     from supervisor.pool import Pool
@@ -32,12 +28,12 @@ log = logging.getLogger("supervisor.engine")
 FENCE_GRACE = 0.5  # seconds between a fence's notice and its kill
 
 
-def notify_drain(pool: Pool, depth: PrefetchDepth, grace: float) -> int:
+def notify_drain(pool: Pool, run_times: RunTimes, grace: float) -> int:
     """Tell each running job that cannot finish within ``grace`` seconds; returns how
     many were told."""
     told = 0
     for job, elapsed in pool.running_since():
-        expected = depth.run_time.get(job.queue)
+        expected = run_times.p95(job.kind)
         if expected is not None and expected - elapsed <= grace:
             continue  # expected to finish within the grace: left to finish
         if pool.notify(job.id, "drain", jobs.FAIL_STOPPED, "stopped for a drain", None):

@@ -14,6 +14,7 @@ from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.policy import retry_delay
+from supervisor.engine.runtimes import RunTimes
 from supervisor.observe import SupervisorMetrics, job_fields
 from supervisor.pool import (
     ChildEvent,
@@ -42,6 +43,7 @@ class OutcomeReporter:
         self.outbox = outbox
         self.metrics = metrics
         self.depth = depth  # learns each queue's run time from what completes
+        self.run_times = RunTimes()  # each kind's, for a drain's stop notices
         self._killed: set[int] = set()  # children counted at their kill, not again at exit
         self.releasing = False  # draining: jobs that come back unstarted are released
         # Queues a job of which ended since the engine last asked (``take_ended``): a
@@ -61,6 +63,7 @@ class OutcomeReporter:
                 self.outbox.completed(outcome.job, outcome.result_json, now)
                 self.metrics.job_done(outcome.job, outcome.duration)
                 self.depth.ran(outcome.job.queue, outcome.duration)
+                self.run_times.ran(outcome.job.kind, outcome.duration)
             elif type(outcome) is JobFailed:
                 self._failed(outcome, now)
             elif type(outcome) is JobReturned:
