@@ -118,3 +118,16 @@ def ck_flush_once() -> dict:
     """One flushed checkpoint: returns once the parent says it was written."""
     current_job().checkpoint({"at": "the end"}, flush=True)
     return {"flushed": True}
+
+
+@job(on_stop="raise")
+def ck_flush_loop(limit: float = 20.0) -> int:
+    """Flushed checkpoints back to back: a notice lands while the runtime writes a frame
+    or reads the answer, and must come out after it, in the handler."""
+    ctx = current_job()
+    end = time.monotonic() + limit
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+        ctx.checkpoint({"n": n}, flush=True)
+    return n

@@ -72,3 +72,27 @@ def test_a_flushed_checkpoint_waits_for_the_parents_word(make_driver):
     d.pool.checkpoint_written(job.id, True)
     d.until(lambda: d.finished(job.id) is not None)
     assert isinstance(d.finished(job.id), JobDone)
+
+
+def test_a_notice_during_flushed_checkpoints_comes_out_in_the_handler(make_driver):
+    d = make_driver()
+    job = d.job("ck_flush_loop")
+    assert d.pool.dispatch(job)
+    answered = 0
+
+    def answer_flushes():
+        nonlocal answered
+        points = [o for o in d.outcomes if isinstance(o, JobCheckpoint)]
+        for said in points[answered:]:
+            d.pool.checkpoint_written(said.job.id, True)
+        answered = len(points)
+        return answered >= 50
+
+    d.until(answer_flushes)
+    assert d.pool.notify(job.id, "drain", jobs.FAIL_STOPPED, "stopped for a drain", None)
+    d.until(lambda: (answer_flushes(), d.finished(job.id))[1] is not None)
+    out = d.finished(job.id)
+    assert isinstance(out, JobFailed) and out.kind == jobs.FAIL_STOPPED, out
+    assert "checkpoint_handlers.py" in out.traceback  # raised in the handler's frame
+    assert d.events("killed") == []  # no torn frame, no broken pipe
+    assert isinstance(d.run("ck_soft"), JobDone)

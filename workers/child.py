@@ -248,13 +248,15 @@ class JobRunner:
 
     def _send_checkpoint(self, job_id: int, state: bytes, flush: bool) -> None:
         """A handler's checkpoint to the parent; with ``flush``, wait until it is written
-        (the main thread reads the pipe itself meanwhile)."""
-        self._acked.discard(job_id)
-        self.heartbeat.write(wire.Checkpoint(job_id, state, flush).encode())
-        if not flush:
-            return
-        inbox = self.inbox
-        while job_id not in self._acked and not inbox.closed:
-            inbox.wait_readable(0.1)
-            inbox.poll()
-        self._acked.discard(job_id)
+        (the main thread reads the pipe itself meanwhile). Shielded: a stop notice
+        cannot tear the frame or drop what was read; it is raised after."""
+        with self.stop_notice.shielded():
+            self._acked.discard(job_id)
+            self.heartbeat.write(wire.Checkpoint(job_id, state, flush).encode())
+            if not flush:
+                return
+            inbox = self.inbox
+            while job_id not in self._acked and not inbox.closed:
+                inbox.wait_readable(0.1)
+                inbox.poll()
+            self._acked.discard(job_id)
