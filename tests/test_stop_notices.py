@@ -1,6 +1,6 @@
 """Which running jobs a drain tells to stop (issue 28): those whose kind's measured 95th
-percentile run time says they cannot finish within the grace, and those of kinds never
-measured; and the percentile itself."""
+percentile run time says they cannot finish within what is left of the grace, those past
+it, and those of kinds never measured; and the percentile itself."""
 
 from __future__ import annotations
 
@@ -49,7 +49,13 @@ def test_a_drain_tells_the_jobs_that_cannot_finish_in_the_grace_and_the_unmeasur
         times.ran("short", 1.0)
         times.ran("long", 60.0)
     pool = Running((claimed(1, "short"), 0.5), (claimed(2, "long"), 50.0),
-                   (claimed(3, "long"), 5.0), (claimed(4, "new"), 0.1))
-    assert notify_drain(pool, times, grace=25.0) == 2
+                   (claimed(3, "long"), 5.0), (claimed(4, "new"), 0.1),
+                   (claimed(5, "short"), 2.0))
+    assert notify_drain(pool, times, grace=25.0) == 3
+    # 3 cannot finish in time, 4 was never measured, 5 overran its estimate.
     assert [(job_id, reason, kind, grace) for job_id, reason, kind, grace in pool.told] == [
-        (3, "drain", "stopped", None), (4, "drain", "stopped", None)]
+        (3, "drain", "stopped", None), (4, "drain", "stopped", None),
+        (5, "drain", "stopped", None)]
+    pool.told.clear()
+    pool.jobs = [(claimed(2, "long"), 50.0)]  # later in the drain: 10 s left to run, 5 left
+    assert notify_drain(pool, times, grace=5.0) == 1 and pool.told[0][0] == 2

@@ -107,6 +107,7 @@ class Engine:
         self.leases_renewed_at = now
         self.fenced = False  # leases unrenewed too long: running nothing until renewed
         self._held_back = 0  # the outage whose queued jobs were taken back from children
+        self.drain_ends: float | None = None  # draining: when the grace ends
 
     # -- the loop's calls ---------------------------------------------------------------
     def open(self) -> None:
@@ -154,6 +155,8 @@ class Engine:
             self._poll_soon(now)  # learn when the retries are due, and wake then
         if self.config.burst and self.claimer.accepting:
             self._check_burst(now, pool)
+        if self.drain_ends is not None and pool.busy_count():
+            notify_drain(pool, self.reporter.run_times, max(0.0, self.drain_ends - now))
 
     def next_deadline(self, now: float, pool: Pool) -> float:
         """When ``tick`` must run again at the latest (the loop may wake earlier)."""
@@ -270,7 +273,9 @@ class Engine:
 
     def notify_drain(self, pool: Pool, grace: float) -> int:
         """At a drain's start: tell the running jobs that cannot finish within the
-        grace to checkpoint and stop (``engine.notices``). Returns how many."""
+        grace to checkpoint and stop (``engine.notices``); each tick after, the jobs
+        that started late or overran their estimate. Returns how many were told now."""
+        self.drain_ends = self.clock() + grace
         return notify_drain(pool, self.reporter.run_times, grace)
 
     def collect(self, pool: Pool, now: float) -> None:

@@ -1,10 +1,12 @@
 """Stop notices (issue 28): which running jobs are told they are about to be stopped.
 
 A drain gives running jobs its grace to finish. A job its kind's measured 95th percentile
-run time (``RunTimes``) says cannot finish within the grace (or whose kind has no
-measured run time yet) is told at once, so its handler can checkpoint and hand the job
-back (``workers.Stopping``): it goes back without spending its attempt, without an errors
-entry, and resumes from its checkpoint on the next supervisor. A job expected to finish
+run time (``RunTimes``) says cannot finish within what is left of the grace, one already
+past that run time, and one whose kind has no measured run time yet are told (at the
+drain's start, and at each turn of the drain for jobs that start late or overrun), so
+its handler can checkpoint and hand the job back (``workers.Stopping``): it goes back
+without spending its attempt, without an errors entry, and resumes from its checkpoint
+on the next supervisor. A job expected to finish
 is left alone; if it is still running at the end of the grace it is killed as before
 (``shutdown``).
 
@@ -34,13 +36,13 @@ def notify_drain(pool: Pool, run_times: RunTimes, grace: float) -> int:
     told = 0
     for job, elapsed in pool.running_since():
         expected = run_times.p95(job.kind)
-        if expected is not None and expected - elapsed <= grace:
+        if expected is not None and elapsed < expected and expected - elapsed <= grace:
             continue  # expected to finish within the grace: left to finish
         if pool.notify(job.id, "drain", jobs.FAIL_STOPPED, "stopped for a drain", None):
             told += 1
     if told:
-        log.info("drain: %d running jobs cannot finish within the %.0f s grace; told to "
-                 "checkpoint and stop", told, grace)
+        log.info("drain: %d running jobs cannot finish within the %.1f s left of the grace; "
+                 "told to checkpoint and stop", told, grace)
     return told
 
 
