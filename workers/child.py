@@ -228,8 +228,10 @@ class JobRunner:
 
     # -- checkpoints and stop notices (issue 28) -------------------------------------
     def _listen(self) -> None:
-        """The heartbeat thread's look at the pipe while a job runs."""
-        self.inbox.poll()
+        """The heartbeat thread's look at the pipe while a job runs (not once its
+        handler closed or replaced the read end: that fd may be the handler's now)."""
+        if self.pipe.intact()[0]:
+            self.inbox.poll()
 
     def _on_stopping(self, notice: wire.Stopping) -> None:
         current = self.heartbeat.current
@@ -256,7 +258,8 @@ class JobRunner:
             if not flush:
                 return
             inbox = self.inbox
-            while job_id not in self._acked and not inbox.closed:
+            while (job_id not in self._acked and not inbox.closed
+                   and self.pipe.intact()[0]):
                 inbox.wait_readable(0.1)
                 inbox.poll()
             self._acked.discard(job_id)
