@@ -143,9 +143,12 @@ class JobRunner:
         self.inbox.on_stopping = self._on_stopping
         self.inbox.on_checkpointed = self._on_checkpointed
         self.heartbeat.listen = self._listen
-        # Notices for a job read before its handler began (the main thread read them
-        # between jobs): applied at its begin.
-        self._early_stops: dict[int, str] = {}
+        # The job whose START was written last, and a notice for it read before its
+        # handler began (the heartbeat thread may read one in that moment): applied at
+        # its begin. A notice for any other job is for one that already ended: dropped
+        # (kept, it could stop a later run of the same job in this child).
+        self._starting: int | None = None
+        self._early_stop: str | None = None
         self._acked: set[int] = set()  # flushed checkpoints the parent says are written
 
     def serve(self) -> int:
@@ -185,6 +188,8 @@ class JobRunner:
             data = answer + inbox.take_dropped()
             if run is not None:
                 data += pack_start(run.id)
+                self._starting = run.id
+                self._early_stop = None
             if data:
                 with lock:
                     heartbeat.end()
@@ -220,9 +225,10 @@ class JobRunner:
 
     def _begin(self, context: JobContext) -> None:
         """A job's handler is about to run: beat for it, and tag its output."""
-        early = self._early_stops.pop(context.id, None) if self._early_stops else None
-        if early is not None:
-            context.stop_reason = early
+        if self._early_stop is not None:
+            if context.id == self._starting:
+                context.stop_reason = self._early_stop
+            self._early_stop = None
         self.heartbeat.begin(context.id, context)  # its thread also sets the title
         self.output.begin(context.id, context.kind)
 
@@ -236,7 +242,8 @@ class JobRunner:
     def _on_stopping(self, notice: wire.Stopping) -> None:
         current = self.heartbeat.current
         if current is None or current[0] != notice.job:
-            self._early_stops[notice.job] = notice.reason
+            if notice.job == self._starting:
+                self._early_stop = notice.reason
             return
         context = current[1]
         if context.stop_reason is not None:
