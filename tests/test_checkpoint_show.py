@@ -73,7 +73,11 @@ def test_a_refused_state_stores_nothing_and_an_accepted_one_is_sent_as_json():
         ctx.checkpoint({"x": "y" * 32})
     with pytest.raises(ValueError, match="cannot be encoded as JSON"):
         ctx.checkpoint({1j})
+    with pytest.raises(ValueError, match="holds a NUL character"):
+        ctx.checkpoint({"s": "a\x00b"})  # PostgreSQL's jsonb refuses it
     assert sent == [] and ctx.last_checkpoint is None
+    ctx.checkpoint({"s": "a\\u0000"})  # a backslash, then the text u0000: fine
+    sent.clear()
     ctx.checkpoint({"done": 3}, flush=True)
     assert sent == [(b'{"done":3}', True)] and ctx.last_checkpoint == {"done": 3}
 

@@ -85,6 +85,9 @@ class JobContext:
             if problem is not None:
                 raise ValueError(f"checkpoint state is not valid JSON: {problem} is not a "
                                  "finite number; nothing was stored")
+        if b"\\u0000" in data and _holds_nul(data):
+            raise ValueError("checkpoint state holds a NUL character (\\u0000), which "
+                             "PostgreSQL's jsonb cannot store; nothing was stored")
         cap = self._checkpoint_cap
         if len(data) > cap:
             raise ValueError(f"checkpoint state is {len(data)} bytes of JSON, over the "
@@ -107,6 +110,20 @@ class JobContext:
             if self._progress_seq == seen_seq:
                 return seen_seq, None
             return self._progress_seq, self._progress
+
+
+def _holds_nul(data: bytes) -> bool:
+    """Whether JSON text holds an escaped NUL (``\\u0000`` after an even run of
+    backslashes: ``\\\\u0000`` is a backslash and the text ``u0000``)."""
+    at = data.find(b"\\u0000")
+    while at >= 0:
+        run = 0
+        while at - run - 1 >= 0 and data[at - run - 1] == 0x5C:
+            run += 1
+        if run % 2 == 0:
+            return True
+        at = data.find(b"\\u0000", at + 1)
+    return False
 
 
 _current: JobContext | None = None

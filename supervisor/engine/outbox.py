@@ -282,7 +282,21 @@ class Outbox:
                         for job_id, (attempt, _) in pending.checkpoints.items())
         reports = {job_id: report for job_id, (_, report) in pending.progress.items()}
         states = {job_id: state for job_id, (_, state) in pending.checkpoints.items()}
-        fenced = set(store.renew(list(attempts.items()), reports, states))
+        try:
+            fenced = set(store.renew(list(attempts.items()), reports, states))
+        except psycopg.DataError:
+            # One value PostgreSQL will not store must not hold up every write behind it
+            # (they come first): job by job, and the bad one is dropped.
+            fenced = set()
+            for item in attempts.items():
+                job_id = item[0]
+                try:
+                    fenced.update(store.renew([item], reports, states))
+                except psycopg.DataError as exc:
+                    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    log.warning("job %d: its progress or checkpoint could not be stored "
+                                "(%s); dropped", job_id, message)
+                    fenced.add(job_id)
         self.acks.extend((job_id, job_id not in fenced) for job_id in pending.flushed)
         pending.progress = {}
         pending.checkpoints = {}
