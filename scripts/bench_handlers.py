@@ -57,3 +57,27 @@ def run_probe() -> None:
 def run_hold(seconds: float) -> None:
     """Holds a child for a while (the rescue benchmark kills its supervisor meanwhile)."""
     time.sleep(seconds)
+
+
+def _probe(event: str) -> None:
+    with open(os.environ["BENCH_PROBE_LOG"], "a") as log:
+        log.write(f"{current_job().id} {event} {time.time()!r}\n")
+
+
+@job(queue="stopnote", on_stop="raise")
+def run_until_told(busy: bool = False, seconds: float = 60.0) -> None:
+    """Sleeps (or spins in Python) until a stop notice raises Stopping; records when it
+    started and when Stopping came (``scripts/bench/stop_notice.py``)."""
+    from workers import Stopping
+
+    _probe("start")
+    end = time.monotonic() + seconds
+    try:
+        if busy:
+            while time.monotonic() < end:
+                pass
+        else:
+            time.sleep(seconds)
+    except Stopping:
+        _probe("stopping")
+        raise

@@ -29,7 +29,7 @@ from shared import defaults
 VERSION = 1
 
 # Message types (their bodies: the classes of the same name in ``shared.wire``).
-# Parent to child: RUN, STOP, SKIP. Child to parent: the rest.
+# Parent to child: RUN, STOP, SKIP, CHECKPOINTED, STOPPING. Child to parent: the rest.
 READY = 1
 RUN = 2
 HEARTBEAT = 3
@@ -40,6 +40,9 @@ BOOT_ERROR = 7
 START = 8  # the child takes the next job of its queue: from now on it is running
 SKIP = 9  # a job queued in the child must not run (cancelled, or its lease was lost)
 SKIPPED = 10  # the child dropped a queued job it was told to skip: it never ran
+CHECKPOINT = 11  # a running job's handler stored its state (issue 28)
+CHECKPOINTED = 12  # the parent wrote a checkpoint the handler waits for (flush=True)
+STOPPING = 13  # the running job is about to be stopped from outside: save and return
 
 TYPE_NAMES = {
     READY: "READY",
@@ -52,12 +55,18 @@ TYPE_NAMES = {
     START: "START",
     SKIP: "SKIP",
     SKIPPED: "SKIPPED",
+    CHECKPOINT: "CHECKPOINT",
+    CHECKPOINTED: "CHECKPOINTED",
+    STOPPING: "STOPPING",
 }
 
 # Header flags.
 FLAG_LAST = 0x01  # the child exits right after this answer: never dispatch to it again
 FLAG_USAGE = 0x02  # DONE: the body carries the attempt's usage after the job id
 FLAG_OUTPUT = 0x04  # DONE: then the length-prefixed tail of what the attempt printed
+# CHECKPOINT: the handler waits until it is written (CHECKPOINTED). Every flag has a bit
+# of its own, though each is read for one frame type only, so none is ever misread.
+FLAG_FLUSH = 0x08
 
 HEADER = struct.Struct("!BBBI")
 HEADER_SIZE = HEADER.size

@@ -36,6 +36,9 @@ FAIL_HUNG = "hung"  # heartbeat silence; child group killed
 FAIL_MEMORY = "memory"  # RSS over max_memory_per_child while running; child group killed
 FAIL_SHUTDOWN = "shutdown"  # still running at the end of the drain grace
 FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
+# The handler let workers.Stopping out after a stop notice (issue 28): from a drain or a
+# fence, the job goes back uncharged with no errors entry and resumes from its checkpoint.
+FAIL_STOPPED = "stopped"
 FAIL_LEASE_EXPIRED = "lease_expired"  # its supervisor vanished; rescued by maintenance
 FAIL_HOOK = "hook"  # an @around_job hook raised entering or leaving (workers.hooks)
 # The handler raised workers.Snooze(delay): not a failure; runs again after the delay
@@ -92,3 +95,4 @@ class ClaimedJob:
     args_json: str
     wait_seconds: float = 0.0  # from run_at to the claim, for metrics
     trace_context: str | None = None  # the producer's trace (JSON text), passed through
+    checkpoint: str | None = None  # the last checkpoint (JSON text), the child's resume

@@ -4,7 +4,8 @@ Parent to child: ``Run`` (one job; the parent writes several RUN frames at once 
 a child's queue stocked), ``Skip`` (a queued job must not run) and ``Stop``. Child to
 parent: ``Ready``, ``Start`` (the child takes the next job of its queue), ``Skipped``
 (it dropped a queued job it was told to skip), ``Heartbeat``, ``Done``, ``Failed`` and
-``BootError``. Each class has ``encode()``, which
+``BootError``; and the frames of checkpoints and stop notices (``Checkpoint``, and parent to
+child ``Checkpointed`` and ``Stopping``, in ``shared.notices``). Each class has ``encode()``, which
 returns a whole frame, and ``decode(frame)``, which raises ``ProtocolError`` for a body
 that does not fit the type. The framing itself (header, size cap, readers, writers) is
 ``shared.frames``; its names are re-exported here, so ``shared.wire`` is the one door.
@@ -35,9 +36,12 @@ import orjson
 
 from shared.frames import (
     BOOT_ERROR,
+    CHECKPOINT,
+    CHECKPOINTED,
     DEFAULT_MAX_BODY,
     DONE,
     FAILED,
+    FLAG_FLUSH,
     FLAG_LAST,
     FLAG_OUTPUT,
     FLAG_USAGE,
@@ -50,6 +54,7 @@ from shared.frames import (
     SKIPPED,
     START,
     STOP,
+    STOPPING,
     TYPE_NAMES,
     VERSION,
     BlockingReader,
@@ -61,17 +66,19 @@ from shared.frames import (
     encode_raw,
     write_all,
 )
+from shared.notices import Checkpoint, Checkpointed, Stopping
 from shared.usage import PACKED as _USAGE
 from shared.usage import Usage
 
 __all__ = [
-    "BOOT_ERROR", "DEFAULT_MAX_BODY", "DONE", "FAILED", "FLAG_LAST", "FLAG_OUTPUT",
-    "FLAG_USAGE", "HEADER",
+    "BOOT_ERROR", "CHECKPOINT", "CHECKPOINTED", "DEFAULT_MAX_BODY", "DONE", "FAILED",
+    "FLAG_FLUSH", "FLAG_LAST", "FLAG_OUTPUT", "FLAG_USAGE", "HEADER",
     "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "SKIP", "SKIPPED", "START", "STOP",
-    "TYPE_NAMES",
-    "VERSION", "BlockingReader", "BootError", "Done", "DoneBody", "Failed", "Frame", "FrameReader",
+    "STOPPING", "TYPE_NAMES",
+    "VERSION", "BlockingReader", "BootError", "Checkpoint", "Checkpointed", "Done",
+    "DoneBody", "Failed", "Frame", "FrameReader",
     "FrameWriter", "Heartbeat", "Message", "ProtocolError", "Ready", "Run", "Skip",
-    "Skipped", "Start", "Stop",
+    "Skipped", "Start", "Stop", "Stopping",
     "decode", "encode", "encode_raw", "write_all",
 ]
 
@@ -147,19 +154,28 @@ class Run:
     # The producer's trace context (shared.tracing): JSON text from the parent, passed
     # on unparsed; a dict in the child. None: the job was enqueued outside a span.
     trace_context: Any = None
+    # The job's last checkpoint (issue 28): JSON text from the parent, passed on unparsed
+    # like the args; decoded in the child (``current_job().resume``). None: none stored.
+    resume: Any = None
 
     @staticmethod
     def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
-             args_json: str | bytes, trace_context: str | None = None) -> bytes:
+             args_json: str | bytes, trace_context: str | None = None,
+             resume: str | None = None) -> bytes:
         """A RUN frame from its fields, without building the object (the parent's
         per-job path)."""
-        if trace_context is None:
+        if trace_context is None and resume is None:
             data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
                            "max_attempts": max_attempts, "args": _Fragment(args_json)})
         else:
-            data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
-                           "max_attempts": max_attempts, "trace": _Fragment(trace_context),
-                           "args": _Fragment(args_json)})
+            body: dict[str, Any] = {"id": job_id, "kind": kind, "queue": queue,
+                                    "attempt": attempt, "max_attempts": max_attempts}
+            if trace_context is not None:
+                body["trace"] = _Fragment(trace_context)
+            if resume is not None:
+                body["resume"] = _Fragment(resume)
+            body["args"] = _Fragment(args_json)
+            data = _dumps(body)
         return _pack_header(VERSION, RUN, 0, len(data)) + data
 
     def encode(self) -> bytes:
@@ -168,8 +184,9 @@ class Run:
         trace = self.trace_context
         if trace is not None and not isinstance(trace, str):
             trace = _dumps(trace).decode()
+        resume = None if self.resume is None else _dumps(self.resume).decode()
         return Run.pack(self.id, self.kind, self.queue, self.attempt, self.max_attempts,
-                        args_json, trace)
+                        args_json, trace, resume)
 
     @classmethod
     def decode(cls, frame: Frame) -> Run:
@@ -184,7 +201,7 @@ class Run:
         try:
             return cls(body["id"], body["kind"], body["queue"], body["attempt"],
                        body["max_attempts"], None, body.get("args"), args_error,
-                       body.get("trace"))
+                       body.get("trace"), body.get("resume"))
         except KeyError as exc:
             raise _missing(RUN, exc) from None
 
@@ -452,7 +469,8 @@ class BootError:
         return cls(str(body.get("kind")), str(body.get("message")))
 
 
-Message = Ready | Run | Start | Skip | Skipped | Heartbeat | Done | Failed | Stop | BootError
+Message = (Ready | Run | Start | Skip | Skipped | Heartbeat | Done | Failed | Stop | BootError
+           | Checkpoint | Checkpointed | Stopping)
 
 _CLASSES: dict[int, Any] = {cls.TYPE: cls for cls in Message.__args__}
 

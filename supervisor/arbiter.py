@@ -248,6 +248,7 @@ class Arbiter:
         if released:
             log.info("released %d claimed jobs that had not started", released)
         self.pool.stop()
+        self.engine.notify_drain(self.pool, self.config.grace)
 
     def stop_now(self, why: str) -> None:
         """Kill every child now; running and waiting jobs go back to available."""

@@ -5,7 +5,8 @@
 -- (false AS done), so their rows are read by column name; and a completion sets
 -- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
 -- end completed with attempted_at NULL); and a completion stores what its attempt cost
--- and printed (usage, output: issues 26 and 29).
+-- and printed (usage, output: issues 26 and 29); and every form returns the job's last
+-- checkpoint (issue 28: checkpoint::text AS checkpoint, the child's resume).
 -- Since issue 31 a carried completion also sets the attempt's start from ``ran``
 -- (seconds since its start, when that start was held back and never written).
 
@@ -28,7 +29,7 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -71,12 +72,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
@@ -118,12 +120,12 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -184,12 +186,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -212,15 +214,16 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -241,8 +244,8 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 
@@ -287,19 +290,20 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 
@@ -340,12 +344,12 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -406,12 +410,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -434,12 +438,13 @@ WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
                             $9, $16::float8, $17::int[],
                             $18::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

@@ -239,6 +239,8 @@ class FakePool:
         self.jobs: dict[int, ClaimedJob] = {}
         self.outcomes: list = []
         self.cancelled: list[int] = []
+        self.notified: list[tuple[int, str]] = []
+        self.acked: list[tuple[int, bool]] = []
 
     def size(self) -> int:
         return self._size
@@ -285,6 +287,20 @@ class FakePool:
     def interrupt_all(self, kind: str = "shutdown") -> None:
         for job_id in list(self.jobs):
             self.fail(job_id, kind)
+
+    def running_since(self) -> list[tuple[ClaimedJob, float]]:
+        return [(job, 0.0) for job in self.jobs.values()]
+
+    def notify(self, job_id: int, reason: str, kind: str, message: str,
+               grace: float | None) -> bool:
+        """A stop notice its handler ignores: with a grace, the kill that follows it."""
+        self.notified.append((job_id, reason))
+        if grace is not None and job_id in self.jobs:
+            self.fail(job_id, "shutdown")
+        return True
+
+    def checkpoint_written(self, job_id: int, written: bool) -> None:
+        self.acked.append((job_id, written))
 
     def take_outcomes(self) -> list:
         taken, self.outcomes = self.outcomes, []

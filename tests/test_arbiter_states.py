@@ -69,6 +69,10 @@ class FakeEngine:
         self.calls.append("engine.drain")
         return self.to_release
 
+    def notify_drain(self, pool, grace: float) -> int:
+        self.calls.append("engine.notify_drain")
+        return 0
+
     def collect(self, pool, now: float) -> None:
         self.calls.append("engine.collect")
 
@@ -185,7 +189,8 @@ def test_a_stop_signal_drains_the_engine_then_stops_the_pool(sig):
     rig.pool.busy = 1
     rig.signal(sig)
     assert rig.state == DRAINING
-    assert rig.calls == ["engine.drain", "pool.stop"]  # claim nothing more, then STOP
+    # Claim nothing more, then STOP, then tell the jobs that cannot finish in the grace.
+    assert rig.calls == ["engine.drain", "pool.stop", "engine.notify_drain"]
     assert rig.arbiter.drain_deadline == rig.clock.now + GRACE
     assert not rig.finished()  # its children are not reaped yet
 
@@ -270,7 +275,8 @@ def test_a_burst_that_ran_out_of_work_drains_itself():
     assert rig.state == RUNNING
     rig.engine.burst_finished = True
     rig.advance(1.0)
-    assert rig.state == DRAINING and rig.calls == ["engine.drain", "pool.stop"]
+    assert rig.state == DRAINING
+    assert rig.calls == ["engine.drain", "pool.stop", "engine.notify_drain"]
     assert rig.arbiter.exit_code == 0
 
 
@@ -337,4 +343,4 @@ def test_run_drains_on_a_real_sigterm_and_returns_0():
             signal.signal(sig, handler)
     assert arbiter.state == DRAINING
     assert calls == ["pool.start", "engine.open", "engine.drain", "pool.stop",
-                     "engine.close", "pool.kill_all"]
+                     "engine.notify_drain", "engine.close", "pool.kill_all"]

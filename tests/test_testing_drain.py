@@ -284,3 +284,15 @@ def test_interrupting_a_forked_drain_kills_the_child_and_gives_the_job_back(conn
     assert errors[-1]["kind"] == "shutdown"
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)  # the child was killed and reaped
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_a_drained_job_checkpoints_and_its_retry_resumes_from_it(conn, fork):
+    job_id = h.th_resumes.options(conn=conn).enqueue(steps=10)
+    summary = drain(queues="th", conn=conn, fork=fork)
+    assert summary.completed == 1 and summary.failed == 1
+    state, attempt, result, *_ = row(conn, job_id)
+    assert (state, attempt, result) == ("completed", 2, {"resumed_at": 5, "attempt": 2})
+    written = conn.execute("SELECT checkpoint, checkpoint_at IS NOT NULL "
+                           "FROM supervisor.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert written == ({"next": 5}, True)

@@ -105,3 +105,13 @@ def th_interrupted(how: str) -> None:
 @job(queue="th_forever")
 def th_snoozes_forever() -> None:
     raise Snooze(0)
+
+
+@job(queue="th", max_attempts=3)
+def th_resumes(steps: int) -> dict:
+    """Checkpoints half way and fails on its first attempt; the next resumes."""
+    ctx = current_job()
+    if ctx.resume is None:
+        ctx.checkpoint({"next": steps // 2}, flush=True)
+        raise RuntimeError("lost half way")
+    return {"resumed_at": ctx.resume["next"], "attempt": ctx.attempt}

@@ -5,9 +5,9 @@ child runtime. Handler modules import ``job`` and ``current_job`` from here, and
 from shared.jobs import Backoff
 from workers.context import JobContext, current_job
 from workers.hooks import HookError, around_job, on_child_exit, on_child_start, on_discard
-from workers.outcomes import Discard, Retry, Snooze, SoftTimeout
+from workers.outcomes import Discard, Retry, Snooze, SoftTimeout, Stopping
 from workers.registry import ArgsDoNotFit, JobHandle, job
 
 __all__ = ["ArgsDoNotFit", "Backoff", "Discard", "HookError", "JobContext", "JobHandle", "Retry",
-           "Snooze", "SoftTimeout", "around_job", "current_job", "job", "on_child_exit",
+           "Snooze", "SoftTimeout", "Stopping", "around_job", "current_job", "job", "on_child_exit",
            "on_child_start", "on_discard"]

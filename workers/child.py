@@ -33,7 +33,9 @@ from workers.heartbeat import Heartbeat
 from workers.inbox import JobInbox
 from workers.jobpipe import JobPipe
 from workers.reaper import reap_leftovers
+from workers.registry import get_handler
 from workers.softtimer import SoftTimer
+from workers.stopnotice import StopNotice
 from workers.usage import UsageMeter
 
 
@@ -131,13 +133,27 @@ class JobRunner:
         self.pipe = JobPipe(config.read_fd, config.write_fd)
         self.heartbeat = Heartbeat(self.pipe, config.heartbeat_interval, config.worker_no)
         self.soft_timer = SoftTimer()
+        self.stop_notice = StopNotice()
         self.output = output.install(keep=config.output_capture)
         self.meter = UsageMeter(_say)
         self.executor = JobExecutor(max_result_bytes=config.max_result_bytes,
                                     default_soft_timeout=config.default_soft_timeout,
                                     soft_timer=self.soft_timer, begin=self._begin,
-                                    end=self.output.end, meter=self.meter)
+                                    end=self.output.end, meter=self.meter,
+                                    stop_notice=self.stop_notice,
+                                    send_checkpoint=self._send_checkpoint)
         self.run_job = self.executor.run
+        self.inbox = JobInbox(self.pipe.read_fd, config.max_frame_bytes)
+        self.inbox.on_stopping = self._on_stopping
+        self.inbox.on_checkpointed = self._on_checkpointed
+        self.heartbeat.listen = self._listen
+        # The job whose START was written last, and a notice for it read before its
+        # handler began (the heartbeat thread may read one in that moment): applied at
+        # its begin. A notice for any other job is for one that already ended: dropped
+        # (kept, it could stop a later run of the same job in this child).
+        self._starting: int | None = None
+        self._early_stop: str | None = None
+        self._acked: set[int] = set()  # flushed checkpoints the parent says are written
 
     def serve(self) -> int:
         """Say READY, then run the jobs the parent queues, back to back, until told to
@@ -154,7 +170,7 @@ class JobRunner:
         pipe.guard_forks()
         self.heartbeat.start()
         self.heartbeat.write(wire.Ready(os.getpid(), config.worker_no).encode())
-        inbox = JobInbox(pipe.read_fd, config.max_frame_bytes)
+        inbox = self.inbox
         lock = self.heartbeat.lock
         heartbeat = self.heartbeat
         write_fd = pipe.write_fd
@@ -177,6 +193,8 @@ class JobRunner:
             data = answer + inbox.take_dropped()
             if run is not None:
                 data += pack_start(run.id)
+                self._starting = run.id
+                self._early_stop = None
             if data:
                 with lock:
                     heartbeat.end()
@@ -215,5 +233,48 @@ class JobRunner:
 
     def _begin(self, context: JobContext) -> None:
         """A job's handler is about to run: beat for it, and tag its output."""
+        if self._early_stop is not None:
+            if context.id == self._starting:
+                context.stop_reason = self._early_stop
+            self._early_stop = None
         self.heartbeat.begin(context.id, context)  # its thread also sets the title
         self.output.begin(context.id, context.kind)
+
+    # -- checkpoints and stop notices (issue 28) -------------------------------------
+    def _listen(self) -> None:
+        """The heartbeat thread's look at the pipe while a job runs (not once its
+        handler closed or replaced the read end: that fd may be the handler's now)."""
+        if self.pipe.intact()[0]:
+            self.inbox.poll()
+
+    def _on_stopping(self, notice: wire.Stopping) -> None:
+        current = self.heartbeat.current
+        if current is None or current[0] != notice.job:
+            if notice.job == self._starting:
+                self._early_stop = notice.reason
+            return
+        context = current[1]
+        if context.stop_reason is not None:
+            return
+        handle = get_handler(context.kind)
+        raising = handle is not None and handle.defaults.on_stop == "raise"
+        self.stop_notice.noticed(context, notice.reason, raising)
+
+    def _on_checkpointed(self, ack: wire.Checkpointed) -> None:
+        self._acked.add(ack.job)
+
+    def _send_checkpoint(self, job_id: int, state: bytes, flush: bool) -> None:
+        """A handler's checkpoint to the parent; with ``flush``, wait until it is written
+        (the main thread reads the pipe itself meanwhile). Shielded: a stop notice
+        cannot tear the frame or drop what was read; it is raised after."""
+        with self.stop_notice.shielded():
+            self._acked.discard(job_id)
+            self.heartbeat.write(wire.Checkpoint(job_id, state, flush).encode())
+            if not flush:
+                return
+            inbox = self.inbox
+            while (job_id not in self._acked and not inbox.closed
+                   and self.pipe.intact()[0]):
+                inbox.wait_readable(0.1)
+                inbox.poll()
+            self._acked.discard(job_id)

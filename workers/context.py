@@ -30,6 +30,16 @@ class JobContext:
     _progress_seq: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _on_progress: Callable[[], None] | None = field(default=None, repr=False)
+    # The last checkpoint of an earlier attempt (or of this one, before a drain or a
+    # rescue), decoded; None on a first run.
+    resume: Any = None
+    # Set from the child's heartbeat thread when the parent's stop notice arrives.
+    stop_reason: str | None = None
+    # Where checkpoints go: (state as JSON bytes, flush) -> None. None: kept here only
+    # (``supervisor.testing`` runs jobs without a parent).
+    _send_checkpoint: Callable[[bytes, bool], None] | None = field(default=None, repr=False)
+    _checkpoint_cap: int = 1 << 20
+    last_checkpoint: Any = field(default=None, repr=False)  # as stored by checkpoint()
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress (``done`` of ``total``, with an optional message). It reaches
@@ -50,6 +60,43 @@ class JobContext:
             self._on_progress()
 
     @property
+    def stopping(self) -> bool:
+        """True once the job is about to be stopped from outside (a drain, a cancel, a
+        fence, a memory recycle): checkpoint and return, or raise ``workers.Stopping``
+        to hand the job back (see docs/long-jobs.md)."""
+        return self.stop_reason is not None
+
+    def checkpoint(self, state: Any, flush: bool = False) -> None:
+        """Store ``state`` (JSON-serialisable) as this job's checkpoint: a later attempt
+        reads it as ``current_job().resume``. The parent writes it, fenced by this
+        attempt's lease, with its next lease renewal or write; ``flush=True`` waits until
+        it is written. A state that is not JSON, not finite or larger than the result cap
+        raises ``ValueError`` (naming the size and the cap); nothing is stored and the job
+        goes on."""
+        from workers.results import non_finite
+
+        try:
+            data = orjson.dumps(state)
+        except TypeError as exc:
+            raise ValueError(f"checkpoint state cannot be encoded as JSON: {exc}; "
+                             "nothing was stored") from None
+        if state is not None and b"null" in data:
+            problem = non_finite(state)
+            if problem is not None:
+                raise ValueError(f"checkpoint state is not valid JSON: {problem} is not a "
+                                 "finite number; nothing was stored")
+        if b"\\u0000" in data and _holds_nul(data):
+            raise ValueError("checkpoint state holds a NUL character (\\u0000), which "
+                             "PostgreSQL's jsonb cannot store; nothing was stored")
+        cap = self._checkpoint_cap
+        if len(data) > cap:
+            raise ValueError(f"checkpoint state is {len(data)} bytes of JSON, over the "
+                             f"{cap}-byte cap; nothing was stored")
+        self.last_checkpoint = orjson.loads(data)
+        if self._send_checkpoint is not None:
+            self._send_checkpoint(data, flush)
+
+    @property
     def batch(self) -> Any:
         """The batch this job closes (a batch's callback) or belongs to, else None:
         ``.id``, ``.summary``, ``.results()`` (see ``workers.batchview``)."""
@@ -63,6 +110,20 @@ class JobContext:
             if self._progress_seq == seen_seq:
                 return seen_seq, None
             return self._progress_seq, self._progress
+
+
+def _holds_nul(data: bytes) -> bool:
+    """Whether JSON text holds an escaped NUL (``\\u0000`` after an even run of
+    backslashes: ``\\\\u0000`` is a backslash and the text ``u0000``)."""
+    at = data.find(b"\\u0000")
+    while at >= 0:
+        run = 0
+        while at - run - 1 >= 0 and data[at - run - 1] == 0x5C:
+            run += 1
+        if run % 2 == 0:
+            return True
+        at = data.find(b"\\u0000", at + 1)
+    return False
 
 
 _current: JobContext | None = None

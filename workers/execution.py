@@ -26,15 +26,17 @@ from shared.jobs import (
     FAIL_RESULT,
     FAIL_RETRY,
     FAIL_SNOOZE,
+    FAIL_STOPPED,
     FAIL_UNKNOWN_KIND,
 )
 from workers import hooks
 from workers.binding import ArgsChecker
 from workers.context import JobContext, set_current
-from workers.outcomes import Discard, Retry, Snooze
+from workers.outcomes import Discard, Retry, Snooze, Stopping
 from workers.registry import JobHandle, get_handler
 from workers.results import non_finite
 from workers.softtimer import SoftTimer
+from workers.stopnotice import StopNotice
 from workers.usage import UsageMeter
 
 
@@ -69,10 +71,14 @@ class JobExecutor:
     is kept in ``raised`` (a test wants the original; the child does not keep it, which
     would hold its frames alive until the next failure). ``lookup``: the handler of a
     kind (the registry's, unless a test runs one handle). ``meter``: measures what each
-    job whose handler ran cost (``usage`` of its answer; None: not measured)."""
+    job whose handler ran cost (``usage`` of its answer; None: not measured).
+    ``stop_notice``: how ``@job(on_stop="raise")`` handlers get ``Stopping`` (None: they
+    only see the flag); ``send_checkpoint(job_id, state, flush)``: where
+    ``current_job().checkpoint`` goes (None: it is kept on the context only)."""
 
     __slots__ = ("_checkers", "begin", "default_soft_timeout", "end", "keep_exception",
-                 "lookup", "max_result_bytes", "meter", "raised", "soft_timer")
+                 "lookup", "max_result_bytes", "meter", "raised", "send_checkpoint",
+                 "soft_timer", "stop_notice")
 
     def __init__(self, *, max_result_bytes: int = defaults.MAX_RESULT_BYTES,
                  default_soft_timeout: float | None = None,
@@ -81,9 +87,13 @@ class JobExecutor:
                  end: Callable[[], None] | None = None,
                  keep_exception: bool = False,
                  lookup: Callable[[str], JobHandle | None] = get_handler,
-                 meter: UsageMeter | None = None) -> None:
+                 meter: UsageMeter | None = None,
+                 stop_notice: StopNotice | None = None,
+                 send_checkpoint: Callable[[int, bytes, bool], None] | None = None) -> None:
         self.max_result_bytes = max_result_bytes
         self.meter = meter
+        self.stop_notice = stop_notice
+        self.send_checkpoint = send_checkpoint
         self.default_soft_timeout = default_soft_timeout
         self.soft_timer = soft_timer
         self.begin = begin
@@ -137,7 +147,11 @@ class JobExecutor:
             return wire.Failed(job_id, FAIL_BINDING,
                                f"args do not fit {kind}{handle.signature}: {exc}")
         context = JobContext(id=job_id, kind=kind, queue=run.queue, attempt=run.attempt,
-                             args=args, max_attempts=run.max_attempts)
+                             args=args, max_attempts=run.max_attempts, resume=run.resume,
+                             _checkpoint_cap=self.max_result_bytes)
+        send = self.send_checkpoint
+        if send is not None:
+            context._send_checkpoint = lambda data, flush: send(job_id, data, flush)
         set_current(context)
         if self.begin is not None:
             self.begin(context)
@@ -158,8 +172,15 @@ class JobExecutor:
         if soft is None:
             soft = self.default_soft_timeout
         timer = self.soft_timer
+        notice = self.stop_notice if handle.defaults.on_stop == "raise" else None
         try:
-            if hooks.AROUND_JOB:
+            if notice is not None:
+                def invoke() -> Any:
+                    return notice.call(context, lambda: (
+                        timer.call(soft, handle.func, args) if soft and timer is not None
+                        else handle.func(**args)))
+                result = hooks.call_around(context, invoke) if hooks.AROUND_JOB else invoke()
+            elif hooks.AROUND_JOB:
                 result = hooks.call_around(context, lambda: (
                     timer.call(soft, handle.func, args) if soft and timer is not None
                     else handle.func(**args)))
@@ -179,6 +200,11 @@ class JobExecutor:
         except Snooze as exc:
             self._keep(exc)
             return wire.Failed(job_id, FAIL_SNOOZE, str(exc), None, exc.delay)
+        except Stopping as exc:
+            # The parent decides what it means: handed back after its own notice, an
+            # ordinary error without one.
+            self._keep(exc)
+            return wire.Failed(job_id, FAIL_STOPPED, one_line(exc), traceback.format_exc())
         except BaseException as exc:
             self._keep(exc)
             return wire.Failed(job_id, FAIL_ERROR, one_line(exc), traceback.format_exc())

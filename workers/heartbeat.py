@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from shared import wire
 from workers.context import JobContext
@@ -54,6 +55,8 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._sleeping = False  # the thread waits on _wake until a job begins
+        # Called at each look while a job runs: reads the parent's notices (issue 28).
+        self.listen: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Start the thread (once per child)."""
@@ -71,6 +74,11 @@ class Heartbeat:
     def end(self) -> None:
         """The job is answered. Call with ``lock`` held."""
         self._current = None
+
+    @property
+    def current(self) -> tuple[int, JobContext] | None:
+        """The job beaten for now (its id and context), or None."""
+        return self._current
 
     def write(self, data: bytes) -> None:
         """Write a frame to the parent with the pipe lock held."""
@@ -100,6 +108,11 @@ class Heartbeat:
             now = clock()
             if self._current is not None:
                 busy_at = now
+                if self.listen is not None:
+                    try:
+                        self.listen()
+                    except OSError:
+                        pass  # the pipe is gone or replaced: the main loop sees it
             if now < next_beat:
                 continue
             next_beat = now + interval

@@ -10,19 +10,28 @@ block (``wait``).
 
 The read end is non-blocking for that look: one ``read`` that finds nothing costs
 about a microsecond, a ``poll`` call more than that.
+
+While a handler runs, the heartbeat thread reads the pipe too (issue 28), so that a
+STOPPING notice or the CHECKPOINTED answer to a flushed checkpoint reaches the running
+job; ``lock`` keeps the two readers apart, and ``on_stopping`` / ``on_checkpointed`` are
+called with it held.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import threading
 from collections import deque
+from collections.abc import Callable
 
 from shared import wire
 
 _RUN = wire.RUN
 _SKIP = wire.SKIP
 _STOP = wire.STOP
+_STOPPING = wire.STOPPING
+_CHECKPOINTED = wire.CHECKPOINTED
 _decode_run = wire.Run.decode
 _CHUNK = 1 << 16
 
@@ -40,6 +49,9 @@ class JobInbox:
         self.stopped = False  # told STOP: start nothing more
         self.closed = False  # end of file: the parent is gone
         self._dropped: list[int] = []  # skipped jobs passed over, not yet reported
+        self.lock = threading.Lock()
+        self.on_stopping: Callable[[wire.Stopping], None] | None = None
+        self.on_checkpointed: Callable[[wire.Checkpointed], None] | None = None
 
     @property
     def queued(self) -> int:
@@ -49,6 +61,10 @@ class JobInbox:
     def poll(self) -> None:
         """Take in whatever the parent sent so far, without blocking. Raises
         ``OSError`` if the fd cannot be read (a handler closed it)."""
+        with self.lock:
+            self._poll()
+
+    def _poll(self) -> None:
         read = os.read
         fd = self.fd
         while not self.closed:
@@ -72,9 +88,20 @@ class JobInbox:
                 continue
             self.poll()
 
+    def wait_readable(self, timeout: float) -> None:
+        """Block until the pipe has bytes to read or ``timeout`` seconds passed."""
+        try:
+            self._poller.poll(timeout * 1000)
+        except InterruptedError:
+            pass
+
     def next_run(self) -> wire.Run | None:
         """The next job to start, or None (none queued, or told STOP: queued jobs stay
         unstarted and the parent gives them back)."""
+        with self.lock:
+            return self._next_run()
+
+    def _next_run(self) -> wire.Run | None:
         runs = self._runs
         while runs and not self.stopped:
             run = _decode_run(runs.popleft())
@@ -103,3 +130,8 @@ class JobInbox:
                 self._skipped.add(wire.Skip.decode(frame).job)
             elif mtype == _STOP:
                 self.stopped = True
+            elif mtype == _STOPPING:
+                if self.on_stopping is not None:
+                    self.on_stopping(wire.Stopping.decode(frame))
+            elif mtype == _CHECKPOINTED and self.on_checkpointed is not None:
+                self.on_checkpointed(wire.Checkpointed.decode(frame))

@@ -42,3 +42,15 @@ class SoftTimeout(Exception):
     """Raised inside a handler when its job passes its soft timeout (``@job(soft_timeout=
     ...)`` or the supervisor's ``default_soft_timeout``), before the hard timeout kills
     the child: catch it to clean up. Uncaught, the attempt fails like any exception."""
+
+
+class Stopping(Exception):
+    """The job is about to be stopped from outside (a drain, a cancel, a fence, a memory
+    recycle). Raised inside a handler that opted in with ``@job(on_stop="raise")``;
+    others see ``current_job().stopping``. Let it out (or raise it yourself) after a
+    checkpoint: a job stopped for a drain or a fence goes back without spending its
+    attempt and without an errors entry, and resumes from its checkpoint."""
+
+    def __init__(self, reason: str = "drain") -> None:
+        super().__init__(f"stopping: {reason}")
+        self.reason = reason

@@ -41,6 +41,9 @@ class JobDefaults:
     backoff: Backoff = jobs.DEFAULT_BACKOFF
     soft_timeout: float | None = None  # None: the supervisor's default_soft_timeout; 0: none
     heartbeat_timeout: float | None = None  # None: the supervisor's heartbeat_timeout
+    # "raise": a stop notice raises workers.Stopping in the handler; "flag" (default): it
+    # only sets current_job().stopping.
+    on_stop: str = "flag"
 
     @property
     def queue(self) -> str:
@@ -239,6 +242,7 @@ def job(
     backoff: Backoff | None = None,
     soft_timeout: float | None = None,
     heartbeat_timeout: float | None = None,
+    on_stop: str = "flag",
     cron: str | None = None,
     every: float | None = None,
     timezone: str | None = None,
@@ -259,6 +263,10 @@ def job(
     ``heartbeat_timeout`` (seconds, > 0) overrides the supervisor's for this kind: a
     child running it is hung once neither heartbeats nor its CPU time moved for that
     long (a handler busy in native code that holds the GIL is not hung).
+    ``on_stop``: when the job is about to be stopped from outside (a drain, a cancel, a
+    fence, a memory recycle) ``current_job().stopping`` becomes true; with ``"raise"``
+    ``workers.Stopping`` is also raised in the handler, so it can checkpoint and let it
+    out (see docs/long-jobs.md).
 
     ``cron`` (5 fields, or 6 with seconds first, read in ``timezone``) or ``every``
     (seconds) also makes it a schedule named after the kind: supervisors that load this
@@ -278,8 +286,10 @@ def job(
             and 0 < heartbeat_timeout < float("inf")):
         raise ValueError(f"heartbeat_timeout must be a number of seconds > 0, not "
                          f"{heartbeat_timeout!r}")
+    if on_stop not in ("flag", "raise"):
+        raise ValueError(f"on_stop must be 'flag' or 'raise', not {on_stop!r}")
     defaults = JobDefaults(options=row, backoff=backoff or jobs.DEFAULT_BACKOFF,
-                           soft_timeout=soft_timeout,
+                           soft_timeout=soft_timeout, on_stop=on_stop,
                            heartbeat_timeout=float(heartbeat_timeout) if heartbeat_timeout
                            else None)
 

@@ -20,6 +20,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from workers import context as context_module
 from workers.outcomes import SoftTimeout
 
 
@@ -50,6 +51,9 @@ class SoftTimer:
         if not self.seconds or self.fired or frame is None or frame.f_code is _CALL_CODE:
             return
         self.fired = True
+        context = context_module._current
+        if context is not None and context.stop_reason is None:
+            context.stop_reason = "soft_timeout"  # current_job().stopping, for cleanup code
         raise SoftTimeout(f"soft timeout: the job ran past its {self.seconds:g} s soft limit")
 
 

@@ -42,7 +42,9 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
-_SHOW = "SELECT * FROM supervisor.jobs WHERE id = %(id)s"
+# checkpoint_bytes: the size of the last checkpoint (issue 28), shown with its time.
+_SHOW = """SELECT *, octet_length(checkpoint::text) AS checkpoint_bytes
+FROM supervisor.jobs WHERE id = %(id)s"""
 
 _RESET = """state = 'available', attempt = 0, run_at = now(), finished_at = NULL,
     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, progress = NULL"""

@@ -156,6 +156,9 @@ def render_job(row: dict[str, Any]) -> str:
         if row[name] is not None:
             lines.append(f"  {name + ':':<17} {stamp(row[name])}"
                          f" ({since(row[name], now)})")
+    if row.get("checkpoint_at") is not None:
+        lines.append(f"  {'checkpoint:':<17} {row['checkpoint_bytes']} bytes, written "
+                     f"{stamp(row['checkpoint_at'])} ({since(row['checkpoint_at'], now)})")
     for name in ("args", "progress", "result"):
         if row[name] is not None:
             body = json_text(row[name])

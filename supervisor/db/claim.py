@@ -53,7 +53,7 @@ CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
 _COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
-            "wait", "trace_context")
+            "wait", "trace_context", "checkpoint")
 # The carrying form's extra column: true for a row that is a written completion.
 _DONE = "done"
 
@@ -203,8 +203,8 @@ def _lock_and_update(candidates: str) -> str:
     Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
     ANALYZE, while id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) keeps the index
     plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
-    trace_context (the producer's, issue 15) goes to the child as the text it is, like
-    the args."""
+    trace_context (the producer's, issue 15) and the last checkpoint (issue 28) go to
+    the child as the text they are, like the args."""
     return f"""UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
@@ -217,7 +217,7 @@ WHERE id = ANY(ARRAY({candidates}
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context"""
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint"""
 
 
 def _keyed(aged: bool) -> str:
@@ -225,13 +225,14 @@ def _keyed(aged: bool) -> str:
     these claims per queue and skips keys at their limit (shared/schema/0007_limits.sql;
     with aging, the overload of 0011_aged_keyed_claim.sql, which orders as
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
-    function predates the trace_context column (0008): the column is read here, by
-    primary key, for the few rows a claim returns."""
+    function predates the trace_context (0008) and checkpoint (0015) columns: they are
+    read here, by primary key, for the few rows a claim returns."""
     aging = ",\n                            %(aging)s::float8" if aged else ""
     columns = "k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args"
     return f"""SELECT {columns},
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int{aging}) AS k"""
@@ -312,7 +313,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
     its job id. Each column is found by its name, once per answer."""
     at = {name: i for i, name in enumerate(names)}
     (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
-     i_trace_context) = (at[column] for column in _COLUMNS)
+     i_trace_context, i_checkpoint) = (at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
 
     def make(v: Sequence[Any]) -> ClaimedJob | int:
@@ -321,7 +322,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
         return ClaimedJob(id=v[i_id], kind=v[i_kind], queue=v[i_queue], attempt=v[i_attempt],
                           max_attempts=v[i_max_attempts], priority=v[i_priority],
                           timeout=v[i_timeout], args_json=v[i_args], wait_seconds=v[i_wait],
-                          trace_context=v[i_trace_context])
+                          trace_context=v[i_trace_context], checkpoint=v[i_checkpoint])
     return make
 
 

@@ -109,12 +109,17 @@ WHERE {_FENCE}
 RETURNING j.id
 """
 
+# A checkpoint (issue 28) rides on the renewal, fenced like it; checkpoint_at is when
+# the last one was written.
 RENEW = f"""
 UPDATE supervisor.jobs AS j
 SET lease_expires_at = now() + %(ttl)s * interval '1 second', heartbeat_at = now(),
-    progress = COALESCE(u.progress::jsonb, j.progress)
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
-     AS u(id, attempt, progress)
+    progress = COALESCE(u.progress::jsonb, j.progress),
+    checkpoint = COALESCE(u.checkpoint::jsonb, j.checkpoint),
+    checkpoint_at = CASE WHEN u.checkpoint IS NULL THEN j.checkpoint_at ELSE now() END
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[],
+            %(checkpoints)s::text[])
+     AS u(id, attempt, progress, checkpoint)
 WHERE {_FENCE}
 RETURNING j.id
 """

@@ -242,16 +242,20 @@ class Store:
         return self._fenced("snooze", SNOOZE, params, items)
 
     def renew(
-        self, items: Sequence[tuple[int, int]], progress: Mapping[int, dict] | None = None
+        self, items: Sequence[tuple[int, int]], progress: Mapping[int, dict] | None = None,
+        checkpoints: Mapping[int, str] | None = None,
     ) -> list[int]:
-        """Extend the leases of running jobs by the lease TTL, storing progress where
-        given (keyed by job id). Returns the fenced-off ids."""
+        """Extend the leases of running jobs by the lease TTL, storing progress and
+        checkpoints (JSON text) where given (keyed by job id). Returns the fenced-off
+        ids."""
         if not items:
             return []
         progress = progress or {}
+        checkpoints = checkpoints or {}
         params = {"owner": self.owner, "ttl": self.lease_ttl, "ids": [i for i, _ in items],
                   "attempts": [a for _, a in items],
-                  "progress": [_json_or_none(progress.get(i)) for i, _ in items]}
+                  "progress": [_json_or_none(progress.get(i)) for i, _ in items],
+                  "checkpoints": [checkpoints.get(i) for i, _ in items]}
         return self._fenced("renew", RENEW, params, items)
 
     def promote_due(self, limit: int = 1000) -> int:

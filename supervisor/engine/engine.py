@@ -36,11 +36,12 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from shared import defaults, jobs
+from shared import defaults
 from supervisor.db import Database, Interrupt
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
+from supervisor.engine.notices import notify_drain, notify_fence
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import handler_max_attempts
@@ -106,6 +107,7 @@ class Engine:
         self.leases_renewed_at = now
         self.fenced = False  # leases unrenewed too long: running nothing until renewed
         self._held_back = 0  # the outage whose queued jobs were taken back from children
+        self.drain_ends: float | None = None  # draining: when the grace ends
 
     # -- the loop's calls ---------------------------------------------------------------
     def open(self) -> None:
@@ -148,11 +150,16 @@ class Engine:
             self._housekeeping(now, pool)
         if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0):
             self.outbox.flush(db, now)
+        if self.outbox.acks:
+            for job_id, written in self.outbox.take_acks():
+                pool.checkpoint_written(job_id, written)
         if self.outbox.retries_written:
             self.outbox.retries_written = 0
             self._poll_soon(now)  # learn when the retries are due, and wake then
         if self.config.burst and self.claimer.accepting:
             self._check_burst(now, pool)
+        if self.drain_ends is not None and pool.busy_count():
+            notify_drain(pool, self.reporter.run_times, max(0.0, self.drain_ends - now))
 
     def next_deadline(self, now: float, pool: Pool) -> float:
         """When ``tick`` must run again at the latest (the loop may wake earlier)."""
@@ -267,6 +274,13 @@ class Engine:
         self.flush(now)
         return len(waiting)
 
+    def notify_drain(self, pool: Pool, grace: float) -> int:
+        """At a drain's start: tell the running jobs that cannot finish within the
+        grace to checkpoint and stop (``engine.notices``); each tick after, the jobs
+        that started late or overran their estimate. Returns how many were told now."""
+        self.drain_ends = self.clock() + grace
+        return notify_drain(pool, self.reporter.run_times, grace)
+
     def collect(self, pool: Pool, now: float) -> None:
         """Book what the pool reported since the last tick (used while stopping)."""
         self.reporter.record(pool.take_outcomes(), now)
@@ -365,6 +379,9 @@ class Engine:
                 self.outbox.released(waiting, now)
 
     def _renew(self, pool: Pool) -> None:
+        if self.outbox.pending.checkpoints:
+            # Checkpoints ride on the renewal: written now, with whatever else waits.
+            self.outbox.flush(self.db, self.clock())
         sent = self.clock()
         held = pool.running() + self.ledger.waiting_jobs()
         if not held:
@@ -439,8 +456,9 @@ class Engine:
     def _interrupt_running(self, pool: Pool) -> None:
         """Stop every running job before its lease can be taken over. This is the one
         place where a fenced supervisor stops its jobs: a stopping notice to the
-        children, when there is one, goes here, before the kill."""
-        pool.interrupt_all(jobs.FAIL_SHUTDOWN)
+        children goes here: each running job is told, and killed ``FENCE_GRACE`` later
+        unless it hands itself back first (``engine.notices``)."""
+        notify_fence(pool)
 
     def _cancelled(self, job_ids: set[int], pool: Pool) -> None:
         for job_id in job_ids:

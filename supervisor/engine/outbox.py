@@ -1,11 +1,12 @@
 """The outbox: the one owner of every outcome not yet written to the database.
 
-Completions, failures, releases (claimed, never started), interrupts (cut off at the
-end of the drain) and progress reports wait here; the outbox decides when they must be
-written and writes them, one fenced statement per kind. Completions usually ride on the
-next claim instead (``take_completions``); a claim that fails hands them back, and a
-claim refused for its data (a result PostgreSQL will not store) marks them to be written
-on their own, where the bad one is found job by job and becomes that job's failure.
+Completions, failures, releases (claimed, never started, or stopped after a notice),
+interrupts (cut off at the end of the drain), progress reports and checkpoints wait
+here; the outbox decides when they must be written and writes them, one fenced
+statement per kind. Completions usually ride on the next claim instead
+(``take_completions``); a claim that fails hands them back, and a claim refused for
+its data (a result PostgreSQL will not store) marks them to be written on their own,
+where the bad one is found job by job and becomes that job's failure.
 
 Starts are held back (``START_HOLD``): a job that ends within it never has its start
 written at all, since its completion or failure carries it (``ran``: the attempt's
@@ -75,11 +76,14 @@ class PendingWrites:
     releases: list[ClaimedJob] = field(default_factory=list)
     progress: dict[int, tuple[int, dict]] = field(default_factory=dict)
     starts: dict[int, PendingStart] = field(default_factory=dict)  # by job id
+    # job id -> (attempt, state as JSON text): the latest checkpoint of a running job.
+    checkpoints: dict[int, tuple[int, str]] = field(default_factory=dict)
+    flushed: set[int] = field(default_factory=set)  # checkpoints a handler waits on
 
     def count(self) -> int:
         """Outcomes waiting (progress reports excluded: they never force a write)."""
         return (len(self.completions) + len(self.failures) + len(self.interrupts)
-                + len(self.snoozes) + len(self.releases))
+                + len(self.snoozes) + len(self.releases) + len(self.flushed))
 
 
 class Outbox:
@@ -95,6 +99,8 @@ class Outbox:
         self._solo = False  # completions must be written alone (one was refused)
         self.retries_written = 0  # failed attempts written that may be retried later
         self.starts_since: float | None = None  # when the oldest unwritten start came
+        # Flushed checkpoints written (True) or fenced off (False), for their handlers.
+        self.acks: list[tuple[int, bool]] = []
 
     # -- recording ----------------------------------------------------------------------
     def started(self, job: ClaimedJob, now: float) -> None:
@@ -152,6 +158,27 @@ class Outbox:
             self.pending.releases.extend(claimed)
             self._touch(now)
 
+    def checkpointed(self, job: ClaimedJob, state_json: str, flush: bool, now: float) -> None:
+        """A running job's checkpoint: written with the next lease renewal or write
+        (a later one replaces it); ``flush``: written now, and its handler told."""
+        self.pending.checkpoints[job.id] = (job.attempt, state_json)
+        if flush:
+            self.pending.flushed.add(job.id)
+            self._touch(now)
+
+    def stopped(self, job: ClaimedJob, now: float) -> None:
+        """A job whose handler let ``Stopping`` out after a drain's or fence's notice:
+        available again, its attempt not spent, no errors entry; its last checkpoint is
+        written first."""
+        self._drop_start(job.id, now)
+        self.pending.releases.append(job)
+        self._touch(now)
+
+    def take_acks(self) -> list[tuple[int, bool]]:
+        """Flushed checkpoints written since the last call: (job id, written)."""
+        acks, self.acks = self.acks, []
+        return acks
+
     def progressed(self, job: ClaimedJob, progress: dict) -> None:
         """The latest progress of a running job, written with the next write."""
         self.pending.progress[job.id] = (job.attempt, progress)
@@ -179,8 +206,8 @@ class Outbox:
                 return self.starts_since + START_HOLD
             return None
         pending = self.pending
-        if pending.count() >= BATCH or (idle and not claim_in_flight):
-            return self.since
+        if pending.count() >= BATCH or (idle and not claim_in_flight) or pending.flushed:
+            return self.since  # a flushed checkpoint's handler waits for its write
         only_completions = pending.count() == len(pending.completions) and not self._solo
         if only_completions and claim_in_flight:
             return self.since + max(self.flush_interval, CARRY_LIMIT)
@@ -243,7 +270,8 @@ class Outbox:
     def flush(self, db: Database, now: float, *, last_chance: bool = False) -> None:
         """Write everything pending; what cannot be written (database down, a statement
         failing) stays for the next try. ``last_chance``: the supervisor is exiting."""
-        if not self.pending.count() and not self.pending.progress and not self.pending.starts:
+        if not (self.pending.count() or self.pending.progress or self.pending.starts
+                or self.pending.checkpoints):
             self.since = self.starts_since = None
             return
         tracer = self.tracer
@@ -269,6 +297,10 @@ class Outbox:
         writes were fenced."""
         pending = self.pending
         fenced = 0
+        if pending.progress or pending.checkpoints:
+            # First: a checkpoint must land while the lease is still ours, before the
+            # release of the same job in this write.
+            fenced += self._renew_riders(store)
         if pending.completions:
             fenced += self._complete(store, pending.completions)
             pending.completions = []
@@ -293,13 +325,37 @@ class Outbox:
             except BaseException:
                 self.hand_back_starts(starts, now)
                 raise
-        if pending.progress:
-            items = [(job_id, attempt) for job_id, (attempt, _) in pending.progress.items()]
-            reports = {job_id: report for job_id, (_, report) in pending.progress.items()}
-            store.renew(items, reports)
-            pending.progress = {}
         self.since = None
         return fenced
+
+    def _renew_riders(self, store: Store) -> int:
+        """Write progress reports and checkpoints (a fenced renewal of their jobs)."""
+        pending = self.pending
+        attempts = {job_id: attempt for job_id, (attempt, _) in pending.progress.items()}
+        attempts.update((job_id, attempt)
+                        for job_id, (attempt, _) in pending.checkpoints.items())
+        reports = {job_id: report for job_id, (_, report) in pending.progress.items()}
+        states = {job_id: state for job_id, (_, state) in pending.checkpoints.items()}
+        try:
+            fenced = set(store.renew(list(attempts.items()), reports, states))
+        except psycopg.DataError:
+            # One value PostgreSQL will not store must not hold up every write behind it
+            # (they come first): job by job, and the bad one is dropped.
+            fenced = set()
+            for item in attempts.items():
+                job_id = item[0]
+                try:
+                    fenced.update(store.renew([item], reports, states))
+                except psycopg.DataError as exc:
+                    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    log.warning("job %d: its progress or checkpoint could not be stored "
+                                "(%s); dropped", job_id, message)
+                    fenced.add(job_id)
+        self.acks.extend((job_id, job_id not in fenced) for job_id in pending.flushed)
+        pending.progress = {}
+        pending.checkpoints = {}
+        pending.flushed = set()
+        return len(fenced & set(states))
 
     def _release(self, store: Store, claimed: list[ClaimedJob]) -> int:
         fenced = set(store.release([(job.id, job.attempt) for job in claimed]))

@@ -14,9 +14,11 @@ from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.policy import retry_delay
+from supervisor.engine.runtimes import RunTimes
 from supervisor.observe import SupervisorMetrics, job_fields
 from supervisor.pool import (
     ChildEvent,
+    JobCheckpoint,
     JobDone,
     JobFailed,
     JobProgress,
@@ -41,6 +43,7 @@ class OutcomeReporter:
         self.outbox = outbox
         self.metrics = metrics
         self.depth = depth  # learns each queue's run time from what completes
+        self.run_times = RunTimes()  # each kind's, for a drain's stop notices
         self._killed: set[int] = set()  # children counted at their kill, not again at exit
         self.releasing = False  # draining: jobs that come back unstarted are released
         # Queues a job of which ended since the engine last asked (``take_ended``): a
@@ -64,12 +67,15 @@ class OutcomeReporter:
                 if outcome.usage is not None:
                     self.metrics.job_cpu(outcome.job, outcome.usage.cpu_seconds)
                 self.depth.ran(outcome.job.queue, outcome.duration)
+                self.run_times.ran(outcome.job.kind, outcome.duration)
             elif type(outcome) is JobFailed:
                 self._failed(outcome, now)
             elif type(outcome) is JobReturned:
                 self._returned(outcome, now)
             elif isinstance(outcome, JobProgress):
                 self.outbox.progressed(outcome.job, outcome.progress)
+            elif isinstance(outcome, JobCheckpoint):
+                self.outbox.checkpointed(outcome.job, outcome.state_json, outcome.flush, now)
             elif isinstance(outcome, ChildEvent):
                 log.debug("child %d (worker %d) %s %s", outcome.pid, outcome.worker_no,
                           outcome.what, outcome.detail)
@@ -124,6 +130,17 @@ class OutcomeReporter:
         self.outbox.failed(job, outcome.kind, outcome.message, None, outcome.retry_delay,
                            False, now)
 
+    def _stopped(self, outcome: JobFailed, now: float) -> None:
+        """The handler let ``Stopping`` out after a drain's or a fence's notice: the job
+        goes back uncharged, without an errors entry, and resumes from its checkpoint
+        wherever it runs next."""
+        job = outcome.job
+        log.info("job %d %s attempt %d/%d stopped after its notice, goes back (resumes "
+                 "from its checkpoint)", job.id, job.kind, job.attempt, job.max_attempts,
+                 extra=job_fields(job, verdict="goes back (stopped)"))
+        self.ledger.ended(job, "interrupted")
+        self.outbox.stopped(job, now)
+
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job
         self.ended_queues.add(job.queue)
@@ -133,6 +150,9 @@ class OutcomeReporter:
         cancelled = outcome.kind == jobs.FAIL_CANCELLED
         if outcome.kind == jobs.FAIL_SNOOZE:
             self._snoozed(outcome, now)
+            return
+        if outcome.kind == jobs.FAIL_STOPPED:
+            self._stopped(outcome, now)
             return
         discarded = not shutdown and not cancelled and (
             outcome.terminal or outcome.kind in jobs.TERMINAL_FAILURES

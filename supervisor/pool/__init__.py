@@ -9,6 +9,7 @@ database.
 
 from supervisor.pool.outcomes import (
     ChildEvent,
+    JobCheckpoint,
     JobDone,
     JobFailed,
     JobProgress,
@@ -22,5 +23,6 @@ from supervisor.pool.pool import Pool
 from supervisor.pool.report import ChildReport
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "ChildReport", "JobDone", "JobFailed", "JobProgress", "JobReturned",
-           "JobStarted", "NativeJob", "Outcome", "Pool", "PoolHalted", "PoolSettings"]
+__all__ = ["ChildEvent", "ChildReport", "JobCheckpoint", "JobDone", "JobFailed", "JobProgress",
+           "JobReturned", "JobStarted", "NativeJob", "Outcome", "Pool", "PoolHalted",
+           "PoolSettings"]

@@ -76,6 +76,17 @@ class JobProgress:
 
 
 @dataclass(slots=True)
+class JobCheckpoint:
+    """A running job's handler stored a checkpoint: ``state_json`` as the JSON text it
+    came in (never decoded here); ``flush``: the handler waits until it is written
+    (``Pool.checkpoint_written`` tells it)."""
+
+    job: ClaimedJob
+    state_json: str
+    flush: bool
+
+
+@dataclass(slots=True)
 class ChildEvent:
     """Something happened to a child: spawned, ready, stopping, killed, exited,
     recycled, boot_failed. ``detail`` says why or how, in words."""
@@ -104,7 +115,7 @@ class NativeJob:
 
 
 # What became of one job, as a child's frames or its exit said.
-JobRecord = JobStarted | JobReturned | JobDone | JobFailed | JobProgress
+JobRecord = JobStarted | JobReturned | JobDone | JobFailed | JobProgress | JobCheckpoint
 
 # Everything ``Pool.take_outcomes()`` hands back.
 Outcome = JobRecord | ChildEvent

@@ -34,6 +34,7 @@ from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
     ChildEvent,
+    JobCheckpoint,
     JobDone,
     JobFailed,
     JobProgress,
@@ -294,10 +295,10 @@ class Pool:
             pushing.clear()
 
     def cancel(self, job_id: int) -> bool:
-        """Stop ``job_id`` here: a running job's child is killed (SIGTERM, grace,
-        SIGKILL) and the job reported as ``cancelled``; a queued one is taken back and
-        never starts (reported as returned, not to be run). False if that job is not
-        held here."""
+        """Stop ``job_id`` here: a running job is sent a stop notice and its child is
+        killed ``kill_grace`` later unless it answered first (the job is reported as
+        ``cancelled`` either way); a queued one is taken back and never starts
+        (reported as returned, not to be run). False if that job is not held here."""
         child = self._in_flight.get(job_id)
         if child is None:
             return False
@@ -305,13 +306,50 @@ class Pool:
             return False
         now = self._clock()
         job = child.skip(job_id, now)
-        if job is None:  # it is the running one
-            self._kill(child, now, jobs.FAIL_CANCELLED, "cancelled while running")
+        if job is None:  # it is the running one: told first, killed after the grace
+            if child.notice is not None:
+                return True  # told already: its notice's deadline stands
+            message = "cancelled while running"
+            if not self.notify(job_id, "cancel", jobs.FAIL_CANCELLED, message,
+                               self.settings.kill_grace):
+                self._kill(child, now, jobs.FAIL_CANCELLED, message)
             return True
         del self._in_flight[job_id]
         self._outcomes.append(JobReturned(job, "cancelled before it started", False))
         self._idle_if_empty(child)
         return True
+
+    def notify(self, job_id: int, reason: str, kind: str, message: str,
+               grace: float | None) -> bool:
+        """Send running ``job_id`` a stop notice (issue 28): its handler sees
+        ``stopping`` (and ``Stopping`` if it opted in) and may checkpoint and let
+        ``Stopping`` out, which ends the job as ``kind``. ``grace``: killed after that
+        many seconds unless it answered first (as ``kind``; a drain's or fence's
+        ``stopped`` as ``shutdown``); None: no kill of its own. False if the job does
+        not run here or was told already."""
+        child = self._in_flight.get(job_id)
+        if child is None or child.state != BUSY:
+            return False
+        now = self._clock()
+        deadline = None if grace is None else now + grace
+        if child.notify(reason, kind, message, deadline) is None:
+            return False
+        self._arm(deadline)
+        return True
+
+    def running_since(self) -> list[tuple[jobs.ClaimedJob, float]]:
+        """Each job running now (its START came) and for how many seconds."""
+        now = self._clock()
+        return [(child.jobs[0], now - child.job_started)
+                for child in self._children.values()
+                if child.state == BUSY and child.started and child.jobs]
+
+    def checkpoint_written(self, job_id: int, written: bool) -> None:
+        """A flushed checkpoint of ``job_id`` was written (or fenced off): its handler,
+        waiting on it, goes on."""
+        child = self._in_flight.get(job_id)
+        if child is not None:
+            child.checkpoint_written(job_id, written)
 
     def take_back(self, queue: str) -> int:
         """Ask children for the jobs of ``queue`` queued unstarted (a paused queue starts
@@ -366,7 +404,7 @@ class Pool:
             elif isinstance(said, JobReturned):
                 in_flight.pop(said.job.id, None)
                 gave_back = True
-            elif not isinstance(said, JobProgress):  # news of the child itself
+            elif not isinstance(said, JobProgress | JobCheckpoint):  # news of the child
                 if isinstance(said, Leaving):
                     leaving = True
                 elif isinstance(said, Readied):
@@ -584,6 +622,11 @@ class Pool:
                 self._check_silent(child, now)
             elif overdue == "memory":
                 self._check_memory(child, now)
+            elif overdue == "notice":
+                kind = child.notice_kind
+                self._kill(child, now, jobs.FAIL_SHUTDOWN if kind == jobs.FAIL_STOPPED
+                           else kind, child.notice_message or "stopped after its notice",
+                           signal.SIGKILL)
             elif overdue == "boot":
                 self._kill(child, now, None, f"not ready within {settings.boot_timeout} s",
                            signal.SIGKILL, boot=True)

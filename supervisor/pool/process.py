@@ -36,10 +36,18 @@ from dataclasses import dataclass
 from functools import partial
 
 from shared import wire
-from shared.jobs import FAIL_ARGS, FAIL_CRASHED, TERMINAL_FAILURES, ClaimedJob
+from shared.jobs import (
+    FAIL_ARGS,
+    FAIL_CRASHED,
+    FAIL_ERROR,
+    FAIL_STOPPED,
+    TERMINAL_FAILURES,
+    ClaimedJob,
+)
 from shared.procfs import GroupSample
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import (
+    JobCheckpoint,
     JobDone,
     JobFailed,
     JobProgress,
@@ -99,7 +107,7 @@ class Broken:
     why: str
 
 
-ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | \
+ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | JobCheckpoint | \
     Readied | Leaving | CrossedSkip | Broken
 
 _READIED = Readied()
@@ -116,12 +124,13 @@ _FAILED = wire.FAILED
 _HEARTBEAT = wire.HEARTBEAT
 _START = wire.START
 _SKIPPED = wire.SKIPPED
+_CHECKPOINT = wire.CHECKPOINT
 _ANSWERS = (_DONE, _FAILED)
 _unpack_done = wire.Done.unpack
 _decode_failed = wire.Failed.decode
 _unpack_start = wire.Start.unpack
 _FLAG_LAST = wire.FLAG_LAST
-_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned)
+_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned, JobCheckpoint)
 
 
 class ChildProcess:
@@ -156,6 +165,10 @@ class ChildProcess:
         "mem_deadline",
         "native",
         "native_since",
+        "notice",
+        "notice_deadline",
+        "notice_kind",
+        "notice_message",
         "outgoing",
         "pid",
         "read_fd",
@@ -229,6 +242,14 @@ class ChildProcess:
         self.read_open = True
         self.write_registered = False
         self.jobs_done = 0
+        # The stop notice sent for the running job (issue 28): its reason, when the job
+        # is killed unless it answered first (None: only a drain's grace bounds it), and
+        # what it fails of then. A handler that lets Stopping out after a notice is
+        # answered as ``notice_kind`` (a drain's or a fence's: stopped, released).
+        self.notice: str | None = None
+        self.notice_deadline: float | None = None
+        self.notice_kind: str | None = None
+        self.notice_message = ""
         self._settings = settings
         self._max_frame = wire.HEADER_SIZE + settings.max_frame_bytes  # a whole frame
         self._os = oscalls
@@ -265,8 +286,8 @@ class ChildProcess:
         """The earliest moment the parent must look at this child again."""
         state = self.state
         if state == BUSY:
-            dues = [d for d in (self.beat_deadline, self.job_deadline, self.mem_deadline)
-                    if d is not None]
+            dues = [d for d in (self.beat_deadline, self.job_deadline, self.mem_deadline,
+                                self.notice_deadline) if d is not None]
             return min(dues, default=None)
         if state == BOOTING:
             return self.boot_deadline
@@ -274,7 +295,8 @@ class ChildProcess:
 
     def overdue(self, now: float) -> str | None:
         """Which of its deadlines has passed: ``job`` (timeout), ``heartbeat``,
-        ``memory`` (sample its RSS), ``boot``, ``exit`` (asked to go), or None."""
+        ``memory`` (sample its RSS), ``notice`` (a stop notice's grace is over),
+        ``boot``, ``exit`` (asked to go), or None."""
         state = self.state
         if state == BUSY:
             if self.job_deadline is not None and now >= self.job_deadline:
@@ -283,6 +305,8 @@ class ChildProcess:
                 return "heartbeat"
             if self.mem_deadline is not None and now >= self.mem_deadline:
                 return "memory"
+            if self.notice_deadline is not None and now >= self.notice_deadline:
+                return "notice"
         elif state == BOOTING:
             if self.boot_deadline is not None and now >= self.boot_deadline:
                 return "boot"
@@ -361,7 +385,7 @@ class ChildProcess:
         so one turn's jobs for a child travel in one write. False, and nothing sent or
         changed, if its RUN frame would be over the frame cap."""
         data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                         job.args_json, job.trace_context)
+                         job.args_json, job.trace_context, job.checkpoint)
         if len(data) > self._max_frame:
             return False
         jobs = self.jobs
@@ -429,6 +453,27 @@ class ChildProcess:
         self.recalling[job_id] = why
         self.send(wire.Skip(job_id).encode())
         return True
+
+    def notify(self, reason: str, kind: str, message: str,
+               deadline: float | None) -> ClaimedJob | None:
+        """Send the running job a stop notice (issue 28), once: its handler sees
+        ``stopping`` (and ``Stopping``, if it opted in). ``kind``: what a ``Stopping``
+        it lets out, or the kill at ``deadline`` (None: no kill of its own), fails it
+        as. Returns the job, or None if no job runs here (or it was told already)."""
+        job = self.job
+        if job is None or not self.started or self.notice is not None:
+            return None
+        self.notice = reason
+        self.notice_kind = kind
+        self.notice_message = message
+        self.notice_deadline = deadline
+        self.send(wire.Stopping(job.id, reason).encode())
+        return job
+
+    def checkpoint_written(self, job_id: int, written: bool) -> None:
+        """Tell a handler waiting on a flushed checkpoint that it was written."""
+        if self.state not in (DEAD, KILLED):
+            self.send(wire.Checkpointed(job_id, written).encode())
 
     def too_large(self, job: ClaimedJob) -> JobFailed:
         """The failure of a job whose args cannot fit in a RUN frame."""
@@ -533,6 +578,8 @@ class ChildProcess:
                     self._on_heartbeat(frame, now, news)
                 elif mtype == _SKIPPED:
                     self._on_skipped(frame, now, news)
+                elif mtype == _CHECKPOINT:
+                    self._on_checkpoint(frame, news)
                 elif mtype == wire.READY:
                     if not self.ready:
                         self.ready = True
@@ -612,11 +659,16 @@ class ChildProcess:
             if not self.started:
                 news.append(JobStarted(job))
             kind = answer.kind
+            if kind == FAIL_STOPPED:
+                # Stopping let out: the notice's kind, or an ordinary error without one.
+                kind = self.notice_kind or FAIL_ERROR
             news.append(JobFailed(job, kind, answer.message, answer.traceback,
                                   answer.retry_delay, kind in TERMINAL_FAILURES, duration,
                                   answer.usage, answer.output))
         jobs.popleft()
         self.started = False
+        if self.notice is not None:
+            self.notice = self.notice_kind = self.notice_deadline = None
         if self.kill_kind is not None:
             self.kill_kind = self.kill_message = None
         self.jobs_done += 1
@@ -631,6 +683,17 @@ class ChildProcess:
         # Not the job at the head of its queue (a copy its handler forked, say): drop it.
         self._log.warning("%s answered for job %d while running job %d: answer dropped",
                           self.describe(), job_id, self.jobs[0].id)
+
+    def _on_checkpoint(self, frame: wire.Frame, news: list[ChildNews]) -> None:
+        said = wire.Checkpoint.decode(frame)
+        job = self.job
+        if job is None or job.id != said.job or not self.started:
+            # Not the running job's (a copy its handler forked): never stored; a handler
+            # waiting on it is told so rather than left waiting.
+            if said.flush:
+                self.send(wire.Checkpointed(said.job, False).encode())
+            return
+        news.append(JobCheckpoint(job, said.state.decode(), said.flush))
 
     def _on_heartbeat(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
         job = self.job

@@ -239,7 +239,9 @@ class _Drain:
         self.outbox = Outbox(_metrics(), flush_interval=0.0)
         self.database = _DirectDatabase(self.store)
         self.contexts: list[JobContext] = []
-        self.executor = JobExecutor(begin=self.contexts.append, keep_exception=True)
+        self.executor = JobExecutor(begin=self.contexts.append, keep_exception=True,
+                                    send_checkpoint=self._checkpoint_here)
+        self._attempts: dict[int, int] = {}  # job id -> attempt, of the job run here
         self.run_here = tracing.traced(self.executor.run)  # itself unless otel is on
 
     def run(self, max_jobs: int | None) -> list[DrainedJob]:
@@ -275,7 +277,8 @@ class _Drain:
                 from supervisor.testing.forked import run_forked
 
                 answer = run_forked(job, resolve_timeout(job, defaults.JOB_TIMEOUT),
-                                    lambda progress: self._progress(job, progress))
+                                    lambda progress: self._progress(job, progress),
+                                    lambda state: self._checkpoint(job, state))
             else:
                 answer = self._run_here(job)
         except BaseException as exc:
@@ -303,8 +306,9 @@ class _Drain:
         # The RUN frame the parent would send, decoded as the child decodes it (args
         # that do not parse become the job's failure, not the drain's).
         data = wire.Run.pack(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                             job.args_json, job.trace_context)
+                             job.args_json, job.trace_context, job.checkpoint)
         run = wire.Run.decode(FrameReader().feed(data)[0])
+        self._attempts = {job.id: job.attempt}
         self.contexts.clear()
         self.executor.raised = None
         answer = self.run_here(run)
@@ -319,6 +323,15 @@ class _Drain:
 
     def _progress(self, job: ClaimedJob, report: dict) -> None:
         self.store.renew([(job.id, job.attempt)], {job.id: report})
+
+    def _checkpoint(self, job: ClaimedJob, state_json: str) -> None:
+        """A checkpoint, written at once (fenced like a supervisor's)."""
+        self.store.renew([(job.id, job.attempt)], None, {job.id: state_json})
+
+    def _checkpoint_here(self, job_id: int, state: bytes, flush: bool) -> None:
+        attempt = self._attempts.get(job_id)
+        if attempt is not None:
+            self.store.renew([(job_id, attempt)], None, {job_id: state.decode()})
 
     def _write(self, job: ClaimedJob, answer: wire.Done | wire.Failed) -> None:
         """The outcome, booked as ``supervisor.engine.reporting`` books it."""

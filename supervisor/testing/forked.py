@@ -22,11 +22,13 @@ EXIT_WAIT = 10.0  # seconds a child that answered may take to exit before it is 
 
 
 def run_forked(job: ClaimedJob, timeout: float | None,
-               progressed: Callable[[dict], None]) -> Answer:
+               progressed: Callable[[dict], None],
+               checkpointed: Callable[[str], None] | None = None) -> Answer:
     """Run ``job`` in a child forked for it; return its answer, or the failure the pool
     records for a child that died (``crashed``) or ran past ``timeout`` seconds
     (``timeout``, its process group killed). ``progressed`` gets each progress report
-    the child's heartbeat carries."""
+    the child's heartbeat carries, ``checkpointed`` each checkpoint's JSON text (written
+    before a flushed one is answered)."""
     from workers.child import ChildConfig, child_main
 
     to_child_r, to_child_w = os.pipe()
@@ -47,8 +49,9 @@ def run_forked(job: ClaimedJob, timeout: float | None,
     try:
         wire.write_all(to_child_w, wire.Run.pack(job.id, job.kind, job.queue, job.attempt,
                                                  job.max_attempts, job.args_json,
-                                                 job.trace_context))
-        answer = _read_answer(pid, from_child_r, job, timeout, progressed)
+                                                 job.trace_context, job.checkpoint))
+        answer = _read_answer(pid, from_child_r, job, timeout, progressed,
+                              checkpointed, to_child_w)
     except BaseException:  # Ctrl-C or a test's timeout while the child runs: it goes too
         _kill_group(pid)
         os.waitpid(pid, 0)
@@ -63,7 +66,8 @@ def run_forked(job: ClaimedJob, timeout: float | None,
 
 
 def _read_answer(pid: int, fd: int, job: ClaimedJob, timeout: float | None,
-                 progressed: Callable[[dict], None]) -> Answer | None:
+                 progressed: Callable[[dict], None],
+                 checkpointed: Callable[[str], None] | None, to_child: int) -> Answer | None:
     """The child's answer for ``job``, a timeout failure, or None when the child closed
     its pipe without answering (it died)."""
     reader = FrameReader(defaults.MAX_FRAME_BYTES)
@@ -85,6 +89,11 @@ def _read_answer(pid: int, fd: int, job: ClaimedJob, timeout: float | None,
             elif isinstance(message, wire.Heartbeat):
                 if message.progress is not None:
                     progressed(message.progress)
+            elif isinstance(message, wire.Checkpoint):
+                if checkpointed is not None:
+                    checkpointed(message.state.decode())
+                if message.flush:  # the handler waits for this
+                    wire.write_all(to_child, wire.Checkpointed(message.job).encode())
             elif isinstance(message, wire.Done | wire.Failed):
                 return message
             elif isinstance(message, wire.BootError):

@@ -1,0 +1,133 @@
+"""Handlers for the checkpoint and stop-notice tests (``--app checkpoint_handlers``).
+
+Like ``e2e_handlers``, each run appends what it did to the file named by ``E2E_LOG``,
+so the tests judge by the handlers' own records: where each run resumed, when it ran,
+and what it was told.
+"""
+
+import time
+
+from e2e_handlers import record
+
+from shared.jobs import Backoff
+from workers import Stopping, current_job, job
+
+
+@job(on_stop="raise", backoff=Backoff(base=0.1, cap=0.2))
+def ck_batch(steps: int = 12, step: float = 1.0) -> dict:
+    """A long batch: one step a ``step`` seconds, a checkpoint after each; told to stop,
+    it hands the job back (its last checkpoint says where it got to)."""
+    ctx = current_job()
+    state = ctx.resume or {"done": 0}
+    record("start", done=state["done"], resumed=ctx.resume is not None)
+    began = time.time()
+    done = state["done"]
+    try:
+        while done < steps:
+            time.sleep(step)
+            done += 1
+            ctx.checkpoint({"done": done})
+            record("step", done=done)
+    except Stopping:
+        record("stopping", done=done, ran=time.time() - began)
+        raise
+    record("end", done=done, ran=time.time() - began)
+    return {"done": done}
+
+
+@job
+def ck_flag(limit: float = 60.0) -> str:
+    """Polls ``stopping`` (no ``on_stop``): checkpoints and hands the job back once told."""
+    ctx = current_job()
+    record("start", resumed=ctx.resume)
+    deadline = time.monotonic() + limit
+    n = 0
+    while time.monotonic() < deadline:
+        if ctx.stopping:
+            record("saw_stopping", reason=ctx.stop_reason)
+            ctx.checkpoint({"n": n}, flush=True)
+            record("flushed", n=n)
+            raise Stopping(ctx.stop_reason or "stopping")
+        n += 1
+        time.sleep(0.05)
+    return "never told"
+
+
+@job
+def ck_ignore(limit: float = 60.0) -> str:
+    """Ignores every notice: runs until killed."""
+    record("start")
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        time.sleep(0.05)
+    return "outlived the grace"
+
+
+@job
+def ck_bad_states() -> dict:
+    """Tries states the checkpoint must refuse, then finishes: the refusals are records,
+    and nothing may have been stored."""
+    ctx = current_job()
+    refusals = []
+    for state in ({"f": object()}, {"x": float("nan")}, {"big": "x" * (2 << 20)}):
+        try:
+            ctx.checkpoint(state)
+        except ValueError as exc:
+            refusals.append(str(exc))
+    record("refused", messages=refusals)
+    return {"refused": len(refusals)}
+
+
+@job
+def ck_flush(n: int = 3) -> int:
+    """Flushed checkpoints, one after another: each is in the row when it returns."""
+    ctx = current_job()
+    for i in range(1, n + 1):
+        ctx.checkpoint({"i": i}, flush=True)
+        record("flushed", i=i)
+    return n
+
+
+@job(soft_timeout=0.3)
+def ck_soft() -> str | None:
+    """Catches its soft timeout and says what ``stop_reason`` was then."""
+    from workers import SoftTimeout
+
+    try:
+        time.sleep(10)
+    except SoftTimeout:
+        return current_job().stop_reason
+    return "no soft timeout"
+
+
+@job
+def ck_raise_unasked() -> None:
+    """Raises Stopping although nobody told it to stop."""
+    raise Stopping("by itself")
+
+
+@job(on_stop="raise")
+def ck_wait_told(seconds: float = 20.0) -> str:
+    """Sleeps; a notice makes Stopping come out of the sleep (uncaught)."""
+    time.sleep(seconds)
+    return "slept"
+
+
+@job
+def ck_flush_once() -> dict:
+    """One flushed checkpoint: returns once the parent says it was written."""
+    current_job().checkpoint({"at": "the end"}, flush=True)
+    return {"flushed": True}
+
+
+@job(on_stop="raise")
+def ck_flush_loop(limit: float = 20.0) -> int:
+    """Flushed checkpoints back to back: a notice lands while the runtime writes a frame
+    or reads the answer, and must come out after it, in the handler."""
+    ctx = current_job()
+    end = time.monotonic() + limit
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+        ctx.checkpoint({"n": n}, flush=True)
+    return n
