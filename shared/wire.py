@@ -136,19 +136,28 @@ class Run:
     # The producer's trace context (shared.tracing): JSON text from the parent, passed
     # on unparsed; a dict in the child. None: the job was enqueued outside a span.
     trace_context: Any = None
+    # Epoch seconds: a job still queued then must not start (the child answers FAILED
+    # of kind ``expired`` without a START). None: it never expires.
+    expires_at: float | None = None
 
     @staticmethod
     def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
-             args_json: str | bytes, trace_context: str | None = None) -> bytes:
+             args_json: str | bytes, trace_context: str | None = None,
+             expires_at: float | None = None) -> bytes:
         """A RUN frame from its fields, without building the object (the parent's
         per-job path)."""
-        if trace_context is None:
+        if trace_context is None and expires_at is None:
             data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
                            "max_attempts": max_attempts, "args": _Fragment(args_json)})
         else:
-            data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
-                           "max_attempts": max_attempts, "trace": _Fragment(trace_context),
-                           "args": _Fragment(args_json)})
+            body: dict[str, Any] = {"id": job_id, "kind": kind, "queue": queue,
+                                    "attempt": attempt, "max_attempts": max_attempts}
+            if trace_context is not None:
+                body["trace"] = _Fragment(trace_context)
+            if expires_at is not None:
+                body["expires"] = expires_at
+            body["args"] = _Fragment(args_json)  # last: a bad one is split off (_split)
+            data = _dumps(body)
         return _pack_header(VERSION, RUN, 0, len(data)) + data
 
     def encode(self) -> bytes:
@@ -158,7 +167,7 @@ class Run:
         if trace is not None and not isinstance(trace, str):
             trace = _dumps(trace).decode()
         return Run.pack(self.id, self.kind, self.queue, self.attempt, self.max_attempts,
-                        args_json, trace)
+                        args_json, trace, self.expires_at)
 
     @classmethod
     def decode(cls, frame: Frame) -> Run:
@@ -173,7 +182,7 @@ class Run:
         try:
             return cls(body["id"], body["kind"], body["queue"], body["attempt"],
                        body["max_attempts"], None, body.get("args"), args_error,
-                       body.get("trace"))
+                       body.get("trace"), body.get("expires"))
         except KeyError as exc:
             raise _missing(RUN, exc) from None
 

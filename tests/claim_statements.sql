@@ -5,6 +5,8 @@
 -- (false AS done), so their rows are read by column name; and a completion sets
 -- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
 -- end completed with attempted_at NULL).
+-- Issue 28 (schema 0016): every scan that chooses candidates skips expired jobs
+-- (claim.RULES), and every form returns expires_at (epoch seconds) for the child's check.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -20,12 +22,14 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -50,6 +54,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s) AS head
 UNION ALL
@@ -58,6 +63,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() - %(aging)s::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT %(limit)s) AS aged))
       AND state = 'available' AND queue = %(queue)s AND run_at <= now()
@@ -68,12 +74,15 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
@@ -107,17 +116,19 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -157,6 +168,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s) AS head
 UNION ALL
@@ -165,6 +177,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() - %(aging)s::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT %(limit)s) AS aged))
       AND state = 'available' AND queue = %(queue)s AND run_at <= now()
@@ -175,12 +188,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -200,15 +214,17 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -224,13 +240,15 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $7
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 
@@ -257,6 +275,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $7) AS head
 UNION ALL
@@ -265,6 +284,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = $6 AND priority = levels.priority
       AND kind = ANY($3::text[])
       AND run_at <= now() - $8::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT $7) AS aged))
       AND state = 'available' AND queue = $6 AND run_at <= now()
@@ -275,19 +295,22 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 
@@ -320,17 +343,19 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = $11 AND kind = ANY($8::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $11 AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $12
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -370,6 +395,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $11 AND kind = ANY($8::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $12) AS head
 UNION ALL
@@ -378,6 +404,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = $11 AND priority = levels.priority
       AND kind = ANY($8::text[])
       AND run_at <= now() - $13::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT $12) AS aged))
       AND state = 'available' AND queue = $11 AND run_at <= now()
@@ -388,12 +415,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -413,12 +441,14 @@ WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+               AS trace_context,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed($7, $8::text[], $9::int, $10::int,
                             $4, $11::float8, $12::int[],
                             $13::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

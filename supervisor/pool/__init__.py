@@ -9,6 +9,7 @@ database.
 from supervisor.pool.outcomes import (
     ChildEvent,
     JobDone,
+    JobExpired,
     JobFailed,
     JobProgress,
     JobReturned,
@@ -19,5 +20,5 @@ from supervisor.pool.outcomes import (
 from supervisor.pool.pool import Pool
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "JobDone", "JobFailed", "JobProgress", "JobReturned", "JobStarted",
-           "Outcome", "Pool", "PoolHalted", "PoolSettings"]
+__all__ = ["ChildEvent", "JobDone", "JobExpired", "JobFailed", "JobProgress", "JobReturned",
+           "JobStarted", "Outcome", "Pool", "PoolHalted", "PoolSettings"]

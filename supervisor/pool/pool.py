@@ -35,6 +35,7 @@ from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
     ChildEvent,
     JobDone,
+    JobExpired,
     JobFailed,
     JobProgress,
     JobReturned,
@@ -59,7 +60,8 @@ from supervisor.pool.spawn import fork_child
 from workers import nativethreads
 from workers.child import child_main
 
-_ANSWERS = (JobDone, JobFailed)  # what ends the job at the head of a child's queue
+# What ends the job at the head of a child's queue.
+_ANSWERS = (JobDone, JobFailed, JobExpired)
 
 
 class Pool:

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from functools import partial
 
 from shared import wire
-from shared.jobs import FAIL_ARGS, FAIL_CRASHED, TERMINAL_FAILURES, ClaimedJob
+from shared.jobs import FAIL_ARGS, FAIL_CRASHED, FAIL_EXPIRED, TERMINAL_FAILURES, ClaimedJob
 from shared.procfs import GroupSample
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import (
     JobDone,
+    JobExpired,
     JobFailed,
     JobProgress,
     JobRecord,
@@ -99,7 +100,7 @@ class Broken:
     why: str
 
 
-ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | \
+ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | JobExpired | \
     Readied | Leaving | CrossedSkip | Broken
 
 _READIED = Readied()
@@ -121,7 +122,7 @@ _unpack_done = wire.Done.unpack
 _decode_failed = wire.Failed.decode
 _unpack_start = wire.Start.unpack
 _FLAG_LAST = wire.FLAG_LAST
-_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned)
+_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned, JobExpired)
 
 
 class ChildProcess:
@@ -357,7 +358,7 @@ class ChildProcess:
         so one turn's jobs for a child travel in one write. False, and nothing sent or
         changed, if its RUN frame would be over the frame cap."""
         data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                         job.args_json, job.trace_context)
+                         job.args_json, job.trace_context, job.expires_at)
         if len(data) > self._max_frame:
             return False
         jobs = self.jobs
@@ -605,11 +606,14 @@ class ChildProcess:
             if answer.job != job.id:
                 self._stray(answer.job)
                 return
-            if not self.started:
-                news.append(JobStarted(job))
             kind = answer.kind
-            news.append(JobFailed(job, kind, answer.message, answer.traceback,
-                                  answer.retry_delay, kind in TERMINAL_FAILURES, duration))
+            if kind == FAIL_EXPIRED and not self.started:
+                news.append(JobExpired(job))  # it never ran: no start to record
+            else:
+                if not self.started:
+                    news.append(JobStarted(job))
+                news.append(JobFailed(job, kind, answer.message, answer.traceback,
+                                      answer.retry_delay, kind in TERMINAL_FAILURES, duration))
         jobs.popleft()
         self.started = False
         if self.kill_kind is not None:
