@@ -55,6 +55,7 @@ from supervisor.pool.process import (
     Leaving,
     Readied,
 )
+from supervisor.pool.runtimes import RunTimes
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
 from workers import nativethreads
@@ -98,6 +99,8 @@ class Pool:
         self._size_dirty = True  # a child left the active states: recount in tick
         self._nap = guards.nap_threshold(settings)
         self._no_procfs = False  # warned once that /proc cannot be read
+        self.run_times = RunTimes()  # per kind: when a head job overruns (recall)
+        self.recalled = 0  # jobs asked back from behind an overrunning job, ever
 
     # -- the pool's life ---------------------------------------------------------
 
@@ -244,8 +247,19 @@ class Pool:
                 self._too_large(child, job)
                 return True
             self._pushing.add(child)
+            self._watch_head(child)
         self._in_flight[job.id] = child
         return True
+
+    def _watch_head(self, child: ChildProcess) -> None:
+        """A child runs its head job with others queued behind it: they are recalled
+        once the head runs past its kind's p95 (no deadline for a job alone: nothing
+        waits for it)."""
+        if (child.started and child.recall_at is None and not child.overrun
+                and len(child.jobs) > 1):
+            child.recall_at = child.job_started + self.run_times.overrun_after(
+                child.jobs[0].kind)
+            self._arm(child.recall_at)
 
     def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
         # It fails at once, as if it had started: every job sent is started or returned.
@@ -339,6 +353,8 @@ class Pool:
             elif isinstance(said, _ANSWERS):
                 in_flight.pop(said.job.id, None)
                 answered = True
+                if not isinstance(said, JobExpired):
+                    self.run_times.ran(said.job.kind, said.duration)
             elif isinstance(said, JobReturned):
                 in_flight.pop(said.job.id, None)
                 gave_back = True
@@ -357,6 +373,7 @@ class Pool:
             self._after_answer(child, now, leaving)
         elif started:
             self._arm(child.deadline())
+        self._watch_head(child)
         if gave_back and child.state == BUSY and not answered:
             self._idle_if_empty(child)
         if crossed is not None:
@@ -560,6 +577,8 @@ class Pool:
                 self._check_silent(child, now)
             elif overdue == "memory":
                 self._check_memory(child, now)
+            elif overdue == "overrun":
+                self._overran(child, now)
             elif overdue == "boot":
                 self._kill(child, now, None, f"not ready within {settings.boot_timeout} s",
                            signal.SIGKILL, boot=True)
@@ -586,6 +605,27 @@ class Pool:
                       f"heartbeat for {child.beat_timeout} s, CPU time moving")
             self._log.info("%s is busy: %s", child.describe(), detail)
             self._event(child, "native", detail)
+
+    def _overran(self, child: ChildProcess, now: float) -> None:
+        """The head job ran past its kind's p95 run time: the child takes no more jobs
+        until it ends, and the jobs queued behind it are recalled (SKIP; each comes back
+        on its SKIPPED, or runs here if the child took it first, so none runs twice)
+        for other children, when there is another child to run them."""
+        child.recall_at = None
+        child.overrun = True
+        behind = list(child.jobs)[1:]
+        if not behind or not any(other is not child and other.state in ACTIVE_STATES
+                                 and not other.overrun
+                                 for other in self._children.values()):
+            return
+        head = child.jobs[0]
+        ran = now - child.job_started
+        why = (f"queued behind job {head.id} {head.kind}, running {ran:.2f} s "
+               f"(p95 of its kind: {self.run_times.p95(head.kind) or 0:.3f} s)")
+        asked = sum(child.recall(job.id, why, release=False) for job in behind)
+        if asked:
+            self.recalled += asked
+            self._event(child, "recalled", f"{asked} jobs {why}")
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
         why = guards.over_memory(self._os, self.settings, child.pid)

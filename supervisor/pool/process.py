@@ -34,6 +34,7 @@ import signal
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from shared import wire
 from shared.jobs import FAIL_ARGS, FAIL_CRASHED, FAIL_EXPIRED, TERMINAL_FAILURES, ClaimedJob
@@ -103,6 +104,14 @@ class Broken:
 ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | JobExpired | \
     Readied | Leaving | CrossedSkip | Broken
 
+class Recall(NamedTuple):
+    """Why a queued job was asked back, and whether it then goes back to the database
+    (``release``: its queue was paused, the database is away) or to another child."""
+
+    why: str
+    release: bool
+
+
 _READIED = Readied()
 _LEAVING = Leaving()
 
@@ -157,11 +166,13 @@ class ChildProcess:
         "mem_deadline",
         "native",
         "outgoing",
+        "overrun",
         "pid",
         "read_fd",
         "read_open",
         "reader",
         "ready",
+        "recall_at",
         "recalling",
         "retire_after_job",
         "sent",
@@ -196,8 +207,13 @@ class ChildProcess:
         self.started = False  # the head of ``jobs`` runs: its START came
         self.skipping: set[int] = set()  # told SKIP: must never START
         # Asked back with SKIP, still queued here until the child says SKIPPED (it never
-        # ran: returned, to be released) or START (it took it first: it runs).
-        self.recalling: dict[int, str] = {}
+        # ran: returned, released or given to another child) or START (it took it
+        # first: it runs).
+        self.recalling: dict[int, Recall] = {}
+        # When the running head job overruns (its kind's p95 run time, issue 28): the
+        # jobs queued behind it are recalled then. None: not started, or looked at.
+        self.recall_at: float | None = None
+        self.overrun = False  # its head overran: no more jobs until that one ends
         self.limit = NO_LIMIT  # jobs it may hold: the least depth of those it holds
         self.sent = 0  # jobs ever sent (never more than its max_jobs)
         self.outgoing: list[bytes] = []  # RUN frames for a busy child, sent by ``push``
@@ -253,7 +269,8 @@ class ChildProcess:
         """How many more jobs it may take whose queue holds ``depth`` per child: none
         once told to stop, past its job limit, or holding a job that wants a child
         to itself (``limit``)."""
-        if self.stop_sent or self.retire_after_job or self.state not in (IDLE, BUSY):
+        if (self.stop_sent or self.retire_after_job or self.overrun
+                or self.state not in (IDLE, BUSY)):
             return 0
         room = min(self.limit, depth) - len(self.jobs)
         if self.max_jobs is not None:
@@ -264,8 +281,8 @@ class ChildProcess:
         """The earliest moment the parent must look at this child again."""
         state = self.state
         if state == BUSY:
-            dues = [d for d in (self.beat_deadline, self.job_deadline, self.mem_deadline)
-                    if d is not None]
+            dues = [d for d in (self.beat_deadline, self.job_deadline, self.mem_deadline,
+                                self.recall_at) if d is not None]
             return min(dues, default=None)
         if state == BOOTING:
             return self.boot_deadline
@@ -273,7 +290,8 @@ class ChildProcess:
 
     def overdue(self, now: float) -> str | None:
         """Which of its deadlines has passed: ``job`` (timeout), ``heartbeat``,
-        ``memory`` (sample its RSS), ``boot``, ``exit`` (asked to go), or None."""
+        ``memory`` (sample its RSS), ``overrun`` (its head ran past its kind's p95),
+        ``boot``, ``exit`` (asked to go), or None."""
         state = self.state
         if state == BUSY:
             if self.job_deadline is not None and now >= self.job_deadline:
@@ -282,6 +300,8 @@ class ChildProcess:
                 return "heartbeat"
             if self.mem_deadline is not None and now >= self.mem_deadline:
                 return "memory"
+            if self.recall_at is not None and now >= self.recall_at:
+                return "overrun"
         elif state == BOOTING:
             if self.boot_deadline is not None and now >= self.boot_deadline:
                 return "boot"
@@ -413,17 +433,18 @@ class ChildProcess:
             self._arm_head(jobs[0], now)
         return job
 
-    def recall(self, job_id: int, why: str) -> bool:
+    def recall(self, job_id: int, why: str, *, release: bool = True) -> bool:
         """Ask the child to give back a job queued here that it has not started: SKIP
         now; the job stays in the queue until the child answers. Unlike ``skip`` this
         never races: a child done with the jobs ahead of it may already have taken it,
         and only its SKIPPED or START says which. False if the job is not queued here
-        (unknown, running, or already asked for)."""
+        (unknown, running, or already asked for). ``release``: once given back it goes
+        to the database, else to another child."""
         jobs = self.jobs
         i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
         if i is None or (i == 0 and self.started) or job_id in self.recalling:
             return False
-        self.recalling[job_id] = why
+        self.recalling[job_id] = Recall(why, release)
         self.send(wire.Skip(job_id).encode())
         return True
 
@@ -570,8 +591,8 @@ class ChildProcess:
 
     def _on_skipped(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
         job_id = wire.Skipped.decode(frame).job
-        why = self.recalling.pop(job_id, None)
-        if why is None:  # a cancelled job, already forgotten (``skip``)
+        recall = self.recalling.pop(job_id, None)
+        if recall is None:  # a cancelled job, already forgotten (``skip``)
             self.skipping.discard(job_id)
             return
         jobs = self.jobs
@@ -584,7 +605,8 @@ class ChildProcess:
         del jobs[i]
         if i == 0 and jobs:
             self._arm_head(jobs[0], now)
-        news.append(JobReturned(job, f"given back: {why}", True, release=True))
+        news.append(JobReturned(job, f"given back: {recall.why}", True,
+                                release=recall.release))
 
     def _on_answer(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
         jobs = self.jobs
@@ -616,6 +638,8 @@ class ChildProcess:
                                       answer.retry_delay, kind in TERMINAL_FAILURES, duration))
         jobs.popleft()
         self.started = False
+        self.recall_at = None
+        self.overrun = False
         if self.kill_kind is not None:
             self.kill_kind = self.kill_message = None
         self.jobs_done += 1
@@ -720,8 +744,9 @@ class ChildProcess:
         recalling = self.recalling
         while jobs:
             job = jobs.popleft()
+            recall = recalling.get(job.id)
             records.append(JobReturned(job, f"never started: {how}", True,
-                                       release=job.id in recalling))
+                                       release=recall is not None and recall.release))
         recalling.clear()
         return records
 
