@@ -249,6 +249,9 @@ class FakePool:
     def held_count(self) -> int:
         return len(self.jobs)
 
+    def overrunning(self) -> int:
+        return 0  # no pipes here: nothing queued behind a long job
+
     def occupied(self) -> Counter:
         return Counter(job.queue for job in self.jobs.values())  # one job per child
 

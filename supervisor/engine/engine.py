@@ -139,7 +139,10 @@ class Engine:
         self._check_fence(now, pool)
         in_flight = self.claim_in_flight
         if self.claimer.accepting and db.up and not self.fenced:
-            self.claimer.claim(now, pool.size(), eager=self.outbox.due(now, in_flight))
+            # A child stuck on a long job takes nothing more until it ends: claiming for
+            # it would only have the jobs wait here, leased, instead of in the table.
+            self.claimer.claim(now, pool.size() - pool.overrunning(),
+                               eager=self.outbox.due(now, in_flight))
             self.dispatch(pool)
         if db.up:  # after the claim is sent: these round trips overlap its execution
             self._housekeeping(now, pool)

@@ -196,6 +196,12 @@ class Pool:
         return Counter(child.jobs[0].queue for child in self._children.values()
                        if child.jobs)
 
+    def overrunning(self) -> int:
+        """Children whose running job ran past its kind's p95: they take no more jobs
+        until it ends, so claims for them would only wait (issue 28)."""
+        return sum(1 for child in self._children.values()
+                   if child.overrun and child.state == BUSY)
+
     def held_count(self) -> int:
         """Jobs in children: running, or queued behind a running one."""
         return len(self._in_flight)
@@ -610,21 +616,27 @@ class Pool:
         """The head job ran past its kind's p95 run time: the child takes no more jobs
         until it ends, and the jobs queued behind it are recalled (SKIP; each comes back
         on its SKIPPED, or runs here if the child took it first, so none runs twice)
-        for other children, when there is another child to run them."""
+        for another child, or for the table when every child is stuck the same way."""
         child.recall_at = None
         child.overrun = True
         behind = list(child.jobs)[1:]
-        if not behind or not any(other is not child and other.state in ACTIVE_STATES
-                                 and not other.overrun
-                                 for other in self._children.values()):
+        if not behind:
             return
         head = child.jobs[0]
         ran = now - child.job_started
         why = (f"queued behind job {head.id} {head.kind}, running {ran:.2f} s "
                f"(p95 of its kind: {self.run_times.p95(head.kind) or 0:.3f} s)")
-        asked = sum(child.recall(job.id, why, release=False) for job in behind)
+        # Every other child runs a long job too: no child here can start them sooner,
+        # so they go back to the table (uncharged), where any supervisor's next claim
+        # with a free child takes them, this one's included.
+        release = not any(other is not child and other.state in ACTIVE_STATES
+                          and not other.overrun for other in self._children.values())
+        if release:
+            why += "; every other child runs a long job too: back to the queue"
+        asked = sum(child.recall(job.id, why, release=release) for job in behind)
         if asked:
             self.recalled += asked
+            self._log.info("%s: %d jobs recalled, %s", child.describe(), asked, why)
             self._event(child, "recalled", f"{asked} jobs {why}")
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
