@@ -144,6 +144,9 @@ class FakeStore:
         self._record("lead")
         return []
 
+    def expire(self, batch) -> int:
+        return 0  # no job here carries an expires_at
+
     def prune(self, retention, discarded, batch) -> int:
         return 0
 
