@@ -94,6 +94,8 @@ def one_run(base_dsn: str, code: Path, jobs: int, every: int, short_ms: float,
     if proc.returncode != 0:
         raise SystemExit(f"supervisor run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE public.bench_claims")  # else a nested loop over both tables
+        conn.execute("ANALYZE supervisor.jobs")
         waits = [row[0] for row in conn.execute(WAITS, {"short": short_ms})]
         left = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state <> "
                             "'completed'").fetchone()[0]
@@ -116,11 +118,16 @@ def main() -> None:
     parser.add_argument("--before", default=None,
                         help="the checkout to compare with (default: main, archived)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="run only these: recall, before, no-long")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="heavy-tail-") as tmp:
         before = Path(args.before) if args.before else archive_main(Path(tmp) / "main")
         variants = [("recall", common.ROOT, args.every), ("before", before, args.every),
                     ("no long jobs", common.ROOT, 0)]
+        if args.only:
+            variants = [v for v in variants if v[0].replace(" jobs", "").replace(" ", "-")
+                        in args.only]
         print(f"load average before: {os.getloadavg()}", flush=True)
         print("| run | wall s | short jobs | p50 wait ms | p99 wait ms | max wait ms | "
               "waited > 1 s |", flush=True)

@@ -132,6 +132,7 @@ class Engine:
         self._cancelled(db.take_cancelled(), pool)
         if db.up and not self.fenced:
             self.dispatch(pool)
+            self._all_stuck(now, pool)
         elif not db.up and self._held_back != db.outages:
             self._hold_back(pool)
         if db.up:
@@ -244,6 +245,16 @@ class Engine:
                         break
                     ledger.sent(job)
         pool.push()
+
+    def _all_stuck(self, now: float, pool: Pool) -> None:
+        """Every child runs a job past its kind's p95 (issue 28): claimed jobs waiting
+        here would wait, leased, for the first of those to end; they go back to the
+        table (uncharged), where the next claim with a free child takes them."""
+        size = pool.size()
+        if size and pool.overrunning() >= size and self.ledger.waiting_counts():
+            waiting = self.ledger.take_waiting()
+            log.debug("every child runs a long job: %d claimed jobs go back", len(waiting))
+            self.outbox.released(waiting, now)
 
     # -- stopping -----------------------------------------------------------------------
     def watch_signals(self, wakeup_fd: int) -> None:
