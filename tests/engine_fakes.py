@@ -239,6 +239,7 @@ class FakePool:
         self.jobs: dict[int, ClaimedJob] = {}
         self.outcomes: list = []
         self.cancelled: list[int] = []
+        self.stuck = 0
 
     def size(self) -> int:
         return self._size
@@ -253,7 +254,7 @@ class FakePool:
         return len(self.jobs)
 
     def overrunning(self) -> int:
-        return 0  # no pipes here: nothing queued behind a long job
+        return self.stuck  # children whose job ran past its kind's p95 (set by a test)
 
     def occupied(self) -> Counter:
         return Counter(job.queue for job in self.jobs.values())  # one job per child
