@@ -52,6 +52,7 @@ _OUTCOMES = {"completed": "completed", "retryable": "failed", "available": "fail
 _QUEUES_WITH_WORK = """
 SELECT queue FROM supervisor.jobs
 WHERE state = 'available' AND run_at <= now() AND kind = ANY(%(kinds)s::text[])
+  AND (expires_at IS NULL OR expires_at > now())  -- never handed out (issue 28)
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 GROUP BY queue
 ORDER BY min(priority), min(run_at), queue
