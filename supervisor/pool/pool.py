@@ -618,6 +618,10 @@ class Pool:
         on its SKIPPED, or runs here if the child took it first, so none runs twice)
         for another child, or for the table when every child is stuck the same way."""
         child.recall_at = None
+        others = [other for other in self._children.values()
+                  if other is not child and other.state in ACTIVE_STATES]
+        if not others:
+            return  # a pool of one: no other child could run anything sooner
         child.overrun = True
         behind = list(child.jobs)[1:]
         if not behind:
@@ -629,8 +633,7 @@ class Pool:
         # Every other child runs a long job too: no child here can start them sooner,
         # so they go back to the table (uncharged), where any supervisor's next claim
         # with a free child takes them, this one's included.
-        release = not any(other is not child and other.state in ACTIVE_STATES
-                          and not other.overrun for other in self._children.values())
+        release = all(other.overrun for other in others)
         if release:
             why += "; every other child runs a long job too: back to the queue"
         asked = sum(child.recall(job.id, why, release=release) for job in behind)
