@@ -117,6 +117,13 @@ RETURNING id
 """
 
 
+def _no_expiry_with(option: str, o: Mapping[str, Any]) -> None:
+    # An expired job is final without being completed, discarded or cancelled: the
+    # batch and dependency triggers (0006, 0009) would wait for it forever.
+    if o["expires_in"] is not None or o["expires_at"] is not None:
+        raise ValueError(f"expires_in/expires_at cannot be combined with {option} yet")
+
+
 def check_callback(then: Any) -> Callback:
     """``then`` checked like any enqueue, before the database is touched."""
     if not isinstance(then, Callback):
@@ -134,6 +141,7 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
     plans.check_options(kind, o)
     if o["unique_keys"] is not None or o["unique_key"] is not None:
         raise ValueError("a batch cannot use unique keys: every member must be its own job")
+    _no_expiry_with("then", o)
     plans.check_batch(args_list, None, None)
     if not args_list:
         raise ValueError("a batch needs at least one job")
@@ -153,7 +161,7 @@ def _insert_batch(encoded: plans.ArgsBuffer, callback: Callback | None, common: 
         len(encoded), callback and callback.kind, cb and cb["queue"], cb_args,
         cb["priority"] if cb else 0, cb and cb["max_attempts"], cb and cb["timeout"]))
     ids = yield from plans._insert_many(encoded, None, dict(common, batch_id=batch_id),
-                                        run_at, delay)
+                                        run_at, delay, (None, None))
     return batch_id, ids
 
 
@@ -198,6 +206,7 @@ def plan_dependent(kind: str, args: Mapping[str, Any] | None,
     plans.check_options(kind, o)
     if o["run_at"] is not None or o["delay"] is not None or o["unique_key"] is not None:
         raise ValueError("depends_on cannot be combined with run_at, delay or unique_key")
+    _no_expiry_with("depends_on", o)
     deps = check_depends_on(o["depends_on"])
     params = {"kind": kind, "queue": o["queue"],
               "args": plans.encode_args(kind, args).decode(), "priority": o["priority"],

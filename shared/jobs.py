@@ -16,9 +16,10 @@ COMPLETED = "completed"
 RETRYABLE = "retryable"
 DISCARDED = "discarded"
 CANCELLED = "cancelled"
+EXPIRED = "expired"  # not started before its expires_at: never ran, never will
 
-STATES = (AVAILABLE, SCHEDULED, RUNNING, COMPLETED, RETRYABLE, DISCARDED, CANCELLED)
-FINISHED_STATES = (COMPLETED, DISCARDED, CANCELLED)
+STATES = (AVAILABLE, SCHEDULED, RUNNING, COMPLETED, RETRYABLE, DISCARDED, CANCELLED, EXPIRED)
+FINISHED_STATES = (COMPLETED, DISCARDED, CANCELLED, EXPIRED)
 # While a job is in one of these, its unique_key is taken.
 UNIQUE_STATES = (AVAILABLE, SCHEDULED, RUNNING, RETRYABLE)
 
@@ -44,6 +45,9 @@ FAIL_HOOK = "hook"  # an @around_job hook raised entering or leaving (workers.ho
 # The handler raised workers.Snooze(delay): not a failure; runs again after the delay
 # (carried as the answer's retry_delay) with its attempt unspent and no errors entry.
 FAIL_SNOOZE = "snooze"
+# Its expires_at passed before it started: it ends as 'expired', never run (the child
+# answers so for a job that expired while queued in its pipe).
+FAIL_EXPIRED = "expired"
 
 # Failures that retrying cannot mend: the job is discarded at once.
 TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_ARGS, FAIL_UNKNOWN_KIND})
@@ -96,3 +100,6 @@ class ClaimedJob:
     wait_seconds: float = 0.0  # from run_at to the claim, for metrics
     trace_context: str | None = None  # the producer's trace (JSON text), passed through
     checkpoint: str | None = None  # the last checkpoint (JSON text), the child's resume
+    # Epoch seconds after which it must not start (None: never expires); the child
+    # checks it again right before the start.
+    expires_at: float | None = None

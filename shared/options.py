@@ -3,7 +3,8 @@
 - ``JobOptions``: how a job runs, as its row says (queue, priority, max_attempts,
   timeout). ``@job(...)`` sets them as its kind's defaults, a batch's callback
   (``handle.bind``) carries them, and any call may override them.
-- ``CallOptions``: what one call may add (run_at or delay, unique_key, concurrency_key)
+- ``CallOptions``: what one call may add (run_at or delay, unique_key, concurrency_key,
+  expires_in or expires_at)
   and where the rows go (conn, dsn): every form of enqueue takes these.
 - ``EnqueueOptions``: enqueuing one job may also wait for others (depends_on);
   ``handle.options(...)`` takes these.
@@ -45,6 +46,8 @@ class CallOptions(JobOptions, total=False):
     delay: float | None  # seconds from now (give run_at or delay, not both)
     unique_key: str | None  # a live job with this key is returned instead of a new one
     concurrency_key: str | None  # see `supervisor queues limit --per-key-max-running`
+    expires_in: float | None  # seconds from now: not started by then, it ends 'expired'
+    expires_at: datetime | None  # timezone-aware; the same at a moment (give one of two)
     conn: Any  # the caller's connection: the job is written in its transaction
     dsn: str | None  # the database, when no conn is given (see shared.dsn)
 

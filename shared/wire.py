@@ -157,14 +157,17 @@ class Run:
     # The job's last checkpoint (issue 28): JSON text from the parent, passed on unparsed
     # like the args; decoded in the child (``current_job().resume``). None: none stored.
     resume: Any = None
+    # Epoch seconds: a job still queued then must not start (the child answers FAILED
+    # of kind ``expired`` without a START). None: it never expires.
+    expires_at: float | None = None
 
     @staticmethod
     def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
              args_json: str | bytes, trace_context: str | None = None,
-             resume: str | None = None) -> bytes:
+             resume: str | None = None, expires_at: float | None = None) -> bytes:
         """A RUN frame from its fields, without building the object (the parent's
         per-job path)."""
-        if trace_context is None and resume is None:
+        if trace_context is None and resume is None and expires_at is None:
             data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
                            "max_attempts": max_attempts, "args": _Fragment(args_json)})
         else:
@@ -174,7 +177,9 @@ class Run:
                 body["trace"] = _Fragment(trace_context)
             if resume is not None:
                 body["resume"] = _Fragment(resume)
-            body["args"] = _Fragment(args_json)
+            if expires_at is not None:
+                body["expires"] = expires_at
+            body["args"] = _Fragment(args_json)  # last: a bad one is split off (_split)
             data = _dumps(body)
         return _pack_header(VERSION, RUN, 0, len(data)) + data
 
@@ -186,7 +191,7 @@ class Run:
             trace = _dumps(trace).decode()
         resume = None if self.resume is None else _dumps(self.resume).decode()
         return Run.pack(self.id, self.kind, self.queue, self.attempt, self.max_attempts,
-                        args_json, trace, resume)
+                        args_json, trace, resume, self.expires_at)
 
     @classmethod
     def decode(cls, frame: Frame) -> Run:
@@ -201,7 +206,7 @@ class Run:
         try:
             return cls(body["id"], body["kind"], body["queue"], body["attempt"],
                        body["max_attempts"], None, body.get("args"), args_error,
-                       body.get("trace"), body.get("resume"))
+                       body.get("trace"), body.get("resume"), body.get("expires"))
         except KeyError as exc:
             raise _missing(RUN, exc) from None
 

@@ -9,6 +9,8 @@
 -- checkpoint (issue 28: checkpoint::text AS checkpoint, the child's resume).
 -- Since issue 31 a carried completion also sets the attempt's start from ``ran``
 -- (seconds since its start, when that start was held back and never written).
+-- Issue 28 (schema 0016): every scan that chooses candidates skips expired jobs
+-- (claim.RULES), and every form returns expires_at (epoch seconds) for the child's check.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -24,12 +26,14 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -54,6 +58,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s) AS head
 UNION ALL
@@ -62,6 +67,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() - %(aging)s::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT %(limit)s) AS aged))
       AND state = 'available' AND queue = %(queue)s AND run_at <= now()
@@ -72,13 +78,16 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
@@ -115,17 +124,19 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -168,6 +179,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT %(limit)s) AS head
 UNION ALL
@@ -176,6 +188,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() - %(aging)s::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT %(limit)s) AS aged))
       AND state = 'available' AND queue = %(queue)s AND run_at <= now()
@@ -186,12 +199,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -215,15 +229,17 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -239,13 +255,15 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $7
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 
@@ -272,6 +290,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $7) AS head
 UNION ALL
@@ -280,6 +299,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = $6 AND priority = levels.priority
       AND kind = ANY($3::text[])
       AND run_at <= now() - $8::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT $7) AS aged))
       AND state = 'available' AND queue = $6 AND run_at <= now()
@@ -290,8 +310,9 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 
@@ -299,11 +320,13 @@ FROM claimed
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 
@@ -339,17 +362,19 @@ WHERE id = ANY(ARRAY(
     WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
       AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $17
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -392,6 +417,7 @@ SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
     LIMIT $17) AS head
 UNION ALL
@@ -400,6 +426,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     WHERE state = 'available' AND queue = $16 AND priority = levels.priority
       AND kind = ANY($13::text[])
       AND run_at <= now() - $18::float8 * interval '1 second'
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
     LIMIT $17) AS aged))
       AND state = 'available' AND queue = $16 AND run_at <= now()
@@ -410,12 +437,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -439,12 +467,14 @@ WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
                             $9, $16::float8, $17::int[],
                             $18::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

@@ -144,6 +144,9 @@ class FakeStore:
         self._record("lead")
         return []
 
+    def expire(self, batch) -> int:
+        return 0  # no job here carries an expires_at
+
     def prune(self, retention, discarded, batch) -> int:
         return 0
 
@@ -241,6 +244,7 @@ class FakePool:
         self.cancelled: list[int] = []
         self.notified: list[tuple[int, str]] = []
         self.acked: list[tuple[int, bool]] = []
+        self.stuck = 0
 
     def size(self) -> int:
         return self._size
@@ -259,6 +263,9 @@ class FakePool:
 
     def child_reports(self) -> list:
         return []  # no processes: nothing to say of them
+
+    def overrunning(self) -> int:
+        return self.stuck  # children whose job ran past its kind's p95 (set by a test)
 
     def occupied(self) -> Counter:
         return Counter(job.queue for job in self.jobs.values())  # one job per child

@@ -86,6 +86,25 @@ def test_drain_releases_claimed_jobs_that_have_not_started():
     assert not db.claims.sent  # draining: nothing more is claimed
 
 
+def test_when_every_child_is_stuck_on_a_long_job_claimed_jobs_go_back_to_the_table():
+    # Issue 28: waiting here, leased, they would wait for the first long job to end;
+    # in the table any supervisor's next claim with a free child takes them.
+    engine, db, store, pool, clock = make_engine(children=1, prefetch=3)
+    store.add(n=3)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert list(pool.jobs) == [1] and engine.ledger.waiting_counts() == {"default": 2}
+    pool.stuck = 1
+    clock.now += 0.1
+    engine.tick(clock.now, pool)
+    assert engine.ledger.waiting_counts() == {}
+    clock.now += 1.0
+    engine.tick(clock.now, pool)
+    assert ("release", [2, 3]) in store.calls
+    assert not db.claims.sent  # and no claim for a child that cannot take it
+
+
 def test_a_claim_answered_after_the_drain_began_gives_its_jobs_back():
     engine, db, store, pool, clock = make_engine(children=2)
     store.add(n=2)

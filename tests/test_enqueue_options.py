@@ -20,7 +20,8 @@ UNREACHABLE = "postgresql://nobody:secret@127.0.0.1:1/nowhere"
 
 # The keyword options each form took when each wrote its own signature out.
 JOB = {"queue", "priority", "max_attempts", "timeout"}
-CALL = JOB | {"run_at", "delay", "unique_key", "concurrency_key", "conn", "dsn"}
+CALL = JOB | {"run_at", "delay", "unique_key", "concurrency_key", "conn", "dsn",
+              "expires_in", "expires_at"}  # the last two: issue 28
 
 
 def test_each_form_takes_the_options_it_took_before():

@@ -93,6 +93,12 @@ def test_an_idle_child_comes_before_a_queue_and_a_long_job_gets_a_child_alone(ma
     assert d.pool.dispatch(first, depth=4) and d.pool.dispatch(second, depth=4)
     assert d.pool.idle_count() == 0 and d.pool.busy_count() == 2  # one each
     assert d.pool.dispatch(d.job("pool_noop"), depth=4)  # behind one of them
+    # Behind the sleeping one it is recalled once that one overran (issue 28): the pool
+    # hands it back for the loop to give to another child.
+    d.until(lambda: len(of(d, JobDone)) + len(of(d, JobReturned)) == 3)
+    for back in of(d, JobReturned):
+        assert d.pool.dispatch(back.job, depth=4)
+    d.pool.push()
     d.until(lambda: len(of(d, JobDone)) == 3)
     lone = d.job("pool_sleep", '{"seconds": 0.3}')
     assert d.pool.dispatch(lone, depth=1)  # a long job: a child to itself

@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from typing import NoReturn
 
 from shared import defaults, wire
@@ -111,6 +112,14 @@ def _print_to_stderr(exc: BaseException) -> None:
                         "".join(traceback.format_exception(exc)))
 
 
+def _skim(pipe: JobPipe, inbox: JobInbox) -> bytes:
+    """The heartbeat thread's look at the pipe while a long job runs (``JobInbox.skim``),
+    only while the read end is still the one the child was given."""
+    if not pipe.intact()[0]:
+        raise OSError("the handler closed or replaced the job pipe")
+    return inbox.skim()
+
+
 def _say(message: str) -> None:
     output.runtime_line("warning", f"supervisor child {os.getpid()}: {message}")
 
@@ -171,6 +180,7 @@ class JobRunner:
         self.heartbeat.start()
         self.heartbeat.write(wire.Ready(os.getpid(), config.worker_no).encode())
         inbox = self.inbox
+        self.heartbeat.watch = partial(_skim, pipe, inbox)
         lock = self.heartbeat.lock
         heartbeat = self.heartbeat
         write_fd = pipe.write_fd

@@ -35,6 +35,9 @@ from workers.proctitle import idle_title, job_title, set_title
 
 TITLE_LAG = 0.02  # seconds between looks at the title: ps follows the job within this
 IDLE_NAP = 1.0  # idle this long, the thread sleeps until a job begins
+# A job running this long has its pipe watched (``watch``) at each look: the parent
+# recalls the jobs queued behind a long one no sooner than 50 ms into it.
+WATCH_AFTER = 0.04
 
 
 class Heartbeat:
@@ -57,6 +60,9 @@ class Heartbeat:
         self._sleeping = False  # the thread waits on _wake until a job begins
         # Called at each look while a job runs: reads the parent's notices (issue 28).
         self.listen: Callable[[], None] | None = None
+        # Called at each look once a job has run WATCH_AFTER seconds: frames to write
+        # now (the inbox's answers to SKIPs that came during the job). None: not set.
+        self.watch: Callable[[], bytes] | None = None
 
     def start(self) -> None:
         """Start the thread (once per child)."""
@@ -95,6 +101,8 @@ class Heartbeat:
         now = clock()
         next_beat = now + interval
         busy_at = now  # when a job was last seen running
+        watched_job: int | None = None  # the job whose run time ``since`` counts
+        since = now
         while True:
             if self._current is None and now - busy_at >= IDLE_NAP:
                 self._sleeping = True
@@ -106,13 +114,18 @@ class Heartbeat:
                 time.sleep(look)
             self.refresh_title()
             now = clock()
-            if self._current is not None:
+            current = self._current
+            if current is not None:
                 busy_at = now
                 if self.listen is not None:
                     try:
                         self.listen()
-                    except OSError:
-                        pass  # the pipe is gone or replaced: the main loop sees it
+                    except (OSError, wire.ProtocolError):
+                        pass  # the pipe is gone, replaced or garbled: the main loop sees it
+                if current[0] != watched_job:
+                    watched_job, since = current[0], now
+                elif self.watch is not None and now - since >= WATCH_AFTER:
+                    self._watch()
             if now < next_beat:
                 continue
             next_beat = now + interval
@@ -120,6 +133,22 @@ class Heartbeat:
                 self.beat()
             except OSError:
                 return  # the pipe is gone: the main loop sees EOF and exits
+
+    def _watch(self) -> None:
+        """Answer what the parent asked about queued jobs while this one runs; a pipe
+        that cannot be read (or a frame that makes no sense) ends the watching: the
+        main loop meets the same problem after the job."""
+        watch = self.watch
+        if watch is None:
+            return
+        try:
+            frames = watch()
+            if frames:
+                with self.lock:
+                    if self._pipe.write_intact():
+                        self._pipe.write(frames)
+        except (OSError, wire.ProtocolError):
+            self.watch = None
 
     def refresh_title(self) -> None:
         """Set the process title to the running job, or idle (the thread calls this)."""

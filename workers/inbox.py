@@ -11,10 +11,17 @@ block (``wait``).
 The read end is non-blocking for that look: one ``read`` that finds nothing costs
 about a microsecond, a ``poll`` call more than that.
 
+A job whose ``expires_at`` has passed when its turn comes never starts either: the
+child answers FAILED of kind ``expired`` for it, without a START (issue 28).
+
+While a long job runs, the heartbeat thread ``skim``s the pipe: a SKIP for a job queued
+behind it is answered SKIPPED at once, so the parent can give that job to an idle child
+instead of leaving it behind the long one (the parent's recall). Every method takes
+``lock``, so the thread and the main loop never read the pipe or the queue at once.
+
 While a handler runs, the heartbeat thread reads the pipe too (issue 28), so that a
 STOPPING notice or the CHECKPOINTED answer to a flushed checkpoint reaches the running
-job; ``lock`` keeps the two readers apart, and ``on_stopping`` / ``on_checkpointed`` are
-called with it held.
+job; ``on_stopping`` / ``on_checkpointed`` are called with ``lock`` held.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
 from shared import wire
+from shared.jobs import FAIL_EXPIRED
 
 _RUN = wire.RUN
 _SKIP = wire.SKIP
@@ -48,7 +57,9 @@ class JobInbox:
         self._poller.register(fd, select.POLLIN)
         self.stopped = False  # told STOP: start nothing more
         self.closed = False  # end of file: the parent is gone
-        self._dropped: list[int] = []  # skipped jobs passed over, not yet reported
+        # Answers for jobs passed over (SKIPPED, or FAILED as expired), in order, not
+        # yet written.
+        self._dropped: list[bytes] = []
         self.lock = threading.Lock()
         self.on_stopping: Callable[[wire.Stopping], None] | None = None
         self.on_checkpointed: Callable[[wire.Checkpointed], None] | None = None
@@ -97,29 +108,55 @@ class JobInbox:
 
     def next_run(self) -> wire.Run | None:
         """The next job to start, or None (none queued, or told STOP: queued jobs stay
-        unstarted and the parent gives them back)."""
+        unstarted and the parent gives them back). Skipped and expired jobs are passed
+        over, their answers kept for ``take_dropped``."""
         with self.lock:
-            return self._next_run()
-
-    def _next_run(self) -> wire.Run | None:
-        runs = self._runs
-        while runs and not self.stopped:
-            run = _decode_run(runs.popleft())
-            if run.id in self._skipped:
-                self._skipped.discard(run.id)
-                self._dropped.append(run.id)
-                continue
-            return run
-        return None
+            runs = self._runs
+            while runs and not self.stopped:
+                run = _decode_run(runs.popleft())
+                if run.id in self._skipped:
+                    self._skipped.discard(run.id)
+                    self._dropped.append(wire.Skipped(run.id).encode())
+                    continue
+                if run.expires_at is not None and time.time() >= run.expires_at:
+                    self._dropped.append(_expired(run))
+                    continue
+                return run
+            return None
 
     def take_dropped(self) -> bytes:
-        """SKIPPED frames for the skipped jobs passed over since the last call (empty
-        if none): the parent gives such a job back only once it reads one."""
-        if not self._dropped:
-            return b""
-        frames = b"".join(wire.Skipped(job_id).encode() for job_id in self._dropped)
-        self._dropped.clear()
-        return frames
+        """The answers for jobs passed over since the last call (empty if none):
+        SKIPPED for a skipped job (the parent gives it back only once it reads one),
+        FAILED of kind ``expired`` for one whose moment passed while it was queued."""
+        with self.lock:
+            if not self._dropped:
+                return b""
+            frames = b"".join(self._dropped)
+            self._dropped.clear()
+            return frames
+
+    def skim(self) -> bytes:
+        """Read what the parent sent while a job runs, and drop at once the queued jobs
+        it asked back (SKIP): returns their SKIPPED frames (empty if none), to be
+        written now. Raises ``OSError`` if the fd cannot be read."""
+        with self.lock:
+            self._poll()
+            skipped = self._skipped
+            if not skipped or not self._runs:
+                return b""
+            # Only its own answers: those ``next_run`` kept must follow the answer the
+            # main loop is about to write, for the job ahead of them.
+            answers: list[bytes] = []
+            kept: deque[wire.Frame] = deque()
+            for frame in self._runs:
+                job_id = _decode_run(frame).id
+                if job_id in skipped:
+                    skipped.discard(job_id)
+                    answers.append(wire.Skipped(job_id).encode())
+                else:
+                    kept.append(frame)
+            self._runs = kept
+            return b"".join(answers)
 
     def _take(self, frames: list[wire.Frame]) -> None:
         for frame in frames:
@@ -135,3 +172,10 @@ class JobInbox:
                     self.on_stopping(wire.Stopping.decode(frame))
             elif mtype == _CHECKPOINTED and self.on_checkpointed is not None:
                 self.on_checkpointed(wire.Checkpointed.decode(frame))
+
+
+def _expired(run: wire.Run) -> bytes:
+    return wire.Failed(run.id, FAIL_EXPIRED,
+                       f"expired before it started (expires_at "
+                       f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(run.expires_at or 0))}"
+                       " UTC)").encode()

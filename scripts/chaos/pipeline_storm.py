@@ -33,8 +33,13 @@ it was cut off, and its outcome could not reach the database before the lease ra
 (at-least-once delivery; no fence can stop what already ended). Two runs at once are
 always a problem.
 
+With ``--heavy-tail`` the stream is one heavy-tailed kind instead (issue 28): sleeps of
+2 ms with one in 200 taking 3 s, so the jobs queued behind a long one are recalled (SKIP,
+SKIPPED) and given to the other child while the kills go on.
+
 Usage: python scripts/chaos/pipeline_storm.py [--dsn DSN] [--jobs 20000] [--seed 1]
-       [--drains] [--pauses] [--hangs] [--partition] [--timeout 300] [--database NAME]
+       [--drains] [--pauses] [--hangs] [--partition] [--heavy-tail] [--timeout 300]
+       [--database NAME]
 """
 
 from __future__ import annotations
@@ -117,14 +122,20 @@ FAULT_SETTINGS = ("database_deadline = 1.5\nstatement_timeout = 1.0\n"
 
 
 def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: float,
-          workdir: Path, hangs: bool = False, partition: bool = False):
+          workdir: Path, hangs: bool = False, partition: bool = False,
+          heavy_tail: bool = False):
     rng = random.Random(seed)
     kinds = [("chaos_cpu", {"loops": 20_000}), ("chaos_noop", {})]
     ids = []
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for kind, args in kinds:
-            ids += enqueue_many(kind, [args] * (jobs // len(kinds)), conn=conn,
-                                max_attempts=1)
+        if heavy_tail:
+            ids += enqueue_many("chaos_sleep", [{"ms": 3000 if i % 200 == 199 else 2}
+                                                for i in range(jobs)],
+                                conn=conn, max_attempts=1)
+        else:
+            for kind, args in kinds:
+                ids += enqueue_many(kind, [args] * (jobs // len(kinds)), conn=conn,
+                                    max_attempts=1)
     runlog = workdir / "runs.log"
     kills = drained = paused = 0
     started = time.monotonic()
@@ -211,6 +222,10 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
             faults.proxy.close()
     fences = sum(path.read_text(errors="replace").count("interrupting")
                  for path in workdir.glob("sup*.log"))
+    recalls = sum(path.read_text(errors="replace").count("jobs recalled")
+                  for path in workdir.glob("sup*.log"))
+    if heavy_tail:
+        print(f"{recalls} recalls of jobs queued behind a long one")
     if faults is not None:
         print(f"{faults.count} {'partitions' if partition else 'hangs'} (longest "
               f"{faults.longest:.1f} s), {fences} self-fences")
@@ -312,6 +327,8 @@ def main() -> None:
                         help="the database stops answering now and then, then resumes")
     parser.add_argument("--partition", action="store_true",
                         help="a second supervisor; the first is cut off now and then")
+    parser.add_argument("--heavy-tail", action="store_true",
+                        help="2 ms sleeps with one in 200 taking 3 s (issue 28's recall)")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--database", default=DATABASE,
                         help="the scratch database's name (dropped and created)")
@@ -320,7 +337,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pipeline-storm-") as tmp:
         ids, runlog, kills, drained, paused, took, cut_side = storm(
             dsn, args.jobs, args.seed, args.drains, args.pauses, args.timeout, Path(tmp),
-            args.hangs, args.partition)
+            args.hangs, args.partition, args.heavy_tail)
         print(f"{took:.1f} s, {kills} children SIGKILLed, {drained} drains, {paused} pauses")
         problems = check(dsn, ids, runlog, kills, args.hangs or args.partition,
                          cut_side if args.partition else None)

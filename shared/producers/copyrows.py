@@ -29,6 +29,9 @@ def copy_job_rows(ids: list[int], encoded: ArgsBuffer, common: dict, state: str,
     if common.get("batch_id") is not None:  # a member of a batch (shared.batches)
         columns += ", batch_id"
         tail += b"\t%d" % common["batch_id"]
+    if common.get("expires_at") is not None:  # not started by then: expired (issue 28)
+        columns += ", expires_at"
+        tail += b"\t%s" % copy_text(common["expires_at"])
     if common.get("trace_context") is not None:  # enqueued under a span (shared.tracing)
         columns += ", trace_context"
         tail += b"\t%s" % copy_text(common["trace_context"])

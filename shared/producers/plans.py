@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, final
 
 import orjson
@@ -55,6 +55,30 @@ def check_options(kind: Any, options: Mapping[str, Any]) -> None:
         raise ValueError(f"run_at must be a timezone-aware datetime, not {run_at!r}")
     if delay is not None and (not _is_number(delay) or not 0 <= delay < math.inf):
         raise ValueError(f"delay must be a number of seconds >= 0, not {delay!r}")
+    check_expiry(options.get("expires_in"), options.get("expires_at"))
+
+
+def check_expiry(expires_in: Any, expires_at: Any) -> None:
+    """A job's expiry: ``expires_in`` seconds (> 0) or a timezone-aware ``expires_at``
+    still in the future (by this machine's clock), or neither."""
+    if expires_in is not None and expires_at is not None:
+        raise ValueError("give either expires_in or expires_at, not both")
+    if expires_in is not None and (not _is_number(expires_in)
+                                   or not 0 < expires_in < math.inf):
+        raise ValueError(f"expires_in must be a number of seconds > 0, not {expires_in!r}")
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
+            raise ValueError(f"expires_at must be a timezone-aware datetime, not {expires_at!r}")
+        if expires_at <= datetime.now(UTC):
+            raise ValueError(f"expires_at {expires_at.isoformat()} is in the past: the job "
+                             "would never run")
+
+
+def _expiry(options: Mapping[str, Any]) -> tuple[datetime | None, float | None]:
+    """(expires_at, expires_in) as the statements take them: both None when the job
+    never expires; the server adds expires_in to its own now()."""
+    expires_in = options.get("expires_in")
+    return options.get("expires_at"), None if expires_in is None else float(expires_in)
 
 
 def check_unique_key(key: Any) -> None:
@@ -170,11 +194,13 @@ def _first(plan: Plan) -> Plan:
 _INSERT_ONE = """
 INSERT INTO supervisor.jobs
     (kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context, concurrency_key)
+     trace_context, concurrency_key, expires_at)
 SELECT %(kind)s, %(queue)s, %(args)s::jsonb,
        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
        %(priority)s, %(max_attempts)s, t.run_at, %(timeout)s, %(unique_key)s,
-       %(trace_context)s::jsonb, %(concurrency_key)s
+       %(trace_context)s::jsonb, %(concurrency_key)s,
+       COALESCE(%(expires_at)s::timestamptz,
+                now() + %(expires_in)s::float8 * interval '1 second')
 FROM (SELECT COALESCE(%(run_at)s::timestamptz,
                       now() + %(delay)s::float8 * interval '1 second') AS run_at) AS t
 ON CONFLICT DO NOTHING
@@ -221,17 +247,18 @@ WHERE unique_key = ANY(%s::text[])
 # ORM's) can change it on the way.
 _RESERVE_IDS = """
 SELECT t.due::text, t.due > now(),
-       ARRAY(SELECT nextval('supervisor.jobs_id_seq') FROM generate_series(1, %s))
+       ARRAY(SELECT nextval('supervisor.jobs_id_seq') FROM generate_series(1, %s)),
+       COALESCE(%s::timestamptz, now() + %s::float8 * interval '1 second')::text
 FROM (SELECT COALESCE(%s::timestamptz, now() + %s::float8 * interval '1 second') AS due) AS t
 """
 
 _INSERT_KEYED = """
 INSERT INTO supervisor.jobs
     (id, kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context, concurrency_key)
+     trace_context, concurrency_key, expires_at)
 SELECT u.id, %(kind)s, %(queue)s, u.args::jsonb, %(state)s, %(priority)s,
        %(max_attempts)s, %(run_at)s::timestamptz, %(timeout)s, u.unique_key,
-       %(trace_context)s::jsonb, u.ckey
+       %(trace_context)s::jsonb, u.ckey, %(expires_at)s::timestamptz
 FROM unnest(%(ids)s::bigint[], %(args)s::text[], %(keys)s::text[], %(ckeys)s::text[])
      AS u(id, args, unique_key, ckey)
 ON CONFLICT DO NOTHING
@@ -249,7 +276,9 @@ def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) ->
     check_concurrency_key(concurrency_key)
     encoded = encode_args(kind, args).decode()
     trace_context = current_trace_context()
-    if unique_key is None and o["run_at"] is None and not o["delay"] and concurrency_key is None:
+    expires_at, expires_in = _expiry(o)
+    if (unique_key is None and o["run_at"] is None and not o["delay"]
+            and concurrency_key is None and expires_at is None and expires_in is None):
         return Row(kind, o["queue"], encoded, o["priority"], o["max_attempts"], o["timeout"],
                    trace_context)
     params = {
@@ -258,6 +287,7 @@ def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) ->
         "delay": float(o["delay"] or 0.0), "unique_key": unique_key,
         "trace_context": trace_context,
         "concurrency_key": concurrency_key,
+        "expires_at": expires_at, "expires_in": expires_in,
     }
     return _insert_one(params, unique_key)
 
@@ -277,7 +307,8 @@ def plan_many(kind: str, args_list: Sequence[Mapping[str, Any] | None],
     common = {"kind": kind, "queue": o["queue"], "priority": o["priority"],
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "concurrency_keys": ckeys, "trace_context": current_trace_context()}
-    return _insert_many(encoded, keys, common, o["run_at"], float(o["delay"] or 0.0))
+    return _insert_many(encoded, keys, common, o["run_at"], float(o["delay"] or 0.0),
+                        _expiry(o))
 
 
 def insert_rows(rows: list[Row]) -> Plan:
@@ -311,15 +342,18 @@ def _insert_one(params: dict[str, Any], unique_key: str | None) -> Plan:
 
 
 def _insert_many(encoded: ArgsBuffer, keys: list[str | None] | None, common: dict,
-                 run_at: datetime | None, delay: float) -> Plan:
-    [(due, scheduled, ids)] = yield Execute(_RESERVE_IDS, (len(encoded), run_at, delay))
+                 run_at: datetime | None, delay: float,
+                 expiry: tuple[datetime | None, float | None]) -> Plan:
+    when = (*expiry, run_at, delay)
+    [(due, scheduled, ids, expires)] = yield Execute(_RESERVE_IDS, (len(encoded), *when))
     explicit_time = run_at is not None or delay > 0
     state = jobs.SCHEDULED if scheduled else jobs.AVAILABLE
+    common = dict(common, expires_at=expires)  # one moment for the whole batch
     if keys is None:
         yield Copy(*copy_job_rows(ids, encoded, common, state, due if explicit_time else None))
         return ids
     params = dict(common, state=state, run_at=due)
-    return (yield from _insert_keyed(ids, encoded, keys, params, (run_at, delay)))
+    return (yield from _insert_keyed(ids, encoded, keys, params, when))
 
 
 def _insert_keyed(ids: list[int], encoded: ArgsBuffer, keys: list[str | None],
@@ -347,7 +381,7 @@ def _insert_keyed(ids: list[int], encoded: ArgsBuffer, keys: list[str | None],
         pending = [i for i in losers if result[i] is None]
         if not pending:
             return result
-        [(_, _, fresh)] = yield Execute(_RESERVE_IDS, (len(pending), *when))
+        [(_, _, fresh, _)] = yield Execute(_RESERVE_IDS, (len(pending), *when))
         for i, new_id in zip(pending, fresh, strict=True):
             ids[i] = new_id
     raise RuntimeError("unique keys kept changing hands; giving up")

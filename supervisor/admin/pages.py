@@ -51,12 +51,13 @@ SELECT kind,
        count(*) FILTER (WHERE state = 'completed') AS completed,
        count(*) FILTER (WHERE state = 'discarded') AS discarded,
        count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE state = 'expired') AS expired,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - attempted_at))
            FILTER (WHERE state = 'completed' AND attempted_at IS NOT NULL) AS p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - attempted_at))
            FILTER (WHERE state = 'completed' AND attempted_at IS NOT NULL) AS p95
 FROM supervisor.jobs
-WHERE state IN ('completed', 'discarded', 'cancelled')
+WHERE state IN ('completed', 'discarded', 'cancelled', 'expired')
   AND finished_at > now() - %(hours)s * interval '1 hour'
 GROUP BY kind
 """
@@ -130,10 +131,11 @@ def kinds(conn: psycopg.Connection, hours: int = KIND_WINDOW_HOURS) -> list[dict
 
     for kind, state, n in conn.execute(_KINDS_LIVE):
         entry(kind)["counts"][state] = n
-    for kind, completed, discarded, cancelled, p50, p95 in conn.execute(
+    for kind, completed, discarded, cancelled, expired, p50, p95 in conn.execute(
             _KINDS_FINISHED, {"hours": hours}):
         item = entry(kind)
-        item["counts"].update(completed=completed, discarded=discarded, cancelled=cancelled)
+        item["counts"].update(completed=completed, discarded=discarded, cancelled=cancelled,
+                              expired=expired)
         if completed + discarded:
             item["failure_rate"] = discarded / (completed + discarded)
         item["p50"], item["p95"] = p50, p95

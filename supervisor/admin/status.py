@@ -28,7 +28,7 @@ RATE_WINDOW_SECONDS = 60.0
 # The counts a queue shows, in a job's life order: "claimed" (taken by a supervisor,
 # not started yet) apart from "running" (started), so running never exceeds children.
 COUNTED = ("available", "scheduled", "claimed", "running", "retryable", "completed",
-           "discarded", "cancelled")
+           "discarded", "cancelled", "expired")
 
 
 # Counts come from jobs_state_queue_idx without reading rows (an index-only scan) where
@@ -113,7 +113,7 @@ SELECT count(*) FROM supervisor.jobs WHERE state = 'available' AND queue = %(nam
 
 
 def finished_counts(conn: psycopg.Connection) -> dict[str, dict[str, int]]:
-    """Completed, discarded and cancelled jobs by queue: ``{queue: {state: n}}``. Reads
+    """Completed, discarded, cancelled and expired jobs by queue: ``{queue: {state: n}}``. Reads
     the whole state index's finished part, so its cost grows with the retention."""
     counts: dict[str, dict[str, int]] = {}
     for queue, state, total in conn.execute(_COUNTS, {"states": list(FINISHED_STATES)}):

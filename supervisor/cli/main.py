@@ -84,10 +84,14 @@ def migrate_command(dsn: str | None) -> None:
               help="Return the live job with this key instead of adding another.")
 @click.option("--concurrency-key", default=None, metavar="KEY",
               help="Jobs sharing KEY run at most the queue's per-key limit at once.")
+@click.option("--expires-in", type=float, default=None, metavar="SECONDS",
+              help="Not started within this many seconds, the job ends as expired.")
+@click.option("--expires-at", default=None, metavar="ISO-8601",
+              help="Not started by this moment (with its UTC offset), it ends as expired.")
 @dsn_option
 @reports_errors
 def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
-                    concurrency_key, dsn) -> None:
+                    concurrency_key, expires_in, expires_at, dsn) -> None:
     """Add a job of KIND and print its id. The embedded development database is
     migrated on first use; any other database needs `supervisor migrate` first.
     TRACEPARENT (and TRACESTATE) in the environment become the job's trace context."""
@@ -95,6 +99,7 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
     from shared.enqueue import enqueue
 
     args = _parse_args(args_text)
+    expiry = _parse_expiry(expires_in, expires_at)
     try:
         carrier = tracing.carrier_from_environment()
     except ValueError as exc:
@@ -105,10 +110,41 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
             job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
                              max_attempts=max_attempts, timeout=timeout,
                              unique_key=unique_key, conn=conn,
-                             concurrency_key=concurrency_key)
+                             concurrency_key=concurrency_key, **expiry)
     finally:
         tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)
+
+
+def _parse_expiry(expires_in: float | None, expires_at: str | None) -> dict:
+    """--expires-in / --expires-at as enqueue's options, refused in one line before the
+    database is touched."""
+    from datetime import datetime
+
+    from shared.producers.plans import check_expiry
+
+    moment = None
+    if expires_at is not None:
+        try:
+            moment = datetime.fromisoformat(expires_at)
+        except ValueError:
+            raise CliError(f"--expires-at is not an ISO-8601 moment: {expires_at!r}",
+                           CLI_USAGE) from None
+        if moment.tzinfo is None:
+            raise CliError(f"--expires-at needs a UTC offset (say {expires_at}+00:00)",
+                           CLI_USAGE)
+    try:
+        check_expiry(expires_in, moment)
+    except ValueError as exc:
+        message = str(exc).replace("expires_in", "--expires-in").replace("expires_at",
+                                                                          "--expires-at")
+        raise CliError(message, CLI_USAGE) from None
+    expiry: dict = {}
+    if expires_in is not None:
+        expiry["expires_in"] = expires_in
+    if moment is not None:
+        expiry["expires_at"] = moment
+    return expiry
 
 
 def _parse_args(text: str) -> dict:

@@ -18,7 +18,8 @@ from supervisor.cli.format import age, describe_limits, job_seconds, json_text, 
 # Column order follows a job's life: waiting, in flight, then the finished states. RUN
 # counts started jobs only; CLAIM those a supervisor took and has not started yet.
 _SHORT = {"available": "AVAIL", "scheduled": "SCHED", "claimed": "CLAIM", "running": "RUN",
-          "retryable": "RETRY", "completed": "DONE", "discarded": "DISC", "cancelled": "CANC"}
+          "retryable": "RETRY", "completed": "DONE", "discarded": "DISC", "cancelled": "CANC",
+          "expired": "EXP"}
 STATES = tuple(_SHORT)
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 

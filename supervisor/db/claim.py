@@ -53,7 +53,7 @@ CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
 _COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
-            "wait", "trace_context", "checkpoint")
+            "wait", "trace_context", "checkpoint", "expires_at")
 # The carrying form's extra column: true for a row that is a written completion.
 _DONE = "done"
 
@@ -130,8 +130,9 @@ _NOT_PAUSED = ("NOT EXISTS (SELECT 1 FROM supervisor.queues q "
 # Claim-time rules: conditions on a supervisor.jobs row, beyond being available, due, of
 # the queue and of its kinds, that every job a claim takes must meet. A new rule is one
 # entry here (and its test); it joins every scan that chooses candidates, in both
-# orders. None today: the statements are the measured ones.
-RULES: tuple[str, ...] = ()
+# orders. A job whose expires_at has passed is never handed out (issue 28): the
+# maintenance leader marks it expired; until then the scan passes over it.
+RULES: tuple[str, ...] = ("(expires_at IS NULL OR expires_at > now())",)
 
 
 def _rules() -> str:
@@ -217,7 +218,8 @@ WHERE id = ANY(ARRAY({candidates}
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context, checkpoint::text AS checkpoint"""
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at"""
 
 
 def _keyed(aged: bool) -> str:
@@ -232,7 +234,9 @@ def _keyed(aged: bool) -> str:
     return f"""SELECT {columns},
        k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
                AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint
+       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
+       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
+        WHERE j.id = k.id) AS expires_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int{aging}) AS k"""
@@ -313,7 +317,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
     its job id. Each column is found by its name, once per answer."""
     at = {name: i for i, name in enumerate(names)}
     (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
-     i_trace_context, i_checkpoint) = (at[column] for column in _COLUMNS)
+     i_trace_context, i_checkpoint, i_expires_at) = (at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
 
     def make(v: Sequence[Any]) -> ClaimedJob | int:
@@ -322,7 +326,8 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
         return ClaimedJob(id=v[i_id], kind=v[i_kind], queue=v[i_queue], attempt=v[i_attempt],
                           max_attempts=v[i_max_attempts], priority=v[i_priority],
                           timeout=v[i_timeout], args_json=v[i_args], wait_seconds=v[i_wait],
-                          trace_context=v[i_trace_context], checkpoint=v[i_checkpoint])
+                          trace_context=v[i_trace_context], checkpoint=v[i_checkpoint],
+                          expires_at=v[i_expires_at])
     return make
 
 

@@ -86,6 +86,17 @@ WHERE {_FENCE}
 RETURNING j.id
 """
 
+# Claimed jobs whose expires_at passed while they were queued in a child (which never
+# started them): final as 'expired', the attempt not counted.
+EXPIRE_CLAIMED = f"""
+UPDATE supervisor.jobs AS j
+SET state = 'expired', attempt = j.attempt - 1, finished_at = now(), lease_owner = NULL,
+    lease_expires_at = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
+WHERE {_FENCE}
+RETURNING j.id
+"""
+
 # A handler's workers.Snooze(delay): due again after the delay, its attempt unspent and
 # no errors entry (it did not fail).
 SNOOZE = f"""
@@ -189,6 +200,7 @@ WHERE EXISTS (
     SELECT 1 FROM supervisor.jobs j
     WHERE j.state = 'available' AND j.queue = q.name AND j.run_at <= now()
       AND j.kind = ANY(%(kinds)s::text[])
+      AND (j.expires_at IS NULL OR j.expires_at > now())
 ) AND NOT EXISTS (SELECT 1 FROM supervisor.queues p WHERE p.name = q.name AND p.paused)
 """
 
@@ -197,6 +209,7 @@ SELECT EXISTS (
     SELECT 1 FROM supervisor.jobs j
     WHERE j.state = 'available' AND j.queue = ANY(%(queues)s::text[])
       AND j.kind = ANY(%(kinds)s::text[]) AND j.run_at <= now()
+      AND (j.expires_at IS NULL OR j.expires_at > now())
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
 ) OR EXISTS (
     SELECT 1 FROM supervisor.jobs j
@@ -264,9 +277,23 @@ PRUNE = """
 DELETE FROM supervisor.jobs
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE state IN ('completed', 'discarded', 'cancelled')
+    WHERE state IN ('completed', 'discarded', 'cancelled', 'expired')
       AND finished_at < now() - %(retention)s * interval '1 second'
-      AND (state <> 'discarded' OR finished_at < now() - %(discarded)s * interval '1 second')
+      AND (state NOT IN ('discarded', 'expired')
+           OR finished_at < now() - %(discarded)s * interval '1 second')
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED))
+"""
+
+# Waiting jobs whose expires_at has passed end as 'expired' (never run), in batches, by
+# the maintenance leader (schema 0016's partial index finds them). The claim already
+# passes over them; this makes them final, counted and shown.
+EXPIRE = """
+UPDATE supervisor.jobs SET state = 'expired', finished_at = now()
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE expires_at <= now() AND expires_at IS NOT NULL
+      AND state IN ('available', 'scheduled', 'retryable')
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED))
 """

@@ -31,6 +31,8 @@ from supervisor.db.sql import (
     BEAT,
     COMPLETE,
     DROP_STALE,
+    EXPIRE,
+    EXPIRE_CLAIMED,
     FAIL,
     HAS_DUE_WORK,
     INTERRUPT,
@@ -224,6 +226,15 @@ class Store:
                   "attempts": [a for _, a in items]}
         return self._fenced("release", RELEASE, params, items)
 
+    def expire_claimed(self, items: Sequence[tuple[int, int]]) -> list[int]:
+        """Claimed jobs that expired before they started: 'expired', the attempt not
+        counted. Returns the fenced-off ids."""
+        if not items:
+            return []
+        params = {"owner": self.owner, "ids": [i for i, _ in items],
+                  "attempts": [a for _, a in items]}
+        return self._fenced("expire", EXPIRE_CLAIMED, params, items)
+
     def interrupt(self, items: Sequence[Failure]) -> list[int]:
         """Jobs cut off at the end of the drain grace: available again at once, the
         attempt not counted, an errors entry recorded. Returns the fenced-off ids."""
@@ -338,6 +349,12 @@ class Store:
         ones: older than ``discarded`` s); how many."""
         cur = self.connection.execute(PRUNE, {"retention": min(retention, discarded),
                                               "discarded": discarded, "batch": batch})
+        return max(cur.rowcount, 0)
+
+    def expire(self, batch: int) -> int:
+        """Mark up to ``batch`` waiting jobs whose expires_at has passed as 'expired'
+        (final, never run); how many."""
+        cur = self.connection.execute(EXPIRE, {"batch": batch})
         return max(cur.rowcount, 0)
 
     def roll_up(self, lag: float = history.LAG, slice_seconds: float = history.SLICE) -> int:

@@ -134,6 +134,7 @@ class Engine:
         self._cancelled(db.take_cancelled(), pool)
         if db.up and not self.fenced:
             self.dispatch(pool)
+            self._all_stuck(now, pool)
         elif not db.up and self._held_back != db.outages:
             self._hold_back(pool)
         if db.up:
@@ -141,7 +142,10 @@ class Engine:
         self._check_fence(now, pool)
         in_flight = self.claim_in_flight
         if self.claimer.accepting and db.up and not self.fenced:
-            self.claimer.claim(now, pool.size(), eager=self.outbox.due(now, in_flight))
+            # A child stuck on a long job takes nothing more until it ends: claiming for
+            # it would only have the jobs wait here, leased, instead of in the table.
+            self.claimer.claim(now, pool.size() - pool.overrunning(),
+                               eager=self.outbox.due(now, in_flight))
             self.dispatch(pool)
         # After the claim is sent, so these round trips overlap its execution; but not
         # before the first claim's answer: the idle children of a start wait for it, and
@@ -251,6 +255,16 @@ class Engine:
                         break
                     ledger.sent(job)
         pool.push()
+
+    def _all_stuck(self, now: float, pool: Pool) -> None:
+        """Every child runs a job past its kind's p95 (issue 28): claimed jobs waiting
+        here would wait, leased, for the first of those to end; they go back to the
+        table (uncharged), where the next claim with a free child takes them."""
+        size = pool.size()
+        if size and pool.overrunning() >= size and self.ledger.waiting_counts():
+            waiting = self.ledger.take_waiting()
+            log.debug("every child runs a long job: %d claimed jobs go back", len(waiting))
+            self.outbox.released(waiting, now)
 
     # -- stopping -----------------------------------------------------------------------
     def watch_signals(self, wakeup_fd: int) -> None:

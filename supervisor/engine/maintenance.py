@@ -78,10 +78,24 @@ class Maintenance:
             log.warning("rescued %d jobs whose lease expired (%d had not started: back "
                         "without spending an attempt; lost supervisors: %s)",
                         len(rescued), unstarted, ", ".join(lost) or "?")
+        self._expire(store)
         self._prune(store)
         store.roll_up()  # the per-minute history of finished jobs (dashboard charts)
         store.sample_depth()  # and each queue's depth, once a minute
         return len(rescued)
+
+    def _expire(self, store: Store) -> None:
+        """Waiting jobs past their expires_at end as 'expired', a batch at a time,
+        within the round's pruning budget."""
+        deadline = self.clock() + self.settings.prune_budget
+        expired = 0
+        while True:
+            done = store.expire(self.settings.prune_batch)
+            expired += done
+            if done < self.settings.prune_batch or self.clock() >= deadline:
+                break
+        if expired:
+            log.info("%d jobs not started before their expires_at ended as expired", expired)
 
     def _prune(self, store: Store) -> None:
         deadline = self.clock() + self.settings.prune_budget

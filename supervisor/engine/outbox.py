@@ -74,6 +74,7 @@ class PendingWrites:
     interrupts: list[Failure] = field(default_factory=list)
     snoozes: list[Failure] = field(default_factory=list)  # workers.Snooze: not failures
     releases: list[ClaimedJob] = field(default_factory=list)
+    expirations: list[ClaimedJob] = field(default_factory=list)  # never started
     progress: dict[int, tuple[int, dict]] = field(default_factory=dict)
     starts: dict[int, PendingStart] = field(default_factory=dict)  # by job id
     # job id -> (attempt, state as JSON text): the latest checkpoint of a running job.
@@ -83,7 +84,8 @@ class PendingWrites:
     def count(self) -> int:
         """Outcomes waiting (progress reports excluded: they never force a write)."""
         return (len(self.completions) + len(self.failures) + len(self.interrupts)
-                + len(self.snoozes) + len(self.releases) + len(self.flushed))
+                + len(self.snoozes) + len(self.releases) + len(self.flushed)
+                + len(self.expirations))
 
 
 class Outbox:
@@ -179,6 +181,11 @@ class Outbox:
         acks, self.acks = self.acks, []
         return acks
 
+    def expired(self, job: ClaimedJob, now: float) -> None:
+        """A claimed job that never started and never will: it ends as 'expired'."""
+        self.pending.expirations.append(job)
+        self._touch(now)
+
     def progressed(self, job: ClaimedJob, progress: dict) -> None:
         """The latest progress of a running job, written with the next write."""
         self.pending.progress[job.id] = (job.attempt, progress)
@@ -188,7 +195,7 @@ class Outbox:
         p = self.pending
         return ([c.id for c in p.completions] + [f.id for f in p.failures]
                 + [f.id for f in p.interrupts] + [f.id for f in p.snoozes]
-                + [j.id for j in p.releases])
+                + [j.id for j in p.releases] + [j.id for j in p.expirations])
 
     def count(self) -> int:
         """Outcomes waiting to be written."""
@@ -318,6 +325,10 @@ class Outbox:
         if pending.releases:
             fenced += self._release(store, pending.releases)
             pending.releases = []
+        if pending.expirations:
+            fenced += len(store.expire_claimed([(j.id, j.attempt)
+                                                for j in pending.expirations]))
+            pending.expirations = []
         starts = self.take_starts(now, every_start)
         if starts:
             try:

@@ -20,6 +20,7 @@ from supervisor.pool import (
     ChildEvent,
     JobCheckpoint,
     JobDone,
+    JobExpired,
     JobFailed,
     JobProgress,
     JobReturned,
@@ -72,6 +73,8 @@ class OutcomeReporter:
                 self._failed(outcome, now)
             elif type(outcome) is JobReturned:
                 self._returned(outcome, now)
+            elif type(outcome) is JobExpired:
+                self._expired(outcome.job, now)
             elif isinstance(outcome, JobProgress):
                 self.outbox.progressed(outcome.job, outcome.progress)
             elif isinstance(outcome, JobCheckpoint):
@@ -104,6 +107,16 @@ class OutcomeReporter:
             self.outbox.released([job], now)
         else:
             self.ledger.unpop_waiting(job)
+
+    def _expired(self, job: jobs.ClaimedJob, now: float) -> None:
+        """A job expired while queued in a child, which never started it: it ends as
+        'expired', its attempt unspent."""
+        log.info("job %d %s expired before it started; it will not run", job.id, job.kind,
+                 extra=job_fields(job, verdict="expired"))
+        self.ledger.returned(job)
+        self.ledger.finished["expired"] += 1
+        self.ended_queues.add(job.queue)
+        self.outbox.expired(job, now)
 
     def _child_event(self, event: ChildEvent) -> None:
         """Count each child's end once: a killed child's later exit is the same end."""

@@ -11,6 +11,7 @@ from supervisor.pool.outcomes import (
     ChildEvent,
     JobCheckpoint,
     JobDone,
+    JobExpired,
     JobFailed,
     JobProgress,
     JobReturned,
@@ -23,6 +24,6 @@ from supervisor.pool.pool import Pool
 from supervisor.pool.report import ChildReport
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "ChildReport", "JobCheckpoint", "JobDone", "JobFailed", "JobProgress",
-           "JobReturned", "JobStarted", "NativeJob", "Outcome", "Pool", "PoolHalted",
-           "PoolSettings"]
+__all__ = ["ChildEvent", "ChildReport", "JobCheckpoint", "JobDone", "JobExpired", "JobFailed",
+           "JobProgress", "JobReturned", "JobStarted", "NativeJob", "Outcome", "Pool",
+           "PoolHalted", "PoolSettings"]

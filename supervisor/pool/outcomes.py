@@ -36,6 +36,14 @@ class JobReturned:
 
 
 @dataclass(slots=True)
+class JobExpired:
+    """A job's expires_at passed while it was queued in a child: the child never
+    started it (no START came) and it ends as 'expired', its attempt unspent."""
+
+    job: ClaimedJob
+
+
+@dataclass(slots=True)
 class JobDone:
     """The handler returned. ``result_json`` is the result as JSON text, ready for the
     store; the parent never decodes it. ``usage``: what the attempt cost, as the child
@@ -115,7 +123,8 @@ class NativeJob:
 
 
 # What became of one job, as a child's frames or its exit said.
-JobRecord = JobStarted | JobReturned | JobDone | JobFailed | JobProgress | JobCheckpoint
+JobRecord = (JobStarted | JobReturned | JobDone | JobFailed | JobProgress | JobCheckpoint
+             | JobExpired)
 
 # Everything ``Pool.take_outcomes()`` hands back.
 Outcome = JobRecord | ChildEvent

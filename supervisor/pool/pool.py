@@ -36,6 +36,7 @@ from supervisor.pool.outcomes import (
     ChildEvent,
     JobCheckpoint,
     JobDone,
+    JobExpired,
     JobFailed,
     JobProgress,
     JobReturned,
@@ -57,12 +58,14 @@ from supervisor.pool.process import (
     Readied,
 )
 from supervisor.pool.report import ChildReport
+from supervisor.pool.runtimes import RunTimes
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
 from workers import nativethreads
 from workers.child import child_main
 
-_ANSWERS = (JobDone, JobFailed)  # what ends the job at the head of a child's queue
+# What ends the job at the head of a child's queue.
+_ANSWERS = (JobDone, JobFailed, JobExpired)
 
 
 class Pool:
@@ -99,6 +102,8 @@ class Pool:
         self._size_dirty = True  # a child left the active states: recount in tick
         self._nap = guards.nap_threshold(settings)
         self._no_procfs = False  # warned once that /proc cannot be read
+        self.run_times = RunTimes()  # per kind: when a head job overruns (recall)
+        self.recalled = 0  # jobs asked back from behind an overrunning job, ever
 
     # -- the pool's life ---------------------------------------------------------
 
@@ -194,6 +199,12 @@ class Pool:
         return Counter(child.jobs[0].queue for child in self._children.values()
                        if child.jobs)
 
+    def overrunning(self) -> int:
+        """Children whose running job ran past its kind's p95: they take no more jobs
+        until it ends, so claims for them would only wait (issue 28)."""
+        return sum(1 for child in self._children.values()
+                   if child.overrun and child.state == BUSY)
+
     def held_count(self) -> int:
         """Jobs in children: running, or queued behind a running one."""
         return len(self._in_flight)
@@ -269,8 +280,19 @@ class Pool:
                 self._too_large(child, job)
                 return True
             self._pushing.add(child)
+            self._watch_head(child)
         self._in_flight[job.id] = child
         return True
+
+    def _watch_head(self, child: ChildProcess) -> None:
+        """A child runs its head job with others queued behind it: they are recalled
+        once the head runs past its kind's p95 (no deadline for a job alone: nothing
+        waits for it)."""
+        if (child.started and child.recall_at is None and not child.overrun
+                and len(child.jobs) > 1):
+            child.recall_at = child.job_started + self.run_times.overrun_after(
+                child.jobs[0].kind)
+            self._arm(child.recall_at)
 
     def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
         # It fails at once, as if it had started: every job sent is started or returned.
@@ -401,6 +423,8 @@ class Pool:
             elif isinstance(said, _ANSWERS):
                 in_flight.pop(said.job.id, None)
                 answered = True
+                if not isinstance(said, JobExpired):
+                    self.run_times.ran(said.job.kind, said.duration)
             elif isinstance(said, JobReturned):
                 in_flight.pop(said.job.id, None)
                 gave_back = True
@@ -419,6 +443,7 @@ class Pool:
             self._after_answer(child, now, leaving)
         elif started:
             self._arm(child.deadline())
+        self._watch_head(child)
         if gave_back and child.state == BUSY and not answered:
             self._idle_if_empty(child)
         if crossed is not None:
@@ -627,6 +652,8 @@ class Pool:
                 self._kill(child, now, jobs.FAIL_SHUTDOWN if kind == jobs.FAIL_STOPPED
                            else kind, child.notice_message or "stopped after its notice",
                            signal.SIGKILL)
+            elif overdue == "overrun":
+                self._overran(child, now)
             elif overdue == "boot":
                 self._kill(child, now, None, f"not ready within {settings.boot_timeout} s",
                            signal.SIGKILL, boot=True)
@@ -653,6 +680,36 @@ class Pool:
                       f"heartbeat for {child.beat_timeout} s, CPU time moving")
             self._log.info("%s is busy: %s", child.describe(), detail)
             self._event(child, "native", detail)
+
+    def _overran(self, child: ChildProcess, now: float) -> None:
+        """The head job ran past its kind's p95 run time: the child takes no more jobs
+        until it ends, and the jobs queued behind it are recalled (SKIP; each comes back
+        on its SKIPPED, or runs here if the child took it first, so none runs twice)
+        for another child, or for the table when every child is stuck the same way."""
+        child.recall_at = None
+        others = [other for other in self._children.values()
+                  if other is not child and other.state in ACTIVE_STATES]
+        if not others:
+            return  # a pool of one: no other child could run anything sooner
+        child.overrun = True
+        behind = list(child.jobs)[1:]
+        if not behind:
+            return
+        head = child.jobs[0]
+        ran = now - child.job_started
+        why = (f"queued behind job {head.id} {head.kind}, running {ran:.2f} s "
+               f"(p95 of its kind: {self.run_times.p95(head.kind) or 0:.3f} s)")
+        # Every other child runs a long job too: no child here can start them sooner,
+        # so they go back to the table (uncharged), where any supervisor's next claim
+        # with a free child takes them, this one's included.
+        release = all(other.overrun for other in others)
+        if release:
+            why += "; every other child runs a long job too: back to the queue"
+        asked = sum(child.recall(job.id, why, release=release) for job in behind)
+        if asked:
+            self.recalled += asked
+            self._log.info("%s: %d jobs recalled, %s", child.describe(), asked, why)
+            self._event(child, "recalled", f"{asked} jobs {why}")
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
         why = guards.over_memory(self._os, self.settings, child.pid)

@@ -34,12 +34,14 @@ import signal
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from shared import wire
 from shared.jobs import (
     FAIL_ARGS,
     FAIL_CRASHED,
     FAIL_ERROR,
+    FAIL_EXPIRED,
     FAIL_STOPPED,
     TERMINAL_FAILURES,
     ClaimedJob,
@@ -49,6 +51,7 @@ from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import (
     JobCheckpoint,
     JobDone,
+    JobExpired,
     JobFailed,
     JobProgress,
     JobRecord,
@@ -108,7 +111,16 @@ class Broken:
 
 
 ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | JobCheckpoint | \
+    JobExpired | \
     Readied | Leaving | CrossedSkip | Broken
+
+class Recall(NamedTuple):
+    """Why a queued job was asked back, and whether it then goes back to the database
+    (``release``: its queue was paused, the database is away) or to another child."""
+
+    why: str
+    release: bool
+
 
 _READIED = Readied()
 _LEAVING = Leaving()
@@ -130,7 +142,8 @@ _unpack_done = wire.Done.unpack
 _decode_failed = wire.Failed.decode
 _unpack_start = wire.Start.unpack
 _FLAG_LAST = wire.FLAG_LAST
-_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned, JobCheckpoint)
+_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned, JobCheckpoint,
+                JobExpired)
 
 
 class ChildProcess:
@@ -170,11 +183,13 @@ class ChildProcess:
         "notice_kind",
         "notice_message",
         "outgoing",
+        "overrun",
         "pid",
         "read_fd",
         "read_open",
         "reader",
         "ready",
+        "recall_at",
         "recalling",
         "retire_after_job",
         "sent",
@@ -209,8 +224,13 @@ class ChildProcess:
         self.started = False  # the head of ``jobs`` runs: its START came
         self.skipping: set[int] = set()  # told SKIP: must never START
         # Asked back with SKIP, still queued here until the child says SKIPPED (it never
-        # ran: returned, to be released) or START (it took it first: it runs).
-        self.recalling: dict[int, str] = {}
+        # ran: returned, released or given to another child) or START (it took it
+        # first: it runs).
+        self.recalling: dict[int, Recall] = {}
+        # When the running head job overruns (its kind's p95 run time, issue 28): the
+        # jobs queued behind it are recalled then. None: not started, or looked at.
+        self.recall_at: float | None = None
+        self.overrun = False  # its head overran: no more jobs until that one ends
         self.limit = NO_LIMIT  # jobs it may hold: the least depth of those it holds
         self.sent = 0  # jobs ever sent (never more than its max_jobs)
         self.outgoing: list[bytes] = []  # RUN frames for a busy child, sent by ``push``
@@ -275,7 +295,8 @@ class ChildProcess:
         """How many more jobs it may take whose queue holds ``depth`` per child: none
         once told to stop, past its job limit, or holding a job that wants a child
         to itself (``limit``)."""
-        if self.stop_sent or self.retire_after_job or self.state not in (IDLE, BUSY):
+        if (self.stop_sent or self.retire_after_job or self.overrun
+                or self.state not in (IDLE, BUSY)):
             return 0
         room = min(self.limit, depth) - len(self.jobs)
         if self.max_jobs is not None:
@@ -287,7 +308,7 @@ class ChildProcess:
         state = self.state
         if state == BUSY:
             dues = [d for d in (self.beat_deadline, self.job_deadline, self.mem_deadline,
-                                self.notice_deadline) if d is not None]
+                                self.notice_deadline, self.recall_at) if d is not None]
             return min(dues, default=None)
         if state == BOOTING:
             return self.boot_deadline
@@ -296,6 +317,7 @@ class ChildProcess:
     def overdue(self, now: float) -> str | None:
         """Which of its deadlines has passed: ``job`` (timeout), ``heartbeat``,
         ``memory`` (sample its RSS), ``notice`` (a stop notice's grace is over),
+        ``overrun`` (its head ran past its kind's p95),
         ``boot``, ``exit`` (asked to go), or None."""
         state = self.state
         if state == BUSY:
@@ -307,6 +329,8 @@ class ChildProcess:
                 return "memory"
             if self.notice_deadline is not None and now >= self.notice_deadline:
                 return "notice"
+            if self.recall_at is not None and now >= self.recall_at:
+                return "overrun"
         elif state == BOOTING:
             if self.boot_deadline is not None and now >= self.boot_deadline:
                 return "boot"
@@ -385,7 +409,7 @@ class ChildProcess:
         so one turn's jobs for a child travel in one write. False, and nothing sent or
         changed, if its RUN frame would be over the frame cap."""
         data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                         job.args_json, job.trace_context, job.checkpoint)
+                         job.args_json, job.trace_context, job.checkpoint, job.expires_at)
         if len(data) > self._max_frame:
             return False
         jobs = self.jobs
@@ -440,17 +464,18 @@ class ChildProcess:
             self._arm_head(jobs[0], now)
         return job
 
-    def recall(self, job_id: int, why: str) -> bool:
+    def recall(self, job_id: int, why: str, *, release: bool = True) -> bool:
         """Ask the child to give back a job queued here that it has not started: SKIP
         now; the job stays in the queue until the child answers. Unlike ``skip`` this
         never races: a child done with the jobs ahead of it may already have taken it,
         and only its SKIPPED or START says which. False if the job is not queued here
-        (unknown, running, or already asked for)."""
+        (unknown, running, or already asked for). ``release``: once given back it goes
+        to the database, else to another child."""
         jobs = self.jobs
         i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
         if i is None or (i == 0 and self.started) or job_id in self.recalling:
             return False
-        self.recalling[job_id] = why
+        self.recalling[job_id] = Recall(why, release)
         self.send(wire.Skip(job_id).encode())
         return True
 
@@ -620,8 +645,8 @@ class ChildProcess:
 
     def _on_skipped(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
         job_id = wire.Skipped.decode(frame).job
-        why = self.recalling.pop(job_id, None)
-        if why is None:  # a cancelled job, already forgotten (``skip``)
+        recall = self.recalling.pop(job_id, None)
+        if recall is None:  # a cancelled job, already forgotten (``skip``)
             self.skipping.discard(job_id)
             return
         jobs = self.jobs
@@ -634,7 +659,8 @@ class ChildProcess:
         del jobs[i]
         if i == 0 and jobs:
             self._arm_head(jobs[0], now)
-        news.append(JobReturned(job, f"given back: {why}", True, release=True))
+        news.append(JobReturned(job, f"given back: {recall.why}", True,
+                                release=recall.release))
 
     def _on_answer(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
         jobs = self.jobs
@@ -656,17 +682,22 @@ class ChildProcess:
             if answer.job != job.id:
                 self._stray(answer.job)
                 return
-            if not self.started:
-                news.append(JobStarted(job))
             kind = answer.kind
-            if kind == FAIL_STOPPED:
-                # Stopping let out: the notice's kind, or an ordinary error without one.
-                kind = self.notice_kind or FAIL_ERROR
-            news.append(JobFailed(job, kind, answer.message, answer.traceback,
-                                  answer.retry_delay, kind in TERMINAL_FAILURES, duration,
-                                  answer.usage, answer.output))
+            if kind == FAIL_EXPIRED and not self.started:
+                news.append(JobExpired(job))  # it never ran: no start to record
+            else:
+                if not self.started:
+                    news.append(JobStarted(job))
+                if kind == FAIL_STOPPED:
+                    # Stopping let out: the notice's kind, or an ordinary error without one.
+                    kind = self.notice_kind or FAIL_ERROR
+                news.append(JobFailed(job, kind, answer.message, answer.traceback,
+                                      answer.retry_delay, kind in TERMINAL_FAILURES, duration,
+                                      answer.usage, answer.output))
         jobs.popleft()
         self.started = False
+        self.recall_at = None
+        self.overrun = False
         if self.notice is not None:
             self.notice = self.notice_kind = self.notice_deadline = None
         if self.kill_kind is not None:
@@ -784,8 +815,9 @@ class ChildProcess:
         recalling = self.recalling
         while jobs:
             job = jobs.popleft()
+            recall = recalling.get(job.id)
             records.append(JobReturned(job, f"never started: {how}", True,
-                                       release=job.id in recalling))
+                                       release=recall is not None and recall.release))
         recalling.clear()
         return records
 

@@ -52,6 +52,7 @@ _OUTCOMES = {"completed": "completed", "retryable": "failed", "available": "fail
 _QUEUES_WITH_WORK = """
 SELECT queue FROM supervisor.jobs
 WHERE state = 'available' AND run_at <= now() AND kind = ANY(%(kinds)s::text[])
+  AND (expires_at IS NULL OR expires_at > now())  -- never handed out (issue 28)
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 GROUP BY queue
 ORDER BY min(priority), min(run_at), queue
@@ -306,7 +307,8 @@ class _Drain:
         # The RUN frame the parent would send, decoded as the child decodes it (args
         # that do not parse become the job's failure, not the drain's).
         data = wire.Run.pack(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                             job.args_json, job.trace_context, job.checkpoint)
+                             job.args_json, job.trace_context, job.checkpoint,
+                             job.expires_at)
         run = wire.Run.decode(FrameReader().feed(data)[0])
         self._attempts = {job.id: job.attempt}
         self.contexts.clear()

@@ -49,7 +49,8 @@ def run_forked(job: ClaimedJob, timeout: float | None,
     try:
         wire.write_all(to_child_w, wire.Run.pack(job.id, job.kind, job.queue, job.attempt,
                                                  job.max_attempts, job.args_json,
-                                                 job.trace_context, job.checkpoint))
+                                                 job.trace_context, job.checkpoint,
+                                                 job.expires_at))
         answer = _read_answer(pid, from_child_r, job, timeout, progressed,
                               checkpointed, to_child_w)
     except BaseException:  # Ctrl-C or a test's timeout while the child runs: it goes too

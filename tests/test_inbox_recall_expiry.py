@@ -1,0 +1,76 @@
+"""The child's inbox (issue 28): while a job runs, ``skim`` answers a SKIP for a queued
+job at once (the heartbeat thread calls it), never the answers the main loop holds; and
+a job whose expires_at passed while queued is passed over with FAILED ``expired``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from shared import wire
+from shared.jobs import FAIL_EXPIRED
+from workers.inbox import JobInbox
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def run(job_id: int, expires_at: float | None = None) -> bytes:
+    return wire.Run(job_id, "k", "default", 1, 5, "{}", expires_at=expires_at).encode()
+
+
+@pytest.fixture
+def pipe():
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    yield r, w
+    os.close(r)
+    os.close(w)
+
+
+def frames(data: bytes) -> list:
+    return [wire.decode(f) for f in wire.FrameReader().feed(data)]
+
+
+def test_skim_drops_a_skipped_queued_job_and_answers_at_once(pipe):
+    r, w = pipe
+    inbox = JobInbox(r)
+    os.write(w, run(1) + run(2) + run(3))
+    inbox.poll()
+    assert inbox.next_run().id == 1  # the running job
+    os.write(w, wire.Skip(3).encode())
+    said = frames(inbox.skim())
+    assert [(type(m).__name__, m.job) for m in said] == [("Skipped", 3)]
+    assert inbox.next_run().id == 2
+    assert inbox.next_run() is None
+    assert inbox.take_dropped() == b""  # answered once, by skim
+
+
+def test_skim_leaves_the_main_loops_answers_to_it(pipe):
+    r, w = pipe
+    inbox = JobInbox(r)
+    os.write(w, run(1) + wire.Skip(1).encode() + run(2))
+    inbox.poll()
+    assert inbox.next_run().id == 2  # 1 passed over: its SKIPPED is the main loop's
+    assert inbox.skim() == b""
+    assert [m.job for m in frames(inbox.take_dropped())] == [1]
+
+
+def test_a_job_that_expired_in_the_pipe_never_starts(pipe):
+    r, w = pipe
+    inbox = JobInbox(r)
+    os.write(w, run(1, expires_at=time.time() - 1) + run(2, expires_at=time.time() + 600)
+             + run(3))
+    inbox.poll()
+    assert inbox.next_run().id == 2
+    (answer,) = frames(inbox.take_dropped())
+    assert (type(answer).__name__, answer.job, answer.kind) == ("Failed", 1, FAIL_EXPIRED)
+    assert inbox.next_run().id == 3
+
+
+def test_the_run_frame_carries_expires_at_only_when_set():
+    plain = wire.Run.decode(wire.FrameReader().feed(run(1))[0])
+    assert plain.expires_at is None
+    timed = wire.Run.decode(wire.FrameReader().feed(run(1, expires_at=1234.5))[0])
+    assert timed.expires_at == 1234.5 and timed.args == {}
