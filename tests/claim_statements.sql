@@ -89,7 +89,7 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
@@ -133,7 +133,7 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
@@ -199,7 +199,7 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     -- the same statement, see _STARTED_CARRIED) still says it was attempted
     attempted_at = coalesce(j.attempted_at, now())
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
