@@ -102,7 +102,7 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
     attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
-            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
@@ -148,7 +148,7 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
     attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
-            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),
@@ -217,7 +217,7 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
     attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
-            %(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[])
+            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
 RETURNING j.id),

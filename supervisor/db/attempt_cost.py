@@ -26,5 +26,6 @@ def usage_params(items: Sequence[Costed]) -> dict[str, list]:
     usages = [item.usage for item in items]
     return {"cpus": [u.cpu_seconds if u is not None else None for u in usages],
             "walls": [u.wall_seconds if u is not None else None for u in usages],
-            "rss": [u.max_rss_bytes if u is not None else None for u in usages],
+            # floats like the others: the three go as binary float8 arrays
+            "rss": [float(u.max_rss_bytes) if u is not None else None for u in usages],
             "outputs": [item.output for item in items]}

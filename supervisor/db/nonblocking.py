@@ -36,7 +36,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+_PLACEHOLDER = re.compile(r"%\((\w+)\)([sb])")  # %(name)s, or %(name)b: binary
 
 # How a statement's rows come back: given the column names, a maker of one row from its
 # values (as psycopg's row factories, but from the names alone).
@@ -49,19 +49,23 @@ def tuple_rows(names: Sequence[str]) -> Callable[[Sequence[Any]], Any]:
 
 
 class Prepared:
-    """A ``%(name)s`` statement turned into libpq's ``$n`` form once, at import."""
+    """A ``%(name)s`` statement turned into libpq's ``$n`` form once, at import. A
+    ``%(name)b`` parameter is sent in binary (numeric arrays: no text to escape)."""
 
     def __init__(self, sql: str) -> None:
         names: list[str] = []
+        formats: list[PyFormat] = []
 
         def number(match: re.Match) -> str:
             name = match.group(1)
             if name not in names:
                 names.append(name)
+                formats.append(PyFormat.BINARY if match.group(2) == "b" else PyFormat.AUTO)
             return f"${names.index(name) + 1}"
 
         self.sql = _PLACEHOLDER.sub(number, sql).encode()
         self.names = names
+        self.formats = formats
 
     def values(self, params: Mapping[str, Any]) -> list[Any]:
         """The parameters in ``$n`` order."""
@@ -109,7 +113,7 @@ class NonBlockingQuery:
         if self.busy:
             raise RuntimeError("a statement is already in flight")
         values: Sequence[Any] = statement.values(params)
-        dumped = self.transformer.dump_sequence(values, [PyFormat.AUTO] * len(values))
+        dumped = self.transformer.dump_sequence(values, statement.formats)
         types, formats = tuple(self.transformer.types or ()), self.transformer.formats
         if prepare and self.prepares:
             key = (statement.sql, types)

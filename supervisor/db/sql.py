@@ -21,10 +21,10 @@ _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
 
 # An attempt's usage arrives as three numeric arrays (NULL: none), cheap to send, and is
 # built into the stored object here: a text array of JSON costs the parent ~7 us a job
-# to escape (its quotes and commas), numbers about 1.5 us.
+# to escape (its quotes and commas), numbers as text ~2 us, numbers in binary (%b) ~0.8.
 _USAGE = """CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END"""
-_USAGE_ARRAYS = "%(cpus)s::float8[], %(walls)s::float8[], %(rss)s::float8[], %(outputs)s::text[]"
+_USAGE_ARRAYS = "%(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[]"
 
 COMPLETE = f"""
 UPDATE supervisor.jobs AS j
