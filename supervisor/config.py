@@ -54,6 +54,8 @@ class RunConfig:
     heartbeat_timeout: float = defaults.HEARTBEAT_TIMEOUT
     kill_grace: float = defaults.KILL_GRACE
     max_attempts: int = defaults.MAX_ATTEMPTS  # when row and handler say none
+    # Crashes in a row with one signature that discard a job as poison; 0: off.
+    poison_after: int = defaults.POISON_AFTER
     default_timeout: float = defaults.JOB_TIMEOUT  # when row and handler say none; 0: none
     default_soft_timeout: float | None = None  # SoftTimeout when @job sets none; 0: none
     max_jobs_per_child: int | None = None
@@ -320,6 +322,8 @@ def _check(config: RunConfig) -> None:
                           f"database_deadline ({config.database_deadline:g} s): the server's "
                           f"timeout is the error a slow statement should end in, the "
                           f"deadline only catches a server that does not answer at all")
+    if config.poison_after < 0:
+        raise ConfigError("poison_after must be 0 (off) or more")
     if config.maintenance_interval <= 0:
         raise ConfigError("maintenance_interval must be positive")
     if config.heartbeat_timeout <= config.heartbeat_interval:

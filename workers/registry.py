@@ -41,6 +41,7 @@ class JobDefaults:
     backoff: Backoff = jobs.DEFAULT_BACKOFF
     soft_timeout: float | None = None  # None: the supervisor's default_soft_timeout; 0: none
     heartbeat_timeout: float | None = None  # None: the supervisor's heartbeat_timeout
+    poison_after: int | None = None  # None: the supervisor's poison_after; 0: never
 
     @property
     def queue(self) -> str:
@@ -244,6 +245,7 @@ def job(
     timezone: str | None = None,
     catch_up: bool = False,
     overlap: bool = True,
+    poison_after: int | None = None,
     **options: Unpack[JobOptions],
 ) -> Any:
     """Register a handler. Use bare (``@job``) or with options (``@job(queue="images")``).
@@ -264,6 +266,10 @@ def job(
     (seconds) also makes it a schedule named after the kind: supervisors that load this
     module enqueue it once per slot (``catch_up``, ``overlap``: see docs/schedules.md).
     A bad expression or timezone raises ``ScheduleError`` here, at import.
+
+    ``poison_after`` (default: the supervisor's, 2): attempts in a row that crash the
+    same way (same signal, memory, hung, timeout) before the job is discarded as
+    ``poison`` with its remaining attempts unspent; 0 turns it off for this kind.
     """
     check_names(options, JOB_OPTIONS, "job")
     row = job_options(options)
@@ -278,7 +284,13 @@ def job(
             and 0 < heartbeat_timeout < float("inf")):
         raise ValueError(f"heartbeat_timeout must be a number of seconds > 0, not "
                          f"{heartbeat_timeout!r}")
-    defaults = JobDefaults(options=row, backoff=backoff or jobs.DEFAULT_BACKOFF,
+    if poison_after is not None and not (isinstance(poison_after, int)
+                                         and not isinstance(poison_after, bool)
+                                         and poison_after >= 0):
+        raise ValueError(f"poison_after must be a whole number >= 0 (0: off), not "
+                         f"{poison_after!r}")
+    defaults = JobDefaults(options=row, poison_after=poison_after,
+                           backoff=backoff or jobs.DEFAULT_BACKOFF,
                            soft_timeout=soft_timeout,
                            heartbeat_timeout=float(heartbeat_timeout) if heartbeat_timeout
                            else None)

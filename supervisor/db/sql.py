@@ -41,18 +41,39 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
 """
 
+# A failed attempt. u.poison: this crash has the signature (shared.jobs.crash_signature)
+# of the job's last poison_after - 1 errors entries too: discarded at once, with a
+# "poison" entry after this attempt's own. Each crash entry carries its signature, so the
+# next attempt compares with it; entries of other failures have none.
 FAIL = f"""
 UPDATE supervisor.jobs AS j
-SET state = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+SET state = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
                  THEN 'discarded' ELSE 'retryable' END,
-    run_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+    run_at = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
                   THEN j.run_at ELSE now() + u.delay * interval '1 second' END,
-    finished_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts THEN now() END,
-    errors = j.errors || {_ERROR_ENTRY},
+    finished_at = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
+                       THEN now() END,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
+        'at', now(), 'supervisor', %(owner)s::text)
+        || CASE WHEN u.signature IS NULL THEN '{{}}'::jsonb
+                ELSE jsonb_build_object('signature', u.signature) END)
+      || CASE WHEN u.poison THEN jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'poison',
+        'message', u.poison_after || ' attempts in a row failed the same way (' || u.signature
+                   || '): discarded as poison, attempts left unspent',
+        'traceback', NULL, 'at', now(), 'supervisor', %(owner)s::text))
+         ELSE '[]'::jsonb END,
     lease_owner = NULL, lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
-            %(tracebacks)s::text[], %(delays)s::float8[], %(terminal)s::bool[])
-     AS u(id, attempt, kind, message, traceback, delay, terminal)
+FROM (SELECT v.*, v.signature IS NOT NULL AND v.poison_after > 0 AND NOT EXISTS (
+          SELECT 1 FROM generate_series(1, v.poison_after - 1) AS back(n)
+          WHERE p.errors -> (-back.n) ->> 'signature' IS DISTINCT FROM v.signature) AS poison
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[],
+                  %(messages)s::text[], %(tracebacks)s::text[], %(delays)s::float8[],
+                  %(terminal)s::bool[], %(signatures)s::text[], %(poison_after)s::int[])
+           AS v(id, attempt, kind, message, traceback, delay, terminal, signature,
+                poison_after)
+      JOIN supervisor.jobs p ON p.id = v.id) AS u
 WHERE {_FENCE}
 RETURNING j.id
 """

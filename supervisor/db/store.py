@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 import psycopg
 
-from shared import jobs
+from shared import defaults, jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db import claim, history, leases
@@ -74,6 +74,7 @@ class Failure:
     traceback: str | None = None
     retry_delay: float | None = None
     terminal: bool = False
+    job_kind: str = ""  # the job's kind, for its poison_after setting
 
 
 T = TypeVar("T")
@@ -106,6 +107,10 @@ class Store:
         # For rows that leave max_attempts out: each kind's handler value, else this.
         self.max_attempts: Mapping[str, int] = {}
         self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
+        # Crashes in a row with one signature that discard a job as poison (0: never):
+        # each kind's @job(poison_after=...), else this.
+        self.poison_after: Mapping[str, int] = {}
+        self.default_poison_after = defaults.POISON_AFTER
 
 
     @property
@@ -186,6 +191,9 @@ class Store:
             for f in items
         ]
         params["terminal"] = [bool(f.terminal) for f in items]
+        params["signatures"] = [jobs.crash_signature(f.kind, f.message) for f in items]
+        params["poison_after"] = [self.poison_after.get(f.job_kind, self.default_poison_after)
+                                  for f in items]
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}

@@ -43,7 +43,7 @@ from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import handler_max_attempts
+from supervisor.engine.policy import handler_max_attempts, handler_poison_after
 from supervisor.engine.reporting import OutcomeReporter
 from supervisor.observe import JobTracer, SupervisorMetrics
 
@@ -92,6 +92,8 @@ class Engine:
         self.schedules = schedules
         db.store.max_attempts = handler_max_attempts(kinds)
         db.store.default_attempts = config.max_attempts
+        db.store.poison_after = handler_poison_after(kinds)
+        db.store.default_poison_after = config.poison_after
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self.next_promote: float | None = None  # when the next scheduled/retrying job is due

@@ -96,7 +96,7 @@ class Outbox:
         self._drop_start(job.id)
         failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
                           clean_text(traceback), retry_delay,
-                          terminal or kind in jobs.TERMINAL_FAILURES)
+                          terminal or kind in jobs.TERMINAL_FAILURES, job.kind)
         if kind == jobs.FAIL_SHUTDOWN:
             self.pending.interrupts.append(failure)
         elif kind == jobs.FAIL_SNOOZE:
