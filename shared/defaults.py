@@ -29,6 +29,7 @@ MAX_ATTEMPTS = 20  # attempts of a job whose row and handler say none
 # Attempts in a row that crash the same way (signal, memory, hung, timeout) before a job
 # is discarded as poison rather than retried; 0 turns it off.
 POISON_AFTER = 2
+ADMISSION_PATIENCE = 30.0  # a big job waits this long before smaller ones stop overtaking
 JOB_TIMEOUT = 3600.0  # built-in hard timeout of one attempt; 0 disables it
 MAINTENANCE_INTERVAL = 5.0
 METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own

@@ -118,3 +118,5 @@ class ClaimedJob:
     args_json: str
     wait_seconds: float = 0.0  # from run_at to the claim, for metrics
     trace_context: str | None = None  # the producer's trace (JSON text), passed through
+    cpus: int | None = None  # its reservation (shared.reservations); None: undeclared
+    memory: int | None = None  # bytes

@@ -60,6 +60,11 @@ class RunConfig:
     default_soft_timeout: float | None = None  # SoftTimeout when @job sets none; 0: none
     max_jobs_per_child: int | None = None
     max_memory_per_child: int | None = None
+    # What the jobs running here may reserve together (docs/admission.md); None: the
+    # cgroup's memory.max less the parent's RSS and a margin, or no memory admission.
+    memory_budget: int | None = None
+    # Seconds a job that does not fit may be overtaken by later, smaller jobs of its queue.
+    admission_patience: float = defaults.ADMISSION_PATIENCE
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     flush_interval: float = 0.02  # longest a finished job's outcome waits to be batched
     prefetch: int | None = None  # jobs held per child for queues without their own; auto
@@ -174,10 +179,10 @@ def load_file_settings(config_path: str | None, cwd: Path | None = None) -> dict
     return _section_from_file(pyproject) if pyproject.is_file() else {}
 
 
-_SIZE_KEYS = {"max_memory_per_child", "max_result_bytes"}
+_SIZE_KEYS = {"max_memory_per_child", "max_result_bytes", "memory_budget"}
 # A child's RSS is some tens of MiB before it runs anything: a smaller cap is a size
 # written without its unit (``max_memory_per_child = 512``), and would kill every job.
-_MIN_SIZES = {"max_memory_per_child": 1 << 20}
+_MIN_SIZES = {"max_memory_per_child": 1 << 20, "memory_budget": 64 << 20}
 _NUMBER_KEYS = {"weight", "max_rate"}  # plain numbers; every other float is a duration
 
 

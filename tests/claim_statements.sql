@@ -4,7 +4,9 @@
 -- One change since the recording: the flag of the carrying and alone forms is named
 -- (false AS done), so their rows are read by column name; and a completion sets
 -- attempted_at when its start was never written (issue 30: a job of about 0.1 s could
--- end completed with attempted_at NULL).
+-- end completed with attempted_at NULL). Issue 27 (0017): every form also returns the
+-- reservation columns cpus and memory (the keyed form reads them by primary key, with
+-- trace_context, through a join instead of a scalar subquery).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -25,7 +27,7 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context, cpus, memory
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -68,15 +70,15 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context
+          trace_context::text AS trace_context, cpus, memory
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+       k.wait, j.trace_context::text AS trace_context, j.cpus, j.memory
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id
 
 -- @@ complete_and_claim
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -112,12 +114,12 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -175,12 +177,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -199,16 +201,16 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+       k.wait, j.trace_context::text AS trace_context, j.cpus, j.memory
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+                            %(default_attempts)s::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -229,8 +231,8 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 
@@ -275,19 +277,19 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+       k.wait, j.trace_context::text AS trace_context, j.cpus, j.memory
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
-                            $8::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+                            $8::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 
@@ -325,12 +327,12 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -388,12 +390,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+          trace_context::text AS trace_context, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -412,13 +414,13 @@ WHERE j.id = ANY($5::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $4 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+       k.wait, j.trace_context::text AS trace_context, j.cpus, j.memory
 FROM supervisor.claim_keyed($7, $8::text[], $9::int, $10::int,
                             $4, $11::float8, $12::int[],
-                            $13::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context,
+                            $13::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

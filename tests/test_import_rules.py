@@ -38,7 +38,9 @@ ALLOWED: dict[str, set[str]] = {
             "dashboard", "namesake"},
     "arbiter": {"engine", "pool", "observe", "schedules", "signals", "config", "apps"},
     "config": {"pool", "queue_policy"},
-    "engine": {"db", "pool", "observe", "schedules", "config", "queue_policy"},
+    "engine": {"db", "pool", "observe", "schedules", "config", "queue_policy", "admission"},
+    # Which claimed job may start, by what it reserves (issue 27): pure bookkeeping.
+    "admission": set(),
     "dashboard": {"admin"},
     # Jobs run in a user's test as a supervisor would run and record them.
     "testing": {"db", "engine", "observe"},

@@ -84,10 +84,14 @@ def migrate_command(dsn: str | None) -> None:
               help="Return the live job with this key instead of adding another.")
 @click.option("--concurrency-key", default=None, metavar="KEY",
               help="Jobs sharing KEY run at most the queue's per-key limit at once.")
+@click.option("--cpus", type=int, default=None, metavar="N",
+              help="CPUs (children's worth of a supervisor's budget) the job reserves.")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="Memory the job reserves, e.g. 600MiB or 6GiB.")
 @dsn_option
 @reports_errors
 def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
-                    concurrency_key, dsn) -> None:
+                    concurrency_key, cpus, memory, dsn) -> None:
     """Add a job of KIND and print its id. The embedded development database is
     migrated on first use; any other database needs `supervisor migrate` first.
     TRACEPARENT (and TRACESTATE) in the environment become the job's trace context."""
@@ -105,7 +109,7 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
             job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
                              max_attempts=max_attempts, timeout=timeout,
                              unique_key=unique_key, conn=conn,
-                             concurrency_key=concurrency_key)
+                             concurrency_key=concurrency_key, cpus=cpus, memory=memory)
     finally:
         tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)

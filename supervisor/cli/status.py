@@ -73,6 +73,9 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append("waiting with no handler in any live supervisor: " + ", ".join(
             f"{printable(u['kind'])} (queue {printable(u['queue'])})"
             for u in snapshot["unhandled"]))
+    resources = admin.describe_waiting(snapshot.get("waiting_for_resources") or {})
+    if resources:
+        parts.append(resources)
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
     if snapshot.get("next_fires"):
         rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]

@@ -52,7 +52,7 @@ CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
 _COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
-            "wait", "trace_context")
+            "wait", "trace_context", "cpus", "memory")
 # The carrying form's extra column: true for a row that is a written completion.
 _DONE = "done"
 
@@ -71,6 +71,9 @@ class ClaimRequest:
     per_key: int | None = None
     completions: Sequence[Completion] = ()
     starts: Sequence[tuple[int, int]] = ()
+    # (most cpus, most memory or None) a job may reserve to be taken; None: any job
+    # (the measured statements, no reservation condition).
+    bounds: tuple[int, int | None] | None = None
 
     @property
     def writes(self) -> int:
@@ -107,12 +110,15 @@ class ClaimVariant:
     aged: bool
     keyed: bool
     shape: Shape
+    bounded: bool = False
 
 
 def variant(request: ClaimRequest, blocking: bool) -> ClaimVariant:
     """The statement ``request`` needs, run blocking or not."""
     shape = Shape.CARRYING if request.writes else Shape.BARE if blocking else Shape.ALONE
-    return ClaimVariant(request.aging > 0, request.per_key is not None, shape)
+    # A keyed claim runs in the schema's claim_keyed(): no bounds there (docs/admission.md).
+    bounded = request.bounds is not None and request.per_key is None
+    return ClaimVariant(request.aging > 0, request.per_key is not None, shape, bounded)
 
 
 def prepare(request: ClaimRequest) -> bool:
@@ -132,12 +138,18 @@ _NOT_PAUSED = ("NOT EXISTS (SELECT 1 FROM supervisor.queues q "
 # orders. None today: the statements are the measured ones.
 RULES: tuple[str, ...] = ()
 
+# The rule of a bounded claim (issue 27): once a supervisor met a job beyond its whole
+# budget, its claims skip such jobs, left for a supervisor that can hold them.
+BOUNDED = ("coalesce(cpus, 1) <= %(max_cpus)s::int "
+           "AND (memory IS NULL OR memory <= %(max_memory)s::bigint)")
 
-def _rules() -> str:
-    return "".join(f"\n      AND {rule}" for rule in RULES)
+
+def _rules(bounded: bool = False) -> str:
+    rules = (*RULES, BOUNDED) if bounded else RULES
+    return "".join(f"\n      AND {rule}" for rule in rules)
 
 
-def _candidates(aged: bool) -> str:
+def _candidates(aged: bool, bounded: bool = False) -> str:
     """The ids a claim may take, best first, at most LIMIT of them.
 
     Plain: one ordered scan of the claim index. Aged (a queue's ``aging`` seconds, > 0):
@@ -156,12 +168,12 @@ def _candidates(aged: bool) -> str:
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
-      AND {_NOT_PAUSED}{_rules()}
+      AND {_NOT_PAUSED}{_rules(bounded)}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s"""
     return f"""
     SELECT id FROM supervisor.jobs
-    WHERE id = ANY(ARRAY({_aged_candidates()}))
+    WHERE id = ANY(ARRAY({_aged_candidates(bounded)}))
       AND state = 'available' AND queue = %(queue)s AND run_at <= now()
       AND {_NOT_PAUSED}
     ORDER BY priority - floor(extract(epoch FROM now() - run_at) / %(aging)s::float8),
@@ -169,7 +181,7 @@ def _candidates(aged: bool) -> str:
     LIMIT %(limit)s"""
 
 
-def _aged_candidates() -> str:
+def _aged_candidates(bounded: bool = False) -> str:
     """The aged claim's candidates (see ``_candidates``): the head of the index's order
     and each priority level's oldest aged jobs."""
     return f"""WITH RECURSIVE levels(priority) AS (
@@ -183,7 +195,7 @@ def _aged_candidates() -> str:
 SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now(){_rules()}
+      AND run_at <= now(){_rules(bounded)}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s) AS head
 UNION ALL
@@ -191,7 +203,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now() - %(aging)s::float8 * interval '1 second'{_rules()}
+      AND run_at <= now() - %(aging)s::float8 * interval '1 second'{_rules(bounded)}
     ORDER BY run_at, id
     LIMIT %(limit)s) AS aged"""
 
@@ -216,7 +228,7 @@ WHERE id = ANY(ARRAY({candidates}
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
-          trace_context::text AS trace_context"""
+          trace_context::text AS trace_context, cpus, memory"""
 
 
 def _keyed(aged: bool) -> str:
@@ -224,16 +236,16 @@ def _keyed(aged: bool) -> str:
     these claims per queue and skips keys at their limit (shared/schema/0007_limits.sql;
     with aging, the overload of 0011_aged_keyed_claim.sql, which orders as
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
-    function predates the trace_context column (0008): the column is read here, by
-    primary key, for the few rows a claim returns."""
+    function predates the trace_context (0008), cpus and memory (0017) columns: they are
+    read here, by primary key, for the few rows a claim returns."""
     aging = ",\n                            %(aging)s::float8" if aged else ""
     columns = "k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args"
     return f"""SELECT {columns},
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context
+       k.wait, j.trace_context::text AS trace_context, j.cpus, j.memory
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int{aging}) AS k"""
+                            %(default_attempts)s::int{aging}) AS k
+JOIN supervisor.jobs j ON j.id = k.id"""
 
 
 def _carrying(claim: str) -> str:
@@ -266,7 +278,7 @@ FROM claimed"""
 @functools.cache
 def claim_sql(v: ClaimVariant) -> str:
     """The text of variant ``v`` (``%(name)s`` placeholders), built once."""
-    claim = _keyed(v.aged) if v.keyed else _lock_and_update(_candidates(v.aged))
+    claim = _keyed(v.aged) if v.keyed else _lock_and_update(_candidates(v.aged, v.bounded))
     if v.shape is Shape.CARRYING:
         return _carrying(claim)
     if v.shape is Shape.ALONE:
@@ -293,6 +305,10 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         "default_attempts": default_attempts}
     if request.per_key is not None:
         values["per_key"] = request.per_key
+    if request.bounds is not None:
+        values["max_cpus"], values["max_memory"] = request.bounds
+        if values["max_memory"] is None:
+            values["max_memory"] = 1 << 62
     if request.writes:
         completions = request.completions
         values |= {"ids": [c.id for c in completions],
@@ -309,7 +325,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
     its job id. Each column is found by its name, once per answer."""
     at = {name: i for i, name in enumerate(names)}
     (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
-     i_trace_context) = (at[column] for column in _COLUMNS)
+     i_trace_context, i_cpus, i_memory) = (at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
 
     def make(v: Sequence[Any]) -> ClaimedJob | int:
@@ -318,7 +334,8 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
         return ClaimedJob(id=v[i_id], kind=v[i_kind], queue=v[i_queue], attempt=v[i_attempt],
                           max_attempts=v[i_max_attempts], priority=v[i_priority],
                           timeout=v[i_timeout], args_json=v[i_args], wait_seconds=v[i_wait],
-                          trace_context=v[i_trace_context])
+                          trace_context=v[i_trace_context], cpus=v[i_cpus],
+                          memory=v[i_memory])
     return make
 
 

@@ -32,6 +32,7 @@ from supervisor.db.sql import (
     FAIL,
     HAS_DUE_WORK,
     INTERRUPT,
+    KIND_MEMORY_P95,
     LEAVE,
     LEFT_FOR_LATER,
     NEXT_DUE,
@@ -340,6 +341,14 @@ class Store:
             if state != "running":
                 counts[queue]["due"] += due
         return counts
+
+    def kind_memory_p95(self, kinds: Sequence[str]) -> dict[str, int]:
+        """Each kind's p95 of recent ``max_rss_bytes`` (kinds with 20 samples or more):
+        the default memory reservation of its undeclared jobs."""
+        if not kinds:
+            return {}
+        rows = self.connection.execute(KIND_MEMORY_P95, {"kinds": list(kinds)})
+        return {kind: int(rss) for kind, rss in rows if rss is not None and rss > 0}
 
     def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str]) -> set[str]:
         """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now: the

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from shared import defaults, jobs
+from supervisor.admission import Admission, make_budget
 from supervisor.db import Database, Interrupt
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
@@ -57,6 +58,9 @@ log = logging.getLogger("supervisor.engine")
 BURST_CHECK_INTERVAL = 0.1
 PROMOTE_AGAIN = 0.005  # a job found due during a poll is promoted this soon after
 MIN_POLL_GAP = 0.05  # polls asked for by events (NOTIFY, retries) come no closer than this
+# Each kind's default memory reservation (p95 of recent max_rss_bytes) is read this
+# often while a memory budget applies: cached, never asked per claim.
+KIND_MEMORY_EVERY = 60.0
 
 
 class Engine:
@@ -80,10 +84,13 @@ class Engine:
         self.clock = clock
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
                                  owner=owner)
-        self.ledger = Ledger()
+        self.admission = Admission(
+            make_budget(config.children, config.memory_budget), config.admission_patience)
+        self.next_kind_memory = now  # when each kind's default memory is read again
+        self.ledger = Ledger(self.admission)
         self.outbox = Outbox(metrics, config.flush_interval, tracer)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
-                               config.default_timeout, clock, tracer)
+                               config.default_timeout, clock, tracer, self.admission)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics, self.planner.depth)
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,
@@ -193,6 +200,9 @@ class Engine:
         Idle children go to the queue furthest below its share first; then each busy
         child's pipe is topped up with jobs of the queue it runs, while that queue is
         within its share (so a queue's children drain and move on when it is not)."""
+        if self.admission.engaged:  # some job declares a reservation, or a default applies
+            self._dispatch_admitted(pool)
+            return
         ledger = self.ledger
         planner = self.planner
         if len(self.queues) == 1:  # the common case needs no share arithmetic
@@ -242,6 +252,42 @@ class Engine:
                         ledger.unpop_waiting(job)
                         break
                     ledger.sent(job)
+        pool.push()
+
+    def _dispatch_admitted(self, pool: Pool) -> None:
+        """``dispatch`` under admission: each idle child gets the first waiting job of
+        the chosen queue that fits the budget beside the jobs charged already (patience
+        aside), one job per child, while children free of CPU charges remain."""
+        ledger, planner, admission = self.ledger, self.planner, self.admission
+        size = pool.size()
+        now = self.clock()
+        blocked: set[str] = set()
+        while True:
+            free = pool.idle_count() - admission.extra_cpus
+            if free <= 0:
+                break
+            waiting = {q: n for q, n in ledger.waiting_counts().items() if q not in blocked}
+            if not waiting:
+                break
+            running = pool.occupied() if planner.limited() else ledger.running
+            chosen = (next(iter(waiting)) if len(self.queues) == 1
+                      else planner.next_queue(size, waiting, running))
+            if chosen is None:
+                break
+            cap = planner.start_cap(chosen)
+            if cap is not None and pool.occupied()[chosen] >= cap:
+                blocked.add(chosen)
+                continue
+            index = admission.choose(ledger.waiting[chosen], free, now)
+            if index is None:
+                blocked.add(chosen)
+                continue
+            job = ledger.take_waiting_at(chosen, index)
+            if not pool.dispatch(job, 1):
+                ledger.unpop_waiting(job)
+                break
+            admission.charge(job)
+            ledger.sent(job)
         pool.push()
 
     # -- stopping -----------------------------------------------------------------------
@@ -311,12 +357,22 @@ class Engine:
         """What the claim does not wait for: the maintenance round (beat, rescue,
         pruning) and firing periodic jobs."""
         if self.maintenance.due(now):
-            info = {"kinds": self.kinds}
+            info: dict = {"kinds": self.kinds}
+            admission = self.admission
+            if admission.engaged or admission.budget.memory is not None:
+                admission.prune({job.id for job in self.ledger.waiting_jobs()})
+                info["admission"] = admission.report()
             rescued = self.db.call(lambda s: self.maintenance.run_round(
                 s, children=pool.size(), busy=pool.busy_count(), info=info,
                 may_lead=now >= self.rescue_hold_until), 0, "maintenance")
             if rescued:
                 self.metrics.rescued(rescued)
+        if self.admission.budget.memory is not None and now >= self.next_kind_memory:
+            self.next_kind_memory = now + KIND_MEMORY_EVERY
+            found = self.db.call(lambda s: s.kind_memory_p95(self.kinds), None,
+                                 "reading each kind's memory use")
+            if found is not None:
+                self.admission.kind_memory = found
         schedules = self.schedules
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")
