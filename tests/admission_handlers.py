@@ -43,3 +43,49 @@ def adm_hold(seconds: float = 0.2, grow: int = 0) -> None:
             ballast[i] = 1
     time.sleep(seconds)
     record("end")
+
+
+@job
+def adm_grow(megabytes: int, step: int = 16) -> int:
+    """Grows to ``megabytes`` in steps while the parent samples its RSS, then holds it."""
+    record("start")
+    chunks = []
+    for _ in range(0, megabytes, step):
+        chunks.append(bytearray(step << 20))
+        for i in range(0, step << 20, 4096):
+            chunks[-1][i] = 1
+        time.sleep(0.05)
+    time.sleep(1.0)
+    record("end")
+    return len(chunks)
+
+
+@job(max_attempts=1)
+def adm_pod_job(megabytes: int, pod_megabytes: int, ledger: str, seconds: float = 0.5) -> None:
+    """A job in a simulated pod of ``pod_megabytes``: it holds ``megabytes`` (touched)
+    and notes that in ``ledger`` (one file per running job, as the kernel's cgroup
+    accounting would count it); when the jobs running together hold more than the pod,
+    the kernel's OOM killer is simulated: SIGKILL."""
+    record("start")
+    ballast = bytearray(megabytes << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    mine = os.path.join(ledger, str(os.getpid()))
+    with open(mine, "w") as f:
+        f.write(str(megabytes))
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            held = 0
+            for name in os.listdir(ledger):
+                try:
+                    with open(os.path.join(ledger, name)) as f:
+                        held += int(f.read() or 0)
+                except (OSError, ValueError):
+                    pass
+            if held > pod_megabytes:
+                os.kill(os.getpid(), 9)
+            time.sleep(0.02)
+    finally:
+        os.unlink(mine)
+    record("end")
