@@ -56,6 +56,11 @@ class RunConfig:
     max_attempts: int = defaults.MAX_ATTEMPTS  # when row and handler say none
     # Crashes in a row with one signature that discard a job as poison; 0: off.
     poison_after: int = defaults.POISON_AFTER
+    # The circuit breaker per kind (docs/admission.md): more than breaker_failures crashes
+    # within breaker_window seconds pause the kind for breaker_cooldown; 0 failures: off.
+    breaker_failures: int = defaults.BREAKER_FAILURES
+    breaker_window: float = defaults.BREAKER_WINDOW
+    breaker_cooldown: float = defaults.BREAKER_COOLDOWN
     default_timeout: float = defaults.JOB_TIMEOUT  # when row and handler say none; 0: none
     default_soft_timeout: float | None = None  # SoftTimeout when @job sets none; 0: none
     max_jobs_per_child: int | None = None
@@ -327,6 +332,10 @@ def _check(config: RunConfig) -> None:
                           f"database_deadline ({config.database_deadline:g} s): the server's "
                           f"timeout is the error a slow statement should end in, the "
                           f"deadline only catches a server that does not answer at all")
+    if config.breaker_failures < 0:
+        raise ConfigError("breaker_failures must be 0 (off) or more")
+    if config.breaker_window <= 0 or config.breaker_cooldown <= 0:
+        raise ConfigError("breaker_window and breaker_cooldown must be positive")
     if config.poison_after < 0:
         raise ConfigError("poison_after must be 0 (off) or more")
     if config.maintenance_interval <= 0:

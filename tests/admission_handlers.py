@@ -89,3 +89,10 @@ def adm_pod_job(megabytes: int, pod_megabytes: int, ledger: str, seconds: float 
     finally:
         os.unlink(mine)
     record("end")
+
+
+@job(max_attempts=1)
+def adm_crash() -> None:
+    """Dies by SIGSEGV: what trips the kind's circuit breaker."""
+    record("start")
+    os.kill(os.getpid(), 11)

@@ -44,3 +44,17 @@ def test_a_supervisor_without_a_memory_budget_holds_any_memory(conn):
     beat(conn, "a", 4, None)
     assert admin.status(conn)["waiting_for_resources"] == {"count": 0, "why": []}
     assert "waiting for resources" not in render_text(admin.status(conn))
+
+
+def test_status_and_the_dashboard_name_paused_kinds(conn):
+    conn.execute("INSERT INTO supervisor.kind_pauses (kind, paused_until, reason) VALUES "
+                 "('crashy', now() + interval '5 minutes', '11 crashes within 60 s'), "
+                 "('old', now() - interval '1 minute', 'over')")
+    snapshot = admin.status(conn)
+    assert [k["kind"] for k in snapshot["paused_kinds"]] == ["crashy"]
+    assert "kind crashy paused until" in render_text(snapshot)
+    html = ENV.get_template("queues.html").render(
+        nav=[], path="/", read_only=True, refresh=0, notice=None, states=admin.COUNTED,
+        hour_chart="", **(snapshot | {"totals": dict.fromkeys(admin.COUNTED, 0),
+                                      "finished_age": 0}))
+    assert "Kind crashy is paused until" in html and "11 crashes within 60 s" in html

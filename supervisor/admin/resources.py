@@ -52,6 +52,19 @@ def waiting_for_resources(conn: psycopg.Connection,
     return {"count": count, "why": sorted(set(why))[:5]}
 
 
+_PAUSED_KINDS = """
+SELECT kind, reason, paused_until FROM supervisor.kind_pauses
+WHERE paused_until IS NULL OR paused_until > now()
+ORDER BY kind
+"""
+
+
+def paused_kinds(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Kinds no supervisor starts now (circuit breaker or ``supervisor kinds pause``)."""
+    return [{"kind": kind, "reason": reason, "until": until}
+            for kind, reason, until in conn.execute(_PAUSED_KINDS)]
+
+
 def describe(waiting: dict[str, Any]) -> str | None:
     """The status line for ``waiting_for_resources``'s answer (None: nothing waits)."""
     if not waiting.get("count"):

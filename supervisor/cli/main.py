@@ -29,6 +29,7 @@ class _LazyGroup(click.Group):
         "dashboard": ("supervisor.cli.dashboard", "dashboard_command"),
         "schedules": ("supervisor.cli.schedules", "schedules_group"),
         "batches": ("supervisor.cli.batches", "batches_group"),
+        "kinds": ("supervisor.cli.kinds", "kinds_group"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

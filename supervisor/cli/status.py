@@ -76,6 +76,10 @@ def render_text(snapshot: dict[str, Any]) -> str:
     resources = admin.describe_waiting(snapshot.get("waiting_for_resources") or {})
     if resources:
         parts.append(resources)
+    for paused in snapshot.get("paused_kinds") or ():
+        until = paused["until"] or "resumed by hand"
+        parts.append(f"kind {printable(paused['kind'])} paused until {until}: "
+                     f"{printable(paused['reason'])}")
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
     if snapshot.get("next_fires"):
         rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]

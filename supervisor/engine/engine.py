@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from shared import defaults, jobs
 from supervisor.admission import Admission, make_budget
+from supervisor.breaker import Breaker, BreakerSettings
 from supervisor.db import Database, Interrupt
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
@@ -87,6 +88,8 @@ class Engine:
         self.admission = Admission(
             make_budget(config.children, config.memory_budget), config.admission_patience)
         self.next_kind_memory = now  # when each kind's default memory is read again
+        self.breaker = Breaker(BreakerSettings(config.breaker_failures, config.breaker_window,
+                                               config.breaker_cooldown))
         self.ledger = Ledger(self.admission)
         self.outbox = Outbox(metrics, config.flush_interval, tracer)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
@@ -130,6 +133,10 @@ class Engine:
         """Do everything that is due; never blocks longer than one statement."""
         db = self.db
         self.reporter.record(pool.take_outcomes(), now)
+        if self.reporter.crashes:
+            for kind in self.reporter.crashes:
+                self.breaker.crashed(kind)
+            self.reporter.crashes.clear()
         self.planner.jobs_ended(self.reporter.take_ended())
         db.expire(now)  # a claim a hung server never answers
         if not db.up and db.maybe_reconnect():
@@ -315,6 +322,10 @@ class Engine:
     def collect(self, pool: Pool, now: float) -> None:
         """Book what the pool reported since the last tick (used while stopping)."""
         self.reporter.record(pool.take_outcomes(), now)
+        if self.reporter.crashes:
+            for kind in self.reporter.crashes:
+                self.breaker.crashed(kind)
+            self.reporter.crashes.clear()
 
     def flush(self, now: float, *, last_chance: bool = False) -> None:
         """Write every pending outcome now."""
@@ -367,6 +378,17 @@ class Engine:
                 may_lead=now >= self.rescue_hold_until), 0, "maintenance")
             if rescued:
                 self.metrics.rescued(rescued)
+        if self.breaker.pending:
+            tripped = self.db.call(lambda s: self.breaker.record(s.connection), None,
+                                   "recording crashes for the breaker")
+            for kind, crashes in tripped or ():
+                log.warning("kind %s paused on every supervisor for %.0f s: %d crashes "
+                            "within %.0f s (breaker_failures %d)", kind,
+                            self.config.breaker_cooldown, crashes, self.config.breaker_window,
+                            self.config.breaker_failures)
+                self.metrics.kind_tripped(kind)
+            if tripped:
+                self._read_kind_pauses(now)
         if self.admission.budget.memory is not None and now >= self.next_kind_memory:
             self.next_kind_memory = now + KIND_MEMORY_EVERY
             found = self.db.call(lambda s: s.kind_memory_p95(self.kinds), None,
@@ -380,7 +402,8 @@ class Engine:
     def _poll(self, now: float) -> None:
         """Promote due scheduled/retryable jobs, ask which queues hold work and when the
         next job for later is due (the loop wakes then, not at its next poll)."""
-        db, queues, kinds = self.db, self.queues, self.kinds
+        self._read_kind_pauses(now)
+        db, queues, kinds = self.db, self.queues, self.claimer.kinds
         self.last_poll = now
         db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
         with_work = db.call(lambda s: s.queues_with_work(queues, kinds), None,
@@ -393,6 +416,26 @@ class Engine:
         if self.ledger.waiting_counts():
             # Catches a pause whose NOTIFY was missed (say, while reconnecting).
             self._paused(db.call(lambda s: s.paused_queues(queues), set(), "polling"), now)
+
+    def _read_kind_pauses(self, now: float) -> None:
+        """Learn which kinds are paused (breaker or by hand): claims leave them out, and
+        claimed jobs of theirs not started yet go back."""
+        changed = self.db.call(lambda s: self.breaker.refresh(s.connection), None,
+                               "reading paused kinds")
+        if not changed or not (changed[0] or changed[1]):
+            return
+        paused, resumed = changed
+        for kind in sorted(paused):
+            log.warning("kind %s is paused: %s; starting none of it", kind,
+                        self.breaker.paused[kind])
+        for kind in sorted(resumed):
+            log.info("kind %s resumed", kind)
+        self.claimer.kinds = self.breaker.active(self.kinds)
+        if paused:
+            held = [job for job in self.ledger.waiting_jobs() if job.kind in paused]
+            if held:
+                self.ledger.drop_waiting({job.id for job in held})
+                self.outbox.released(held, now)
 
     def _poll_soon(self, now: float) -> None:
         self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))
