@@ -57,3 +57,13 @@ def run_probe() -> None:
 def run_hold(seconds: float) -> None:
     """Holds a child for a while (the rescue benchmark kills its supervisor meanwhile)."""
     time.sleep(seconds)
+
+
+@job
+def mixed_job(iterations: int, megabytes: int) -> int:
+    """A job of a mixed pipeline (scripts/bench/mixed_pipeline.py): holds ``megabytes``
+    of touched memory while it spins ``iterations``."""
+    ballast = bytearray(megabytes << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    return spin(iterations) + len(ballast) % 7
