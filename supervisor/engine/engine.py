@@ -40,6 +40,7 @@ from shared import defaults, jobs
 from supervisor.admission import Admission, make_budget
 from supervisor.breaker import Breaker, BreakerSettings
 from supervisor.db import Database, Interrupt
+from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
@@ -208,7 +209,8 @@ class Engine:
         child's pipe is topped up with jobs of the queue it runs, while that queue is
         within its share (so a queue's children drain and move on when it is not)."""
         if self.admission.engaged:  # some job declares a reservation, or a default applies
-            self._dispatch_admitted(pool)
+            dispatch_admitted(self.ledger, self.planner, self.admission, pool,
+                              len(self.queues) == 1, self.clock())
             return
         ledger = self.ledger
         planner = self.planner
@@ -259,42 +261,6 @@ class Engine:
                         ledger.unpop_waiting(job)
                         break
                     ledger.sent(job)
-        pool.push()
-
-    def _dispatch_admitted(self, pool: Pool) -> None:
-        """``dispatch`` under admission: each idle child gets the first waiting job of
-        the chosen queue that fits the budget beside the jobs charged already (patience
-        aside), one job per child, while children free of CPU charges remain."""
-        ledger, planner, admission = self.ledger, self.planner, self.admission
-        size = pool.size()
-        now = self.clock()
-        blocked: set[str] = set()
-        while True:
-            free = pool.idle_count() - admission.extra_cpus
-            if free <= 0:
-                break
-            waiting = {q: n for q, n in ledger.waiting_counts().items() if q not in blocked}
-            if not waiting:
-                break
-            running = pool.occupied() if planner.limited() else ledger.running
-            chosen = (next(iter(waiting)) if len(self.queues) == 1
-                      else planner.next_queue(size, waiting, running))
-            if chosen is None:
-                break
-            cap = planner.start_cap(chosen)
-            if cap is not None and pool.occupied()[chosen] >= cap:
-                blocked.add(chosen)
-                continue
-            index = admission.choose(ledger.waiting[chosen], free, now)
-            if index is None:
-                blocked.add(chosen)
-                continue
-            job = ledger.take_waiting_at(chosen, index)
-            if not pool.dispatch(job, 1):
-                ledger.unpop_waiting(job)
-                break
-            admission.charge(job)
-            ledger.sent(job)
         pool.push()
 
     # -- stopping -----------------------------------------------------------------------
