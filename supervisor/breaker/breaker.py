@@ -1,18 +1,26 @@
 """One supervisor's side of the per-kind circuit breaker: it records its crashes (one
 statement per batch of failures, only when there are crashes), and reads which kinds
 are paused once per poll, so every supervisor stops starting a paused kind within a
-poll interval."""
+poll interval. The statements are the store's (``Store.record_crashes``,
+``Store.paused_kinds``), passed in by the engine."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import psycopg
+from typing import TYPE_CHECKING, Protocol
 
 from shared import defaults
-from supervisor.breaker import sql
+
+if TYPE_CHECKING:
+    class Store(Protocol):
+        """The two statements of ``supervisor.db.Store`` the breaker runs."""
+
+        def record_crashes(self, kinds: list[str], window: float, cooldown: float,
+                           failures: int) -> list[tuple[str, int]]: ...
+
+        def paused_kinds(self) -> dict[str, tuple[str, float | None]]: ...
 
 log = logging.getLogger("supervisor.breaker")
 
@@ -45,24 +53,19 @@ class Breaker:
         if self.on:
             self.pending.append(kind)
 
-    def record(self, conn: psycopg.Connection) -> list[tuple[str, int]]:
+    def record(self, store: Store) -> list[tuple[str, int]]:
         """Write the pending crashes; returns the kinds this tripped, with their count."""
         if not self.pending:
             return []
         kinds, self.pending = self.pending, []
         s = self.settings
-        tripped = [(kind, int(n)) for kind, n in conn.execute(sql.RECORD, {
-            "kinds": kinds, "window": s.window, "cooldown": s.cooldown,
-            "failures": s.failures}).fetchall()]
-        if tripped:
-            conn.execute(sql.CLEAR, {"kinds": [k for k, _ in tripped], "window": s.window})
-        return tripped
+        return store.record_crashes(kinds, s.window, s.cooldown, s.failures)
 
-    def refresh(self, conn: psycopg.Connection) -> tuple[set[str], set[str]]:
+    def refresh(self, store: Store) -> tuple[set[str], set[str]]:
         """Read the paused kinds; returns (newly paused, newly resumed) since last read."""
         now_paused = {kind: f"{reason}" + (f", {left:.0f} s left" if left is not None else
                                            ", until resumed")
-                      for kind, reason, left in conn.execute(sql.PAUSED)}
+                      for kind, (reason, left) in store.paused_kinds().items()}
         before = set(self.paused)
         self.paused = now_paused
         return set(now_paused) - before, before - set(now_paused)

@@ -290,3 +290,43 @@ CROSS JOIN LATERAL (
 GROUP BY k.kind
 HAVING count(*) >= 20
 """
+
+# The circuit breaker per kind (issue 27, supervisor/breaker/).
+# Crashes of this turn, one row each; a kind whose crashes within the window (these
+# included: a CTE's inserted rows are not visible to the rest of its statement) exceed
+# the limit is paused for the cool-down, unless it is paused already. Its crash rows are
+# then cleared, so after the cool-down it starts counting afresh.
+KIND_CRASHES = """
+WITH added AS (
+    INSERT INTO supervisor.kind_crashes (kind)
+    SELECT unnest(%(kinds)s::text[])
+    RETURNING kind
+), counted AS (
+    SELECT k.kind,
+           (SELECT count(*) FROM supervisor.kind_crashes c
+            WHERE c.kind = k.kind AND c.at > now() - %(window)s * interval '1 second')
+           + (SELECT count(*) FROM added a WHERE a.kind = k.kind) AS crashes
+    FROM (SELECT DISTINCT unnest(%(kinds)s::text[]) AS kind) AS k
+)
+INSERT INTO supervisor.kind_pauses AS p (kind, paused_until, reason, crashes)
+SELECT kind, now() + %(cooldown)s * interval '1 second',
+       crashes || ' crashes within ' || %(window)s || ' s (breaker_failures '
+       || %(failures)s || ')', crashes
+FROM counted WHERE crashes > %(failures)s
+ON CONFLICT (kind) DO UPDATE
+SET paused_until = EXCLUDED.paused_until, reason = EXCLUDED.reason,
+    crashes = EXCLUDED.crashes, paused_at = now()
+WHERE p.paused_until IS NOT NULL AND p.paused_until <= now()
+RETURNING kind, crashes
+"""
+
+KIND_CRASHES_CLEAR = """
+DELETE FROM supervisor.kind_crashes
+WHERE kind = ANY(%(kinds)s::text[]) OR at < now() - %(window)s * interval '1 second'
+"""
+
+PAUSED_KINDS = """
+SELECT kind, reason, extract(epoch FROM paused_until - now())::float8
+FROM supervisor.kind_pauses
+WHERE paused_until IS NULL OR paused_until > now()
+"""

@@ -32,11 +32,14 @@ from supervisor.db.sql import (
     FAIL,
     HAS_DUE_WORK,
     INTERRUPT,
+    KIND_CRASHES,
+    KIND_CRASHES_CLEAR,
     KIND_MEMORY_P95,
     LEAVE,
     LEFT_FOR_LATER,
     NEXT_DUE,
     PAUSED,
+    PAUSED_KINDS,
     PROMOTE,
     PRUNE,
     QUEUE_COUNTS,
@@ -349,6 +352,24 @@ class Store:
             return {}
         rows = self.connection.execute(KIND_MEMORY_P95, {"kinds": list(kinds)})
         return {kind: int(rss) for kind, rss in rows if rss is not None and rss > 0}
+
+    def record_crashes(self, kinds: Sequence[str], window: float, cooldown: float,
+                       failures: int) -> list[tuple[str, int]]:
+        """Record one crash per entry of ``kinds``; a kind with more than ``failures``
+        within ``window`` seconds (across supervisors) is paused for ``cooldown``.
+        Returns the kinds this paused, with their count."""
+        tripped = [(kind, int(n)) for kind, n in self.connection.execute(KIND_CRASHES, {
+            "kinds": list(kinds), "window": window, "cooldown": cooldown,
+            "failures": failures}).fetchall()]
+        if tripped:
+            self.connection.execute(KIND_CRASHES_CLEAR, {"kinds": [k for k, _ in tripped],
+                                                         "window": window})
+        return tripped
+
+    def paused_kinds(self) -> dict[str, tuple[str, float | None]]:
+        """Kinds paused now: kind -> (why, seconds left or None: until resumed)."""
+        return {kind: (reason, left) for kind, reason, left in
+                self.connection.execute(PAUSED_KINDS)}
 
     def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str]) -> set[str]:
         """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now: the

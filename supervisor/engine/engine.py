@@ -345,7 +345,7 @@ class Engine:
             if rescued:
                 self.metrics.rescued(rescued)
         if self.breaker.pending:
-            tripped = self.db.call(lambda s: self.breaker.record(s.connection), None,
+            tripped = self.db.call(self.breaker.record, None,
                                    "recording crashes for the breaker")
             for kind, crashes in tripped or ():
                 log.warning("kind %s paused on every supervisor for %.0f s: %d crashes "
@@ -386,7 +386,7 @@ class Engine:
     def _read_kind_pauses(self, now: float) -> None:
         """Learn which kinds are paused (breaker or by hand): claims leave them out, and
         claimed jobs of theirs not started yet go back."""
-        changed = self.db.call(lambda s: self.breaker.refresh(s.connection), None,
+        changed = self.db.call(self.breaker.refresh, None,
                                "reading paused kinds")
         if not changed or not (changed[0] or changed[1]):
             return
