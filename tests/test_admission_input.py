@@ -59,6 +59,20 @@ def test_reservations_reach_the_row_through_every_form(conn):
     assert rows[plain] == (None, None)
 
 
+def test_batches_carry_the_reservation_and_what_cannot_carry_it_refuses(conn):
+    from shared.batches import Callback
+
+    ids = enqueue_many("k", [{}, {}], conn=conn, memory="1MiB",
+                       then=Callback("done", {}))
+    rows = conn.execute("SELECT memory FROM supervisor.jobs WHERE id = ANY(%s)",
+                        (list(ids.ids),)).fetchall()
+    assert rows == [(1 << 20,), (1 << 20,)]
+    with pytest.raises(ValueError, match="callback cannot reserve"):
+        Callback("done", {}, cpus=2)
+    with pytest.raises(ValueError, match="depends_on cannot be combined with cpus"):
+        enqueue("k", {}, conn=conn, depends_on=list(ids.ids), cpus=2)
+
+
 def _cli(*args: str, dsn: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, SUPERVISOR_DSN=dsn, PYTHONPATH=f"{TESTS_DIR}:{ROOT}")
     return subprocess.run([sys.executable, "-m", "supervisor", *args], env=env,
