@@ -136,13 +136,25 @@ class Run:
     # The producer's trace context (shared.tracing): JSON text from the parent, passed
     # on unparsed; a dict in the child. None: the job was enqueued outside a span.
     trace_context: Any = None
+    # Threads of the native pools for this job (issue 27: a ``cpus=4`` job gets 4 times
+    # the child's share); None: the child's own setting.
+    threads: int | None = None
 
     @staticmethod
     def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
-             args_json: str | bytes, trace_context: str | None = None) -> bytes:
+             args_json: str | bytes, trace_context: str | None = None,
+             threads: int | None = None) -> bytes:
         """A RUN frame from its fields, without building the object (the parent's
         per-job path)."""
-        if trace_context is None:
+        if threads is not None:  # rare: a job that reserved several CPUs
+            fields: dict[str, Any] = {"id": job_id, "kind": kind, "queue": queue,
+                                      "attempt": attempt, "max_attempts": max_attempts,
+                                      "threads": threads}
+            if trace_context is not None:
+                fields["trace"] = _Fragment(trace_context)
+            fields["args"] = _Fragment(args_json)  # last: see _ARGS_KEY
+            data = _dumps(fields)
+        elif trace_context is None:
             data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
                            "max_attempts": max_attempts, "args": _Fragment(args_json)})
         else:
@@ -158,7 +170,7 @@ class Run:
         if trace is not None and not isinstance(trace, str):
             trace = _dumps(trace).decode()
         return Run.pack(self.id, self.kind, self.queue, self.attempt, self.max_attempts,
-                        args_json, trace)
+                        args_json, trace, self.threads)
 
     @classmethod
     def decode(cls, frame: Frame) -> Run:
@@ -173,7 +185,7 @@ class Run:
         try:
             return cls(body["id"], body["kind"], body["queue"], body["attempt"],
                        body["max_attempts"], None, body.get("args"), args_error,
-                       body.get("trace"))
+                       body.get("trace"), body.get("threads"))
         except KeyError as exc:
             raise _missing(RUN, exc) from None
 

@@ -96,3 +96,10 @@ def adm_crash() -> None:
     """Dies by SIGSEGV: what trips the kind's circuit breaker."""
     record("start")
     os.kill(os.getpid(), 11)
+
+
+@job
+def adm_threads() -> None:
+    """Records the native pool size its child gave it (OMP_NUM_THREADS)."""
+    record("start", threads=os.environ.get("OMP_NUM_THREADS"))
+    record("end")

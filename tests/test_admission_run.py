@@ -115,3 +115,19 @@ def test_a_job_beyond_the_budget_waits_and_status_says_why(dsn, tmp_path):
         rows = conn.execute("SELECT state, attempt FROM supervisor.jobs WHERE id = ANY(%s)",
                             ([huge, wide],)).fetchall()
     assert rows == [("available", 0)] * 2, rows
+
+
+def test_a_multi_cpu_job_gets_its_share_of_native_threads(dsn, tmp_path):
+    log = tmp_path / "run.log"
+    before = enqueue("adm_threads", {}, dsn=dsn)
+    wide = enqueue("adm_threads", {}, cpus=2, dsn=dsn)
+    after = [enqueue("adm_threads", {}, dsn=dsn) for _ in range(3)]
+    sup = Supervisor(dsn, "-n", "2", "--native-threads", "1", log_path=log,
+                     app="admission_handlers")
+    try:
+        wait_until(lambda: all_completed(dsn, 5), timeout=60, what="every job to complete")
+    finally:
+        sup.stop()
+    seen = {r["id"]: r["threads"] for r in read_log(log) if r["event"] == "start"}
+    assert seen[wide] == "2", seen
+    assert seen[before] == "1" and all(seen[i] == "1" for i in after), seen

@@ -158,6 +158,7 @@ class JobRunner:
         limited = config.max_jobs is not None or config.max_memory is not None
         run_job = tracing.traced(self.run_job)  # itself unless the otel extra is on
         pack_start = wire.Start.pack
+        native = config.native_threads  # the child's own share, restored after each job
         answer = b""  # the last job's answer, written with the next job's START
         while True:
             try:
@@ -182,6 +183,8 @@ class JobRunner:
                 if inbox.stopped or inbox.closed:
                     return CHILD_OK
                 continue
+            if native is not None:  # a job that reserved several CPUs: their share
+                nativethreads.resize(run.threads or native)
             result = run_job(run)
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
