@@ -34,6 +34,7 @@ def test_segfaulting_handler_is_discarded_as_poison_after_two_attempts(dsn, tmp_
     assert all("SIGSEGV" in e["message"] for e in row["errors"][:2])
     assert row["errors"][0]["signature"] == row["errors"][1]["signature"]
     assert "poison" in row["errors"][2]["message"]
+    assert f"job {poisoned} adm_segv attempt 2 discarded as poison" in sup.err
     starts = [r for r in read_log(log) if r["id"] == poisoned]
     assert len(starts) == 2
     # Ordinary exceptions are not crashes: all three attempts ran, no poison entry.

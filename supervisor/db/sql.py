@@ -75,7 +75,7 @@ FROM (SELECT v.*, v.signature IS NOT NULL AND v.poison_after > 0 AND NOT EXISTS 
                 poison_after)
       JOIN supervisor.jobs p ON p.id = v.id) AS u
 WHERE {_FENCE}
-RETURNING j.id
+RETURNING j.id, u.poison
 """
 
 RELEASE = f"""

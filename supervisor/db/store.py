@@ -201,7 +201,18 @@ class Store:
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}
-        return self._fenced("fail", FAIL, params, items, expected)
+        rows = self.connection.execute(FAIL, params, prepare=False).fetchall()
+        if any(poison for _, poison in rows):
+            # The engine logged these as retrying: only the row knew the crash repeated.
+            by_id = {f.id: (f, signature) for f, signature in zip(items, params["signatures"],
+                                                                   strict=True)}
+            for job_id, poison in rows:
+                if poison:
+                    failure, signature = by_id[job_id]
+                    log.warning("job %d %s attempt %d discarded as poison: the same crash "
+                                "as its last attempt (%s)", job_id, failure.job_kind,
+                                failure.attempt, signature)
+        return self._report_fenced("fail", items, {row[0] for row in rows}, expected)
 
     def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
         """Give back claimed jobs that never started: available again, the attempt not
