@@ -36,6 +36,8 @@ def test_crashes_of_a_kind_pause_it_on_every_supervisor_until_the_cooldown(dsn, 
     args = ("-n", "2", "--config", str(config), "--poll-interval", "0.2")
     sups = [Supervisor(dsn, *args, log_path=log, app="admission_handlers") for _ in range(2)]
     try:
+        # 36 ordinary exceptions (12 jobs x 3 attempts) within the window: never counted.
+        raising = [enqueue("adm_raise", {}, dsn=dsn) for _ in range(12)]
         first = [enqueue("adm_crash", {}, dsn=dsn) for _ in range(12)]
         wait_until(lambda: pause_row(dsn), timeout=90, what="the breaker to trip")
         for sup in sups:
@@ -49,6 +51,11 @@ def test_crashes_of_a_kind_pause_it_on_every_supervisor_until_the_cooldown(dsn, 
         wait_until(lambda: all(job_row(dsn, i)["state"] == "discarded" for i in later),
                    timeout=90, what="the paused kind to run again after the cool-down")
         assert all(job_row(dsn, i)["state"] == "discarded" for i in first)
+        wait_until(lambda: all(job_row(dsn, i)["state"] == "discarded" for i in raising),
+                   timeout=90, what="the raising jobs to spend their attempts")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT kind FROM supervisor.kind_pauses").fetchall() == [
+                ("adm_crash",)]
     finally:
         for sup in sups:
             sup.stop()
