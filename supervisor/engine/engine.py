@@ -135,9 +135,7 @@ class Engine:
         db = self.db
         self.reporter.record(pool.take_outcomes(), now)
         if self.reporter.crashes:
-            for kind in self.reporter.crashes:
-                self.breaker.crashed(kind)
-            self.reporter.crashes.clear()
+            self._count_crashes()
         self.planner.jobs_ended(self.reporter.take_ended())
         db.expire(now)  # a claim a hung server never answers
         if not db.up and db.maybe_reconnect():
@@ -289,9 +287,7 @@ class Engine:
         """Book what the pool reported since the last tick (used while stopping)."""
         self.reporter.record(pool.take_outcomes(), now)
         if self.reporter.crashes:
-            for kind in self.reporter.crashes:
-                self.breaker.crashed(kind)
-            self.reporter.crashes.clear()
+            self._count_crashes()
 
     def flush(self, now: float, *, last_chance: bool = False) -> None:
         """Write every pending outcome now."""
@@ -383,11 +379,16 @@ class Engine:
             # Catches a pause whose NOTIFY was missed (say, while reconnecting).
             self._paused(db.call(lambda s: s.paused_queues(queues), set(), "polling"), now)
 
+    def _count_crashes(self) -> None:
+        """Hand the crashes the reporter saw to the breaker (written after the claim)."""
+        for kind in self.reporter.crashes:
+            self.breaker.crashed(kind)
+        self.reporter.crashes.clear()
+
     def _read_kind_pauses(self, now: float) -> None:
         """Learn which kinds are paused (breaker or by hand): claims leave them out, and
         claimed jobs of theirs not started yet go back."""
-        changed = self.db.call(self.breaker.refresh, None,
-                               "reading paused kinds")
+        changed = self.db.call(self.breaker.refresh, None, "reading paused kinds")
         if not changed or not (changed[0] or changed[1]):
             return
         paused, resumed = changed
