@@ -81,3 +81,13 @@ def run_until_told(busy: bool = False, seconds: float = 60.0) -> None:
     except Stopping:
         _probe("stopping")
         raise
+
+
+@job
+def mixed_job(iterations: int, megabytes: int) -> int:
+    """A job of a mixed pipeline (scripts/bench/mixed_pipeline.py): holds ``megabytes``
+    of touched memory while it spins ``iterations``."""
+    ballast = bytearray(megabytes << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    return spin(iterations) + len(ballast) % 7

@@ -28,6 +28,7 @@ from shared.options import (
 )
 from shared.producers import plans
 from shared.producers.plans import Execute, Plan
+from shared.reservations import reservation
 from shared.tracing import current_trace_context
 from shared.waiting import connect, wait_batch
 
@@ -52,6 +53,9 @@ class Callback:
     def __init__(self, kind: str, args: Mapping[str, Any],
                  **options: Unpack[JobOptions]) -> None:
         check_names(options, JOB_OPTIONS, "Callback")
+        if options.get("cpus") is not None or options.get("memory") is not None:
+            # The callback is inserted by the schema's trigger, which writes no reservation.
+            raise ValueError("a batch callback cannot reserve cpus or memory (yet)")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "args", args)
         object.__setattr__(self, "options", options)
@@ -147,9 +151,11 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
         raise ValueError("a batch needs at least one job")
     callback = check_callback(then) if then is not None else None
     encoded = plans.encode_all(kind, args_list)
+    needs = reservation(o)
     common = {"kind": kind, "queue": o["queue"], "priority": o["priority"],
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
-              "trace_context": current_trace_context()}
+              "trace_context": current_trace_context(), "cpus": needs.cpus,
+              "memory": needs.memory}
     return _insert_batch(encoded, callback, common, o["run_at"], float(o["delay"] or 0.0))
 
 
@@ -207,6 +213,8 @@ def plan_dependent(kind: str, args: Mapping[str, Any] | None,
     if o["run_at"] is not None or o["delay"] is not None or o["unique_key"] is not None:
         raise ValueError("depends_on cannot be combined with run_at, delay or unique_key")
     _no_expiry_with("depends_on", o)
+    if reservation(o) != (None, None):
+        raise ValueError("depends_on cannot be combined with cpus or memory (yet)")
     deps = check_depends_on(o["depends_on"])
     params = {"kind": kind, "queue": o["queue"],
               "args": plans.encode_args(kind, args).decode(), "priority": o["priority"],

@@ -27,6 +27,16 @@ BURST_HORIZON = 60.0  # --burst waits for retries and scheduled jobs due within 
 RETENTION = 7 * 24 * 3600.0  # completed and cancelled jobs are pruned after this
 DISCARDED_RETENTION = 30 * 24 * 3600.0  # discarded jobs are the evidence: kept longer
 MAX_ATTEMPTS = 20  # attempts of a job whose row and handler say none
+# Attempts in a row that crash the same way (signal, memory, hung, timeout) before a job
+# is discarded as poison rather than retried; 0 turns it off.
+POISON_AFTER = 2
+ADMISSION_PATIENCE = 30.0  # a big job waits this long before smaller ones stop overtaking
+# The circuit breaker per kind: more than BREAKER_FAILURES crashes (crashed, memory,
+# hung, timeout) of a kind within BREAKER_WINDOW, across every supervisor, pause the
+# kind for BREAKER_COOLDOWN. 0 failures: off.
+BREAKER_FAILURES = 10
+BREAKER_WINDOW = 60.0
+BREAKER_COOLDOWN = 300.0
 JOB_TIMEOUT = 3600.0  # built-in hard timeout of one attempt; 0 disables it
 MAINTENANCE_INTERVAL = 5.0
 METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own

@@ -4,6 +4,7 @@ returns. Pure data and arithmetic, shared by the store, the pool and producers."
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from shared import defaults
@@ -49,8 +50,33 @@ FAIL_SNOOZE = "snooze"
 # answers so for a job that expired while queued in its pipe).
 FAIL_EXPIRED = "expired"
 
+# Two (``poison_after``) attempts in a row crashed the same way: discarded at once, the
+# entry of this kind added after the last crash's (shared/jobs.crash_signature).
+FAIL_POISON = "poison"
+
+# Failures that say the input may kill its child every time (a crash, a memory blow-up,
+# a hang, a timeout), as opposed to a handler's ordinary exception.
+CRASH_FAILURES = frozenset({FAIL_CRASHED, FAIL_MEMORY, FAIL_HUNG, FAIL_TIMEOUT})
+
+_HOW_IT_DIED = re.compile(r"killed by \S+|exited with code -?\d+|exited \(\w+\)")
+
 # Failures that retrying cannot mend: the job is discarded at once.
 TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_ARGS, FAIL_UNKNOWN_KIND})
+
+
+
+def crash_signature(kind: str, message: str) -> str | None:
+    """What makes two crashes "the same" for poison detection (None: not a crash).
+    ``crashed`` is told apart by how the child died (``killed by SIGSEGV``, ``exited
+    with code 3``; the pid in ``child 4711 killed by SIGSEGV`` is left out); memory,
+    hung and timeout are one signature each."""
+    if kind not in CRASH_FAILURES:
+        return None
+    if kind != FAIL_CRASHED:
+        return kind
+    how = _HOW_IT_DIED.search(message)
+    return f"{kind}: {how.group(0)}" if how else kind
+
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0
@@ -103,3 +129,5 @@ class ClaimedJob:
     # Epoch seconds after which it must not start (None: never expires); the child
     # checks it again right before the start.
     expires_at: float | None = None
+    cpus: int | None = None  # its reservation (shared.reservations); None: undeclared
+    memory: int | None = None  # bytes

@@ -37,6 +37,8 @@ class JobOptions(TypedDict, total=False):
     priority: int  # lower runs first
     max_attempts: int | None  # None: the handler's, else the supervisor's config
     timeout: float | None  # seconds of one attempt; None: the handler's, else the config
+    cpus: int | None  # children's worth of the budget it takes while running; None: 1
+    memory: int | str | None  # bytes (or "6GiB") it reserves; None: its kind's history
 
 
 class CallOptions(JobOptions, total=False):
@@ -71,7 +73,7 @@ ENQUEUE_OPTIONS = frozenset(EnqueueOptions.__optional_keys__)
 MANY_OPTIONS = frozenset(ManyOptions.__optional_keys__)
 
 DEFAULTS: JobOptions = {"queue": jobs.DEFAULT_QUEUE, "priority": jobs.DEFAULT_PRIORITY,
-                        "max_attempts": None, "timeout": None}
+                        "max_attempts": None, "timeout": None, "cpus": None, "memory": None}
 _EVERY_DEFAULT: dict[str, Any] = {**dict.fromkeys(ENQUEUE_OPTIONS | MANY_OPTIONS), **DEFAULTS}
 
 

@@ -52,10 +52,22 @@ class RunConfig:
     heartbeat_timeout: float = defaults.HEARTBEAT_TIMEOUT
     kill_grace: float = defaults.KILL_GRACE
     max_attempts: int = defaults.MAX_ATTEMPTS  # when row and handler say none
+    # Crashes in a row with one signature that discard a job as poison; 0: off.
+    poison_after: int = defaults.POISON_AFTER
+    # The circuit breaker per kind (docs/admission.md): more than breaker_failures crashes
+    # within breaker_window seconds pause the kind for breaker_cooldown; 0 failures: off.
+    breaker_failures: int = defaults.BREAKER_FAILURES
+    breaker_window: float = defaults.BREAKER_WINDOW
+    breaker_cooldown: float = defaults.BREAKER_COOLDOWN
     default_timeout: float = defaults.JOB_TIMEOUT  # when row and handler say none; 0: none
     default_soft_timeout: float | None = None  # SoftTimeout when @job sets none; 0: none
     max_jobs_per_child: int | None = None
     max_memory_per_child: int | None = None
+    # What the jobs running here may reserve together (docs/admission.md); None: the
+    # cgroup's memory.max less the parent's RSS and a margin, or no memory admission.
+    memory_budget: int | None = None
+    # Seconds a job that does not fit may be overtaken by later, smaller jobs of its queue.
+    admission_patience: float = defaults.ADMISSION_PATIENCE
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     flush_interval: float = 0.02  # longest a finished job's outcome waits to be batched
     prefetch: int | None = None  # jobs held per child for queues without their own; auto
@@ -178,10 +190,10 @@ def load_file_settings(config_path: str | None, cwd: Path | None = None) -> dict
     return _section_from_file(pyproject) if pyproject.is_file() else {}
 
 
-_SIZE_KEYS = {"max_memory_per_child", "max_result_bytes", "output_capture"}
+_SIZE_KEYS = {"max_memory_per_child", "max_result_bytes", "output_capture", "memory_budget"}
 # A child's RSS is some tens of MiB before it runs anything: a smaller cap is a size
 # written without its unit (``max_memory_per_child = 512``), and would kill every job.
-_MIN_SIZES = {"max_memory_per_child": 1 << 20}
+_MIN_SIZES = {"max_memory_per_child": 1 << 20, "memory_budget": 64 << 20}
 # Each attempt's output travels in its answer frame and is stored in its row: bounded.
 _MAX_SIZES = {"output_capture": 16 << 20}
 _NUMBER_KEYS = {"weight", "max_rate"}  # plain numbers; every other float is a duration
@@ -331,6 +343,12 @@ def _check(config: RunConfig) -> None:
                           f"database_deadline ({config.database_deadline:g} s): the server's "
                           f"timeout is the error a slow statement should end in, the "
                           f"deadline only catches a server that does not answer at all")
+    if config.breaker_failures < 0:
+        raise ConfigError("breaker_failures must be 0 (off) or more")
+    if config.breaker_window <= 0 or config.breaker_cooldown <= 0:
+        raise ConfigError("breaker_window and breaker_cooldown must be positive")
+    if config.poison_after < 0:
+        raise ConfigError("poison_after must be 0 (off) or more")
     if config.maintenance_interval <= 0:
         raise ConfigError("maintenance_interval must be positive")
     if config.heartbeat_timeout <= config.heartbeat_interval:

@@ -11,6 +11,9 @@
 -- (seconds since its start, when that start was held back and never written).
 -- Issue 28 (schema 0016): every scan that chooses candidates skips expired jobs
 -- (claim.RULES), and every form returns expires_at (epoch seconds) for the child's check.
+-- Issue 27 (0017): every form also returns the reservation columns cpus and memory (the
+-- keyed form reads its extra columns by primary key through a join instead of scalar
+-- subqueries).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -33,7 +36,7 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -79,18 +82,16 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
-       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
-        WHERE j.id = k.id) AS expires_at
+       k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id
 
 -- @@ complete_and_claim
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -131,12 +132,12 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -200,12 +201,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -227,19 +228,17 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
-       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
-        WHERE j.id = k.id) AS expires_at
+       k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+                            %(default_attempts)s::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -262,8 +261,8 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 
@@ -311,22 +310,20 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
-       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
-        WHERE j.id = k.id) AS expires_at
+       k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
-                            $8::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+                            $8::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 
@@ -369,12 +366,12 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -438,12 +435,12 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -465,16 +462,14 @@ WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
-       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
-        WHERE j.id = k.id) AS expires_at
+       k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
 FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
                             $9, $16::float8, $17::int[],
-                            $18::int) AS k)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at,
+                            $18::int) AS k
+JOIN supervisor.jobs j ON j.id = k.id)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

@@ -123,6 +123,12 @@ class FakeStore:
     def seconds_until_due(self, queues, kinds):
         return None
 
+    def paused_kinds(self):
+        return {}
+
+    def record_crashes(self, kinds, window, cooldown, failures):
+        return []
+
     def paused_queues(self, queues):
         self._record("paused")
         return set(self.paused)

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.timeout(60)
 UNREACHABLE = "postgresql://nobody:secret@127.0.0.1:1/nowhere"
 
 # The keyword options each form took when each wrote its own signature out.
-JOB = {"queue", "priority", "max_attempts", "timeout"}
+JOB = {"queue", "priority", "max_attempts", "timeout",
+       "cpus", "memory"}  # the reservation (issue 27), taken by every form
 CALL = JOB | {"run_at", "delay", "unique_key", "concurrency_key", "conn", "dsn",
               "expires_in", "expires_at"}  # the last two: issue 28
 
@@ -95,7 +96,8 @@ def test_a_kinds_defaults_layer_under_a_calls_options(handle, conn):
     callback = handle.options(priority=3, delay=60).bind(n=4)
     assert (callback.kind, dict(callback.args), callback.options) == (
         "options_test_kind", {"n": 4},
-        {"queue": "q-default", "priority": 3, "max_attempts": 2, "timeout": 5})
+        {"queue": "q-default", "priority": 3, "max_attempts": 2, "timeout": 5,
+         "cpus": None, "memory": None})
 
 
 def test_depends_on_stays_with_single_enqueue(handle):

@@ -35,10 +35,15 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": {"namesake"},
     "namesake": set(),
     "cli": {"arbiter", "config", "apps", "signals", "observe", "schedules", "admin",
-            "dashboard", "namesake"},
+            "dashboard", "namesake", "breaker"},
     "arbiter": {"engine", "pool", "observe", "schedules", "signals", "config", "apps"},
     "config": {"pool", "queue_policy"},
-    "engine": {"db", "pool", "observe", "schedules", "config", "queue_policy"},
+    "engine": {"db", "pool", "observe", "schedules", "config", "queue_policy", "admission",
+               "breaker"},
+    # The circuit breaker per kind: its own tables and statements (0017).
+    "breaker": set(),
+    # Which claimed job may start, by what it reserves (issue 27): pure bookkeeping.
+    "admission": set(),
     "dashboard": {"admin"},
     # Jobs run in a user's test as a supervisor would run and record them.
     "testing": {"db", "engine", "observe"},

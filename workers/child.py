@@ -188,6 +188,7 @@ class JobRunner:
         run_job = tracing.traced(self.run_job)  # itself unless the otel extra is on
         pack_start = wire.Start.pack
         take_output = self.output.take if config.output_capture else None
+        native = config.native_threads  # the child's own share, restored after each job
         answer = b""  # the last job's answer, written with the next job's START
         while True:
             try:
@@ -214,6 +215,8 @@ class JobRunner:
                 if inbox.stopped or inbox.closed:
                     return CHILD_OK
                 continue
+            if native is not None:  # a job that reserved several CPUs: their share
+                nativethreads.resize(run.threads or native)
             result = run_job(run)
             if take_output is not None:
                 result.output = take_output()

@@ -59,6 +59,12 @@ def prepare() -> None:
             pass
 
 
+# What ``limit`` set at the child's boot: ``resize`` changes only these pools, never one
+# whose variable the user set.
+_ours: Limited | None = None
+_current: int | None = None
+
+
 def limit(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ) -> Limited:
     """Limit this process's native pools to ``threads`` threads, except those whose
     variables the user set."""
@@ -91,4 +97,35 @@ def limit(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ)
     if numexpr is not None and not user_numexpr:
         numexpr.set_num_threads(threads)
         loaded.append("numexpr")
-    return Limited(tuple(variables), tuple(loaded))
+    global _ours, _current
+    _ours, _current = Limited(tuple(variables), tuple(loaded)), threads
+    return _ours
+
+
+def resize(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ) -> None:
+    """Size the pools ``limit`` governs to ``threads`` for one job (a job that reserved
+    several CPUs gets their share; the next job sizes them back). Nothing when ``limit``
+    never ran or they have that size already."""
+    global _current
+    ours = _ours
+    if ours is None or threads == _current:
+        return
+    value = str(threads)
+    for name in ours.variables:
+        environ[name] = value
+    apis = [api for api, names in (("blas", BLAS_VARIABLES), ("openmp", OPENMP_VARIABLES))
+            if any(name in ours.variables for name in names)]
+    if apis and pools_loaded():
+        try:
+            import threadpoolctl
+        except ImportError:
+            pass
+        else:
+            controller = threadpoolctl.ThreadpoolController()
+            for api in apis:
+                if controller.select(user_api=api).lib_controllers:
+                    controller.limit(limits=threads, user_api=api)
+    numexpr = sys.modules.get("numexpr")
+    if numexpr is not None and "NUMEXPR_NUM_THREADS" in ours.variables:
+        numexpr.set_num_threads(threads)
+    _current = threads

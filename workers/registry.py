@@ -24,6 +24,7 @@ from shared.options import (
     job_options,
     over_defaults,
 )
+from shared.reservations import reservation
 from shared.schedules import ScheduleError, ScheduleSpec, make_spec
 
 
@@ -44,6 +45,7 @@ class JobDefaults:
     # "raise": a stop notice raises workers.Stopping in the handler; "flag" (default): it
     # only sets current_job().stopping.
     on_stop: str = "flag"
+    poison_after: int | None = None  # None: the supervisor's poison_after; 0: never
 
     @property
     def queue(self) -> str:
@@ -248,6 +250,7 @@ def job(
     timezone: str | None = None,
     catch_up: bool = False,
     overlap: bool = True,
+    poison_after: int | None = None,
     **options: Unpack[JobOptions],
 ) -> Any:
     """Register a handler. Use bare (``@job``) or with options (``@job(queue="images")``).
@@ -272,6 +275,10 @@ def job(
     (seconds) also makes it a schedule named after the kind: supervisors that load this
     module enqueue it once per slot (``catch_up``, ``overlap``: see docs/schedules.md).
     A bad expression or timezone raises ``ScheduleError`` here, at import.
+
+    ``poison_after`` (default: the supervisor's, 2): attempts in a row that crash the
+    same way (same signal, memory, hung, timeout) before the job is discarded as
+    ``poison`` with its remaining attempts unspent; 0 turns it off for this kind.
     """
     check_names(options, JOB_OPTIONS, "job")
     row = job_options(options)
@@ -279,6 +286,7 @@ def job(
         raise ValueError("max_attempts must be at least 1")
     if row["timeout"] is not None and row["timeout"] <= 0:
         raise ValueError("timeout must be positive")
+    row["memory"] = reservation(row).memory  # "6GiB" once, as bytes
     if soft_timeout is not None and not 0 <= soft_timeout < float("inf"):
         raise ValueError("soft_timeout must be a number of seconds >= 0 (0: none)")
     if heartbeat_timeout is not None and not (
@@ -288,7 +296,13 @@ def job(
                          f"{heartbeat_timeout!r}")
     if on_stop not in ("flag", "raise"):
         raise ValueError(f"on_stop must be 'flag' or 'raise', not {on_stop!r}")
-    defaults = JobDefaults(options=row, backoff=backoff or jobs.DEFAULT_BACKOFF,
+    if poison_after is not None and not (isinstance(poison_after, int)
+                                         and not isinstance(poison_after, bool)
+                                         and poison_after >= 0):
+        raise ValueError(f"poison_after must be a whole number >= 0 (0: off), not "
+                         f"{poison_after!r}")
+    defaults = JobDefaults(options=row, poison_after=poison_after,
+                           backoff=backoff or jobs.DEFAULT_BACKOFF,
                            soft_timeout=soft_timeout, on_stop=on_stop,
                            heartbeat_timeout=float(heartbeat_timeout) if heartbeat_timeout
                            else None)

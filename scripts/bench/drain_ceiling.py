@@ -33,11 +33,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--code", nargs="*", default=[str(common.ROOT)])
+    # Two sessions benchmarking at once must not share (and drop) each other's databases.
+    parser.add_argument("--database", default=DATABASE, help="scratch database name prefix")
     args = parser.parse_args()
+    database = args.database
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    dsn = common.scratch_database(args.dsn, DATABASE)
+    dsn = common.scratch_database(args.dsn, database)
     # Each checkout drains a database its own code migrated (see scratch_database_for).
-    dsns = {code: common.scratch_database_for(args.dsn, f"{DATABASE}_{i}", code)
+    dsns = {code: common.scratch_database_for(args.dsn, f"{database}_{i}", code)
             for i, code in enumerate(args.code)}
     ceiling: list[float] = []
     rates: dict[str, list[float]] = {code: [] for code in args.code}
@@ -51,9 +54,9 @@ def main() -> None:
                 f"{Path(c).name} {r[-1]:,.0f}/s" for c, r in rates.items()), flush=True)
     finally:
         os.environ.pop("BENCH_CODE", None)
-        common.drop_database(args.dsn, DATABASE)
+        common.drop_database(args.dsn, database)
         for i in range(len(args.code)):
-            common.drop_database(args.dsn, f"{DATABASE}_{i}")
+            common.drop_database(args.dsn, f"{database}_{i}")
     limit = common.median(ceiling)
     print(f"raw claim+complete limit (store loop, batch 512): {limit:,.0f} jobs/s")
     for code, values in rates.items():

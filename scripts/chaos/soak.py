@@ -137,10 +137,16 @@ def write_config(workdir: Path) -> Path:
     """The settings file for the soak's supervisors: fast maintenance so expired leases
     are rescued within a second or two of expiring, and a quick heartbeat because the
     child's heartbeat thread is what updates its title (stale by up to one interval), and
-    the driver picks busy children by title."""
+    the driver picks busy children by title. The soak's SIGKILLs of busy children are
+    the infrastructure failing, not the jobs: the per-kind breaker (a dozen kills a
+    minute of one kind would pause it for minutes) and poison detection (a job killed
+    twice in a row) would rightly stop such jobs, so both are off here
+    (docs/admission.md; their own tests are tests/test_breaker_run.py and
+    tests/test_poison.py)."""
     path = workdir / "soak.toml"
     path.write_text("poll_interval = 0.2\nmaintenance_interval = 1.0\n"
-                    "heartbeat_interval = 0.25\nheartbeat_timeout = 10.0\n")
+                    "heartbeat_interval = 0.25\nheartbeat_timeout = 10.0\n"
+                    "breaker_failures = 0\npoison_after = 0\n")
     return path
 
 

@@ -32,6 +32,10 @@ def copy_job_rows(ids: list[int], encoded: ArgsBuffer, common: dict, state: str,
     if common.get("expires_at") is not None:  # not started by then: expired (issue 28)
         columns += ", expires_at"
         tail += b"\t%s" % copy_text(common["expires_at"])
+    for reserved in ("cpus", "memory"):  # a declared reservation (shared.reservations)
+        if common.get(reserved) is not None:
+            columns += f", {reserved}"
+            tail += b"\t%d" % common[reserved]
     if common.get("trace_context") is not None:  # enqueued under a span (shared.tracing)
         columns += ", trace_context"
         tail += b"\t%s" % copy_text(common["trace_context"])

@@ -24,6 +24,7 @@ from shared.options import CallOptions, ManyOptions, resolved
 from shared.producers.argsbuffer import ArgsBuffer
 from shared.producers.concurrency import check_concurrency_key, check_concurrency_keys
 from shared.producers.copyrows import copy_job_rows
+from shared.reservations import reservation
 from shared.tracing import current_trace_context
 from shared.validation import check_name
 
@@ -49,6 +50,7 @@ def check_options(kind: Any, options: Mapping[str, Any]) -> None:
         raise ValueError(f"max_attempts must be an int of at least 1, not {max_attempts!r}")
     if timeout is not None and (not _is_number(timeout) or not 0 < timeout < math.inf):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    reservation(options)
     if run_at is not None and delay is not None:
         raise ValueError("give either run_at or delay, not both")
     if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
@@ -194,13 +196,14 @@ def _first(plan: Plan) -> Plan:
 _INSERT_ONE = """
 INSERT INTO supervisor.jobs
     (kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context, concurrency_key, expires_at)
+     trace_context, concurrency_key, expires_at, cpus, memory)
 SELECT %(kind)s, %(queue)s, %(args)s::jsonb,
        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
        %(priority)s, %(max_attempts)s, t.run_at, %(timeout)s, %(unique_key)s,
        %(trace_context)s::jsonb, %(concurrency_key)s,
        COALESCE(%(expires_at)s::timestamptz,
-                now() + %(expires_in)s::float8 * interval '1 second')
+                now() + %(expires_in)s::float8 * interval '1 second'),
+       %(cpus)s, %(memory)s
 FROM (SELECT COALESCE(%(run_at)s::timestamptz,
                       now() + %(delay)s::float8 * interval '1 second') AS run_at) AS t
 ON CONFLICT DO NOTHING
@@ -255,10 +258,10 @@ FROM (SELECT COALESCE(%s::timestamptz, now() + %s::float8 * interval '1 second')
 _INSERT_KEYED = """
 INSERT INTO supervisor.jobs
     (id, kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context, concurrency_key, expires_at)
+     trace_context, concurrency_key, expires_at, cpus, memory)
 SELECT u.id, %(kind)s, %(queue)s, u.args::jsonb, %(state)s, %(priority)s,
        %(max_attempts)s, %(run_at)s::timestamptz, %(timeout)s, u.unique_key,
-       %(trace_context)s::jsonb, u.ckey, %(expires_at)s::timestamptz
+       %(trace_context)s::jsonb, u.ckey, %(expires_at)s::timestamptz, %(cpus)s, %(memory)s
 FROM unnest(%(ids)s::bigint[], %(args)s::text[], %(keys)s::text[], %(ckeys)s::text[])
      AS u(id, args, unique_key, ckey)
 ON CONFLICT DO NOTHING
@@ -277,8 +280,10 @@ def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) ->
     encoded = encode_args(kind, args).decode()
     trace_context = current_trace_context()
     expires_at, expires_in = _expiry(o)
+    needs = reservation(o)
     if (unique_key is None and o["run_at"] is None and not o["delay"]
-            and concurrency_key is None and expires_at is None and expires_in is None):
+            and concurrency_key is None and expires_at is None and expires_in is None
+            and needs == (None, None)):
         return Row(kind, o["queue"], encoded, o["priority"], o["max_attempts"], o["timeout"],
                    trace_context)
     params = {
@@ -288,6 +293,7 @@ def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) ->
         "trace_context": trace_context,
         "concurrency_key": concurrency_key,
         "expires_at": expires_at, "expires_in": expires_in,
+        "cpus": needs.cpus, "memory": needs.memory,
     }
     return _insert_one(params, unique_key)
 
@@ -307,6 +313,8 @@ def plan_many(kind: str, args_list: Sequence[Mapping[str, Any] | None],
     common = {"kind": kind, "queue": o["queue"], "priority": o["priority"],
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "concurrency_keys": ckeys, "trace_context": current_trace_context()}
+    needs = reservation(o)
+    common |= {"cpus": needs.cpus, "memory": needs.memory}
     return _insert_many(encoded, keys, common, o["run_at"], float(o["delay"] or 0.0),
                         _expiry(o))
 

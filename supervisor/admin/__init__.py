@@ -40,6 +40,8 @@ from supervisor.admin.jobs import (
 )
 from supervisor.admin.limits import all_limits, live_slices, parse_rate, parse_whole, set_limits
 from supervisor.admin.refusals import AdminError, check_queue_name
+from supervisor.admin.resources import describe as describe_waiting
+from supervisor.admin.resources import waiting_for_resources
 from supervisor.admin.status import (
     COUNTED,
     LIVE_AFTER_SECONDS,
@@ -66,6 +68,7 @@ __all__ = [
     "cancelled_dependents",
     "check_queue_name",
     "check_state",
+    "describe_waiting",
     "finished_counts",
     "get_job",
     "history",
@@ -86,4 +89,5 @@ __all__ = [
     "set_paused",
     "stale_supervisors",
     "status",
+    "waiting_for_resources",
 ]

@@ -20,6 +20,7 @@ import psycopg
 from shared.jobs import FINISHED_STATES, STATES
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import check_queue_name
+from supervisor.admin.resources import paused_kinds, waiting_for_resources
 
 # A supervisor whose heartbeat is older than this is not counted as alive (maintenance
 # drops such rows from the registry after the same time).
@@ -235,6 +236,8 @@ def status(conn: psycopg.Connection,
         "stale_supervisors": stale,
         "unserved": unserved,
         "unhandled": _unhandled(conn, [n for n in waiting if n in served], served),
+        "waiting_for_resources": waiting_for_resources(conn, sups),
+        "paused_kinds": paused_kinds(conn),
     }
 
 

@@ -29,6 +29,7 @@ class _LazyGroup(click.Group):
         "dashboard": ("supervisor.cli.dashboard", "dashboard_command"),
         "schedules": ("supervisor.cli.schedules", "schedules_group"),
         "batches": ("supervisor.cli.batches", "batches_group"),
+        "kinds": ("supervisor.cli.kinds", "kinds_group"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -88,10 +89,14 @@ def migrate_command(dsn: str | None) -> None:
               help="Not started within this many seconds, the job ends as expired.")
 @click.option("--expires-at", default=None, metavar="ISO-8601",
               help="Not started by this moment (with its UTC offset), it ends as expired.")
+@click.option("--cpus", type=int, default=None, metavar="N",
+              help="CPUs (children's worth of a supervisor's budget) the job reserves.")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="Memory the job reserves, e.g. 600MiB or 6GiB.")
 @dsn_option
 @reports_errors
 def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
-                    concurrency_key, expires_in, expires_at, dsn) -> None:
+                    concurrency_key, expires_in, expires_at, cpus, memory, dsn) -> None:
     """Add a job of KIND and print its id. The embedded development database is
     migrated on first use; any other database needs `supervisor migrate` first.
     TRACEPARENT (and TRACESTATE) in the environment become the job's trace context."""
@@ -110,7 +115,8 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
             job_id = enqueue(kind, args, queue=queue, priority=priority, delay=delay,
                              max_attempts=max_attempts, timeout=timeout,
                              unique_key=unique_key, conn=conn,
-                             concurrency_key=concurrency_key, **expiry)
+                             concurrency_key=concurrency_key, cpus=cpus, memory=memory,
+                             **expiry)
     finally:
         tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)

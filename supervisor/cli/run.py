@@ -183,6 +183,10 @@ CHILDREN = _Children()
               help="Hard timeout in seconds for jobs whose handler sets none (3600; 0: none).")
 @click.option("--max-jobs-per-child", type=click.IntRange(min=1))
 @click.option("--max-memory-per-child", metavar="SIZE", help="RSS limit, e.g. 512MB or 1GiB.")
+@click.option("--memory-budget", metavar="SIZE",
+              help="Memory the jobs running here may reserve together, e.g. 4GiB (default: "
+                   "the cgroup's memory.max less this process's RSS and a margin; none "
+                   "outside a container). See docs/admission.md.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
               help="Seconds a busy child may go without a heartbeat and without using "
                    "CPU before it counts as hung (30); one stopped (T) or in "
@@ -216,8 +220,8 @@ CHILDREN = _Children()
 @reports_errors
 def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
-                max_memory_per_child, heartbeat_timeout, native_threads, output_capture,
-                no_listen,
+                max_memory_per_child, memory_budget, heartbeat_timeout, native_threads,
+                output_capture, no_listen,
                 metrics_port, metrics_host, otel, queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
     configure_logging(log_level, log_format)
@@ -229,6 +233,7 @@ def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, 
         "metrics_host": metrics_host, "burst_horizon": burst_horizon,
         "listen": False if no_listen else None, "otel": otel,
         "native_threads": native_threads, "output_capture": output_capture,
+        "memory_budget": memory_budget,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

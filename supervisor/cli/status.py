@@ -84,6 +84,13 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append("waiting with no handler in any live supervisor: " + ", ".join(
             f"{printable(u['kind'])} (queue {printable(u['queue'])})"
             for u in snapshot["unhandled"]))
+    resources = admin.describe_waiting(snapshot.get("waiting_for_resources") or {})
+    if resources:
+        parts.append(resources)
+    for paused in snapshot.get("paused_kinds") or ():
+        until = paused["until"] or "resumed by hand"
+        parts.append(f"kind {printable(paused['kind'])} paused until {until}: "
+                     f"{printable(paused['reason'])}")
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
     native = native_lines(snapshot["supervisors"])
     if native:

@@ -53,7 +53,7 @@ CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
 _COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
-            "wait", "trace_context", "checkpoint", "expires_at")
+            "wait", "trace_context", "checkpoint", "expires_at", "cpus", "memory")
 # The carrying form's extra column: true for a row that is a written completion.
 _DONE = "done"
 
@@ -72,6 +72,9 @@ class ClaimRequest:
     per_key: int | None = None
     completions: Sequence[Completion] = ()
     starts: Sequence[tuple[int, int]] = ()
+    # (most cpus, most memory or None) a job may reserve to be taken; None: any job
+    # (the measured statements, no reservation condition).
+    bounds: tuple[int, int | None] | None = None
 
     @property
     def writes(self) -> int:
@@ -108,12 +111,15 @@ class ClaimVariant:
     aged: bool
     keyed: bool
     shape: Shape
+    bounded: bool = False
 
 
 def variant(request: ClaimRequest, blocking: bool) -> ClaimVariant:
     """The statement ``request`` needs, run blocking or not."""
     shape = Shape.CARRYING if request.writes else Shape.BARE if blocking else Shape.ALONE
-    return ClaimVariant(request.aging > 0, request.per_key is not None, shape)
+    # A keyed claim runs in the schema's claim_keyed(): no bounds there (docs/admission.md).
+    bounded = request.bounds is not None and request.per_key is None
+    return ClaimVariant(request.aging > 0, request.per_key is not None, shape, bounded)
 
 
 def prepare(request: ClaimRequest) -> bool:
@@ -134,12 +140,18 @@ _NOT_PAUSED = ("NOT EXISTS (SELECT 1 FROM supervisor.queues q "
 # maintenance leader marks it expired; until then the scan passes over it.
 RULES: tuple[str, ...] = ("(expires_at IS NULL OR expires_at > now())",)
 
+# The rule of a bounded claim (issue 27): once a supervisor met a job beyond its whole
+# budget, its claims skip such jobs, left for a supervisor that can hold them.
+BOUNDED = ("coalesce(cpus, 1) <= %(max_cpus)s::int "
+           "AND (memory IS NULL OR memory <= %(max_memory)s::bigint)")
 
-def _rules() -> str:
-    return "".join(f"\n      AND {rule}" for rule in RULES)
+
+def _rules(bounded: bool = False) -> str:
+    rules = (*RULES, BOUNDED) if bounded else RULES
+    return "".join(f"\n      AND {rule}" for rule in rules)
 
 
-def _candidates(aged: bool) -> str:
+def _candidates(aged: bool, bounded: bool = False) -> str:
     """The ids a claim may take, best first, at most LIMIT of them.
 
     Plain: one ordered scan of the claim index. Aged (a queue's ``aging`` seconds, > 0):
@@ -158,12 +170,12 @@ def _candidates(aged: bool) -> str:
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
-      AND {_NOT_PAUSED}{_rules()}
+      AND {_NOT_PAUSED}{_rules(bounded)}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s"""
     return f"""
     SELECT id FROM supervisor.jobs
-    WHERE id = ANY(ARRAY({_aged_candidates()}))
+    WHERE id = ANY(ARRAY({_aged_candidates(bounded)}))
       AND state = 'available' AND queue = %(queue)s AND run_at <= now()
       AND {_NOT_PAUSED}
     ORDER BY priority - floor(extract(epoch FROM now() - run_at) / %(aging)s::float8),
@@ -171,7 +183,7 @@ def _candidates(aged: bool) -> str:
     LIMIT %(limit)s"""
 
 
-def _aged_candidates() -> str:
+def _aged_candidates(bounded: bool = False) -> str:
     """The aged claim's candidates (see ``_candidates``): the head of the index's order
     and each priority level's oldest aged jobs."""
     return f"""WITH RECURSIVE levels(priority) AS (
@@ -185,7 +197,7 @@ def _aged_candidates() -> str:
 SELECT head.id FROM (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now(){_rules()}
+      AND run_at <= now(){_rules(bounded)}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s) AS head
 UNION ALL
@@ -193,7 +205,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now() - %(aging)s::float8 * interval '1 second'{_rules()}
+      AND run_at <= now() - %(aging)s::float8 * interval '1 second'{_rules(bounded)}
     ORDER BY run_at, id
     LIMIT %(limit)s) AS aged"""
 
@@ -219,7 +231,7 @@ WHERE id = ANY(ARRAY({candidates}
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at"""
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory"""
 
 
 def _keyed(aged: bool) -> str:
@@ -227,19 +239,18 @@ def _keyed(aged: bool) -> str:
     these claims per queue and skips keys at their limit (shared/schema/0007_limits.sql;
     with aging, the overload of 0011_aged_keyed_claim.sql, which orders as
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
-    function predates the trace_context (0008) and checkpoint (0015) columns: they are
+    function predates the trace_context (0008), checkpoint (0015), expires_at (0016),
+    cpus and memory (0017) columns: they are
     read here, by primary key, for the few rows a claim returns."""
     aging = ",\n                            %(aging)s::float8" if aged else ""
     columns = "k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args"
     return f"""SELECT {columns},
-       k.wait, (SELECT j.trace_context::text FROM supervisor.jobs j WHERE j.id = k.id)
-               AS trace_context,
-       (SELECT j.checkpoint::text FROM supervisor.jobs j WHERE j.id = k.id) AS checkpoint,
-       (SELECT extract(epoch FROM j.expires_at)::float8 FROM supervisor.jobs j
-        WHERE j.id = k.id) AS expires_at
+       k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int{aging}) AS k"""
+                            %(default_attempts)s::int{aging}) AS k
+JOIN supervisor.jobs j ON j.id = k.id"""
 
 
 def _carrying(claim: str) -> str:
@@ -272,7 +283,7 @@ FROM claimed"""
 @functools.cache
 def claim_sql(v: ClaimVariant) -> str:
     """The text of variant ``v`` (``%(name)s`` placeholders), built once."""
-    claim = _keyed(v.aged) if v.keyed else _lock_and_update(_candidates(v.aged))
+    claim = _keyed(v.aged) if v.keyed else _lock_and_update(_candidates(v.aged, v.bounded))
     if v.shape is Shape.CARRYING:
         return _carrying(claim)
     if v.shape is Shape.ALONE:
@@ -299,6 +310,10 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         "default_attempts": default_attempts}
     if request.per_key is not None:
         values["per_key"] = request.per_key
+    if request.bounds is not None:
+        values["max_cpus"], values["max_memory"] = request.bounds
+        if values["max_memory"] is None:
+            values["max_memory"] = 1 << 62
     if request.writes:
         completions = request.completions
         values |= {"ids": [c.id for c in completions],
@@ -317,7 +332,8 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
     its job id. Each column is found by its name, once per answer."""
     at = {name: i for i, name in enumerate(names)}
     (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
-     i_trace_context, i_checkpoint, i_expires_at) = (at[column] for column in _COLUMNS)
+     i_trace_context, i_checkpoint, i_expires_at, i_cpus, i_memory) = (
+        at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
 
     def make(v: Sequence[Any]) -> ClaimedJob | int:
@@ -327,7 +343,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
                           max_attempts=v[i_max_attempts], priority=v[i_priority],
                           timeout=v[i_timeout], args_json=v[i_args], wait_seconds=v[i_wait],
                           trace_context=v[i_trace_context], checkpoint=v[i_checkpoint],
-                          expires_at=v[i_expires_at])
+                          expires_at=v[i_expires_at], cpus=v[i_cpus], memory=v[i_memory])
     return make
 
 

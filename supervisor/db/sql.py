@@ -50,31 +50,50 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
 """
 
-# A failed attempt's entry also says what it cost and printed, when the child said so
+# A failed attempt. Its entry also says what it cost and printed, when the child said so
 # (an attempt the parent ended has neither): keys left out rather than null.
+# u.poison: this crash has the signature (shared.jobs.crash_signature) of the job's last
+# poison_after - 1 errors entries too: discarded at once, with a "poison" entry after
+# this attempt's own. Each crash entry carries its signature, so the next attempt
+# compares with it; entries of other failures have none.
 _FAILED_ENTRY = f"""jsonb_build_array(jsonb_build_object(
     'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
     'at', now(), 'supervisor', %(owner)s::text)
+    || CASE WHEN u.signature IS NULL THEN '{{}}'::jsonb
+            ELSE jsonb_build_object('signature', u.signature) END
     || jsonb_strip_nulls(jsonb_build_object('usage', {_USAGE}, 'output', u.output)))"""
 
 FAIL = f"""
 UPDATE supervisor.jobs AS j
-SET state = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+SET state = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
                  THEN 'discarded' ELSE 'retryable' END,
-    run_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts
+    run_at = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
                   THEN j.run_at ELSE now() + u.delay * interval '1 second' END,
-    finished_at = CASE WHEN u.terminal OR j.attempt >= j.max_attempts THEN now() END,
-    errors = j.errors || {_FAILED_ENTRY},
+    finished_at = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
+                       THEN now() END,
+    errors = j.errors || {_FAILED_ENTRY}
+      || CASE WHEN u.poison THEN jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'poison',
+        'message', u.poison_after || ' attempts in a row failed the same way (' || u.signature
+                   || '): discarded as poison, attempts left unspent',
+        'traceback', NULL, 'at', now(), 'supervisor', %(owner)s::text))
+         ELSE '[]'::jsonb END,
     usage = {_USAGE}, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- as in COMPLETE: a failure before its start was written carries the start
     attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
-            %(tracebacks)s::text[], %(delays)s::float8[], %(terminal)s::bool[],
-            %(ran)s::float8[], {_USAGE_ARRAYS})
-     AS u(id, attempt, kind, message, traceback, delay, terminal, ran, cpu, wall, rss, output)
+FROM (SELECT v.*, v.signature IS NOT NULL AND v.poison_after > 0 AND NOT EXISTS (
+          SELECT 1 FROM generate_series(1, v.poison_after - 1) AS back(n)
+          WHERE p.errors -> (-back.n) ->> 'signature' IS DISTINCT FROM v.signature) AS poison
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[],
+                  %(messages)s::text[], %(tracebacks)s::text[], %(delays)s::float8[],
+                  %(terminal)s::bool[], %(signatures)s::text[], %(poison_after)s::int[],
+                  %(ran)s::float8[], {_USAGE_ARRAYS})
+           AS v(id, attempt, kind, message, traceback, delay, terminal, signature,
+                poison_after, ran, cpu, wall, rss, output)
+      JOIN supervisor.jobs p ON p.id = v.id) AS u
 WHERE {_FENCE}
-RETURNING j.id
+RETURNING j.id, u.poison
 """
 
 RELEASE = f"""
@@ -304,3 +323,60 @@ WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
 """
 
 LEAVE = "DELETE FROM supervisor.supervisors WHERE id = %(id)s"
+
+# Each kind's default memory reservation (issue 27): the p95 of max_rss_bytes over its
+# last 200 jobs with a usage (0014) finished in the past day, for kinds with at least 20
+# such samples. Read once a minute while a memory budget applies, never per claim; one
+# scan of the finished-jobs index per kind, bounded by the LIMIT.
+KIND_MEMORY_P95 = """
+SELECT k.kind, percentile_disc(0.95) WITHIN GROUP (ORDER BY r.rss)
+FROM unnest(%(kinds)s::text[]) AS k(kind)
+CROSS JOIN LATERAL (
+    SELECT (j.usage->>'max_rss_bytes')::bigint AS rss FROM supervisor.jobs j
+    WHERE j.kind = k.kind AND j.state IN ('completed', 'discarded', 'retryable')
+      AND j.usage ? 'max_rss_bytes' AND j.finished_at > now() - interval '1 day'
+    ORDER BY j.finished_at DESC
+    LIMIT 200) AS r
+GROUP BY k.kind
+HAVING count(*) >= 20
+"""
+
+# The circuit breaker per kind (issue 27, supervisor/breaker/).
+# Crashes of this turn, one row each; a kind whose crashes within the window (these
+# included: a CTE's inserted rows are not visible to the rest of its statement) exceed
+# the limit is paused for the cool-down, unless it is paused already. Its crash rows are
+# then cleared, so after the cool-down it starts counting afresh.
+KIND_CRASHES = """
+WITH added AS (
+    INSERT INTO supervisor.kind_crashes (kind)
+    SELECT unnest(%(kinds)s::text[])
+    RETURNING kind
+), counted AS (
+    SELECT k.kind,
+           (SELECT count(*) FROM supervisor.kind_crashes c
+            WHERE c.kind = k.kind AND c.at > now() - %(window)s * interval '1 second')
+           + (SELECT count(*) FROM added a WHERE a.kind = k.kind) AS crashes
+    FROM (SELECT DISTINCT unnest(%(kinds)s::text[]) AS kind) AS k
+)
+INSERT INTO supervisor.kind_pauses AS p (kind, paused_until, reason, crashes)
+SELECT kind, now() + %(cooldown)s * interval '1 second',
+       crashes || ' crashes within ' || %(window)s || ' s (breaker_failures '
+       || %(failures)s || ')', crashes
+FROM counted WHERE crashes > %(failures)s
+ON CONFLICT (kind) DO UPDATE
+SET paused_until = EXCLUDED.paused_until, reason = EXCLUDED.reason,
+    crashes = EXCLUDED.crashes, paused_at = now()
+WHERE p.paused_until IS NOT NULL AND p.paused_until <= now()
+RETURNING kind, crashes
+"""
+
+KIND_CRASHES_CLEAR = """
+DELETE FROM supervisor.kind_crashes
+WHERE kind = ANY(%(kinds)s::text[]) OR at < now() - %(window)s * interval '1 second'
+"""
+
+PAUSED_KINDS = """
+SELECT kind, reason, extract(epoch FROM paused_until - now())::float8
+FROM supervisor.kind_pauses
+WHERE paused_until IS NULL OR paused_until > now()
+"""

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 import psycopg
 
-from shared import jobs
+from shared import defaults, jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
 from shared.usage import Usage
@@ -36,10 +36,14 @@ from supervisor.db.sql import (
     FAIL,
     HAS_DUE_WORK,
     INTERRUPT,
+    KIND_CRASHES,
+    KIND_CRASHES_CLEAR,
+    KIND_MEMORY_P95,
     LEAVE,
     LEFT_FOR_LATER,
     NEXT_DUE,
     PAUSED,
+    PAUSED_KINDS,
     PROMOTE,
     PRUNE,
     QUEUE_COUNTS,
@@ -87,6 +91,7 @@ class Failure:
     usage: Usage | None = None  # as for Completion: kept in the attempt's errors entry too
     output: str | None = None
     ran: float | None = None  # as Completion.ran
+    job_kind: str = ""  # the job's kind, for its poison_after setting
 
 
 T = TypeVar("T")
@@ -119,6 +124,10 @@ class Store:
         # For rows that leave max_attempts out: each kind's handler value, else this.
         self.max_attempts: Mapping[str, int] = {}
         self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
+        # Crashes in a row with one signature that discard a job as poison (0: never):
+        # each kind's @job(poison_after=...), else this.
+        self.poison_after: Mapping[str, int] = {}
+        self.default_poison_after = defaults.POISON_AFTER
         self._run_once: set[str] = set()  # statements run once: prepared from the next run
 
     def _again(self, sql: str) -> bool:
@@ -212,10 +221,24 @@ class Store:
         params["terminal"] = [bool(f.terminal) for f in items]
         params["ran"] = [f.ran for f in items]
         params |= usage_params(items)
+        params["signatures"] = [jobs.crash_signature(f.kind, f.message) for f in items]
+        params["poison_after"] = [self.poison_after.get(f.job_kind, self.default_poison_after)
+                                  for f in items]
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}
-        return self._fenced("fail", FAIL, params, items, expected)
+        rows = self.connection.execute(FAIL, params, prepare=False).fetchall()
+        if any(poison for _, poison in rows):
+            # The engine logged these as retrying: only the row knew the crash repeated.
+            by_id = {f.id: (f, signature) for f, signature in zip(items, params["signatures"],
+                                                                   strict=True)}
+            for job_id, poison in rows:
+                if poison:
+                    failure, signature = by_id[job_id]
+                    log.warning("job %d %s attempt %d discarded as poison: the same crash "
+                                "as its last attempt (%s)", job_id, failure.job_kind,
+                                failure.attempt, signature)
+        return self._report_fenced("fail", items, {row[0] for row in rows}, expected)
 
     def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
         """Give back claimed jobs that never started: available again, the attempt not
@@ -384,6 +407,32 @@ class Store:
             if state != "running":
                 counts[queue]["due"] += due
         return counts
+
+    def kind_memory_p95(self, kinds: Sequence[str]) -> dict[str, int]:
+        """Each kind's p95 of recent ``max_rss_bytes`` (kinds with 20 samples or more):
+        the default memory reservation of its undeclared jobs."""
+        if not kinds:
+            return {}
+        rows = self.connection.execute(KIND_MEMORY_P95, {"kinds": list(kinds)})
+        return {kind: int(rss) for kind, rss in rows if rss is not None and rss > 0}
+
+    def record_crashes(self, kinds: Sequence[str], window: float, cooldown: float,
+                       failures: int) -> list[tuple[str, int]]:
+        """Record one crash per entry of ``kinds``; a kind with more than ``failures``
+        within ``window`` seconds (across supervisors) is paused for ``cooldown``.
+        Returns the kinds this paused, with their count."""
+        tripped = [(kind, int(n)) for kind, n in self.connection.execute(KIND_CRASHES, {
+            "kinds": list(kinds), "window": window, "cooldown": cooldown,
+            "failures": failures}).fetchall()]
+        if tripped:
+            self.connection.execute(KIND_CRASHES_CLEAR, {"kinds": [k for k, _ in tripped],
+                                                         "window": window})
+        return tripped
+
+    def paused_kinds(self) -> dict[str, tuple[str, float | None]]:
+        """Kinds paused now: kind -> (why, seconds left or None: until resumed)."""
+        return {kind: (reason, left) for kind, reason, left in
+                self.connection.execute(PAUSED_KINDS)}
 
     def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str]) -> set[str]:
         """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now: the

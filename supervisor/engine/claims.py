@@ -17,6 +17,7 @@ import time
 import psycopg
 
 from shared.jobs import ClaimedJob
+from supervisor.admission import Admission
 from supervisor.db import ClaimRequest, ClaimResult, Database, connection_lost
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
@@ -33,8 +34,9 @@ class Claimer:
     def __init__(self, db: Database, scheduler: Scheduler, ledger: Ledger, outbox: Outbox,
                  metrics: SupervisorMetrics, kinds: list[str],
                  default_timeout: float | None, clock=time.monotonic,
-                 tracer: JobTracer | None = None) -> None:
+                 tracer: JobTracer | None = None, admission: Admission | None = None) -> None:
         self.db = db
+        self.admission = admission  # notes declared jobs; sends back those beyond budget
         self.tracer = tracer  # None unless the otel extra is on
         self.scheduler = scheduler
         self.ledger = ledger
@@ -67,7 +69,8 @@ class Claimer:
         self._last_turn[queue] = next(self._order)
         request = ClaimRequest(queue, self.kinds, wanted, self.scheduler.aging(queue),
                                self.scheduler.per_key(queue),
-                               self.outbox.take_completions(), self.outbox.take_starts(now))
+                               self.outbox.take_completions(), self.outbox.take_starts(now),
+                               self.admission.bounds() if self.admission is not None else None)
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0
@@ -115,5 +118,13 @@ class Claimer:
             return claimed
         for job in claimed:
             job.timeout = resolve_timeout(job, self.default_timeout)
+        if self.admission is not None:
+            beyond = self.admission.claimed(claimed)
+            if beyond:  # never fits here: back for a supervisor that can hold it
+                for job in beyond:
+                    log.info("job %d %s %s: left for another supervisor", job.id, job.kind,
+                             self.admission.too_big[job.id])
+                self.outbox.released(beyond, self.clock())
+                claimed = [job for job in claimed if job not in beyond]
         self.ledger.add_claimed(claimed)
         return claimed

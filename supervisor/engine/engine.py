@@ -37,14 +37,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared import defaults
+from supervisor.admission import Admission, make_budget
+from supervisor.breaker import Breaker, BreakerSettings
 from supervisor.db import Database, Interrupt
+from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 from supervisor.engine.notices import notify_drain, notify_fence
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import handler_max_attempts
+from supervisor.engine.policy import handler_max_attempts, handler_poison_after
 from supervisor.engine.reporting import OutcomeReporter
 from supervisor.observe import JobTracer, SupervisorMetrics
 
@@ -58,6 +61,9 @@ log = logging.getLogger("supervisor.engine")
 BURST_CHECK_INTERVAL = 0.1
 PROMOTE_AGAIN = 0.005  # a job found due during a poll is promoted this soon after
 MIN_POLL_GAP = 0.05  # polls asked for by events (NOTIFY, retries) come no closer than this
+# Each kind's default memory reservation (p95 of recent max_rss_bytes) is read this
+# often while a memory budget applies: cached, never asked per claim.
+KIND_MEMORY_EVERY = 60.0
 
 
 class Engine:
@@ -81,10 +87,15 @@ class Engine:
         self.clock = clock
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
                                  owner=owner)
-        self.ledger = Ledger()
+        self.admission = Admission(
+            make_budget(config.children, config.memory_budget), config.admission_patience)
+        self.next_kind_memory = now  # when each kind's default memory is read again
+        self.breaker = Breaker(BreakerSettings(config.breaker_failures, config.breaker_window,
+                                               config.breaker_cooldown))
+        self.ledger = Ledger(self.admission)
         self.outbox = Outbox(metrics, config.flush_interval, tracer)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
-                               config.default_timeout, clock, tracer)
+                               config.default_timeout, clock, tracer, self.admission)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics, self.planner.depth)
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,
@@ -93,6 +104,8 @@ class Engine:
         self.schedules = schedules
         db.store.max_attempts = handler_max_attempts(kinds)
         db.store.default_attempts = config.max_attempts
+        db.store.poison_after = handler_poison_after(kinds)
+        db.store.default_poison_after = config.poison_after
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self.next_promote: float | None = None  # when the next scheduled/retrying job is due
@@ -123,6 +136,8 @@ class Engine:
         """Do everything that is due; never blocks longer than one statement."""
         db = self.db
         self.reporter.record(pool.take_outcomes(), now)
+        if self.reporter.crashes:
+            self._count_crashes()
         self.planner.jobs_ended(self.reporter.take_ended())
         db.expire(now)  # a claim a hung server never answers
         if not db.up and db.maybe_reconnect():
@@ -205,6 +220,10 @@ class Engine:
         Idle children go to the queue furthest below its share first; then each busy
         child's pipe is topped up with jobs of the queue it runs, while that queue is
         within its share (so a queue's children drain and move on when it is not)."""
+        if self.admission.engaged:  # some job declares a reservation, or a default applies
+            dispatch_admitted(self.ledger, self.planner, self.admission, pool,
+                              len(self.queues) == 1, self.clock())
+            return
         ledger = self.ledger
         planner = self.planner
         if len(self.queues) == 1:  # the common case needs no share arithmetic
@@ -298,6 +317,8 @@ class Engine:
     def collect(self, pool: Pool, now: float) -> None:
         """Book what the pool reported since the last tick (used while stopping)."""
         self.reporter.record(pool.take_outcomes(), now)
+        if self.reporter.crashes:
+            self._count_crashes()
 
     def flush(self, now: float, *, last_chance: bool = False) -> None:
         """Write every pending outcome now."""
@@ -349,11 +370,32 @@ class Engine:
             native = pool.native_jobs(now)
             if native:
                 info["native"] = [n.as_info() for n in native]
+            admission = self.admission
+            if admission.engaged or admission.budget.memory is not None:
+                admission.prune({job.id for job in self.ledger.waiting_jobs()})
+                info["admission"] = admission.report()
             rescued = self.db.call(lambda s: self.maintenance.run_round(
                 s, children=pool.size(), busy=pool.busy_count(), info=info,
                 may_lead=now >= self.rescue_hold_until), 0, "maintenance")
             if rescued:
                 self.metrics.rescued(rescued)
+        if self.breaker.pending:
+            tripped = self.db.call(self.breaker.record, None,
+                                   "recording crashes for the breaker")
+            for kind, crashes in tripped or ():
+                log.warning("kind %s paused on every supervisor for %.0f s: %d crashes "
+                            "within %.0f s (breaker_failures %d)", kind,
+                            self.config.breaker_cooldown, crashes, self.config.breaker_window,
+                            self.config.breaker_failures)
+                self.metrics.kind_tripped(kind)
+            if tripped:
+                self._read_kind_pauses(now)
+        if self.admission.budget.memory is not None and now >= self.next_kind_memory:
+            self.next_kind_memory = now + KIND_MEMORY_EVERY
+            found = self.db.call(lambda s: s.kind_memory_p95(self.kinds), None,
+                                 "reading each kind's memory use")
+            if found is not None:
+                self.admission.kind_memory = found
         schedules = self.schedules
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")
@@ -361,7 +403,8 @@ class Engine:
     def _poll(self, now: float) -> None:
         """Promote due scheduled/retryable jobs, ask which queues hold work and when the
         next job for later is due (the loop wakes then, not at its next poll)."""
-        db, queues, kinds = self.db, self.queues, self.kinds
+        self._read_kind_pauses(now)
+        db, queues, kinds = self.db, self.queues, self.claimer.kinds
         self.last_poll = now
         db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
         with_work = db.call(lambda s: s.queues_with_work(queues, kinds), None,
@@ -374,6 +417,31 @@ class Engine:
         if self.ledger.waiting_counts():
             # Catches a pause whose NOTIFY was missed (say, while reconnecting).
             self._paused(db.call(lambda s: s.paused_queues(queues), set(), "polling"), now)
+
+    def _count_crashes(self) -> None:
+        """Hand the crashes the reporter saw to the breaker (written after the claim)."""
+        for kind in self.reporter.crashes:
+            self.breaker.crashed(kind)
+        self.reporter.crashes.clear()
+
+    def _read_kind_pauses(self, now: float) -> None:
+        """Learn which kinds are paused (breaker or by hand): claims leave them out, and
+        claimed jobs of theirs not started yet go back."""
+        changed = self.db.call(self.breaker.refresh, None, "reading paused kinds")
+        if not changed or not (changed[0] or changed[1]):
+            return
+        paused, resumed = changed
+        for kind in sorted(paused):
+            log.warning("kind %s is paused: %s; starting none of it", kind,
+                        self.breaker.paused[kind])
+        for kind in sorted(resumed):
+            log.info("kind %s resumed", kind)
+        self.claimer.kinds = self.breaker.active(self.kinds)
+        if paused:
+            held = [job for job in self.ledger.waiting_jobs() if job.kind in paused]
+            if held:
+                self.ledger.drop_waiting({job.id for job in held})
+                self.outbox.released(held, now)
 
     def _poll_soon(self, now: float) -> None:
         self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))

@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from shared.jobs import ClaimedJob
+from supervisor.admission import Admission
 
 
 class Ledger:
     """Claimed jobs per queue: waiting for a child, or running."""
 
-    def __init__(self) -> None:
+    def __init__(self, admission: Admission | None = None) -> None:
+        # Charges of jobs sent to children, freed here as each ends or comes back.
+        self.admission = admission
         self.waiting: dict[str, deque[ClaimedJob]] = {}
         self.running: Counter[str] = Counter()  # started in a child (one per busy child)
         self.in_pipes: Counter[str] = Counter()  # sent to a child, not started yet
@@ -32,6 +35,14 @@ class Ledger:
     def waiting_counts(self) -> dict[str, int]:
         """Jobs waiting for a child, per queue."""
         return {q: len(d) for q, d in self.waiting.items() if d}
+
+    def take_waiting_at(self, queue: str, index: int) -> ClaimedJob:
+        """The waiting job of ``queue`` at ``index`` (admission may start a later job
+        before an earlier one that does not fit), removed."""
+        queue_jobs = self.waiting[queue]
+        job = queue_jobs[index]
+        del queue_jobs[index]
+        return job
 
     def pop_waiting(self, queue: str) -> ClaimedJob | None:
         """The next job of ``queue`` to start, or None."""
@@ -76,12 +87,18 @@ class Ledger:
         """A child gave the job back unstarted; where it goes next is the caller's."""
         if self.in_pipes[job.queue] > 0:
             self.in_pipes[job.queue] -= 1
+        admission = self.admission
+        if admission is not None and admission.charged:
+            admission.release(job.id)
 
     def ended(self, job: ClaimedJob, outcome: str) -> None:
         """A child finished with the job; ``outcome`` is counted for the run's summary."""
         if self.running[job.queue] > 0:
             self.running[job.queue] -= 1
         self.finished[outcome] += 1
+        admission = self.admission
+        if admission is not None and admission.charged:
+            admission.release(job.id)
 
     def outstanding(self) -> dict[str, int]:
         """Jobs held per queue (running, in a pipe or waiting): what capacity is

@@ -132,7 +132,7 @@ class Outbox:
         failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
                           clean_text(traceback), retry_delay,
                           terminal or kind in jobs.TERMINAL_FAILURES,
-                          usage, clean_text(output) if output else None, ran)
+                          usage, clean_text(output) if output else None, ran, job.kind)
         if kind == jobs.FAIL_SHUTDOWN:
             self.pending.interrupts.append(failure)
         elif kind == jobs.FAIL_SNOOZE:

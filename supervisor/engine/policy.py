@@ -32,6 +32,16 @@ def handler_max_attempts(kinds: list[str]) -> dict[str, int]:
     return found
 
 
+def handler_poison_after(kinds: list[str]) -> dict[str, int]:
+    """Each loaded handler's ``@job(poison_after=...)`` (0: never poison)."""
+    found = {}
+    for kind in kinds:
+        handle = get_handler(kind)
+        if handle is not None and handle.defaults.poison_after is not None:
+            found[kind] = handle.defaults.poison_after
+    return found
+
+
 def retry_delay(job: ClaimedJob, asked: float | None) -> float | None:
     """Seconds before the next attempt of ``job``: what the handler asked for with
     ``Retry(delay=...)``, else its kind's ``@job(backoff=...)``, else None (the store's

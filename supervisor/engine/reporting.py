@@ -51,6 +51,9 @@ class OutcomeReporter:
         # queue whose keys were all at their limit may claim again.
         self.ended_queues: set[str] = set()
         self._native_news = False  # a child went busy in native code since last asked
+        # Kinds of attempts that crashed, hung, timed out or hit the memory cap since the
+        # engine last asked: what the per-kind circuit breaker counts.
+        self.crashes: list[str] = []
 
     def record(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -156,6 +159,8 @@ class OutcomeReporter:
 
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job
+        if outcome.kind in jobs.CRASH_FAILURES:
+            self.crashes.append(job.kind)
         self.ended_queues.add(job.queue)
         shutdown = outcome.kind == jobs.FAIL_SHUTDOWN
         # Killed because the row is no longer ours (an operator cancelled it, or the

@@ -79,6 +79,10 @@ class SupervisorMetrics:
             "Claimed jobs given back unstarted (drain), attempt not counted.",
             ["queue"],
         )
+        self._kinds_tripped = r.counter(
+            "supervisor_kind_breaker_trips_total",
+            "Times this supervisor's crashes tripped a kind's circuit breaker (the kind is "
+            "paused on every supervisor for breaker_cooldown).", ["kind"])
         self._rescued = r.counter(
             "supervisor_jobs_rescued_total",
             "Jobs this supervisor's maintenance rescued after their lease expired.",
@@ -232,6 +236,10 @@ class SupervisorMetrics:
         """``n`` permits of ``queue`` went back unused."""
         if n:
             self._refunded.add((queue,), n)
+
+    def kind_tripped(self, kind: str) -> None:
+        """Crashes recorded here tripped ``kind``'s circuit breaker."""
+        self._kinds_tripped.add((kind,))
 
     def rescued(self, n: int) -> None:
         """Maintenance rescued ``n`` jobs whose lease had expired."""

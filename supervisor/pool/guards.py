@@ -20,15 +20,26 @@ def nap_threshold(settings: PoolSettings) -> float:
     return min(1.0, settings.heartbeat_timeout / 4)
 
 
-def over_memory(oscalls: OsCalls, settings: PoolSettings, pid: int) -> str | None:
+def over_memory(oscalls: OsCalls, settings: PoolSettings, pid: int,
+                reserved: int | None = None) -> str | None:
     """Sample a busy child's RSS: why it must be killed if it passed the cap, else None
-    (a child already gone is its reaping's business)."""
-    limit = settings.max_memory_per_child
-    rss = oscalls.rss(pid) if limit else None
-    if rss is None or limit is None or rss <= limit:
+    (a child already gone is its reaping's business). A job that reserved more memory
+    than the cap (``reserved``, issue 27) may use up to its reservation; the message
+    names the reservation either way."""
+    cap = settings.max_memory_per_child
+    rss = oscalls.rss(pid) if cap else None
+    if rss is None or cap is None:
         return None
-    return (f"RSS {format_size(rss)} passed the {format_size(limit)} "
-            "max_memory_per_child")
+    limit = max(cap, reserved or 0)
+    if rss <= limit:
+        return None
+    if reserved is None:
+        return f"RSS {format_size(rss)} passed the {format_size(cap)} max_memory_per_child"
+    if reserved >= cap:
+        return (f"RSS {format_size(rss)} passed the job's {format_size(reserved)} memory "
+                f"reservation (above the {format_size(cap)} max_memory_per_child)")
+    return (f"RSS {format_size(rss)} passed the {format_size(cap)} max_memory_per_child "
+            f"(the job reserved {format_size(reserved)})")
 
 
 def peaked(oscalls: OsCalls, settings: PoolSettings, pid: int) -> bool:

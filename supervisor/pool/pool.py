@@ -712,7 +712,9 @@ class Pool:
             self._event(child, "recalled", f"{asked} jobs {why}")
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
-        why = guards.over_memory(self._os, self.settings, child.pid)
+        job = child.job
+        why = guards.over_memory(self._os, self.settings, child.pid,
+                                 job.memory if job is not None else None)
         if why is not None:
             # SIGKILL at once: a grace would only let it grow further.
             self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)

@@ -199,6 +199,7 @@ class ChildProcess:
         "started",
         "state",
         "stop_sent",
+        "threads",
         "timeout",
         "worker_no",
         "write_fd",
@@ -215,6 +216,9 @@ class ChildProcess:
         self.read_fd = read_fd  # the child's frames arrive here (non-blocking)
         self.write_fd = write_fd  # RUN and STOP go out here (non-blocking)
         self.max_jobs = max_jobs
+        # Native pool threads a child has (None: as the libraries set): a job reserving
+        # n CPUs gets n times that.
+        self.threads = settings.native_threads
         self.spawned_at = now
         self.reader = wire.FrameReader(settings.max_frame_bytes)
         self.writer = wire.FrameWriter()
@@ -408,8 +412,13 @@ class ChildProcess:
         (again at its START); behind other jobs it waits in ``outgoing`` for ``push``,
         so one turn's jobs for a child travel in one write. False, and nothing sent or
         changed, if its RUN frame would be over the frame cap."""
+        cpus = job.cpus
+        # A job that reserved several CPUs gets that many children's native threads.
+        threads = cpus * self.threads if (cpus is not None and cpus > 1
+                                          and self.threads is not None) else None
         data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
-                         job.args_json, job.trace_context, job.checkpoint, job.expires_at)
+                         job.args_json, job.trace_context, job.checkpoint, job.expires_at,
+                         threads)
         if len(data) > self._max_frame:
             return False
         jobs = self.jobs

@@ -1,0 +1,61 @@
+"""A supervisor's budget: CPUs (its children, ``-n``) and memory (``memory_budget``, or
+the container's ``memory.max`` less the parent's own RSS and a margin, or none outside a
+container)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.memlimit import cgroup_memory_limit
+from shared.units import format_size
+
+MIN_MEMORY_BUDGET = 64 << 20  # below this a budget is a size written without its unit
+# Kept free of the cgroup's limit besides the parent's RSS: page cache, the children's
+# own interpreters before they run anything, the kernel's slack. 64 MiB or 5%.
+CGROUP_MARGIN_MIN = 64 << 20
+CGROUP_MARGIN_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the jobs running here may reserve together: ``cpus`` (children's worth) and
+    ``memory`` in bytes (None: no memory admission); ``source`` says where it came
+    from, for the start-up line and ``status``."""
+
+    cpus: int
+    memory: int | None
+    source: str
+
+    def describe(self) -> str:
+        """The budget in words."""
+        memory = "no memory admission" if self.memory is None else format_size(self.memory)
+        return f"{self.cpus} CPUs, {memory} ({self.source})"
+
+
+def make_budget(children: int, memory_budget: int | None,
+                cgroup_root: str | None = None, parent_rss: int | None = None) -> Budget:
+    """The budget of a supervisor of ``children`` children: ``memory_budget`` when set,
+    else the cgroup's memory limit less ``parent_rss`` (read from /proc when None) and
+    ``max(64 MiB, 5%)``, else no memory admission."""
+    if memory_budget is not None:
+        return Budget(children, memory_budget, "memory_budget")
+    limit = cgroup_memory_limit(cgroup_root)
+    if limit is None:
+        return Budget(children, None, "no memory_budget and no cgroup memory limit")
+    rss = own_rss() if parent_rss is None else parent_rss
+    margin = max(CGROUP_MARGIN_MIN, int(limit.bytes * CGROUP_MARGIN_SHARE))
+    memory = max(0, limit.bytes - rss - margin)
+    return Budget(children, memory,
+                  f"{limit.source} less the parent's RSS {format_size(rss)} and a "
+                  f"{format_size(margin)} margin")
+
+
+def own_rss() -> int:
+    """This process's resident set in bytes (0 when /proc cannot say)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")

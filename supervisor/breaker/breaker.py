@@ -1,0 +1,75 @@
+"""One supervisor's side of the per-kind circuit breaker: it records its crashes (one
+statement per batch of failures, only when there are crashes), and reads which kinds
+are paused once per poll, so every supervisor stops starting a paused kind within a
+poll interval. The statements are the store's (``Store.record_crashes``,
+``Store.paused_kinds``), passed in by the engine."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from shared import defaults
+
+if TYPE_CHECKING:
+    class Store(Protocol):
+        """The two statements of ``supervisor.db.Store`` the breaker runs."""
+
+        def record_crashes(self, kinds: list[str], window: float, cooldown: float,
+                           failures: int) -> list[tuple[str, int]]: ...
+
+        def paused_kinds(self) -> dict[str, tuple[str, float | None]]: ...
+
+log = logging.getLogger("supervisor.breaker")
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    """``failures`` crashes (more than) within ``window`` seconds pause a kind for
+    ``cooldown`` seconds; ``failures = 0`` turns the breaker off."""
+
+    failures: int = defaults.BREAKER_FAILURES
+    window: float = defaults.BREAKER_WINDOW
+    cooldown: float = defaults.BREAKER_COOLDOWN
+
+
+class Breaker:
+    """The kinds paused here now, and the crashes waiting to be recorded."""
+
+    def __init__(self, settings: BreakerSettings) -> None:
+        self.settings = settings
+        self.paused: dict[str, str] = {}  # kind -> why, as last read
+        self.pending: list[str] = []  # kinds of crashes not yet recorded
+
+    @property
+    def on(self) -> bool:
+        """Whether the breaker counts crashes at all."""
+        return self.settings.failures > 0
+
+    def crashed(self, kind: str) -> None:
+        """An attempt of ``kind`` crashed, hung, timed out or hit the memory cap."""
+        if self.on:
+            self.pending.append(kind)
+
+    def record(self, store: Store) -> list[tuple[str, int]]:
+        """Write the pending crashes; returns the kinds this tripped, with their count."""
+        if not self.pending:
+            return []
+        kinds, self.pending = self.pending, []
+        s = self.settings
+        return store.record_crashes(kinds, s.window, s.cooldown, s.failures)
+
+    def refresh(self, store: Store) -> tuple[set[str], set[str]]:
+        """Read the paused kinds; returns (newly paused, newly resumed) since last read."""
+        now_paused = {kind: f"{reason}" + (f", {left:.0f} s left" if left is not None else
+                                           ", until resumed")
+                      for kind, (reason, left) in store.paused_kinds().items()}
+        before = set(self.paused)
+        self.paused = now_paused
+        return set(now_paused) - before, before - set(now_paused)
+
+    def active(self, kinds: Iterable[str]) -> list[str]:
+        """``kinds`` less the paused ones."""
+        return [kind for kind in kinds if kind not in self.paused]

@@ -1,0 +1,97 @@
+"""The admission book with fakes, the budget from a fake cgroup, and each kind's default
+memory read from the usage column (written here with SQL, as the usage work fills it)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from shared.jobs import ClaimedJob
+from shared.memlimit import cgroup_memory_limit
+from supervisor.admission import Admission, Budget, make_budget
+from supervisor.db import Store
+
+MIB = 1 << 20
+
+
+def claimed(job_id: int, kind: str = "k", cpus: int | None = None,
+            memory: int | None = None) -> ClaimedJob:
+    return ClaimedJob(id=job_id, kind=kind, queue="q", attempt=1, max_attempts=3,
+                      priority=0, timeout=None, args_json="{}", cpus=cpus, memory=memory)
+
+
+def test_nothing_declared_and_no_budget_leaves_the_book_disengaged():
+    book = Admission(Budget(4, None, "test"), patience=30)
+    assert book.claimed([claimed(1), claimed(2)]) == []
+    assert not book.engaged and book.need(claimed(1)) is None
+
+
+def test_memory_charges_add_up_to_the_budget_and_free_on_release():
+    book = Admission(Budget(4, 1024 * MIB, "test"), patience=30)
+    big = [claimed(i, memory=600 * MIB) for i in (1, 2)]
+    book.claimed(big)
+    assert book.engaged
+    assert book.choose(deque(big), free=4, now=0.0) == 0
+    book.charge(big[0])
+    assert book.choose(deque(big[1:]), free=3, now=0.0) is None
+    assert book.waiting_why[2] == "needs 600 MiB, 600 MiB of 1024 MiB held"
+    book.release(1)
+    assert book.memory_held == 0 and book.choose(deque(big[1:]), free=4, now=0.0) == 0
+
+
+def test_a_multi_cpu_job_keeps_children_free_and_smaller_jobs_overtake_until_patience():
+    book = Admission(Budget(4, None, "test"), patience=5)
+    wide, small = claimed(1, cpus=3), claimed(2)
+    book.claimed([wide, small])
+    assert book.choose(deque([wide, small]), free=2, now=0.0) == 1  # small overtakes
+    assert book.choose(deque([wide, small]), free=2, now=4.9) == 1
+    assert book.choose(deque([wide, small]), free=2, now=5.0) is None  # patience is up
+    assert book.choose(deque([wide, small]), free=3, now=6.0) == 0
+    book.charge(wide)
+    assert book.extra_cpus == 2
+
+
+def test_a_job_beyond_the_whole_budget_goes_back_and_later_claims_are_bounded():
+    book = Admission(Budget(2, 256 * MIB, "test"), patience=30)
+    assert book.bounds() is None
+    beyond = book.claimed([claimed(1, memory=1 << 30), claimed(2, cpus=8), claimed(3)])
+    assert [j.id for j in beyond] == [1, 2]
+    assert book.too_big[1] == "needs 1024 MiB, budget 256 MiB"
+    assert book.too_big[2] == "needs 8 CPUs, budget 2"
+    assert book.bounds() == (2, 256 * MIB)
+
+
+def test_the_kinds_default_memory_applies_only_under_a_memory_budget():
+    with_budget = Admission(Budget(4, 1 << 30, "test"), patience=30)
+    with_budget.kind_memory = {"k": 300 * MIB}
+    assert with_budget.engaged and with_budget.need(claimed(1)).memory == 300 * MIB
+    assert with_budget.need(claimed(2, memory=5 * MIB)).memory == 5 * MIB
+    without = Admission(Budget(4, None, "test"), patience=30)
+    without.kind_memory = {"k": 300 * MIB}
+    assert not without.engaged and without.need(claimed(1)) is None
+
+
+def test_budget_from_a_fake_cgroup_less_rss_and_margin(tmp_path):
+    (tmp_path / "memory.max").write_text(f"{4 << 30}\n")
+    limit = cgroup_memory_limit(str(tmp_path))
+    assert limit is not None and limit.bytes == 4 << 30
+    budget = make_budget(4, None, cgroup_root=str(tmp_path), parent_rss=100 * MIB)
+    margin = max(64 * MIB, int((4 << 30) * 0.05))
+    assert budget.memory == (4 << 30) - 100 * MIB - margin
+    (tmp_path / "memory.max").write_text("max\n")
+    assert make_budget(4, None, cgroup_root=str(tmp_path)).memory is None
+    assert make_budget(4, 1 << 30, cgroup_root=str(tmp_path)).memory == 1 << 30
+
+
+def test_each_kinds_default_memory_is_the_p95_of_recent_usage_once_20_samples(conn):
+    def add(kind: str, rss_values: list[int]) -> None:
+        conn.execute(
+            "INSERT INTO supervisor.jobs (kind, state, finished_at, usage) "
+            "SELECT %s, 'completed', now(), jsonb_build_object('cpu_seconds', 0.1, "
+            "'wall_seconds', 0.2, 'max_rss_bytes', r) FROM unnest(%s::bigint[]) AS r",
+            (kind, rss_values))
+
+    add("enough", [(i + 1) * MIB for i in range(100)])
+    add("few", [50 * MIB] * 19)
+    store = Store(conn, "test-owner")
+    found = store.kind_memory_p95(["enough", "few", "none"])
+    assert found == {"enough": 95 * MIB}
