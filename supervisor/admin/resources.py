@@ -27,7 +27,8 @@ def waiting_for_resources(conn: psycopg.Connection,
     why: list[str] = []
     budgets = []
     for sup in supervisors:
-        admission = (sup.get("info") or {}).get("admission")
+        info = sup.get("info")  # a row written by hand may hold anything
+        admission = info.get("admission") if isinstance(info, dict) else None
         if isinstance(admission, dict):
             count += int(admission.get("waiting") or 0)
             why += [str(w) for w in admission.get("why") or ()]
