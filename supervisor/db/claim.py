@@ -35,15 +35,13 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shared.jobs import ClaimedJob
 from supervisor.db.attempt_cost import usage_params
 from supervisor.db.nonblocking import Prepared
+from supervisor.db.records import Completion
 from supervisor.db.sql import COMPLETE, STARTED
-
-if TYPE_CHECKING:
-    from supervisor.db.store import Completion
 
 # Claims carrying at most this many writes run as prepared statements: a generic plan
 # guesses ten rows for a batch, as good as a custom plan for a few, and it saves the

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -21,12 +20,12 @@ import psycopg
 from shared import defaults, jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
-from shared.usage import Usage
 from supervisor.db import claim, history, leases
 from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
+from supervisor.db.records import Completion, Failure
 from supervisor.db.sql import (
     BEAT,
     COMPLETE,
@@ -59,40 +58,6 @@ from supervisor.db.sql import (
 )
 
 log = logging.getLogger("supervisor.store")
-
-@dataclass(slots=True, frozen=True)
-class Completion:
-    """A job whose handler returned; ``result_json`` is already JSON text (or None).
-    ``usage``: what the attempt cost, ``output``: the tail of what it printed; None
-    when unknown or empty. ``ran``: seconds since its start when that start was not
-    written (the write sets the attempt's start from it), else None."""
-
-    id: int
-    attempt: int
-    result_json: str | None
-    usage: Usage | None = None
-    output: str | None = None
-    ran: float | None = None
-
-
-@dataclass(slots=True, frozen=True)
-class Failure:
-    """A failed attempt. ``kind`` is one of ``shared.jobs.FAIL_*``. ``terminal`` (or the
-    last allowed attempt) discards the job; otherwise it becomes retryable after
-    ``retry_delay`` seconds, or the store's backoff when None."""
-
-    id: int
-    attempt: int
-    kind: str
-    message: str
-    traceback: str | None = None
-    retry_delay: float | None = None
-    terminal: bool = False
-    usage: Usage | None = None  # as for Completion: kept in the attempt's errors entry too
-    output: str | None = None
-    ran: float | None = None  # as Completion.ran
-    job_kind: str = ""  # the job's kind, for its poison_after setting
-
 
 T = TypeVar("T")
 

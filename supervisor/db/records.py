@@ -1,0 +1,46 @@
+"""The outcomes the parent writes for running jobs: a completion or a failed attempt.
+
+Their own module because both the store (which writes them alone) and the claim (which
+carries completions in its statement) take them, and neither should import the other
+for a record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.usage import Usage
+
+
+@dataclass(slots=True, frozen=True)
+class Completion:
+    """A job whose handler returned; ``result_json`` is already JSON text (or None).
+    ``usage``: what the attempt cost, ``output``: the tail of what it printed; None
+    when unknown or empty. ``ran``: seconds since its start when that start was not
+    written (the write sets the attempt's start from it), else None."""
+
+    id: int
+    attempt: int
+    result_json: str | None
+    usage: Usage | None = None
+    output: str | None = None
+    ran: float | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Failure:
+    """A failed attempt. ``kind`` is one of ``shared.jobs.FAIL_*``. ``terminal`` (or the
+    last allowed attempt) discards the job; otherwise it becomes retryable after
+    ``retry_delay`` seconds, or the store's backoff when None."""
+
+    id: int
+    attempt: int
+    kind: str
+    message: str
+    traceback: str | None = None
+    retry_delay: float | None = None
+    terminal: bool = False
+    usage: Usage | None = None  # as for Completion: kept in the attempt's errors entry too
+    output: str | None = None
+    ran: float | None = None  # as Completion.ran
+    job_kind: str = ""  # the job's kind, for its poison_after setting
