@@ -77,6 +77,19 @@ def test_a_crashed_child_with_no_sample_in_its_job_records_a_lower_bound():
     assert out.usage == Usage(0.0, 2.0, 0)
 
 
+def test_a_crashed_child_counts_the_cpu_its_reaping_reports():
+    h, pid = booted(0.5)
+    h.pool.dispatch(job(1))
+    h.advance(1.0)
+    h.says(pid, wire.Done(1, b"null", usage=Usage(0.25, 1.0, 50 * MIB)).encode())
+    h.pool.dispatch(job(2))
+    h.advance(2.0)
+    h.os.cpu_at_exit[pid] = 0.5 + 0.25 + 1.5  # wait4: its whole life's CPU
+    out = failed(h, pid, signalled(signal.SIGSEGV))
+    assert out.kind == "crashed"
+    assert out.usage == Usage(1.5, 2.0, 0)
+
+
 def test_a_child_that_answers_keeps_its_own_usage_and_costs_no_proc_read():
     h, pid = booted(0.0)
     reads = []

@@ -7,13 +7,14 @@ parent fills the usage from what it has seen of the child, at no extra cost on t
 path where children answer:
 
 - ``wall_seconds``: from the job's start (its START) to its end here.
-- ``cpu_seconds``: the child's process-group CPU time (``shared.procfs.group_sample``)
-  at the kill, or the last sample the liveness check took for a child that died on its
-  own, less a baseline: the group's CPU read once when the child said READY plus the
-  CPU the child reported for each job it answered since (its meter counts from one
-  job's end to the next, so that sum is the CPU it used between READY and the job's
-  start). No ``/proc`` read per job. A lower bound: a crashed child's last sample may
-  be old or missing (then 0), and processes that left the group are not counted.
+- ``cpu_seconds``: the child's CPU time at its end, the larger of its process group's
+  (``shared.procfs.group_sample``, live descendants included) read once at the kill and
+  its own with the children it reaped (``wait4``'s rusage, free at the reap: a crashed
+  child's exact figure), less a baseline: the group's CPU read once when the child
+  said READY plus the CPU the child reported for each job it answered since (its meter
+  counts from one job's end to the next, so that sum is the CPU it used between READY
+  and the job's start). No ``/proc`` read per job. A lower bound: descendants still
+  alive at a crash and processes that left the group are not counted.
 - ``max_rss_bytes``: the highest RSS the parent read for the child during the job
   (memory guard samples, liveness samples, the sample at the kill): for a job killed
   over the memory cap, at least the RSS that passed it. A lower bound: a peak between
@@ -57,6 +58,13 @@ class KilledUsage:
             self.cpu_last = sample.cpu_seconds
             if sample.rss_bytes > self.rss_peak:
                 self.rss_peak = sample.rss_bytes
+
+    def reaped(self, cpu_seconds: float | None) -> None:
+        """The child was reaped having used ``cpu_seconds`` over its life (None:
+        unknown): its CPU at its end, unless a group sample saw more."""
+        if cpu_seconds is not None and (self.cpu_last is None
+                                        or cpu_seconds > self.cpu_last):
+            self.cpu_last = cpu_seconds
 
     def rss_seen(self, rss: int | None) -> None:
         """The memory guard read the child's RSS during the job."""

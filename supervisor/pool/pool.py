@@ -497,7 +497,7 @@ class Pool:
         """Collect every exited child (and any other process we inherited), report
         their jobs, and fork replacements."""
         while True:
-            pid, status = self._os.waitpid_any()
+            pid, status, cpu = self._os.wait_any()
             if pid <= 0:
                 break
             child = self._children.pop(pid, None)
@@ -505,6 +505,7 @@ class Pool:
                 self._log.debug("reaped pid %d (not one of ours): %s", pid,
                                 describe_child_exit(status))
                 continue
+            child.killed_usage.reaped(cpu)
             self._on_exit(child, status)
         if self._size_dirty:
             self._maintain_size()
