@@ -41,10 +41,11 @@ class GroupSample(NamedTuple):
     """One look at a process and everything it started: their CPU time so far in seconds
     (user + system, with what their reaped children used; the kernel counts it in clock
     ticks, 10 ms here), and the state letter of the process itself (``R``, ``S``, ``D``,
-    ``T``, ...)."""
+    ``T``, ...), and the resident set of the process itself in bytes (0: unknown)."""
 
     cpu_seconds: float
     state: str
+    rss_bytes: int = 0
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -71,7 +72,10 @@ def group_sample(pid: int) -> GroupSample | None:
         if fields is not None and len(fields) >= 15:
             # utime, stime, cutime, cstime: fields 14-17 of stat, 11-14 after the name.
             ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-    return GroupSample(ticks / _CLK_TCK, own[0].decode("ascii", "replace"))
+    # rss (field 24 of stat, 22 after the name) in pages.
+    rss = int(own[21]) * _PAGE_SIZE if len(own) > 21 else 0
+    return GroupSample(ticks / _CLK_TCK, own[0].decode("ascii", "replace"), rss)
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")

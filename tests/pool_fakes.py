@@ -10,6 +10,7 @@ import selectors
 from shared import wire
 from shared.procfs import GroupSample
 from supervisor.pool import Pool, PoolSettings
+from supervisor.pool.oscalls import Reaped
 
 
 class FakeClock:
@@ -29,7 +30,8 @@ class FakeOs:
         self.written: dict[int, bytearray] = {}  # parent write fd -> bytes sent
         self.write_budget: int | None = None  # None: pipes take everything
         self.signals: list[tuple[int, int]] = []  # (pgid, sig)
-        self.exits: list[tuple[int, int]] = []  # what waitpid will report
+        self.exits: list[tuple[int, int]] = []  # what wait4 will report
+        self.cpu_at_exit: dict[int, float] = {}  # pid -> wait4's CPU seconds; none: unknown
         self.closed: set[int] = set()
         self.rss_of: dict[int, int] = {}  # pid -> bytes resident now
         self.peak_of: dict[int, int] = {}  # pid -> peak bytes (VmHWM)
@@ -93,8 +95,11 @@ class FakeOs:
     def group_sample(self, pid: int) -> GroupSample | None:
         return self.sample_of.get(pid)
 
-    def waitpid_any(self) -> tuple[int, int]:
-        return self.exits.pop(0) if self.exits else (0, 0)
+    def wait_any(self) -> Reaped:
+        if not self.exits:
+            return Reaped(0, 0)
+        pid, status = self.exits.pop(0)
+        return Reaped(pid, status, self.cpu_at_exit.get(pid))
 
     def getpid(self) -> int:
         return 1

@@ -4,8 +4,10 @@ the supervisor's figures against the handler's own."""
 
 from __future__ import annotations
 
+import os
 import re
 import resource
+import signal
 import sys
 import time
 
@@ -92,3 +94,38 @@ def usage_subprocess_spin(seconds: float = 0.2) -> float:
             f"start = cpu()\nwhile cpu() - start < {seconds}: pass\n")
     subprocess.run([sys.executable, "-c", code], check=True)
     return seconds
+
+
+@job(max_attempts=1)
+def usage_spin_forever() -> None:
+    """Spin on the CPU until the parent kills it (its hard timeout)."""
+    n = 0
+    while True:
+        n += 1
+
+
+_grown: list[bytes] = []
+
+
+@job(max_attempts=1)
+def usage_grow(step_mb: int = 8, max_mb: int = 1500) -> int:
+    """Take ``step_mb`` of touched memory at a time up to ``max_mb`` (the memory cap
+    kills it on the way)."""
+    got = 0
+    while got < max_mb:
+        _grown.append(b"\x01" * (step_mb << 20))  # written, so resident
+        got += step_mb
+        time.sleep(0.01)
+    _grown.clear()
+    return got
+
+
+@job(max_attempts=1)
+def usage_crash(seconds: float = 0.3, how: str = "segv") -> None:
+    """Spin ``seconds`` of wall time, then die without answering: SIGSEGV or _exit."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    if how == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    os._exit(3)

@@ -20,14 +20,13 @@ def nap_threshold(settings: PoolSettings) -> float:
     return min(1.0, settings.heartbeat_timeout / 4)
 
 
-def over_memory(oscalls: OsCalls, settings: PoolSettings, pid: int,
+def over_memory(settings: PoolSettings, rss: int | None,
                 reserved: int | None = None) -> str | None:
-    """Sample a busy child's RSS: why it must be killed if it passed the cap, else None
-    (a child already gone is its reaping's business). A job that reserved more memory
+    """A busy child's sampled RSS (None: it is gone, its reaping's business): why it
+    must be killed if it passed the cap, else None. A job that reserved more memory
     than the cap (``reserved``, issue 27) may use up to its reservation; the message
     names the reservation either way."""
     cap = settings.max_memory_per_child
-    rss = oscalls.rss(pid) if cap else None
     if rss is None or cap is None:
         return None
     limit = max(cap, reserved or 0)

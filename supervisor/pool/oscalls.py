@@ -10,8 +10,19 @@ from __future__ import annotations
 import errno
 import os
 import time
+from typing import NamedTuple
 
 from shared.procfs import GroupSample, descendants, group_sample
+
+
+class Reaped(NamedTuple):
+    """One exited process collected: its pid (0: none had exited), its wait status, and
+    the CPU seconds it and the children it reaped used over its life (user + system,
+    ``wait4``'s rusage; None: unknown)."""
+
+    pid: int
+    status: int
+    cpu_seconds: float | None = None
 
 
 class OsCalls:
@@ -71,13 +82,15 @@ class OsCalls:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def waitpid_any(self) -> tuple[int, int]:
-        """``waitpid(-1, WNOHANG)``: (pid, status), or (0, 0) when no child has
-        exited (or there are no children at all)."""
+    def wait_any(self) -> Reaped:
+        """``wait4(-1, WNOHANG)``: the exited process collected, or pid 0 when none
+        has exited (or there are no children at all). The rusage comes with the same
+        call: a dead child's CPU time costs nothing more."""
         try:
-            return os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
-            return 0, 0
+            return Reaped(0, 0)
+        return Reaped(pid, status, usage.ru_utime + usage.ru_stime if pid else None)
 
     def rss(self, pid: int) -> int | None:
         """Resident set size of ``pid`` now, in bytes (``/proc/<pid>/statm``); None if

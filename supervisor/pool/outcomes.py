@@ -61,8 +61,10 @@ class JobFailed:
     """The attempt failed. ``kind`` is one of the ``shared.jobs.FAIL_*`` kinds: from the
     child (error, discard, retry, binding, unknown_kind, result) or from the parent
     (crashed, timeout, hung, cancelled, shutdown). ``terminal`` means retrying cannot
-    help; ``retry_delay`` is the handler's own choice for a ``Retry``. ``usage`` and
-    ``output`` as for ``JobDone`` (None when the parent ended the attempt)."""
+    help; ``retry_delay`` is the handler's own choice for a ``Retry``. ``usage`` as for
+    ``JobDone``, or as the parent saw it when it ended the attempt or the child died
+    (``supervisor.pool.killedusage``, a lower bound); ``output`` as for ``JobDone``
+    (None when the parent ended the attempt)."""
 
     job: ClaimedJob
     kind: str

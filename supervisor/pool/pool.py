@@ -478,6 +478,8 @@ class Pool:
             self._arm(child.deadline())
 
     def _on_ready(self, child: ChildProcess, now: float) -> None:
+        # Once per child: where the CPU of an attempt the parent ends counts from.
+        child.killed_usage.ready(self._os.group_sample(child.pid))
         self._crashes.ready()
         self._respawn.ready()
         self._event(child, "ready", "")
@@ -495,7 +497,7 @@ class Pool:
         """Collect every exited child (and any other process we inherited), report
         their jobs, and fork replacements."""
         while True:
-            pid, status = self._os.waitpid_any()
+            pid, status, cpu = self._os.wait_any()
             if pid <= 0:
                 break
             child = self._children.pop(pid, None)
@@ -503,6 +505,7 @@ class Pool:
                 self._log.debug("reaped pid %d (not one of ours): %s", pid,
                                 describe_child_exit(status))
                 continue
+            child.killed_usage.reaped(cpu)
             self._on_exit(child, status)
         if self._size_dirty:
             self._maintain_size()
@@ -666,6 +669,7 @@ class Pool:
         """No heartbeat within its timeout: hung, or busy in native code that holds the
         GIL (its CPU time moves), which only the job's hard timeout bounds."""
         sample = self._os.group_sample(child.pid)
+        child.killed_usage.sampled(sample)
         if sample is None and not self._no_procfs:
             self._no_procfs = True
             self._log.warning("cannot read /proc/%d/stat: a silent child is judged by its "
@@ -713,8 +717,9 @@ class Pool:
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
         job = child.job
-        why = guards.over_memory(self._os, self.settings, child.pid,
-                                 job.memory if job is not None else None)
+        rss = self._os.rss(child.pid) if self.settings.max_memory_per_child else None
+        child.killed_usage.rss_seen(rss)
+        why = guards.over_memory(self.settings, rss, job.memory if job is not None else None)
         if why is not None:
             # SIGKILL at once: a grace would only let it grow further.
             self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)

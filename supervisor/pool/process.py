@@ -47,6 +47,7 @@ from shared.jobs import (
     ClaimedJob,
 )
 from shared.procfs import GroupSample
+from supervisor.pool.killedusage import KilledUsage
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import (
     JobCheckpoint,
@@ -173,6 +174,7 @@ class ChildProcess:
         "jobs_done",
         "kill_kind",
         "kill_message",
+        "killed_usage",
         "limit",
         "max_jobs",
         "mem_deadline",
@@ -261,6 +263,8 @@ class ChildProcess:
         self.sigkilled = False
         self.kill_kind: str | None = None  # failure kind for the job if the kill ends it
         self.kill_message: str | None = None
+        # What the running job cost as the parent saw it, for when no answer says so.
+        self.killed_usage = KilledUsage()
         self.boot_error: str | None = None  # what the child said before dying at boot
         self.broken: str | None = None  # why its frames cannot be trusted
         self.read_open = True
@@ -455,6 +459,7 @@ class ChildProcess:
         self.alive_at = now
         self.cpu_seen = None
         self.native = False
+        self.killed_usage.armed()
         if self._settings.max_memory_per_child:
             self.mem_deadline = now + self._settings.memory_sample_interval()
 
@@ -686,6 +691,7 @@ class ChildProcess:
             if not self.started:  # an answer says it ran, START or not
                 news.append(JobStarted(job))
             news.append(JobDone(job, done.result, duration, done.usage, done.output))
+            self.killed_usage.answered(done.usage)
         else:
             answer = _decode_failed(frame)
             if answer.job != job.id:
@@ -703,6 +709,7 @@ class ChildProcess:
                 news.append(JobFailed(job, kind, answer.message, answer.traceback,
                                       answer.retry_delay, kind in TERMINAL_FAILURES, duration,
                                       answer.usage, answer.output))
+            self.killed_usage.answered(answer.usage)
         jobs.popleft()
         self.started = False
         self.recall_at = None
@@ -772,6 +779,9 @@ class ChildProcess:
         if self.job is not None and kind is not None and self.kill_kind is None:
             self.kill_kind = kind
             self.kill_message = message
+            if self.started:
+                # The one extra read of a kill: the job's last CPU time and RSS.
+                self.killed_usage.sampled(self._os.group_sample(self.pid))
         self.expected_exit = self.expected_exit or not boot
         self.state = KILLED
         self._kill_escaped()
@@ -817,9 +827,10 @@ class ChildProcess:
         self.outgoing.clear()
         jobs = self.jobs
         if jobs and self.started:
+            wall = now - self.job_started
             records.append(JobFailed(jobs.popleft(), self.kill_kind or FAIL_CRASHED,
-                                     self.kill_message or how, None, None, False,
-                                     now - self.job_started))
+                                     self.kill_message or how, None, None, False, wall,
+                                     self.killed_usage.usage(wall)))
         self.started = False
         recalling = self.recalling
         while jobs:
