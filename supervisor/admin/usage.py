@@ -13,10 +13,12 @@ from typing import Any
 
 import psycopg
 
+from shared.usage_sql import usage_number
+
 RECENT_WINDOW = 3600.0  # seconds of finished jobs looked at
 RECENT_LIMIT = 10_000  # newest finished jobs looked at, at most
 
-_KIND_USAGE = """
+_KIND_USAGE = f"""
 WITH recent AS (
     SELECT kind, state, usage FROM supervisor.jobs
     WHERE state IN ('completed', 'discarded')
@@ -26,11 +28,11 @@ WITH recent AS (
 SELECT kind, count(*) AS jobs,
        count(*) FILTER (WHERE state = 'discarded')::float8 / count(*) AS failure_rate,
        percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (
-           ORDER BY (usage->>'wall_seconds')::float8) AS wall,
+           ORDER BY {usage_number("wall_seconds")}) AS wall,
        percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (
-           ORDER BY (usage->>'cpu_seconds')::float8) AS cpu,
+           ORDER BY {usage_number("cpu_seconds")}) AS cpu,
        percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (
-           ORDER BY (usage->>'max_rss_bytes')::float8) AS rss
+           ORDER BY {usage_number("max_rss_bytes")}) AS rss
 FROM recent
 GROUP BY kind
 ORDER BY kind
@@ -46,16 +48,18 @@ def kind_usage(conn: psycopg.Connection, window: float = RECENT_WINDOW,
     for kind, jobs, failure_rate, wall, cpu, rss in conn.execute(
             _KIND_USAGE, {"window": window, "limit": limit}):
         out.append({"kind": kind, "jobs": jobs, "failure_rate": failure_rate,
-                    "wall_seconds": _pair(wall), "cpu_seconds": _pair(cpu),
-                    "max_rss_bytes": _pair(rss, whole=True)})
+                    "wall_seconds": percentile_pair(wall), "cpu_seconds": percentile_pair(cpu),
+                    "max_rss_bytes": percentile_pair(rss, whole=True)})
     return out
 
 
-def _pair(values: list[float] | None, whole: bool = False) -> dict[str, Any] | None:
+def percentile_pair(values: list[float] | None, whole: bool = False) -> dict[str, Any] | None:
+    """``[p50, p95]`` from ``percentile_cont`` as ``{"p50", "p95"}`` (rounded to whole
+    numbers with ``whole``), None when no row had the figure."""
     # percentile_cont over only NULLs answers NULL percentiles.
     if not values or values[0] is None:
         return None
-    p50, p95 = values
+    p50, p95 = (float(v) for v in values)
     if whole:
         return {"p50": round(p50), "p95": round(p95)}
     return {"p50": p50, "p95": p95}
