@@ -92,7 +92,7 @@ def test_queue_and_kind_pages_draw_their_charts(browser, pages):
     assert "run mean max 2.0s" in css(browser, "#chart-times-hour")[0].text
     assert "available max 100" in css(browser, "#chart-depth-hour")[0].text
     assert _series_points(browser, "chart-cpu-hour", "cpu_seconds") == 60
-    assert "CPU 31.0m" in css(browser, "#chart-cpu-hour")[0].text  # 59 × 30 s + 90 s
+    assert "CPU 31.0m" in css(browser, "#chart-cpu-hour")[0].text  # 59 minutes of 30 s, one of 90 s
     assert browser.title != "pwned"
     css(browser, 'tr[data-kind="resize"] a')[0].click()
     wait_for(lambda: browser.current_url.endswith("/kinds/resize"), what="the kind page")

@@ -142,12 +142,23 @@ def test_a_usage_that_is_not_a_measure_is_left_out_and_the_rollup_goes_on(conn):
     conn.execute("INSERT INTO supervisor.jobs (kind, queue, state, attempt, finished_at) "
                  "VALUES ('bare', 'q', 'completed', 1, "
                  "date_trunc('minute', now()) - interval '5 minutes')")
+    # Another minute, rolled in a slice of its own, whose figures all are numbers, some
+    # of them not measures: the plain cast reads them (no fallback needed) and the range
+    # leaves those out just the same.
+    conn.execute("""
+        INSERT INTO supervisor.jobs (kind, queue, state, attempt, finished_at, usage)
+        SELECT 'n', 'q', 'completed', 1, date_trunc('minute', now()) - interval '3 minutes',
+               u::jsonb
+        FROM unnest(ARRAY['{"cpu_seconds": -5, "max_rss_bytes": 1e30}',
+                          '{"cpu_seconds": 2e15, "max_rss_bytes": -1}',
+                          '{"cpu_seconds": 2, "max_rss_bytes": 2048}']) AS u""")
     store = Store(conn, "test")
-    assert store.roll_up(slice_seconds=3600) == 2
+    assert store.roll_up(slice_seconds=360) == 2  # up to 4 minutes ago: k and bare
+    assert store.roll_up(slice_seconds=3600) == 1  # then n
     rows = conn.execute("SELECT kind, completed, cpu_seconds, max_rss_bytes "
                         "FROM supervisor.job_minutes ORDER BY kind").fetchall()
-    # Only the two real measures count; a kind with no usage at all has NULL, not 0.
-    assert rows == [("bare", 1, None, None), ("k", 8, 0.75, 1048576)]
+    # Only the real measures count; a kind with no usage at all has NULL, not 0.
+    assert rows == [("bare", 1, None, None), ("k", 8, 0.75, 1048576), ("n", 3, 2.0, 2048)]
     mark = conn.execute("SELECT rolled_until >= date_trunc('minute', now()) - "
                         "interval '1 minute' FROM supervisor.rollup_mark").fetchone()[0]
     assert mark  # it moved past them
