@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from test_dashboard_http import api, call
 
+from supervisor import admin
 from supervisor.db import Store
 from supervisor.db.history import sample_depth
 
@@ -175,3 +176,19 @@ def test_a_depth_too_slow_to_count_is_skipped_not_waited_for(conn, dsn):
         assert sample_depth(conn, timeout_ms=200) == 0
     assert conn.execute("SELECT count(*) FROM supervisor.queue_minutes").fetchone()[0] == 0
     assert sample_depth(conn) == 3
+
+
+def test_a_hand_written_usage_leaves_the_kind_percentiles_standing(conn):
+    """A usage that is not a measure (text, past float8, negative) is left out of the
+    kinds page's CPU and memory percentiles instead of failing the page."""
+    conn.execute("""
+        INSERT INTO supervisor.jobs (kind, queue, state, attempt, finished_at, usage)
+        SELECT 'k', 'q', 'completed', 1, now() - interval '1 minute', u::jsonb
+        FROM unnest(ARRAY['{"cpu_seconds": "lots", "max_rss_bytes": 1e400}',
+                          '{"cpu_seconds": -3, "max_rss_bytes": -1}', '[1]',
+                          '{"cpu_seconds": 1, "max_rss_bytes": 1024}',
+                          '{"cpu_seconds": 3, "max_rss_bytes": 3072}']) AS u""")
+    kinds = {k["kind"]: k for k in admin.pages.kinds(conn)}
+    assert kinds["k"]["cpu_seconds"] == {"p50": 2.0, "p95": pytest.approx(2.9)}
+    assert kinds["k"]["max_rss_bytes"] == {"p50": 2048, "p95": 2970}
+    assert kinds["k"]["counts"]["completed"] == 5

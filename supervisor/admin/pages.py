@@ -14,11 +14,10 @@ import psycopg
 
 from shared.batcheta import ETA_LATERAL
 from shared.jobs import FINISHED_STATES, STATES
-from shared.usage_sql import usage_number
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import AdminError
 from supervisor.admin.status import LIVE_AFTER_SECONDS
-from supervisor.admin.usage import percentile_pair
+from supervisor.admin.usage import kind_usage
 from supervisor.schedules import admin as schedules_admin
 
 KIND_WINDOW_HOURS = 24  # finished jobs counted on the kinds page
@@ -42,15 +41,13 @@ ORDER BY b.id DESC
 """
 
 # Jobs in flight per kind (the state index), and the last day's finished ones with
-# their run times and what their last attempts cost (the finished index; the same rows,
-# so every percentile of a kind speaks of the same jobs).
+# their run times (the finished index).
 _KINDS_LIVE = """
 SELECT kind, state, count(*) FROM supervisor.jobs
 WHERE state IN ('available', 'scheduled', 'running', 'retryable')
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
 GROUP BY kind, state
 """
-_KINDS_FINISHED = f"""
+_KINDS_FINISHED = """
 SELECT kind,
        count(*) FILTER (WHERE state = 'completed') AS completed,
        count(*) FILTER (WHERE state = 'discarded') AS discarded,
@@ -59,15 +56,10 @@ SELECT kind,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - attempted_at))
            FILTER (WHERE state = 'completed' AND attempted_at IS NOT NULL) AS p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - attempted_at))
-           FILTER (WHERE state = 'completed' AND attempted_at IS NOT NULL) AS p95,
-       percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (
-           ORDER BY {usage_number("cpu_seconds")}) AS cpu,
-       percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (
-           ORDER BY {usage_number("max_rss_bytes")}) AS rss
+           FILTER (WHERE state = 'completed' AND attempted_at IS NOT NULL) AS p95
 FROM supervisor.jobs
 WHERE state IN ('completed', 'discarded', 'cancelled', 'expired')
   AND finished_at > now() - %(hours)s * interval '1 hour'
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
 GROUP BY kind
 """
 
@@ -126,34 +118,36 @@ def batches(conn: psycopg.Connection, limit: int = BATCH_PAGE) -> list[dict[str,
     return out
 
 
-def kinds(conn: psycopg.Connection, hours: int = KIND_WINDOW_HOURS,
-          kind: str | None = None) -> list[dict[str, Any]]:
-    """Every kind (or only ``kind``) with jobs in flight or finished in the last
-    ``hours``: in-flight counts by state, finished counts, ``failure_rate`` (discarded
-    over completed plus discarded), the completed jobs' run time ``p50`` and ``p95``
-    (seconds), and the finished jobs' last-attempt ``cpu_seconds`` and
-    ``max_rss_bytes`` as ``{"p50", "p95"}`` (None when none of them has a usage)."""
+def kinds(conn: psycopg.Connection, hours: int = KIND_WINDOW_HOURS) -> list[dict[str, Any]]:
+    """Every kind with jobs in flight or finished in the last ``hours``: in-flight
+    counts by state, finished counts, ``failure_rate`` (discarded over completed plus
+    discarded), the completed jobs' run time ``p50`` and ``p95`` (seconds), and
+    ``cpu_seconds`` and ``max_rss_bytes`` as ``{"p50", "p95"}`` of the newest finished
+    jobs' last attempts (``supervisor.admin.usage``: the last hour's newest 10,000, so
+    the page's cost stays bounded; None when none of them was measured)."""
     found: dict[str, dict[str, Any]] = {}
 
-    def entry(name: str) -> dict[str, Any]:
-        if name not in found:
-            found[name] = {"kind": name, "counts": dict.fromkeys(STATES, 0),
+    def entry(kind: str) -> dict[str, Any]:
+        if kind not in found:
+            found[kind] = {"kind": kind, "counts": dict.fromkeys(STATES, 0),
                            "failure_rate": None, "p50": None, "p95": None,
                            "cpu_seconds": None, "max_rss_bytes": None}
-        return found[name]
+        return found[kind]
 
-    for name, state, n in conn.execute(_KINDS_LIVE, {"kind": kind}):
-        entry(name)["counts"][state] = n
-    for name, completed, discarded, cancelled, expired, p50, p95, cpu, rss in conn.execute(
-            _KINDS_FINISHED, {"hours": hours, "kind": kind}):
-        item = entry(name)
+    for kind, state, n in conn.execute(_KINDS_LIVE):
+        entry(kind)["counts"][state] = n
+    for kind, completed, discarded, cancelled, expired, p50, p95 in conn.execute(
+            _KINDS_FINISHED, {"hours": hours}):
+        item = entry(kind)
         item["counts"].update(completed=completed, discarded=discarded, cancelled=cancelled,
                               expired=expired)
         if completed + discarded:
             item["failure_rate"] = discarded / (completed + discarded)
         item["p50"], item["p95"] = p50, p95
-        item["cpu_seconds"] = percentile_pair(cpu)
-        item["max_rss_bytes"] = percentile_pair(rss, whole=True)
+    for usage in kind_usage(conn):
+        if usage["kind"] in found:  # finished within the hour: within the day too
+            found[usage["kind"]].update(cpu_seconds=usage["cpu_seconds"],
+                                        max_rss_bytes=usage["max_rss_bytes"])
     return [found[k] for k in sorted(found)]
 
 

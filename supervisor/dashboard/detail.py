@@ -61,7 +61,7 @@ def queue(conn: psycopg.Connection, name: str,
 
 def kind(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     """One kind: its jobs in flight by state, the last day's totals per queue (from the
-    rollup, with CPU seconds and peak memory), ``usage`` (p50/p95 of the last day's
+    rollup, with CPU seconds and peak memory), ``usage`` (p50/p95 of its newest
     finished jobs' ``cpu_seconds`` and ``max_rss_bytes``, as on the kinds page) and
     ``history`` (``hour`` and ``day`` of finished jobs). ``NotFound`` when
     it has no job in flight and none finished in the last day."""
@@ -81,7 +81,7 @@ def kind(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     rss = [q["max_rss_bytes"] for q in queues if q["max_rss_bytes"] is not None]
     day["cpu_seconds"] = sum(cpu) if cpu else None
     day["max_rss_bytes"] = max(rss) if rss else None
-    recent = admin.pages.kinds(conn, DAY_HOURS, kind=name)
+    recent = admin.kind_usage(conn, kind=name)
     usage = {"cpu_seconds": recent[0]["cpu_seconds"] if recent else None,
              "max_rss_bytes": recent[0]["max_rss_bytes"] if recent else None}
     return {"kind": name, "counts": counts, "queues": queues, "day": day, "usage": usage,
