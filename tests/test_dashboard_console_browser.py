@@ -24,10 +24,11 @@ pytest_plugins = ["dashboard_fixtures"]  # pages
 
 _HISTORY = """
 INSERT INTO supervisor.job_minutes (minute, queue, kind, completed, discarded, retried,
-                                    run_sum, run_n, run_p95, wait_sum, wait_n)
+                                    run_sum, run_n, run_p95, wait_sum, wait_n,
+                                    cpu_seconds, max_rss_bytes)
 SELECT date_trunc('minute', now()) - g * interval '1 minute', 'images', 'resize',
        20 + g % 7, CASE WHEN g BETWEEN 10 AND 14 THEN 5 ELSE 0 END, 1,
-       40.0, 20, 2.5, 10.0, 20
+       40.0, 20, 2.5, 10.0, 20, CASE WHEN g = 3 THEN 90.0 ELSE 30.0 END, 64 << 20
 FROM generate_series(1, 300) AS g
 ON CONFLICT DO NOTHING
 """
@@ -79,7 +80,7 @@ def test_queue_and_kind_pages_draw_their_charts(browser, pages):
     css(browser, 'tr[data-queue="images"] a')[0].click()  # the queue's name opens its page
     wait_for(lambda: browser.current_url.endswith("/queues/images"), what="the queue page")
     figures = css(browser, "figure.chart-box")
-    assert len(figures) == 8
+    assert len(figures) == 10
     for figure in figures:
         assert figure.find_element("css selector", "svg").size["width"] > 200
     # Every minute of the hour and every hour of the day has a point.
@@ -90,10 +91,14 @@ def test_queue_and_kind_pages_draw_their_charts(browser, pages):
     assert "failed 25" in css(browser, "#chart-finished-hour")[0].text
     assert "run mean max 2.0s" in css(browser, "#chart-times-hour")[0].text
     assert "available max 100" in css(browser, "#chart-depth-hour")[0].text
+    assert _series_points(browser, "chart-cpu-hour", "cpu_seconds") == 60
+    assert "CPU 31.0m" in css(browser, "#chart-cpu-hour")[0].text  # 59 minutes of 30 s, one of 90 s
     assert browser.title != "pwned"
     css(browser, 'tr[data-kind="resize"] a')[0].click()
     wait_for(lambda: browser.current_url.endswith("/kinds/resize"), what="the kind page")
-    assert len(css(browser, "figure.chart-box")) == 4
+    assert len(css(browser, "figure.chart-box")) == 6
+    assert _series_points(browser, "chart-cpu-day", "cpu_seconds") == 24
+    assert "64 MiB" in css(browser, "#kind-queues")[0].text  # the day's peak memory
     assert _series_points(browser, "chart-finished-hour", "failed") == 60
     assert "images" in css(browser, "#kind-queues")[0].text
     _fits(browser, server.url + "/queues/images")

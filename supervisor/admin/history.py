@@ -32,7 +32,8 @@ m AS (
     SELECT {_BUCKET_OF.format(col="minute")} AS t, sum(completed) AS completed,
            sum(discarded) AS discarded, sum(retried) AS retried,
            sum(run_sum) AS run_sum, sum(run_n) AS run_n, sum(wait_sum) AS wait_sum,
-           sum(wait_n) AS wait_n, max(run_p95) AS run_p95, max(wait_p95) AS wait_p95
+           sum(wait_n) AS wait_n, max(run_p95) AS run_p95, max(wait_p95) AS wait_p95,
+           sum(cpu_seconds) AS cpu_seconds, max(max_rss_bytes) AS max_rss_bytes
     FROM supervisor.job_minutes, span
     WHERE {_IN_SPAN.format(col="minute")}
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -42,7 +43,10 @@ SELECT b.t AS at, coalesce(m.completed, 0)::int AS completed,
        coalesce(m.discarded, 0)::int AS failed, coalesce(m.retried, 0)::int AS retried,
        (m.run_sum / nullif(m.run_n, 0))::float8 AS run_mean,
        (m.wait_sum / nullif(m.wait_n, 0))::float8 AS wait_mean,
-       m.run_p95::float8 AS run_p95, m.wait_p95::float8 AS wait_p95
+       m.run_p95::float8 AS run_p95, m.wait_p95::float8 AS wait_p95,
+       -- A bucket without jobs cost nothing; one whose jobs have no usage is unknown.
+       CASE WHEN m.t IS NULL THEN 0 ELSE m.cpu_seconds END::float8 AS cpu_seconds,
+       m.max_rss_bytes::bigint AS max_rss_bytes
 FROM span CROSS JOIN {_SERIES}
 LEFT JOIN m ON m.t = b.t
 ORDER BY b.t
@@ -82,7 +86,9 @@ def finished(conn: psycopg.Connection, buckets: int, unit: str, *,
     jobs, of one ``queue`` and/or ``kind`` or all: ``at``, ``completed``, ``failed``
     (discarded), ``retried``, ``run_mean``, ``wait_mean``, ``run_p95`` and
     ``wait_p95`` (seconds, None without jobs; a bucket's p95 is the largest of its
-    minutes', an upper bound)."""
+    minutes', an upper bound), ``cpu_seconds`` (the jobs' CPU time added up: 0
+    without jobs, None when none of them has a usage) and ``max_rss_bytes`` (the
+    largest peak memory, None without a usage)."""
     return _rows(conn.execute(_FINISHED, {"buckets": buckets, "unit": _unit(unit),
                                           "queue": queue, "kind": kind}))
 
@@ -109,7 +115,8 @@ SELECT {by} AS name, sum(completed)::int AS completed, sum(discarded)::int AS fa
        sum(cancelled)::int AS cancelled, sum(retried)::int AS retried,
        (sum(run_sum) / nullif(sum(run_n), 0))::float8 AS run_mean,
        max(run_p95)::float8 AS run_p95,
-       (sum(wait_sum) / nullif(sum(wait_n), 0))::float8 AS wait_mean
+       (sum(wait_sum) / nullif(sum(wait_n), 0))::float8 AS wait_mean,
+       sum(cpu_seconds)::float8 AS cpu_seconds, max(max_rss_bytes)::bigint AS max_rss_bytes
 FROM supervisor.job_minutes
 WHERE minute >= now() - %(hours)s * interval '1 hour' AND {where} = %(name)s::text
 GROUP BY {by}
@@ -124,7 +131,8 @@ def totals(conn: psycopg.Connection, hours: int, *, queue: str | None = None,
     """The finished jobs of the last ``hours`` from the rollup: per kind of ``queue``,
     or per queue of ``kind`` (give one): ``name``, ``completed``, ``failed``,
     ``cancelled``, ``retried``, ``run_mean``, ``run_p95`` (an upper bound),
-    ``wait_mean``, and ``failure_rate`` (failed over completed plus failed; None
+    ``wait_mean``, ``cpu_seconds`` (added up) and ``max_rss_bytes`` (the largest; both
+    None without a usage), and ``failure_rate`` (failed over completed plus failed; None
     without either)."""
     if (queue is None) == (kind is None):
         raise ValueError("totals: give a queue or a kind")

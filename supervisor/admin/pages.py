@@ -17,6 +17,7 @@ from shared.jobs import FINISHED_STATES, STATES
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import AdminError
 from supervisor.admin.status import LIVE_AFTER_SECONDS
+from supervisor.admin.usage import kind_usage
 from supervisor.schedules import admin as schedules_admin
 
 KIND_WINDOW_HOURS = 24  # finished jobs counted on the kinds page
@@ -120,13 +121,17 @@ def batches(conn: psycopg.Connection, limit: int = BATCH_PAGE) -> list[dict[str,
 def kinds(conn: psycopg.Connection, hours: int = KIND_WINDOW_HOURS) -> list[dict[str, Any]]:
     """Every kind with jobs in flight or finished in the last ``hours``: in-flight
     counts by state, finished counts, ``failure_rate`` (discarded over completed plus
-    discarded), and the completed jobs' run time ``p50`` and ``p95`` (seconds)."""
+    discarded), the completed jobs' run time ``p50`` and ``p95`` (seconds), and
+    ``cpu_seconds`` and ``max_rss_bytes`` as ``{"p50", "p95"}`` of the newest finished
+    jobs' last attempts (``supervisor.admin.usage``: the last hour's newest 10,000, so
+    the page's cost stays bounded; None when none of them was measured)."""
     found: dict[str, dict[str, Any]] = {}
 
     def entry(kind: str) -> dict[str, Any]:
         if kind not in found:
             found[kind] = {"kind": kind, "counts": dict.fromkeys(STATES, 0),
-                           "failure_rate": None, "p50": None, "p95": None}
+                           "failure_rate": None, "p50": None, "p95": None,
+                           "cpu_seconds": None, "max_rss_bytes": None}
         return found[kind]
 
     for kind, state, n in conn.execute(_KINDS_LIVE):
@@ -139,6 +144,10 @@ def kinds(conn: psycopg.Connection, hours: int = KIND_WINDOW_HOURS) -> list[dict
         if completed + discarded:
             item["failure_rate"] = discarded / (completed + discarded)
         item["p50"], item["p95"] = p50, p95
+    for usage in kind_usage(conn):
+        if usage["kind"] in found:  # finished within the hour: within the day too
+            found[usage["kind"]].update(cpu_seconds=usage["cpu_seconds"],
+                                        max_rss_bytes=usage["max_rss_bytes"])
     return [found[k] for k in sorted(found)]
 
 

@@ -21,9 +21,9 @@ PAD_LEFT, PAD_BOTTOM, PAD_TOP = 44, 18, 22  # the legend sits above the plot
 COLORS = {"completed": "#2457c5", "failed": "#b3261e", "retried": "#a05a00",
           "run_mean": "#2457c5", "run_p95": "#7aa2ff", "wait_mean": "#1f7a3a",
           "wait_p95": "#8fcf9f", "available": "#a05a00", "running": "#2457c5",
-          "oldest_wait": "#b3261e"}
+          "oldest_wait": "#b3261e", "cpu_seconds": "#6a3fb5"}
 LABELS = {"run_mean": "run mean", "run_p95": "run p95", "wait_mean": "wait mean",
-          "wait_p95": "wait p95", "oldest_wait": "oldest wait"}
+          "wait_p95": "wait p95", "oldest_wait": "oldest wait", "cpu_seconds": "CPU"}
 LEGEND_STEP = 110
 
 

@@ -61,7 +61,9 @@ def queue(conn: psycopg.Connection, name: str,
 
 def kind(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     """One kind: its jobs in flight by state, the last day's totals per queue (from the
-    rollup) and ``history`` (``hour`` and ``day`` of finished jobs). ``NotFound`` when
+    rollup, with CPU seconds and peak memory), ``usage`` (p50/p95 of its newest
+    finished jobs' ``cpu_seconds`` and ``max_rss_bytes``, as on the kinds page) and
+    ``history`` (``hour`` and ``day`` of finished jobs). ``NotFound`` when
     it has no job in flight and none finished in the last day."""
     _check_name("kind", name)
     counts = dict.fromkeys(STATES, 0)
@@ -71,8 +73,16 @@ def kind(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     if not any(counts.values()) and not queues:
         raise NotFound(f"no kind named {name!r} with jobs in flight or finished in the "
                        f"last {DAY_HOURS} hours")
-    day = {key: sum(q[key] for q in queues) for key in ("completed", "failed", "retried")}
+    day: dict[str, Any] = {key: sum(q[key] for q in queues)
+                           for key in ("completed", "failed", "retried")}
     ended = day["completed"] + day["failed"]
     day["failure_rate"] = day["failed"] / ended if ended else None
-    return {"kind": name, "counts": counts, "queues": queues, "day": day,
+    cpu = [q["cpu_seconds"] for q in queues if q["cpu_seconds"] is not None]
+    rss = [q["max_rss_bytes"] for q in queues if q["max_rss_bytes"] is not None]
+    day["cpu_seconds"] = sum(cpu) if cpu else None
+    day["max_rss_bytes"] = max(rss) if rss else None
+    recent = admin.kind_usage(conn, kind=name)
+    usage = {"cpu_seconds": recent[0]["cpu_seconds"] if recent else None,
+             "max_rss_bytes": recent[0]["max_rss_bytes"] if recent else None}
+    return {"kind": name, "counts": counts, "queues": queues, "day": day, "usage": usage,
             "history": _charts(conn, kind=name)}

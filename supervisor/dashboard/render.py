@@ -62,6 +62,15 @@ def _age(seconds: float | None) -> str:
     return f"{hours // 24}d {hours % 24}h"
 
 
+def _cpu(seconds: float | None) -> str:
+    # CPU time is often well under a second a job: milliseconds read better than 0.0s.
+    if seconds is None or not math.isfinite(float(seconds)):
+        return "-"
+    if 0 < float(seconds) < 1:
+        return f"{float(seconds) * 1000:.0f}ms"
+    return _age(seconds)
+
+
 def _since(moment: datetime | None) -> str:
     if moment is None:
         return "-"
@@ -120,7 +129,7 @@ ENV = Environment(
 )
 ENV.filters.update(
     age=_age, since=_since, stamp=_stamp, pretty=_pretty, percent=_percent, rate=_rate,
-    usage=_usage,
+    usage=_usage, cpu=_cpu,
     size=lambda n: "-" if not isinstance(n, int) or n < 0 else format_size(n),
     pathpart=lambda text: quote(str(text), safe=""),
     query=lambda params: urlencode({k: v for k, v in params.items() if v not in (None, "")}),

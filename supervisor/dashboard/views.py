@@ -115,7 +115,7 @@ async def batches_page(request: Request) -> Response:
 
 async def kinds_page(request: Request) -> Response:
     """``/kinds``: per kind, jobs in flight, the last day's finished ones, failure
-    rate and run time percentiles."""
+    rate, run time, CPU and peak memory percentiles."""
     return page(request, "kinds.html", title="Kinds", states=STATES,
                 hours=admin.pages.KIND_WINDOW_HOURS,
                 kinds=await _db(request).run(admin.pages.kinds))
@@ -140,6 +140,11 @@ def _finished_charts(history: dict[str, list[dict[str, Any]]]) -> dict[str, Any]
         "times_day": charts.line_chart(
             "Wait and run time per hour, last day", history["day"],
             ("run_mean", "run_p95", "wait_mean"), fmt=charts.seconds, summary="max"),
+        # The finished jobs' CPU time added up per bucket (their last attempts' usage).
+        "cpu_hour": charts.line_chart("CPU seconds per minute, last hour", history["hour"],
+                                      ("cpu_seconds",), fmt=charts.seconds),
+        "cpu_day": charts.line_chart("CPU seconds per hour, last day", history["day"],
+                                     ("cpu_seconds",), fmt=charts.seconds),
     }
 
 
@@ -172,7 +177,8 @@ async def queue_page(request: Request) -> Response:
 
 async def kind_page(request: Request) -> Response:
     """``/kinds/<name>``: one kind's jobs in flight, the last day's totals per queue,
-    and charts of throughput, failures, wait and run time over the last hour and day."""
+    CPU and peak memory percentiles, and charts of throughput, failures, wait and run
+    time and CPU seconds over the last hour and day."""
     data = await _db(request).run(detail.kind, request.path_params["name"])
     return page(request, "kind.html", title=f"Kind {data['kind']}", states=STATES,
                 **data, **_finished_charts(data["history"]))
