@@ -192,3 +192,21 @@ def test_a_hand_written_usage_leaves_the_kind_percentiles_standing(conn):
     assert kinds["k"]["cpu_seconds"] == {"p50": 2.0, "p95": pytest.approx(2.9)}
     assert kinds["k"]["max_rss_bytes"] == {"p50": 2048, "p95": 2970}
     assert kinds["k"]["counts"]["completed"] == 5
+
+
+def test_the_overview_charts_the_last_day_outside_what_a_refresh_replaces(history):
+    server, dsn = history
+    status, _headers, body = call(server.url + "/")
+    assert status == 200
+    assert b'aria-label="Jobs finished per minute, last hour"' in body
+    assert b'id="chart-day"><svg class="chart"' in body
+    assert b'aria-label="Jobs finished per hour, last day"' in body
+    # Drawn below the live part, so an open tab's refresh neither replaces nor re-reads it.
+    assert body.index(b'id="chart-day"') > body.index(b"</main>")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        closed = conn.execute("SELECT sum(completed) FROM supervisor.job_minutes "
+                              "WHERE minute < date_trunc('hour', now())").fetchone()[0]
+    assert f"completed {closed}".encode() in body.split(b'id="chart-day"')[1]
+    status, _headers, body = call(server.url + "/", headers={"x-dashboard-refresh": "1"})
+    assert status == 200
+    assert b'id="chart-hour"' in body and b'id="chart-day"' not in body

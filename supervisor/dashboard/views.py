@@ -49,11 +49,19 @@ async def _job(request: Request) -> dict[str, Any]:
 
 
 async def queues_page(request: Request) -> Response:
-    """``/``: every queue with counts by state, rate, oldest waiting job, paused."""
-    hour = await _db(request).run(admin.history.finished, *admin.history.HOUR)
+    """``/``: every queue with counts by state, rate, oldest waiting job, paused; jobs
+    finished per minute over the last hour and per hour over the last day."""
+    db = _db(request)
+    hour = await db.run(admin.history.finished, *admin.history.HOUR)
+    # The day's chart sits outside the part a live refresh replaces: drawn once per
+    # page load, so an open tab's refresh does not read a day of history each time.
+    day_chart = None
+    if REFRESH_HEADER not in request.headers:
+        day = await db.run(admin.history.finished, *admin.history.DAY)
+        day_chart = charts.line_chart("Jobs finished per hour, last day", day)
     return page(request, "queues.html", title="Queues", states=admin.COUNTED,
                 hour_chart=charts.line_chart("Jobs finished per minute, last hour", hour),
-                **await _overview(request))
+                day_chart=day_chart, **await _overview(request))
 
 
 async def jobs_page(request: Request) -> Response:
