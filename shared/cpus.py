@@ -62,17 +62,17 @@ def cgroup_quota(root: str) -> CpuCount | None:
 def _quota_files(root: Path):
     """(quota file, period file, reader) for this process's cgroup and its ancestors
     under ``root``, v2 then v1."""
-    v2_path, v1_path = _own_cgroups()
-    for directory in _up_to(root, v2_path):
+    v2_path, v1_path = own_cgroups("cpu")
+    for directory in up_to(root, v2_path):
         yield directory / "cpu.max", None, _read_cpu_max
     for base in (root / "cpu", root / "cpu,cpuacct"):
-        for directory in _up_to(base, v1_path):
+        for directory in up_to(base, v1_path):
             yield directory / "cpu.cfs_quota_us", directory / "cpu.cfs_period_us", _read_v1
 
 
-def _own_cgroups() -> tuple[str, str]:
-    """This process's cgroup path in the v2 hierarchy and in v1's ``cpu`` controller
-    (``/`` when unknown)."""
+def own_cgroups(controller: str) -> tuple[str, str]:
+    """This process's cgroup path in the v2 hierarchy and in v1's ``controller``
+    (``cpu``, ``memory``; ``/`` when unknown)."""
     v2 = v1 = "/"
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -83,12 +83,12 @@ def _own_cgroups() -> tuple[str, str]:
         controllers, _, path = rest.partition(":")
         if controllers == "":
             v2 = path or "/"
-        elif "cpu" in controllers.split(","):
+        elif controller in controllers.split(","):
             v1 = path or "/"
     return v2, v1
 
 
-def _up_to(base: Path, path: str) -> list[Path]:
+def up_to(base: Path, path: str) -> list[Path]:
     """``base/path`` and each of its ancestors up to ``base``, those that exist."""
     parts = [p for p in path.strip("/").split("/") if p and p != ".."]
     dirs = [base.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.cpus import CGROUP_ROOT_ENV, DEFAULT_CGROUP_ROOT, _up_to
+from shared.cpus import CGROUP_ROOT_ENV, DEFAULT_CGROUP_ROOT, own_cgroups, up_to
 
 # v1 writes "no limit" as a huge number (the largest page-aligned int64).
 _V1_UNLIMITED = 1 << 60
@@ -26,31 +26,15 @@ class MemoryLimit:
 def cgroup_memory_limit(cgroup_root: str | None = None) -> MemoryLimit | None:
     """The tightest memory limit of this process's cgroup and its ancestors, or None."""
     root = Path(cgroup_root or os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT)
-    v2_path, v1_path = _own_memory_cgroups()
+    v2_path, v1_path = own_cgroups("memory")
     best: MemoryLimit | None = None
-    candidates = [d / "memory.max" for d in _up_to(root, v2_path)]
-    candidates += [d / "memory.limit_in_bytes" for d in _up_to(root / "memory", v1_path)]
+    candidates = [d / "memory.max" for d in up_to(root, v2_path)]
+    candidates += [d / "memory.limit_in_bytes" for d in up_to(root / "memory", v1_path)]
     for path in candidates:
         value = _read_limit(path)
         if value is not None and (best is None or value < best.bytes):
             best = MemoryLimit(value, f"cgroup {path.name} {value}")
     return best
-
-
-def _own_memory_cgroups() -> tuple[str, str]:
-    v2 = v1 = "/"
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return v2, v1
-    for line in lines:
-        _id, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if controllers == "":
-            v2 = path or "/"
-        elif "memory" in controllers.split(","):
-            v1 = path or "/"
-    return v2, v1
 
 
 def _read_limit(path: Path) -> int | None:

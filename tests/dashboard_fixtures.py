@@ -1,12 +1,14 @@
 """Fixtures of the dashboard's test modules, loaded there with
 ``pytest_plugins = ["dashboard_fixtures"]``: a seeded database of the module's own and
-dashboard processes over it, one with the operator token and one read-only."""
+dashboard processes over it, one with the operator token and one read-only; and
+``browser``, a headless Chromium."""
 
 from __future__ import annotations
 
 import pgharness
 import psycopg
 import pytest
+from dashboard_browser import start_browser
 from dashboard_seed import PROXIED_HOST, TOKEN, DashboardProcess, seed, seed_pages
 
 
@@ -57,3 +59,14 @@ def pages(pg_base_dsn, _migrated_template):
     finally:
         server.close()
         pgharness.drop_database(pg_base_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium (Debian's, never downloaded) for a module's browser tests."""
+    pytest.importorskip("selenium")
+    driver = start_browser()
+    try:
+        yield driver
+    finally:
+        driver.quit()

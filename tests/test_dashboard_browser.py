@@ -8,22 +8,12 @@ import time
 
 import psycopg
 import pytest
-from dashboard_browser import missing, start_browser
+from dashboard_browser import missing
 from dashboard_seed import TOKEN, XSS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120),
               pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 pytest_plugins = ["dashboard_fixtures"]  # seeded, acting, read_only
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pytest.importorskip("selenium")
-    driver = start_browser()
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def wait_for(condition, timeout: float = 10.0, what: str = "condition"):

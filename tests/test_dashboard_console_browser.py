@@ -10,7 +10,7 @@ import signal
 
 import psycopg
 import pytest
-from dashboard_browser import missing, start_browser
+from dashboard_browser import missing
 from dashboard_seed import DashboardProcess
 from e2e import Supervisor
 from test_dashboard_browser import css, wait_for
@@ -39,16 +39,6 @@ SELECT date_trunc('minute', now()) - g * interval '1 minute', 'images', 100 - g 
 FROM generate_series(0, 120) AS g
 ON CONFLICT DO NOTHING
 """
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pytest.importorskip("selenium")
-    driver = start_browser()
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def _fits(browser, url: str) -> None:

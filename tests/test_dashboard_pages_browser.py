@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from dashboard_browser import missing, start_browser
+from dashboard_browser import missing
 from dashboard_seed import TOKEN, DashboardProcess
 from test_dashboard_browser import css, wait_for
 
@@ -16,16 +16,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120),
 pytest_plugins = ["dashboard_fixtures"]  # pages
 
 TOKEN_KEY = "supervisor-dashboard-token"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pytest.importorskip("selenium")
-    driver = start_browser()
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_schedules_page_pauses_and_runs_now_with_the_token(browser, pages):

@@ -4,6 +4,8 @@ it, and those of kinds never measured; and the percentile itself."""
 
 from __future__ import annotations
 
+import pytest
+
 from shared.jobs import ClaimedJob
 from supervisor.engine.notices import notify_drain
 from supervisor.engine.runtimes import RunTimes
@@ -59,3 +61,34 @@ def test_a_drain_tells_the_jobs_that_cannot_finish_in_the_grace_and_the_unmeasur
     pool.told.clear()
     pool.jobs = [(claimed(2, "long"), 50.0)]  # later in the drain: 10 s left to run, 5 left
     assert notify_drain(pool, times, grace=5.0) == 1 and pool.told[0][0] == 2
+
+
+def test_a_notice_inside_the_runtimes_shielded_code_is_raised_as_it_leaves():
+    # checkpoint() writes a frame and may read the pipe for its answer: Stopping raised
+    # in there could tear the frame. The notice is held until the shielded code ends,
+    # then raised in the handler. Deterministic: the signal is sent inside the shield.
+    import os
+    import signal
+
+    from workers import Stopping
+    from workers.context import JobContext
+    from workers.stopnotice import NOTICE_SIGNAL, StopNotice
+
+    before = signal.getsignal(NOTICE_SIGNAL)
+    notice = StopNotice()
+    context = JobContext(1, "k", "q", 1, {})
+    steps = []
+
+    def handler():
+        with notice.shielded():
+            notice.noticed(context, "drain", raising=True)  # SIGUSR2 to this thread
+            os.kill(os.getpid(), 0)  # a few bytecodes: the signal is due by now
+            steps.append("shielded code finished")
+        steps.append("handler went on")  # must not happen: raised as the shield ends
+
+    try:
+        with pytest.raises(Stopping):
+            notice.call(context, handler)
+    finally:
+        signal.signal(NOTICE_SIGNAL, before)
+    assert steps == ["shielded code finished"]
