@@ -121,13 +121,6 @@ RETURNING id
 """
 
 
-def _no_expiry_with(option: str, o: Mapping[str, Any]) -> None:
-    # An expired job is final without being completed, discarded or cancelled: the
-    # batch and dependency triggers (0006, 0009) would wait for it forever.
-    if o["expires_in"] is not None or o["expires_at"] is not None:
-        raise ValueError(f"expires_in/expires_at cannot be combined with {option} yet")
-
-
 def check_callback(then: Any) -> Callback:
     """``then`` checked like any enqueue, before the database is touched."""
     if not isinstance(then, Callback):
@@ -145,7 +138,6 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
     plans.check_options(kind, o)
     if o["unique_keys"] is not None or o["unique_key"] is not None:
         raise ValueError("a batch cannot use unique keys: every member must be its own job")
-    _no_expiry_with("then", o)
     plans.check_batch(args_list, None, None)
     if not args_list:
         raise ValueError("a batch needs at least one job")
@@ -156,18 +148,22 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "trace_context": current_trace_context(), "cpus": needs.cpus,
               "memory": needs.memory}
-    return _insert_batch(encoded, callback, common, o["run_at"], float(o["delay"] or 0.0))
+    # Members may expire (issue 28): an expired member is final for the batch as a
+    # discarded one is (schema 0021), so the batch still closes and calls back.
+    return _insert_batch(encoded, callback, common, o["run_at"], float(o["delay"] or 0.0),
+                         plans.expiry(o))
 
 
 def _insert_batch(encoded: plans.ArgsBuffer, callback: Callback | None, common: dict[str, Any],
-                  run_at: Any, delay: float) -> Plan:
+                  run_at: Any, delay: float,
+                  expiry: tuple[Any, float | None] = (None, None)) -> Plan:
     cb = resolved(callback.options) if callback else None
     cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
     [(batch_id,)] = yield Execute(_INSERT_BATCH, (
         len(encoded), callback and callback.kind, cb and cb["queue"], cb_args,
         cb["priority"] if cb else 0, cb and cb["max_attempts"], cb and cb["timeout"]))
     ids = yield from plans._insert_many(encoded, None, dict(common, batch_id=batch_id),
-                                        run_at, delay, (None, None))
+                                        run_at, delay, expiry)
     return batch_id, ids
 
 
@@ -179,7 +175,8 @@ _DEPENDENCY_STATES = "SELECT id, state FROM supervisor.jobs WHERE id = ANY(%s::b
 
 _INSERT_DEPENDENT = """
 INSERT INTO supervisor.jobs (kind, queue, args, state, priority, max_attempts, timeout,
-                             depends_on, run_at, finished_at, errors, trace_context)
+                             depends_on, run_at, finished_at, errors, trace_context,
+                             expires_at)
 VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s, %(priority)s, %(max_attempts)s,
         %(timeout)s, %(deps)s::bigint[],
         CASE WHEN %(state)s = 'scheduled' THEN %(hold)s::timestamptz ELSE now() END,
@@ -188,7 +185,9 @@ VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s, %(priority)s, %(max_att
              ELSE jsonb_build_array(jsonb_build_object('attempt', 0, 'kind', 'dependency',
                   'message', %(message)s::text, 'traceback', NULL, 'at', now(),
                   'supervisor', NULL)) END,
-        %(trace_context)s::jsonb)
+        %(trace_context)s::jsonb,
+        COALESCE(%(expires_at)s::timestamptz,
+                 now() + %(expires_in)s::float8 * interval '1 second'))
 RETURNING id
 """
 
@@ -212,7 +211,6 @@ def plan_dependent(kind: str, args: Mapping[str, Any] | None,
     plans.check_options(kind, o)
     if o["run_at"] is not None or o["delay"] is not None or o["unique_key"] is not None:
         raise ValueError("depends_on cannot be combined with run_at, delay or unique_key")
-    _no_expiry_with("depends_on", o)
     if reservation(o) != (None, None):
         raise ValueError("depends_on cannot be combined with cpus or memory (yet)")
     deps = check_depends_on(o["depends_on"])
@@ -220,6 +218,9 @@ def plan_dependent(kind: str, args: Mapping[str, Any] | None,
               "args": plans.encode_args(kind, args).decode(), "priority": o["priority"],
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "deps": deps, "hold": HOLD, "trace_context": current_trace_context()}
+    # A held job may expire (issue 28): not started by then, even if its dependencies
+    # are still running, it ends expired and its own dependents are cancelled (0021).
+    params["expires_at"], params["expires_in"] = plans.expiry(o)
     return _insert_dependent(params)
 
 
@@ -237,7 +238,7 @@ def _insert_dependent(params: dict[str, Any]) -> Plan:
     missing = [i for i in params["deps"] if i not in states]
     if missing:
         raise ValueError(f"depends_on: no job {missing[0]}")
-    failed = [(i, s) for i, s in sorted(states.items()) if s in ("discarded", "cancelled")]
+    failed = [(i, s) for i, s in sorted(states.items()) if s in jobs.FAILED_FINAL_STATES]
     pending = [i for i, s in sorted(states.items()) if s != jobs.COMPLETED]
     if failed:
         state, message = jobs.CANCELLED, f"dependency {failed[0][0]} ended {failed[0][1]}"

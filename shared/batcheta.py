@@ -33,7 +33,7 @@ SELECT m.left_n AS left, m.running, w.workers, coalesce(m.mean_run, h.mean_run) 
                  OR greatest(m.running, least(w.workers, m.left_n)) = 0 THEN NULL
             ELSE m.left_n * coalesce(m.mean_run, h.mean_run)
                  / greatest(m.running, least(w.workers, m.left_n)) END AS eta
-FROM (SELECT count(*) FILTER (WHERE j.state NOT IN ('completed', 'discarded', 'cancelled'))
+FROM (SELECT count(*) FILTER (WHERE j.state IN ('available', 'scheduled', 'running', 'retryable'))
                  AS left_n,
              count(*) FILTER (WHERE j.state = 'running' AND j.attempted_at IS NOT NULL)
                  AS running,
@@ -41,9 +41,9 @@ FROM (SELECT count(*) FILTER (WHERE j.state NOT IN ('completed', 'discarded', 'c
                  FILTER (WHERE j.state = 'completed' AND j.attempted_at IS NOT NULL)::float8
                  AS mean_run,
              array_agg(DISTINCT j.queue)
-                 FILTER (WHERE j.state NOT IN ('completed', 'discarded', 'cancelled')) AS queues,
+                 FILTER (WHERE j.state IN ('available', 'scheduled', 'running', 'retryable')) AS queues,
              array_agg(DISTINCT j.kind)
-                 FILTER (WHERE j.state NOT IN ('completed', 'discarded', 'cancelled')) AS kinds
+                 FILTER (WHERE j.state IN ('available', 'scheduled', 'running', 'retryable')) AS kinds
       FROM supervisor.jobs j WHERE j.batch_id = b.id) AS m
 CROSS JOIN LATERAL (
     SELECT coalesce(sum(s.children), 0)::int AS workers FROM supervisor.supervisors s

@@ -24,11 +24,12 @@ class BatchSummary:
     cancelled: int
     callback_id: int | None
     finished: bool
+    expired: int = 0  # members not started before their expires_at (issue 28)
 
     @property
     def pending(self) -> int:
         """Members not final yet."""
-        return self.total - self.completed - self.discarded - self.cancelled
+        return self.total - self.completed - self.discarded - self.cancelled - self.expired
 
 
 class Member(NamedTuple):
@@ -45,7 +46,8 @@ SELECT b.id, b.total,
        count(*) FILTER (WHERE j.state = 'completed'),
        count(*) FILTER (WHERE j.state = 'discarded'),
        count(*) FILTER (WHERE j.state = 'cancelled'),
-       b.callback_id, b.finished_at IS NOT NULL
+       b.callback_id, b.finished_at IS NOT NULL,
+       count(*) FILTER (WHERE j.state = 'expired')
 FROM supervisor.batches b LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
 WHERE b.id = %s
 GROUP BY b.id

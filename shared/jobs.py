@@ -21,6 +21,8 @@ EXPIRED = "expired"  # not started before its expires_at: never ran, never will
 
 STATES = (AVAILABLE, SCHEDULED, RUNNING, COMPLETED, RETRYABLE, DISCARDED, CANCELLED, EXPIRED)
 FINISHED_STATES = (COMPLETED, DISCARDED, CANCELLED, EXPIRED)
+# Finished without completing: a waiter gets JobFailed, a dependent is cancelled.
+FAILED_FINAL_STATES = (DISCARDED, CANCELLED, EXPIRED)
 # While a job is in one of these, its unique_key is taken.
 UNIQUE_STATES = (AVAILABLE, SCHEDULED, RUNNING, RETRYABLE)
 

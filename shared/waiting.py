@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from shared import listening
+from shared import jobs, listening
 from shared.batchstate import summary
 from shared.db import DatabaseUnavailable
 from shared.dsn import resolve_dsn
@@ -36,7 +36,7 @@ FIRST_READ_WAIT = 5.0  # seconds the first read may wait for the shared connecti
 
 
 class JobFailed(Exception):
-    """The waited-for job ended discarded or cancelled; ``error`` is its last error."""
+    """The waited-for job ended discarded, cancelled or expired; ``error`` is its last error."""
 
     def __init__(self, job_id: int, state: str, error: dict | None) -> None:
         self.job_id = job_id
@@ -77,7 +77,7 @@ _STATE = "SELECT state, result, errors, watched FROM supervisor.jobs WHERE id = 
 
 def read_job(job_id: int, row: tuple | None) -> Found:
     """What a job's ``_STATE`` row says; ``JobNotFound`` without a row, ``JobFailed``
-    (with its last error) when it ended discarded or cancelled."""
+    (with its last error) when it ended discarded, cancelled or expired."""
     state, result = job_outcome(job_id, row and row[:3])
     if state == "completed":
         return Found(True, result, state)
@@ -105,18 +105,18 @@ class Marked:
 
 def job_outcome(job_id: int, row: tuple | None) -> tuple[str, Any]:
     """``(state, result)`` from a job's ``(state, result, errors)``; ``JobNotFound``
-    without a row, ``JobFailed`` (with its last error) when discarded or cancelled."""
+    without a row, ``JobFailed`` (with its last error) when discarded, cancelled or expired."""
     if row is None:
         raise JobNotFound(f"no job {job_id}")
     state, result, errors = row
-    if state in ("discarded", "cancelled"):
+    if state in jobs.FAILED_FINAL_STATES:
         raise JobFailed(job_id, state, errors[-1] if errors else None)
     return state, result
 
 
 def wait(job_id: int, timeout: float | None = None, *, dsn: str | None = None) -> Any:
     """The result of job ``job_id`` once it completed. Raises ``JobFailed`` if it ends
-    discarded or cancelled, ``JobNotFound`` if there is no such job, ``TimeoutError``
+    discarded, cancelled or expired, ``JobNotFound`` if there is no such job, ``TimeoutError``
     after ``timeout`` seconds (None: no limit)."""
     _check(job_id, timeout, "job id")
 

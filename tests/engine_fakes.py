@@ -44,6 +44,7 @@ class FakeStore:
         self.fail_next: dict[str, Exception] = {}  # statement name -> error raised once
         self.fence: set[int] = set()  # ids whose writes are fenced off
         self.paused: set[str] = set()
+        self.stop_running: set[str] = set()  # paused with --stop-running
         self._next_id = 1
 
     def add(self, queue: str = "default", n: int = 1, kind: str = "k") -> list[int]:
@@ -130,8 +131,11 @@ class FakeStore:
         return []
 
     def paused_queues(self, queues):
+        return set(self.queue_pauses(queues))
+
+    def queue_pauses(self, queues):
         self._record("paused")
-        return set(self.paused)
+        return {q: q in self.stop_running for q in self.paused}
 
     def left_for_later(self, queues, kinds):
         return 0, None

@@ -225,11 +225,13 @@ def test_a_paused_queue_gives_back_what_it_claimed_but_has_not_started():
     db.claims.answer()
     engine.tick(clock.now, pool)
     assert list(pool.jobs) == [1]
+    store.paused.add("default")
     db.paused_queues.add("default")  # the NOTIFY of the pause
     engine.tick(clock.now, pool)
     clock.now += 0.05
     engine.tick(clock.now, pool)
     assert ("release", [2, 3, 4]) in store.calls
+    assert pool.notified == []  # a plain pause: the running job goes on
     pool.finish(1)
     engine.tick(clock.now, pool)
     assert pool.busy_count() == 0

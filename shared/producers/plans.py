@@ -76,7 +76,7 @@ def check_expiry(expires_in: Any, expires_at: Any) -> None:
                              "would never run")
 
 
-def _expiry(options: Mapping[str, Any]) -> tuple[datetime | None, float | None]:
+def expiry(options: Mapping[str, Any]) -> tuple[datetime | None, float | None]:
     """(expires_at, expires_in) as the statements take them: both None when the job
     never expires; the server adds expires_in to its own now()."""
     expires_in = options.get("expires_in")
@@ -279,7 +279,7 @@ def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) ->
     check_concurrency_key(concurrency_key)
     encoded = encode_args(kind, args).decode()
     trace_context = current_trace_context()
-    expires_at, expires_in = _expiry(o)
+    expires_at, expires_in = expiry(o)
     needs = reservation(o)
     if (unique_key is None and o["run_at"] is None and not o["delay"]
             and concurrency_key is None and expires_at is None and expires_in is None
@@ -316,7 +316,7 @@ def plan_many(kind: str, args_list: Sequence[Mapping[str, Any] | None],
     needs = reservation(o)
     common |= {"cpus": needs.cpus, "memory": needs.memory}
     return _insert_many(encoded, keys, common, o["run_at"], float(o["delay"] or 0.0),
-                        _expiry(o))
+                        expiry(o))
 
 
 def insert_rows(rows: list[Row]) -> Plan:

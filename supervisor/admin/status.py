@@ -101,11 +101,17 @@ SELECT DISTINCT queue, kind FROM supervisor.jobs
 WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
 """
 
+# stop_running (0021): set by a pause with --stop-running, kept by a plain pause of a
+# queue paused with it already, cleared by a resume.
 _SET_PAUSED = """
-INSERT INTO supervisor.queues AS q (name, paused, updated_at)
-VALUES (%(name)s, %(paused)s, now())
-ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
-RETURNING (SELECT p.paused FROM supervisor.queues p WHERE p.name = %(name)s)
+INSERT INTO supervisor.queues AS q (name, paused, stop_running, updated_at)
+VALUES (%(name)s, %(paused)s, %(stop_running)s, now())
+ON CONFLICT (name) DO UPDATE
+SET paused = EXCLUDED.paused, updated_at = now(),
+    stop_running = EXCLUDED.paused AND (EXCLUDED.stop_running OR q.paused AND q.stop_running)
+RETURNING (SELECT p.paused FROM supervisor.queues p WHERE p.name = %(name)s),
+          (SELECT count(*) FROM supervisor.jobs j
+           WHERE j.state = 'running' AND j.queue = %(name)s)
 """
 
 _WAITING_IN_QUEUE = """
@@ -300,23 +306,29 @@ def native_job(conn: psycopg.Connection, job_id: int) -> dict[str, Any] | None:
     return row[0] if row else None
 
 
-def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, Any]:
+def set_paused(conn: psycopg.Connection, name: str, paused: bool,
+               stop_running: bool = False) -> dict[str, Any]:
     """Pause or resume queue ``name`` (its row in ``supervisor.queues`` is created when
     missing). Supervisors see it at their next claim; resuming wakes them through the
-    schema's trigger. Returns ``{name, paused, was_paused, available, known}``; ``known``
-    is False when the queue had no row, has no jobs and no live supervisor serves it
-    (a typo, most likely)."""
+    schema's trigger. ``stop_running`` (pausing only): the supervisors running jobs of
+    the queue send them the stop notice and give them back unspent (schema 0021).
+    Returns ``{name, paused, was_paused, available, known, running, stop_running}``;
+    ``known`` is False when the queue had no row, has no jobs and no live supervisor
+    serves it (a typo, most likely); ``running`` counts its jobs running then."""
     check_queue_name(name)
+    if stop_running and not paused:
+        raise ValueError("stop_running goes with a pause, not a resume")
     with conn.transaction():
-        row = conn.execute(_SET_PAUSED, {"name": name, "paused": paused}).fetchone()
+        row = conn.execute(_SET_PAUSED, {"name": name, "paused": paused,
+                                         "stop_running": stop_running}).fetchone()
         assert row is not None  # the upsert returns its one row
-        was = row[0]
+        was, running = row
         row = conn.execute(_WAITING_IN_QUEUE, {"name": name}).fetchone()
         assert row is not None  # count(*) answers one row
         available = row[0]
         known = was is not None or available > 0 or _queue_in_use(conn, name)
     return {"name": name, "paused": paused, "was_paused": bool(was), "available": available,
-            "known": known}
+            "known": known, "running": running, "stop_running": stop_running}
 
 
 _SERVED_OR_HAS_JOBS = """

@@ -1,6 +1,8 @@
 """``supervisor queues list|pause|resume``. Pausing takes effect at each supervisor's
 next claim (the claim skips paused queues), resuming wakes them through the schema's
-NOTIFY trigger: no restart either way."""
+NOTIFY trigger: no restart either way. ``pause --stop-running`` also stops the jobs of
+the queue that run now (a stop notice, then the kill after ``kill_grace``); they go back
+unspent and resume from their checkpoints after ``resume``."""
 
 from __future__ import annotations
 
@@ -49,15 +51,23 @@ def list_command(as_json: bool, dsn: str | None) -> None:
 
 @queues_group.command("pause")
 @click.argument("queue")
+@click.option("--stop-running", is_flag=True,
+              help="Also stop its running jobs: each is told (workers.Stopping, "
+                   "current_job().stopping), killed after kill_grace if still running, "
+                   "and goes back without spending an attempt.")
 @dsn_option
 @reports_errors
-def pause_command(queue: str, dsn: str | None) -> None:
-    """Stop claiming from QUEUE. Running jobs finish; waiting jobs stay available."""
+def pause_command(queue: str, stop_running: bool, dsn: str | None) -> None:
+    """Stop claiming from QUEUE. Running jobs finish (unless --stop-running); waiting
+    jobs stay available."""
     with admin_errors(), open_database(dsn) as conn:
-        done = admin.set_paused(conn, queue, True)
+        done = admin.set_paused(conn, queue, True, stop_running=stop_running)
     _warn_unknown(done)
     was = "already paused" if done["was_paused"] else "supervisors stop claiming from it"
-    click.echo(f"paused queue {queue!r} ({was}; {done['available']} available jobs wait)")
+    stopped = (f"; {done['running']} running jobs told to stop and go back"
+               if stop_running else "")
+    click.echo(f"paused queue {queue!r} ({was}; {done['available']} available jobs wait"
+               f"{stopped})")
 
 
 def _warn_unknown(done: dict) -> None:

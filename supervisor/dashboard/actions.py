@@ -78,8 +78,13 @@ async def cancel_job(request: Request) -> Response:
 
 
 async def pause_queue(request: Request) -> Response:
-    """``POST /queues/<name>/pause``: supervisors stop claiming from the queue."""
-    return await _switch(request, paused=True)
+    """``POST /queues/<name>/pause``: supervisors stop claiming from the queue; with
+    ``?stop_running=1`` its running jobs are also told to stop and go back unspent (as
+    ``supervisor queues pause --stop-running``)."""
+    flag = request.query_params.get("stop_running", "0")
+    if flag not in ("0", "1", "false", "true"):
+        raise AdminError(f"stop_running is 1 or 0, not {flag!r}", usage=True)
+    return await _switch(request, paused=True, stop_running=flag in ("1", "true"))
 
 
 async def resume_queue(request: Request) -> Response:
@@ -87,9 +92,9 @@ async def resume_queue(request: Request) -> Response:
     return await _switch(request, paused=False)
 
 
-async def _switch(request: Request, *, paused: bool) -> Response:
+async def _switch(request: Request, *, paused: bool, stop_running: bool = False) -> Response:
     name = request.path_params["name"]
-    done = await _act(request, queries.set_paused, name, paused)
+    done = await _act(request, queries.set_paused, name, paused, stop_running)
     word = "paused" if paused else "resumed"
     return _done(request, {"action": "pause" if paused else "resume", **done},
                  f"/?done={word}#queue-{quote(name, safe='')}")

@@ -117,6 +117,8 @@ def _acting_on(conn: psycopg.Connection, job_id: int, action) -> str:
         raise
 
 
-def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> dict[str, Any]:
-    """Pause or resume queue ``name``: ``{name, paused, was_paused, available}``."""
-    return admin.set_paused(conn, name, paused)
+def set_paused(conn: psycopg.Connection, name: str, paused: bool,
+               stop_running: bool = False) -> dict[str, Any]:
+    """Pause or resume queue ``name``: ``{name, paused, was_paused, available, running,
+    stop_running}`` (``stop_running``: its running jobs are stopped too)."""
+    return admin.set_paused(conn, name, paused, stop_running=stop_running)

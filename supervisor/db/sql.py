@@ -265,8 +265,10 @@ WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
 """
 
 # Which of these queues are paused now.
+# Paused queues, and whether each was paused with --stop-running (schema 0021).
 PAUSED = """
-SELECT name FROM supervisor.queues WHERE paused AND name = ANY(%(queues)s::text[])
+SELECT name, stop_running FROM supervisor.queues
+WHERE paused AND name = ANY(%(queues)s::text[])
 """
 
 # Jobs running under this supervisor's name that it does not hold: the answer to a

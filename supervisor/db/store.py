@@ -285,9 +285,14 @@ class Store:
 
     def paused_queues(self, queues: Sequence[str]) -> set[str]:
         """Which of ``queues`` are paused."""
+        return set(self.queue_pauses(queues))
+
+    def queue_pauses(self, queues: Sequence[str]) -> dict[str, bool]:
+        """Which of ``queues`` are paused: ``{name: stop_running}``, True for a queue
+        paused with ``--stop-running`` (its running jobs are to stop too)."""
         rows = self.connection.execute(PAUSED, {"queues": list(queues)},
                                        prepare=self._again(PAUSED))
-        return {row[0] for row in rows}
+        return {name: stop_running for name, stop_running in rows}
 
     def reconcile(self, held: Sequence[int]) -> list[int]:
         """Release jobs running under this supervisor's name that it does not hold (a

@@ -44,7 +44,7 @@ from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
-from supervisor.engine.notices import notify_drain, notify_fence
+from supervisor.engine.notices import notify_drain, notify_fence, notify_pause
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import handler_max_attempts, handler_poison_after
@@ -145,7 +145,13 @@ class Engine:
         self.planner.wake(db.take_notified())
         if db.take_scheduled():
             self._poll_soon(now)
-        self._paused(db.take_paused(), now, pool)
+        paused = db.take_paused()
+        if paused:
+            # Read the rows the NOTIFY named: whether their running jobs stop too (the
+            # database away: paused all the same, a later poll reads the flag).
+            pauses = db.call(lambda s: s.queue_pauses(sorted(paused)), None,
+                             "reading paused queues")
+            self._paused(dict.fromkeys(paused, False) if pauses is None else pauses, now, pool)
         self._cancelled(db.take_cancelled(), pool)
         if db.up and not self.fenced:
             self.dispatch(pool)
@@ -343,9 +349,9 @@ class Engine:
         if now >= self.next_poll:
             # A fixed interval with jitter: no exponential backoff, it costs throughput.
             self.next_poll = now + self.config.poll_interval * random.uniform(0.8, 1.2)
-            self._poll(now)
+            self._poll(now, pool)
         elif self.next_promote is not None and now >= self.next_promote:
-            self._poll(now)
+            self._poll(now, pool)
         if now >= self.next_renew:
             self.next_renew = now + self.config.lease_ttl / 3
             self._renew(pool)
@@ -400,7 +406,7 @@ class Engine:
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")
 
-    def _poll(self, now: float) -> None:
+    def _poll(self, now: float, pool: Pool | None = None) -> None:
         """Promote due scheduled/retryable jobs, ask which queues hold work and when the
         next job for later is due (the loop wakes then, not at its next poll)."""
         self._read_kind_pauses(now)
@@ -414,9 +420,12 @@ class Engine:
         due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
         # Due already (it came due while this poll ran): promote it a moment from now.
         self.next_promote = None if due_in is None else now + max(due_in, PROMOTE_AGAIN)
-        if self.ledger.waiting_counts():
-            # Catches a pause whose NOTIFY was missed (say, while reconnecting).
-            self._paused(db.call(lambda s: s.paused_queues(queues), set(), "polling"), now)
+        running = pool is not None and bool(pool.running_since())
+        if self.ledger.waiting_counts() or running:
+            # Catches a pause whose NOTIFY was missed (say, while reconnecting), and a
+            # job of a queue paused with --stop-running that started all the same (its
+            # child took it before the pause's SKIP came).
+            self._paused(db.call(lambda s: s.queue_pauses(queues), {}, "polling"), now, pool)
 
     def _count_crashes(self) -> None:
         """Hand the crashes the reporter saw to the breaker (written after the claim)."""
@@ -446,9 +455,15 @@ class Engine:
     def _poll_soon(self, now: float) -> None:
         self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))
 
-    def _paused(self, queues: set[str], now: float, pool: Pool | None = None) -> None:
+    def _paused(self, pauses: dict[str, bool], now: float, pool: Pool | None = None) -> None:
         """Paused queues start nothing more here: what they hold unstarted goes back,
-        from the ledger now and from children's pipes as each child gives it up."""
+        from the ledger now and from children's pipes as each child gives it up. Those
+        paused with ``--stop-running`` (``pauses[name]`` True) also stop their running
+        jobs: a stop notice, the kill after ``kill_grace`` (``engine.notices``)."""
+        queues = set(pauses)
+        stopping = {queue for queue, stop in pauses.items() if stop} & set(self.queues)
+        if stopping and pool is not None:
+            notify_pause(pool, stopping, self.config.kill_grace)
         for queue in queues & set(self.queues):
             self.planner.demand.discard(queue)
             waiting = self.ledger.take_waiting(queue)
@@ -583,7 +598,7 @@ class Engine:
         more = promoted or db.call(lambda s: s.has_due_work(self.queues, self.kinds, horizon),
                                    True, "checking for work")
         if more:
-            self._poll(now)
+            self._poll(now, pool)
             return
         nothing_later: tuple[int, datetime | None] = (0, None)
         left, next_at = db.call(lambda s: s.left_for_later(self.queues, self.kinds),

@@ -10,6 +10,11 @@ on the next supervisor. A job expected to finish
 is left alone; if it is still running at the end of the grace it is killed as before
 (``shutdown``).
 
+A queue paused with ``--stop-running`` tells its running jobs and kills each the pool's
+``kill_grace`` later unless it answered first; either way the job goes back without
+spending its attempt (a ``stopped`` answer as after a drain's notice, a kill as a drain's
+``shutdown``) and waits, available, for ``queues resume``.
+
 A fence (leases unrenewed too long) tells every running job and kills it ``FENCE_GRACE``
 later unless it answered first: the fence margin leaves a second for the kill.
 """
@@ -54,4 +59,21 @@ def notify_fence(pool: Pool) -> int:
         if pool.notify(job.id, "fence", jobs.FAIL_STOPPED, "interrupted (shutdown): fenced",
                        FENCE_GRACE):
             told += 1
+    return told
+
+
+def notify_pause(pool: Pool, queues: set[str], kill_grace: float) -> int:
+    """Tell every running job of ``queues`` (paused with ``--stop-running``) that it
+    stops now; each is killed ``kill_grace`` later unless it answered first. Returns how
+    many were told (a job told already, by this pause or anything else, is not again)."""
+    told = 0
+    for job, _ in pool.running_since():
+        if job.queue in queues and pool.notify(
+                job.id, "pause", jobs.FAIL_STOPPED,
+                f"interrupted (shutdown): queue {job.queue} paused with --stop-running",
+                kill_grace):
+            told += 1
+    if told:
+        log.info("queues %s paused with --stop-running: %d running jobs told to checkpoint "
+                 "and stop", ", ".join(sorted(queues)), told)
     return told

@@ -1,0 +1,99 @@
+"""``supervisor queues pause NAME --stop-running`` through a real supervisor (issue 28):
+the running jobs of the paused queue are told (``Stopping`` / ``stopping`` with reason
+``pause``), hand themselves back with their checkpoints, or are killed after
+``kill_grace``; every one goes back without spending its attempt, waits while the
+queue is paused and resumes from its checkpoint after ``queues resume``. Jobs of
+other queues are not told."""
+
+import signal
+
+import pytest
+from click.testing import CliRunner
+from e2e import Supervisor, job_row, read_log, wait_until
+
+from shared.enqueue import enqueue
+from supervisor.cli import main
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # real supervisors: CI lane
+
+APP = "checkpoint_handlers"
+
+
+def records(log, job_id, event=None):
+    return [r for r in read_log(log) if r["id"] == job_id and (event is None
+                                                                or r["event"] == event)]
+
+
+def cli(*args):
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_pause_with_stop_running_hands_running_jobs_back_unspent_until_resume(
+        dsn, tmp_path):
+    log = tmp_path / "runs.log"
+    config = tmp_path / "supervisor.toml"
+    config.write_text("kill_grace = 1.5\npoll_interval = 0.2\n")
+    raising = enqueue("ck_batch", {"steps": 600, "step": 0.1}, dsn=dsn)
+    flag = enqueue("ck_flag", dsn=dsn)
+    deaf = enqueue("ck_ignore", dsn=dsn)
+    elsewhere = enqueue("ck_flag", {"limit": 60.0}, queue="other", dsn=dsn)
+    sup = Supervisor(dsn, "-n", "4", "-q", "default", "-q", "other", "--config",
+                     str(config), log_path=log, app=APP)
+    try:
+        wait_until(lambda: all(records(log, i, "start")
+                               for i in (raising, flag, deaf, elsewhere))
+                   and records(log, raising, "step"), timeout=60, what="four jobs running")
+        out = cli("queues", "pause", "default", "--stop-running", "--dsn", dsn)
+        assert "3 running jobs told to stop" in out
+
+        def back(job_id):
+            return job_row(dsn, job_id)["state"] == "available"
+        wait_until(lambda: all(back(i) for i in (raising, flag, deaf)), timeout=30,
+                   what="the paused queue's running jobs back")
+        # Told before the kill: each record was written inside its handler.
+        assert len(records(log, raising, "stopping")) == 1
+        assert [r["reason"] for r in records(log, flag, "saw_stopping")] == ["pause"]
+        for job_id in (raising, flag):
+            row = job_row(dsn, job_id)
+            assert (row["attempt"], row["errors"]) == (0, []), row
+            assert row["checkpoint"] is not None
+        row = job_row(dsn, deaf)  # ignored the notice: killed after kill_grace, unspent
+        assert row["attempt"] == 0
+        assert [e["kind"] for e in row["errors"]] == ["shutdown"]
+        assert "paused with --stop-running" in row["errors"][0]["message"]
+        # The other queue's job was not told and runs on.
+        assert records(log, elsewhere, "saw_stopping") == []
+        assert job_row(dsn, elsewhere)["state"] == "running"
+        # Paused: nothing of the queue starts again until it is resumed.
+        assert len(records(log, raising, "start")) == 1
+
+        cli("queues", "resume", "default", "--dsn", dsn)
+        wait_until(lambda: len(records(log, raising, "start")) == 2, timeout=30,
+                   what="the stopped job resumed")
+        again = records(log, raising, "start")[1]
+        stopped_at = records(log, raising, "stopping")[0]["done"]
+        assert again["resumed"] and again["done"] == stopped_at and again["attempt"] == 1
+        wait_until(lambda: len(records(log, flag, "start")) == 2, timeout=30,
+                   what="the flag job resumed")
+        assert records(log, flag, "start")[1]["resumed"] is not None
+    finally:
+        sup.signal(signal.SIGTERM)
+        sup.wait(30)
+        sup.stop()
+
+
+def test_a_plain_pause_of_a_queue_keeps_its_stop_running_flag_and_resume_clears_it(conn,
+                                                                                   dsn):
+    def flags():
+        return conn.execute("SELECT paused, stop_running FROM supervisor.queues "
+                            "WHERE name = 'q'").fetchone()
+    cli("queues", "pause", "q", "--dsn", dsn)
+    assert flags() == (True, False)
+    cli("queues", "pause", "q", "--stop-running", "--dsn", dsn)
+    assert flags() == (True, True)
+    cli("queues", "pause", "q", "--dsn", dsn)  # does not take the order back
+    assert flags() == (True, True)
+    cli("queues", "resume", "q", "--dsn", dsn)
+    assert flags() == (False, False)
