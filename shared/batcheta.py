@@ -41,9 +41,11 @@ FROM (SELECT count(*) FILTER (WHERE j.state IN ('available', 'scheduled', 'runni
                  FILTER (WHERE j.state = 'completed' AND j.attempted_at IS NOT NULL)::float8
                  AS mean_run,
              array_agg(DISTINCT j.queue)
-                 FILTER (WHERE j.state IN ('available', 'scheduled', 'running', 'retryable')) AS queues,
+                 FILTER (WHERE j.state IN ('available', 'scheduled', 'running',
+                                           'retryable')) AS queues,
              array_agg(DISTINCT j.kind)
-                 FILTER (WHERE j.state IN ('available', 'scheduled', 'running', 'retryable')) AS kinds
+                 FILTER (WHERE j.state IN ('available', 'scheduled', 'running',
+                                           'retryable')) AS kinds
       FROM supervisor.jobs j WHERE j.batch_id = b.id) AS m
 CROSS JOIN LATERAL (
     SELECT coalesce(sum(s.children), 0)::int AS workers FROM supervisor.supervisors s

@@ -1,6 +1,6 @@
 """Expiry at enqueue (issue 28): every form stores expires_at (the async API, COPY,
 keyed batches, the CLI, plain SQL), and bad values are refused in one line with
-nothing stored."""
+nothing stored. Expiry goes with batches and dependencies too (schema 0021)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from click.testing import CliRunner
 
+from shared.batches import Callback
 from shared.enqueue import enqueue, enqueue_many
 from shared.producers.aio import enqueue_async
 from supervisor.cli.main import main
@@ -70,6 +71,9 @@ def test_the_cli_refuses_bad_expiry_in_one_line(conn, dsn, args, message):
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 0
 
 
-def test_expiry_is_refused_with_a_batch_or_dependencies(conn):
-    with pytest.raises(ValueError, match="cannot be combined with depends_on"):
-        enqueue("k", {}, conn=conn, expires_in=5, depends_on=[1])
+def test_expiry_is_stored_with_a_batch_and_with_dependencies(conn):
+    # Refused until schema 0021 made 'expired' final for batches and dependencies.
+    batch = enqueue_many("k", [{}, {}], conn=conn, expires_in=40, then=Callback("cb", {}))
+    first = enqueue("k", {}, conn=conn)
+    held = enqueue("k", {}, conn=conn, expires_in=50, depends_on=[first])
+    assert seconds_left(conn, [*batch.ids, held]) == [40, 40, 50]
