@@ -5,6 +5,7 @@ so the tests judge by the handlers' own records: where each run resumed, when it
 and what it was told.
 """
 
+import os
 import time
 
 from e2e_handlers import record
@@ -131,3 +132,33 @@ def ck_flush_loop(limit: float = 20.0) -> int:
         n += 1
         ctx.checkpoint({"n": n}, flush=True)
     return n
+
+
+_held: list[bytes] = []
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+
+
+@job(on_stop="raise", backoff=Backoff(base=0.1, cap=0.2))
+def ck_memory(target_mb: int, limit: float = 60.0) -> str:
+    """Grows its RSS past ``target_mb`` and waits; told to stop (the memory cap), it lets
+    ``Stopping`` out. Run again from its checkpoint, it finishes without growing."""
+    ctx = current_job()
+    record("start", resumed=ctx.resume, rss=_rss_mb())
+    if ctx.resume is not None:
+        return "resumed"
+    ctx.checkpoint({"grown": True})  # before growing: a notice may come at any moment
+    try:
+        while _rss_mb() < target_mb:
+            _held.append(b"\x01" * (4 << 20))  # written, so resident
+        record("grown", rss=_rss_mb())
+        time.sleep(limit)
+    except Stopping:
+        record("stopping", reason=ctx.stop_reason)
+        raise
+    finally:
+        _held.clear()
+    return "never told"

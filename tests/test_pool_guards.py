@@ -168,3 +168,51 @@ def test_a_tick_on_time_still_enforces_the_heartbeat():
     h.pool.dispatch(job(1))
     h.advance(5.0)
     assert h.signals_to(pid)[0] == signal.SIGTERM
+
+
+def test_a_running_job_over_the_cap_is_told_first_and_killed_after_kill_grace():
+    h = started(size=1, max_memory_per_child=512 * MIB, memory_sample=0.25, kill_grace=3.0)
+    pid = h.pids()[0]
+    h.pool.dispatch(job(1))
+    h.os.rss_of[pid] = 600 * MIB  # over the cap, under 1.5 times it
+    h.advance(0.25)
+    assert h.signals_to(pid) == []  # told (STOPPING), and STOP: no job after this one
+    types = [f.type for f in h.sent(pid)]
+    assert wire.STOPPING in types and wire.STOP in types
+    assert not h.pool.dispatch(job(2))
+    h.advance(2.5)
+    assert h.signals_to(pid) == []  # still within its grace, still sampled
+    h.advance(0.5)
+    assert h.signals_to(pid) == [signal.SIGKILL]
+    h.exits(pid, signalled(signal.SIGKILL))
+    (failed,) = h.take(JobFailed)
+    assert failed.kind == FAIL_MEMORY and "told to stop, killed after 3 s" in failed.message
+
+
+def test_a_job_that_stops_itself_after_the_memory_notice_fails_as_memory_unkilled():
+    h = started(size=1, max_memory_per_child=512 * MIB, memory_sample=0.25)
+    pid = h.pids()[0]
+    h.pool.dispatch(job(1))
+    h.os.rss_of[pid] = 600 * MIB
+    h.advance(0.25)
+    h.says(pid, wire.Failed(1, "stopped", "Stopping: stopping: memory").encode())
+    (failed,) = h.take(JobFailed)
+    assert failed.kind == FAIL_MEMORY
+    assert "600 MiB passed the 512 MiB max_memory_per_child" in failed.message
+    assert "it stopped itself first" in failed.message
+    assert h.signals_to(pid) == []  # not killed: it exits on the STOP it was sent
+
+
+def test_far_over_the_cap_during_its_grace_the_child_is_killed_at_once():
+    h = started(size=1, max_memory_per_child=512 * MIB, memory_sample=0.25, kill_grace=10.0)
+    pid = h.pids()[0]
+    h.pool.dispatch(job(1))
+    h.os.rss_of[pid] = 600 * MIB
+    h.advance(0.25)
+    assert h.signals_to(pid) == []
+    h.os.rss_of[pid] = 800 * MIB  # past 1.5 times the cap while told
+    h.advance(0.25)
+    assert h.signals_to(pid) == [signal.SIGKILL]
+    h.exits(pid, signalled(signal.SIGKILL))
+    (failed,) = h.take(JobFailed)
+    assert failed.kind == FAIL_MEMORY and "over 1.5x its limit: killed at once" in failed.message

@@ -60,6 +60,7 @@ def test_a_job_killed_over_the_memory_cap_keeps_the_rss_that_passed_it():
     h.os.rss_of[pid] = 150 * MIB
     h.os.sample_of[pid] = GroupSample(0.2, "R", 0)  # the sample at the kill missed it
     h.advance(5.0)
+    h.advance(h.pool.settings.kill_grace)  # told first (issue 28), killed at its grace
     assert signal.SIGKILL in h.signals_to(pid)
     out = failed(h, pid, signalled(signal.SIGKILL))
     assert out.kind == "memory"

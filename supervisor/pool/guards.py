@@ -1,6 +1,11 @@
 """The pool's guards at the edges: a memory cap that holds while a job runs, and a
 parent that was itself asleep not blaming its children for the silence.
 
+The cap while a job runs (issue 28): a running job past it is first sent the stop notice
+and killed ``kill_grace`` later unless it ended first; a child ``MEMORY_HARD_FACTOR``
+times over its limit (``hard_over_memory``), or one whose job has not started, is
+killed at once, since a grace would only let it grow further.
+
 Pure functions over the settings, the ``OsCalls`` facade and a child's pid, so the fakes
 drive them like the rest of the policy; ``Pool`` decides what follows (a kill with kind
 ``memory``, a recycle, re-armed deadlines). The third guard, against processes that
@@ -39,6 +44,24 @@ def over_memory(settings: PoolSettings, rss: int | None,
                 f"reservation (above the {format_size(cap)} max_memory_per_child)")
     return (f"RSS {format_size(rss)} passed the {format_size(cap)} max_memory_per_child "
             f"(the job reserved {format_size(reserved)})")
+
+
+# How far over its limit (the cap, or the job's larger reservation) a running job's
+# child may grow while its stop notice's grace runs: past this it is killed at once.
+MEMORY_HARD_FACTOR = 1.5
+
+
+def hard_over_memory(settings: PoolSettings, rss: int | None,
+                     reserved: int | None = None) -> str | None:
+    """Why a child over its limit must be killed now rather than told first: its RSS
+    passed ``MEMORY_HARD_FACTOR`` times the limit (None: it did not)."""
+    cap = settings.max_memory_per_child
+    if rss is None or cap is None:
+        return None
+    hard = int(max(cap, reserved or 0) * MEMORY_HARD_FACTOR)
+    if rss <= hard:
+        return None
+    return f"{format_size(rss)} is over {MEMORY_HARD_FACTOR:g}x its limit: killed at once"
 
 
 def peaked(oscalls: OsCalls, settings: PoolSettings, pid: int) -> bool:

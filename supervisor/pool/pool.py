@@ -716,15 +716,41 @@ class Pool:
             self._event(child, "recalled", f"{asked} jobs {why}")
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
+        """Sample a busy child's RSS. Past the cap with its job running: the stop notice
+        (issue 28), the kill ``kill_grace`` later unless the job ended first, and no
+        more jobs for the child; killed at once when its job has not started, when it
+        was told to stop already for another reason, or when it is far over the cap
+        (``guards.hard_over_memory``)."""
         job = child.job
+        reserved = job.memory if job is not None else None
         rss = self._os.rss(child.pid) if self.settings.max_memory_per_child else None
         child.killed_usage.rss_seen(rss)
-        why = guards.over_memory(self.settings, rss, job.memory if job is not None else None)
-        if why is not None:
-            # SIGKILL at once: a grace would only let it grow further.
-            self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
-        else:
+        why = guards.over_memory(self.settings, rss, reserved)
+        if why is None:
             child.memory_sampled(now)
+            return
+        if child.notice == "memory":
+            # Told already: its grace stands unless it grows far over the cap.
+            hard = guards.hard_over_memory(self.settings, rss, reserved)
+            if hard is not None:
+                self._kill(child, now, jobs.FAIL_MEMORY, f"{why}; {hard}", signal.SIGKILL)
+            else:
+                child.memory_sampled(now)
+            return
+        hard = guards.hard_over_memory(self.settings, rss, reserved)
+        grace = self.settings.kill_grace
+        if (hard is None and grace > 0 and job is not None and child.started
+                and child.notice is None):
+            child.retire()  # whatever becomes of its job, the child is recycled after it
+            self.notify(job.id, "memory", jobs.FAIL_MEMORY,
+                        f"{why}; told to stop, killed after {grace:g} s", grace)
+            self._log.info("%s: %s; its job %d is told to stop", child.describe(), why,
+                           job.id)
+            child.memory_sampled(now)
+            return
+        # SIGKILL at once: a grace would only let it grow further.
+        self._kill(child, now, jobs.FAIL_MEMORY, why if hard is None else f"{why}; {hard}",
+                   signal.SIGKILL)
 
     # -- stopping and killing ----------------------------------------------------
 

@@ -42,6 +42,7 @@ from shared.jobs import (
     FAIL_CRASHED,
     FAIL_ERROR,
     FAIL_EXPIRED,
+    FAIL_MEMORY,
     FAIL_STOPPED,
     TERMINAL_FAILURES,
     ClaimedJob,
@@ -333,10 +334,12 @@ class ChildProcess:
                 return "job"
             if self.beat_deadline is not None and now >= self.beat_deadline:
                 return "heartbeat"
-            if self.mem_deadline is not None and now >= self.mem_deadline:
-                return "memory"
+            # A notice's grace that ran out comes before a memory sample: the kill
+            # is due whatever the sample would say.
             if self.notice_deadline is not None and now >= self.notice_deadline:
                 return "notice"
+            if self.mem_deadline is not None and now >= self.mem_deadline:
+                return "memory"
             if self.recall_at is not None and now >= self.recall_at:
                 return "overrun"
         elif state == BOOTING:
@@ -703,10 +706,15 @@ class ChildProcess:
             else:
                 if not self.started:
                     news.append(JobStarted(job))
+                message = answer.message
                 if kind == FAIL_STOPPED:
                     # Stopping let out: the notice's kind, or an ordinary error without one.
                     kind = self.notice_kind or FAIL_ERROR
-                news.append(JobFailed(job, kind, answer.message, answer.traceback,
+                    if kind == FAIL_MEMORY:
+                        # The memory cap's notice: its errors entry says why it was
+                        # told, not only that it stopped.
+                        message = f"{self.notice_message}; it stopped itself first"
+                news.append(JobFailed(job, kind, message, answer.traceback,
                                       answer.retry_delay, kind in TERMINAL_FAILURES, duration,
                                       answer.usage, answer.output))
             self.killed_usage.answered(answer.usage)
