@@ -250,6 +250,19 @@ def test_pause_and_resume_a_queue(acting, seeded):
     assert b"odd/name <b>" not in body and b"odd/name &lt;b&gt;" in body
 
 
+def test_pause_with_stop_running_through_the_api(acting, seeded):
+    dsn, _ids = seeded
+    status, data = api(acting, "/api/queues/reports/pause?stop_running=1", method="POST",
+                       headers=BEARER)
+    assert status == 200 and data["stop_running"] is True and data["running"] >= 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT paused, stop_running FROM supervisor.queues "
+                            "WHERE name = 'reports'").fetchone() == (True, True)
+    status, data = api(acting, "/api/queues/reports/pause?stop_running=maybe",
+                       method="POST", headers=BEARER)
+    assert status == 400 and "stop_running is 1 or 0" in str(data)
+
+
 def test_a_foreign_host_header_is_refused(read_only):
     # A page whose DNS name was rebound to 127.0.0.1 sends its own name as Host.
     status, _, _ = call(read_only.url + "/api/queues", headers={"Host": "evil.example"})

@@ -237,6 +237,29 @@ def test_a_paused_queue_gives_back_what_it_claimed_but_has_not_started():
     assert pool.busy_count() == 0
 
 
+def test_a_pause_with_stop_running_tells_the_queues_running_jobs_and_they_go_back():
+    engine, db, store, pool, clock = running_two()
+    store.paused.add("default")
+    store.stop_running.add("default")
+    db.paused_queues.add("default")  # the NOTIFY of the pause
+    engine.tick(clock.now, pool)
+    # The fake pool's handlers ignore the notice: each is killed after kill_grace.
+    assert sorted(pool.notified) == [(1, "pause"), (2, "pause")]
+    clock.now += 0.05
+    engine.tick(clock.now, pool)
+    engine.flush(clock.now)
+    assert [name for name, _ in store.calls if name in ("interrupt", "fail")] == ["interrupt"]
+
+
+def test_a_missed_stop_running_notify_is_caught_by_the_poll():
+    engine, _db, store, pool, clock = running_two()
+    store.paused.add("default")
+    store.stop_running.add("default")  # no NOTIFY: say, sent while reconnecting
+    clock.now += 2 * engine.config.poll_interval
+    engine.tick(clock.now, pool)
+    assert sorted(pool.notified) == [(1, "pause"), (2, "pause")]
+
+
 def test_a_written_retry_makes_the_engine_look_for_its_due_time_soon():
     engine, _db, store, pool, clock = running_two()
     clock.now += 0.5
