@@ -124,7 +124,8 @@ def test_limit_command_sets_shows_and_clears(dsn, conn):
     assert result.exit_code == 0, result.output
     assert read_limits(conn, ["images"])["images"].max_running == 5  # the others stay
     listed = orjson.loads(invoke("queues", "list", "--json", "--dsn", dsn).output)
-    assert listed == [{"name": "images", "paused": False, "available": 0, "running": 0,
+    assert listed == [{"name": "images", "paused": False, "stop_running": False,
+                       "available": 0, "running": 0,
                        "oldest_available": None,
                        "limits": {"max_running": 5, "max_rate": 20.0, "burst": 4,
                                   "per_key_max_running": 1}}]

@@ -95,5 +95,6 @@ def test_a_plain_pause_of_a_queue_keeps_its_stop_running_flag_and_resume_clears_
     assert flags() == (True, True)
     cli("queues", "pause", "q", "--dsn", dsn)  # does not take the order back
     assert flags() == (True, True)
+    assert "paused, stopping running" in cli("queues", "list", "--dsn", dsn)
     cli("queues", "resume", "q", "--dsn", dsn)
     assert flags() == (False, False)

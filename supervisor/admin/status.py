@@ -63,7 +63,7 @@ WHERE state = 'available'
 GROUP BY queue
 """
 
-_QUEUE_ROWS = "SELECT name, paused, updated_at FROM supervisor.queues"
+_QUEUE_ROWS = "SELECT name, paused, stop_running FROM supervisor.queues"
 
 # For the drain forecast: each queue's mean run time over the last hour of the
 # per-minute history (a few hundred rows of job_minutes through its key), and the
@@ -134,14 +134,15 @@ def queue_stats(conn: psycopg.Connection,
     counts by state (``running`` counts started jobs only; ``claimed`` those a
     supervisor took but has not started yet), ``rate`` (jobs completed per second over
     the last minute), ``oldest_available`` (seconds since the oldest available job's
-    run_at, or None), ``paused``, ``limits`` (global limits, see
+    run_at, or None), ``paused``, ``stop_running`` (paused with ``--stop-running``),
+    ``limits`` (global limits, see
     ``limits.all_limits``; None). ``finished`` gives the finished states' counts (see
     ``finished_counts``) counted earlier; without it they are counted now."""
     queues: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
         if name not in queues:
-            queues[name] = {"name": name, "paused": False,
+            queues[name] = {"name": name, "paused": False, "stop_running": False,
                             "counts": dict.fromkeys(COUNTED, 0),
                             "rate": 0.0, "oldest_available": None, "limits": None}
         return queues[name]
@@ -162,8 +163,9 @@ def queue_stats(conn: psycopg.Connection,
     for queue, oldest in conn.execute(_OLDEST_AVAILABLE):
         if oldest is not None:
             entry(queue)["oldest_available"] = max(oldest, 0.0)  # run_at may be a hair ahead
-    for name, paused, _updated in conn.execute(_QUEUE_ROWS):
+    for name, paused, stop_running in conn.execute(_QUEUE_ROWS):
         entry(name)["paused"] = paused
+        entry(name)["stop_running"] = paused and stop_running
     for name, limits in all_limits(conn).items():  # supervisor queues limit
         entry(name)["limits"] = limits
     run_means: dict[str, float | None] = dict(

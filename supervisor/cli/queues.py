@@ -33,7 +33,8 @@ def list_command(as_json: bool, dsn: str | None) -> None:
     global limits (`supervisor queues limit`)."""
     with open_database(dsn) as conn:
         queues = admin.queue_stats(conn)
-    rows = [{"name": q["name"], "paused": q["paused"], "available": q["counts"]["available"],
+    rows = [{"name": q["name"], "paused": q["paused"], "stop_running": q["stop_running"],
+             "available": q["counts"]["available"],
              "running": q["counts"]["running"], "oldest_available": q["oldest_available"],
              "limits": q["limits"]}
             for q in queues]
@@ -43,7 +44,7 @@ def list_command(as_json: bool, dsn: str | None) -> None:
         click.echo("no queues: no jobs yet")
     else:
         click.echo(table(["QUEUE", "PAUSED", "AVAIL", "RUN", "OLDEST", "LIMITS"],
-                         [[r["name"], "paused" if r["paused"] else "-", r["available"],
+                         [[r["name"], _paused(r), r["available"],
                            r["running"], age(r["oldest_available"]),
                            describe_limits(r["limits"])] for r in rows],
                          right=(2, 3, 4)))
@@ -68,6 +69,12 @@ def pause_command(queue: str, stop_running: bool, dsn: str | None) -> None:
                if stop_running else "")
     click.echo(f"paused queue {queue!r} ({was}; {done['available']} available jobs wait"
                f"{stopped})")
+
+
+def _paused(row: dict) -> str:
+    if not row["paused"]:
+        return "-"
+    return "paused, stopping running" if row["stop_running"] else "paused"
 
 
 def _warn_unknown(done: dict) -> None:
