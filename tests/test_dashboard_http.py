@@ -258,6 +258,8 @@ def test_pause_with_stop_running_through_the_api(acting, seeded):
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute("SELECT paused, stop_running FROM supervisor.queues "
                             "WHERE name = 'reports'").fetchone() == (True, True)
+    _, data = api(acting, "/api/queues")
+    assert {q["name"]: q["stop_running"] for q in data["queues"]}["reports"] is True
     status, data = api(acting, "/api/queues/reports/pause?stop_running=maybe",
                        method="POST", headers=BEARER)
     assert status == 400 and "stop_running is 1 or 0" in str(data)
