@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import os
 import subprocess
 import sys
@@ -107,6 +108,14 @@ def explain(rows: list[tuple], short_ms: float, children: int) -> dict[str, list
         starts.setdefault(pid, []).append(t)
     for ts in starts.values():
         ts.sort()
+    runs: dict[int, list[tuple[float, float]]] = {}
+    for _, _ms, t, e, pid, *_ in rows:
+        runs.setdefault(pid, []).append((t, e))
+    for spans in runs.values():
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            if 0 <= start - end < 1.0:  # idle stretches of a burst's end are no gap
+                note("a child's idle gap between two jobs", start - end)
     claimed_at = sorted(row[5] for row in rows)
     batch_of: dict[float, int] = {}  # a claim's moment -> how many its statement took
     first = 0
@@ -237,7 +246,8 @@ def main() -> None:
                       f"{r['p99_steady'] * 1000:.1f} |", flush=True)
                 for cause, values in sorted(r["causes"].items()):
                     print(f"    {cause}: {len(values)} jobs of {r['steady_n']}, p50 "
-                          f"{common.percentile(values, 50) * 1000:.0f} ms, max "
+                          f"{common.percentile(values, 50) * 1000:.1f} ms, p90 "
+                          f"{common.percentile(values, 90) * 1000:.1f} ms, max "
                           f"{max(values) * 1000:.0f} ms", flush=True)
         print(f"load average after: {os.getloadavg()}", flush=True)
 

@@ -293,8 +293,10 @@ class Pool:
         job alone in its pipe is watched too: a stuck child must neither be claimed
         for nor sent jobs (with a pipe of one, nothing would ever be queued behind
         it to arm the watch, and jobs claimed for it waited in the parent until it
-        ended), and when every child is stuck what waits here goes back."""
-        if child.started and child.recall_at is None and not child.overrun:
+        ended), and when every child is stuck what waits here goes back. A pool of
+        one has no other child to give anything to: nothing to watch for."""
+        if (child.started and child.recall_at is None and not child.overrun
+                and len(self._children) > 1):
             child.recall_at = child.job_started + self.run_times.overrun_after(
                 child.jobs[0].kind)
             self._arm(child.recall_at)
@@ -692,9 +694,10 @@ class Pool:
 
     def _overran(self, child: ChildProcess, now: float) -> None:
         """The head job ran past its kind's p95 run time: the child takes no more jobs
-        (nor claims) until it ends, and the jobs queued behind it, if any, are recalled (SKIP; each comes back
-        on its SKIPPED, or runs here if the child took it first, so none runs twice)
-        for another child, or for the table when every child is stuck the same way."""
+        (nor claims) until it ends, and the jobs queued behind it, if any, are
+        recalled (SKIP; each comes back on its SKIPPED, or runs here if the child took
+        it first, so none runs twice) for another child, or for the table when every
+        child is stuck the same way."""
         child.recall_at = None
         others = [other for other in self._children.values()
                   if other is not child and other.state in ACTIVE_STATES]

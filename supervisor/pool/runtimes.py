@@ -14,10 +14,10 @@ A recall still comes ``MIN_OVERRUN`` late for every job queued behind the long h
 a pipe of 8 and one job in 200 long, 3.5% of the short jobs waited at least that (the
 benchmark's p99 was the recall's delay). So a kind whose recent runs include a tail
 (runs of at least ``TAIL_FACTOR`` times its median and at least ``MIN_OVERRUN``) holds
-at most ``pipe_cap`` jobs per pipe: few enough that the jobs that can sit behind one of
-its tail runs stay under ``TAIL_SHARE`` of its jobs. The rest wait in the parent, where
-whichever child frees first takes them. Such a kind's wall time is its tail's, so the
-child's wait for the parent between two short jobs costs it next to nothing.
+at most ``pipe_cap`` jobs per pipe (never fewer than two): few enough that the jobs
+that can sit behind one of its tail runs stay under ``TAIL_SHARE`` of its jobs. The rest
+wait in the parent, where whichever child frees first takes them. Such a kind's wall
+time is its tail's, so a pipe shorter than its queue's depth costs it next to nothing.
 """
 
 from __future__ import annotations
@@ -88,10 +88,12 @@ class RunTimes:
         (the running one included), or None: no tail among its last ``TAIL_WINDOW``
         runs, the queue's depth alone decides. With ``k`` tail runs in ``n``, at most
         ``1 + TAIL_SHARE * n / k``: a pipe of ``c`` leaves about ``(c - 1) * k / n`` of
-        the jobs behind a tail run, so that share stays at most ``TAIL_SHARE``; one
-        (nothing queued behind a head) once tail runs are more common than that."""
+        the jobs behind a tail run, so that share stays at most ``TAIL_SHARE``. Never
+        less than two: with a pipe of one the child waits for the parent after every
+        job, which on a loaded machine cost the short jobs more than the recalls it
+        saved (the one job behind each tail run is recalled at its overrun)."""
         tails = self._tails.get(kind)
         if not tails:
             return None
         # The small epsilon: 0.005 * 200 / 1 is 1.0, not 0.999...
-        return 1 + int(TAIL_SHARE * len(self._tail[kind]) / tails + 1e-9)
+        return max(2, 1 + int(TAIL_SHARE * len(self._tail[kind]) / tails + 1e-9))
