@@ -90,8 +90,9 @@ class RunTimes:
         ``1 + TAIL_SHARE * n / k``: a pipe of ``c`` leaves about ``(c - 1) * k / n`` of
         the jobs behind a tail run, so that share stays at most ``TAIL_SHARE``. Never
         less than two: with a pipe of one the child waits for the parent after every
-        job, which on a loaded machine cost the short jobs more than the recalls it
-        saved (the one job behind each tail run is recalled at its overrun)."""
+        job, a round trip that a loaded parent (waiting for a CPU) stretches to
+        milliseconds, paid by every short job rather than by the few behind tail runs
+        (the one job behind each tail run is recalled at its overrun)."""
         tails = self._tails.get(kind)
         if not tails:
             return None
