@@ -128,13 +128,13 @@ def explain(rows: list[tuple], short_ms: float, children: int) -> dict[str, list
         wait = t - claimed
         if ms != short_ms or not steady:
             continue
-        note("claim size (every steady short job)", batch_of[claimed] / 1000)
+        note("claim size, jobs (every steady short job)", batch_of[claimed])
         if wait <= EXPLAIN_OVER:
             continue
         ts = starts[pid]
         ahead = bisect.bisect_left(ts, t) - bisect.bisect_left(ts, claimed)
-        note("jobs its child started between its claim and its start", ahead / 1000)
-        note("claim size", batch_of[claimed] / 1000)
+        note("jobs its child started between its claim and its start, jobs", ahead)
+        note("claim size, jobs", batch_of[claimed])
         if claims > 1:
             note("claimed again after a release", wait)
             continue
@@ -245,10 +245,13 @@ def main() -> None:
                       f"{r['max'] * 1000:.0f} | {r['over_1s']} | "
                       f"{r['p99_steady'] * 1000:.1f} |", flush=True)
                 for cause, values in sorted(r["causes"].items()):
+                    # Counts are printed as they are, durations in ms.
+                    scale, unit = (1, "") if cause.endswith("jobs") or ", jobs " in cause \
+                        else (1000, " ms")
                     print(f"    {cause}: {len(values)} jobs of {r['steady_n']}, p50 "
-                          f"{common.percentile(values, 50) * 1000:.1f} ms, p90 "
-                          f"{common.percentile(values, 90) * 1000:.1f} ms, max "
-                          f"{max(values) * 1000:.0f} ms", flush=True)
+                          f"{common.percentile(values, 50) * scale:.1f}{unit}, p90 "
+                          f"{common.percentile(values, 90) * scale:.1f}{unit}, max "
+                          f"{max(values) * scale:.0f}{unit}", flush=True)
         print(f"load average after: {os.getloadavg()}", flush=True)
 
 
