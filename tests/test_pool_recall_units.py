@@ -11,7 +11,7 @@ from pool_fakes import Harness
 from shared import wire
 from shared.jobs import FAIL_EXPIRED, ClaimedJob
 from supervisor.pool import JobDone, JobExpired, JobReturned, JobStarted
-from supervisor.pool.runtimes import MIN_OVERRUN, RunTimes
+from supervisor.pool.runtimes import MIN_OVERRUN, TAIL_SHARE, TAIL_WINDOW, RunTimes
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -51,7 +51,8 @@ def skips_sent(h: Harness, pid: int) -> list[int]:
 
 def test_jobs_behind_an_overrunning_head_are_recalled_for_the_other_child():
     h, _, _ = two_children()
-    first, _ = long_head_and_short_head(h)
+    first, second = long_head_and_short_head(h)
+    h.says(second, wire.Done(9, b"null").encode())  # the other child is free
     assert [j.id for j in h.child(first).jobs] == [1, 2, 3, 4]
     h.advance(MIN_OVERRUN * 0.9)
     assert skips_sent(h, first) == []  # not overrunning yet
@@ -104,11 +105,49 @@ def test_when_every_other_child_is_stuck_too_they_go_back_to_the_table():
     assert sorted(i for i, _ in releases) == [2, 3, 4]
 
 
-def test_a_head_alone_in_its_pipe_arms_no_recall():
+def test_a_head_alone_in_its_pipe_that_overruns_takes_nothing_more():
+    """With a pipe of one nothing is ever queued behind a long head, so nothing armed
+    its watch: the stuck child kept being claimed for, and when both children were
+    stuck the jobs claimed for them waited in the parent for seconds (the benchmark's
+    "claimed while every child ran a long job", 2.45 s)."""
+    h, first, second = two_children()
+    assert h.pool.dispatch(job(1), 8)
+    h.says(first, wire.Start(1).encode())
+    assert h.child(first).recall_at is not None
+    h.advance(MIN_OVERRUN * 1.1)
+    assert h.pool.overrunning() == 1
+    assert skips_sent(h, first) == []  # nothing to recall
+    # The next job goes to the other child, never behind the stuck one.
+    assert h.pool.dispatch(job(2), 8)
+    assert h.pool._in_flight[2].pid == second
+    assert h.child(first).room(8) == 0
+    # Its head ends: it takes jobs again.
+    h.says(first, wire.Done(1, b"null").encode())
+    assert h.pool.overrunning() == 0 and h.child(first).room(8) == 8
+
+
+def test_when_both_lone_heads_overrun_every_child_counts_as_stuck():
+    h, first, second = two_children()
+    assert h.pool.dispatch(job(1), 1) and h.pool.dispatch(job(2), 1)
+    h.says(first, wire.Start(1).encode())
+    h.says(second, wire.Start(2).encode())
+    assert h.pool.overrunning() == 0
+    h.advance(MIN_OVERRUN * 1.1)
+    # What the engine claims for (size - overrunning) is nothing now; what waits in it
+    # goes back to the table (``Engine._all_stuck``).
+    assert h.pool.overrunning() == 2
+    assert not h.pool.dispatch(job(3), 8)
+
+
+def test_a_head_that_answers_in_time_never_overruns():
     h, first, _ = two_children()
     assert h.pool.dispatch(job(1), 8)
     h.says(first, wire.Start(1).encode())
+    h.advance(MIN_OVERRUN * 0.5)
+    h.says(first, wire.Done(1, b"null").encode())
     assert h.child(first).recall_at is None
+    h.advance(MIN_OVERRUN)
+    assert h.pool.overrunning() == 0 and h.pool.idle_count() == 2
 
 
 def test_an_expired_answer_without_start_is_a_job_that_never_ran():
@@ -138,3 +177,59 @@ def test_run_times_p95_per_kind_and_the_50_ms_floor():
     for _ in range(200):
         times.ran("slow", 0.4)
     assert times.overrun_after("slow") == pytest.approx(0.4)
+
+
+def heavy_tailed(times: RunTimes, kind: str, runs: int, every: int) -> None:
+    for i in range(runs):
+        times.ran(kind, 3.0 if i % every == every - 1 else 0.002)
+
+
+def test_a_kind_without_a_tail_has_no_pipe_cap():
+    times = RunTimes()
+    assert times.pipe_cap("k") is None  # not measured
+    for _ in range(1000):
+        times.ran("k", 0.002)
+    assert times.pipe_cap("k") is None
+    # A uniformly slow kind jitters past its p95 by a hair, never by ten times its median.
+    for i in range(1000):
+        times.ran("slow", 0.06 + (i % 7) * 0.001)
+    assert times.pipe_cap("slow") is None
+
+
+def test_the_pipe_cap_keeps_the_jobs_behind_tail_runs_under_the_share():
+    times = RunTimes()
+    heavy_tailed(times, "one_in_200", 1000, 200)
+    # 5 tail runs in 1000: a pipe of 2 leaves 0.5% of the jobs behind one.
+    assert times.pipe_cap("one_in_200") == 1 + int(TAIL_SHARE * 200)
+    heavy_tailed(times, "one_in_1000", 1000, 1000)
+    assert times.pipe_cap("one_in_1000") == 1 + int(TAIL_SHARE * 1000)
+    heavy_tailed(times, "one_in_20", 1000, 20)
+    # Never a pipe of one: the child would wait for the parent after every job.
+    assert times.pipe_cap("one_in_20") == 2
+    # The tail leaves the window: the cap goes.
+    for _ in range(TAIL_WINDOW):
+        times.ran("one_in_200", 0.002)
+    assert times.pipe_cap("one_in_200") is None
+
+
+def test_a_tail_is_judged_against_the_median_before_it():
+    times = RunTimes()
+    times.ran("k", 3.0)  # the first run: no median to be a tail of
+    assert times.pipe_cap("k") is None
+    times = RunTimes()
+    times.ran("k", 0.001)
+    times.ran("k", MIN_OVERRUN * 0.9)  # ten times the median, short of the floor
+    assert times.pipe_cap("k") is None
+    times.ran("k", MIN_OVERRUN)
+    assert times.pipe_cap("k") == 2  # one tail in three runs
+
+
+def test_dispatch_holds_no_more_than_the_cap_in_a_pipe():
+    h, first, second = two_children()
+    heavy_tailed(h.pool.run_times, "pool_noop", 1000, 200)  # cap 2
+    assert h.pool.dispatch(job(1), 8) and h.pool.dispatch(job(2), 8)
+    assert {h.pool._in_flight[1].pid, h.pool._in_flight[2].pid} == {first, second}
+    assert h.pool.dispatch(job(3), 8) and h.pool.dispatch(job(4), 8)
+    # Each pipe holds 2 now, against the queue's depth of 8: the rest wait in the parent.
+    assert not h.pool.dispatch(job(5), 8)
+    assert sorted(len(h.child(pid).jobs) for pid in (first, second)) == [2, 2]

@@ -19,13 +19,23 @@ same clock. Reported per run: wall time, p50 / p99 / max wait of the short jobs,
 many short jobs waited over 1 s, and the p99 of the jobs claimed after the first second
 (the first claim is sent while the children still boot, so its jobs wait for them).
 
+``--explain`` says, for each short job claimed after the first second that waited over
+``EXPLAIN_OVER``, why, from each child's timeline (the handler returns its pid and the
+wall times it started and ended): claimed again after a release; claimed while every
+child ran a long job; left behind a long head (it started on that child right after the
+long job ended); moved from behind a long head to another child (recalled: the time from
+the long job's start to its own start is shown); or no long job ran meanwhile (the
+parent, the pipe or the machine held it).
+
 Usage: python scripts/bench/heavy_tail.py [--jobs 20000] [--every 200] [--short-ms 2]
-       [--long-ms 3000] [--children 2] [--before PATH] [--rounds 1]
+       [--long-ms 3000] [--children 2] [--before PATH] [--rounds 1] [--explain]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import itertools
 import os
 import subprocess
 import sys
@@ -66,6 +76,87 @@ WHERE j.state = 'completed' AND (j.args->>'ms')::float8 = %(short)s
 """
 
 
+EXPLAIN_OVER = 0.05  # seconds of wait past which --explain classifies a short job
+CLAIM_GAP = 0.002  # claims further apart than this were two statements
+BEHIND_GAP = 0.02  # started this soon after a long job ended on its child: it was behind it
+
+TIMELINE = """
+SELECT j.id, (j.args->>'ms')::float8 AS ms, (j.result->>'t')::float8 AS t,
+       (j.result->>'e')::float8 AS e, (j.result->>'pid')::int AS pid,
+       extract(epoch FROM c.claimed_at)::float8 AS claimed, c.claims,
+       extract(epoch FROM c.claimed_at) >= extract(epoch FROM c.first) + 1 AS steady
+FROM supervisor.jobs j
+JOIN (SELECT id, max(claimed_at) AS claimed_at, count(*) AS claims,
+             (SELECT min(claimed_at) FROM public.bench_claims) AS first
+      FROM public.bench_claims GROUP BY id) c ON c.id = j.id
+WHERE j.state = 'completed'
+"""
+
+
+def explain(rows: list[tuple], short_ms: float, children: int) -> dict[str, list[float]]:
+    """Why each short job claimed after the first second waited over ``EXPLAIN_OVER``:
+    its wait (and, for a recalled one, the time from the long head's start to its own
+    start) per cause."""
+    longs = [(pid, t, e) for _, ms, t, e, pid, *_ in rows if ms != short_ms]
+    causes: dict[str, list[float]] = {}
+
+    def note(cause: str, value: float) -> None:
+        causes.setdefault(cause, []).append(value)
+
+    starts: dict[int, list[float]] = {}
+    for _, _ms, t, _e, pid, *_ in rows:
+        starts.setdefault(pid, []).append(t)
+    for ts in starts.values():
+        ts.sort()
+    runs: dict[int, list[tuple[float, float]]] = {}
+    for _, _ms, t, e, pid, *_ in rows:
+        runs.setdefault(pid, []).append((t, e))
+    for spans in runs.values():
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            if 0 <= start - end < 1.0:  # idle stretches of a burst's end are no gap
+                note("a child's idle gap between two jobs", start - end)
+    claimed_at = sorted(row[5] for row in rows)
+    batch_of: dict[float, int] = {}  # a claim's moment -> how many its statement took
+    first = 0
+    for i in range(1, len(claimed_at) + 1):
+        if i == len(claimed_at) or claimed_at[i] - claimed_at[i - 1] > CLAIM_GAP:
+            for at in claimed_at[first:i]:
+                batch_of[at] = i - first
+            first = i
+    for _, ms, t, _e, pid, claimed, claims, steady in rows:
+        wait = t - claimed
+        if ms != short_ms or not steady:
+            continue
+        note("claim size, jobs (every steady short job)", batch_of[claimed])
+        if wait <= EXPLAIN_OVER:
+            continue
+        ts = starts[pid]
+        ahead = bisect.bisect_left(ts, t) - bisect.bisect_left(ts, claimed)
+        note("jobs its child started between its claim and its start, jobs", ahead)
+        note("claim size, jobs", batch_of[claimed])
+        if claims > 1:
+            note("claimed again after a release", wait)
+            continue
+        stuck = {lpid for lpid, lt, le in longs if lt <= claimed <= le}
+        if len(stuck) >= children:
+            note("claimed while every child ran a long job", wait)
+            continue
+        behind = [(lt, le) for lpid, lt, le in longs
+                  if lpid == pid and claimed <= le <= t and t - le <= BEHIND_GAP]
+        if behind:
+            note("left behind a long head on its child", wait)
+            continue
+        during = [lt for lpid, lt, le in longs if lpid != pid and lt < t and le > claimed]
+        if during:
+            note("moved from behind a long head (wait)", wait)
+            note("moved from behind a long head (its start - long start)",
+                 t - max(during))
+            continue
+        note("no long job ran meanwhile (parent, pipe, machine)", wait)
+    return causes
+
+
 def archive_main(into: Path) -> Path:
     """This repository's ``main`` as files (read from git, no checkout touched)."""
     into.mkdir(parents=True, exist_ok=True)
@@ -76,7 +167,7 @@ def archive_main(into: Path) -> Path:
 
 
 def one_run(base_dsn: str, code: Path, jobs: int, every: int, short_ms: float,
-            long_ms: float, children: int) -> dict:
+            long_ms: float, children: int, explaining: bool = False) -> dict:
     dsn = common.scratch_database_for(base_dsn, DATABASE, str(code))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(CLAIM_TRIGGER)
@@ -103,6 +194,8 @@ def one_run(base_dsn: str, code: Path, jobs: int, every: int, short_ms: float,
         waits = [wait for wait, _ in rows]
         # Past the first second: without the jobs claimed while the children still boot.
         steady = [wait for wait, later in rows if later] or [0.0]
+        causes = (explain(conn.execute(TIMELINE).fetchall(), short_ms, children)
+                  if explaining else {})
         left = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state <> "
                             "'completed'").fetchone()[0]
     if not waits:
@@ -111,7 +204,8 @@ def one_run(base_dsn: str, code: Path, jobs: int, every: int, short_ms: float,
     return {"took": took, "n": len(waits), "left": left,
             "p50": common.percentile(waits, 50), "p99": common.percentile(waits, 99),
             "max": max(waits), "over_1s": sum(w > 1.0 for w in waits),
-            "p99_steady": common.percentile(steady, 99)}
+            "p99_steady": common.percentile(steady, 99), "causes": causes,
+            "steady_n": len(steady)}
 
 
 def main() -> None:
@@ -125,6 +219,8 @@ def main() -> None:
     parser.add_argument("--before", default=None,
                         help="the checkout to compare with (default: main, archived)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--explain", action="store_true",
+                        help="say why each short job past the first second waited long")
     parser.add_argument("--only", nargs="*", default=None,
                         help="run only these: recall, before, no-long")
     args = parser.parse_args()
@@ -142,12 +238,20 @@ def main() -> None:
         for round_no in range(args.rounds):
             for label, code, every in variants:
                 r = one_run(args.dsn, code, args.jobs, every, args.short_ms, args.long_ms,
-                            args.children)
+                            args.children, args.explain)
                 assert r["left"] == 0, r
                 print(f"| {label} (round {round_no + 1}) | {r['took']:.1f} | {r['n']} | "
                       f"{r['p50'] * 1000:.1f} | {r['p99'] * 1000:.1f} | "
                       f"{r['max'] * 1000:.0f} | {r['over_1s']} | "
                       f"{r['p99_steady'] * 1000:.1f} |", flush=True)
+                for cause, values in sorted(r["causes"].items()):
+                    # Counts are printed as they are, durations in ms.
+                    scale, unit = (1, "") if cause.endswith("jobs") or ", jobs " in cause \
+                        else (1000, " ms")
+                    print(f"    {cause}: {len(values)} jobs of {r['steady_n']}, p50 "
+                          f"{common.percentile(values, 50) * scale:.1f}{unit}, p90 "
+                          f"{common.percentile(values, 90) * scale:.1f}{unit}, max "
+                          f"{max(values) * scale:.0f}{unit}", flush=True)
         print(f"load average after: {os.getloadavg()}", flush=True)
 
 

@@ -262,6 +262,9 @@ class Pool:
         child has room; args too large for a RUN frame fail at once (kind ``args``).
         Frames for busy children go out at ``push``."""
         now = self._clock()
+        cap = self.run_times.pipe_cap(job.kind)
+        if cap is not None and cap < depth:
+            depth = cap  # a heavy-tailed kind: few jobs may queue behind one of its runs
         if self._idle and not own_queue:
             child = self._idle[0]
             if not child.run(job, now, depth):
@@ -285,11 +288,15 @@ class Pool:
         return True
 
     def _watch_head(self, child: ChildProcess) -> None:
-        """A child runs its head job with others queued behind it: they are recalled
-        once the head runs past its kind's p95 (no deadline for a job alone: nothing
-        waits for it)."""
+        """A child runs its head job: once the head runs past its kind's p95 the child
+        counts as overrunning and the jobs queued behind it, if any, are recalled. A
+        job alone in its pipe is watched too: a stuck child must neither be claimed
+        for nor sent jobs (with a pipe of one, nothing would ever be queued behind
+        it to arm the watch, and jobs claimed for it waited in the parent until it
+        ended), and when every child is stuck what waits here goes back. A pool of
+        one has no other child to give anything to: nothing to watch for."""
         if (child.started and child.recall_at is None and not child.overrun
-                and len(child.jobs) > 1):
+                and len(self._children) > 1):
             child.recall_at = child.job_started + self.run_times.overrun_after(
                 child.jobs[0].kind)
             self._arm(child.recall_at)
@@ -687,9 +694,10 @@ class Pool:
 
     def _overran(self, child: ChildProcess, now: float) -> None:
         """The head job ran past its kind's p95 run time: the child takes no more jobs
-        until it ends, and the jobs queued behind it are recalled (SKIP; each comes back
-        on its SKIPPED, or runs here if the child took it first, so none runs twice)
-        for another child, or for the table when every child is stuck the same way."""
+        (nor claims) until it ends, and the jobs queued behind it, if any, are
+        recalled (SKIP; each comes back on its SKIPPED, or runs here if the child took
+        it first, so none runs twice) for another child, or for the table when every
+        child is stuck the same way."""
         child.recall_at = None
         others = [other for other in self._children.values()
                   if other is not child and other.state in ACTIVE_STATES]
