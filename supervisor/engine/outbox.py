@@ -37,6 +37,12 @@ log = logging.getLogger("supervisor.outbox")
 
 BATCH = 512  # this many waiting outcomes are written at once, whatever else is due
 CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
+# Longest completions wait for a claim not sent yet that is sure to come (the queue has
+# work, children are busy: it goes out once half its window is free). Without the wait
+# every completion 20 ms old forced a claim for the one or two free places, one claim
+# and commit per job or two for 20 ms jobs; with it a claim takes half a window and
+# carries as many completions (issue 31).
+CLAIM_CARRY_WAIT = 0.1
 RETRY_AFTER_ERROR = 1.0  # seconds before writes that failed for a bad statement go again
 TEXT_LIMIT = 64 * 1024  # an error message or traceback is cut to this many characters
 # Longest a start waits unwritten, and how old it must be to ride on a claim: a job that
@@ -202,9 +208,11 @@ class Outbox:
         return self.pending.count()
 
     # -- timing -------------------------------------------------------------------------
-    def next_flush_at(self, claim_in_flight: bool, idle: bool = False) -> float | None:
+    def next_flush_at(self, claim_in_flight: bool, idle: bool = False,
+                      claim_coming: bool = False) -> float | None:
         """When the pending outcomes must be written (None: nothing pending). While a
-        claim is in flight, completions alone may wait a little for it to carry them.
+        claim is in flight, completions alone may wait a little for it to carry them;
+        ``claim_coming`` (one will be sent as jobs end), for ``CLAIM_CARRY_WAIT``.
         ``idle``: no child runs a job, so no other outcome is coming to share the write;
         the batch is written at once (the last jobs of a burst, a lone job someone waits
         for)."""
@@ -218,11 +226,14 @@ class Outbox:
         only_completions = pending.count() == len(pending.completions) and not self._solo
         if only_completions and claim_in_flight:
             return self.since + max(self.flush_interval, CARRY_LIMIT)
+        if only_completions and claim_coming:
+            return self.since + max(self.flush_interval, CLAIM_CARRY_WAIT)
         return self.since + self.flush_interval
 
-    def due(self, now: float, claim_in_flight: bool, idle: bool = False) -> bool:
+    def due(self, now: float, claim_in_flight: bool, idle: bool = False,
+            claim_coming: bool = False) -> bool:
         """Whether a write is due now."""
-        at = self.next_flush_at(claim_in_flight, idle)
+        at = self.next_flush_at(claim_in_flight, idle, claim_coming)
         return at is not None and now >= at
 
     # -- carrying on a claim ------------------------------------------------------------

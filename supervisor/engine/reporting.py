@@ -70,7 +70,7 @@ class OutcomeReporter:
                 self.metrics.job_done(outcome.job, outcome.duration)
                 if outcome.usage is not None:
                     self.metrics.job_cpu(outcome.job, outcome.usage.cpu_seconds)
-                self.depth.ran(outcome.job.queue, outcome.duration)
+                self.depth.ran(outcome.job.queue, _ran_for(outcome))
                 self.run_times.ran(outcome.job.kind, outcome.duration)
             elif type(outcome) is JobFailed:
                 self._failed(outcome, now)
@@ -198,3 +198,13 @@ class OutcomeReporter:
         self.metrics.job_failed(job, outcome.kind,
                                 retried=not shutdown and not cancelled and not discarded,
                                 discarded=discarded, duration=outcome.duration)
+
+
+def _ran_for(done: JobDone) -> float:
+    """How long the job ran, for the prefetch depth: the child's own measure of its
+    handler when it sent one. The parent's (from reading START to reading DONE) is near
+    zero whenever it reads both in one turn, which a loaded machine makes common: a
+    first sample of zero set the depth to its maximum, so the second claim took up to
+    512 jobs and every later completion was written on its own (issue 31)."""
+    usage = done.usage
+    return usage.wall_seconds if usage is not None else done.duration
