@@ -80,15 +80,6 @@ def e2e_segv_once() -> str:
     return "survived"
 
 
-@job(max_attempts=1)
-def e2e_sleep_then_segv(seconds: float) -> None:
-    """Runs ``seconds``, long enough for the next job to be queued behind it, then
-    dies by SIGSEGV."""
-    record("run")
-    time.sleep(seconds)
-    os.kill(os.getpid(), 11)
-
-
 @job(max_attempts=3)
 def e2e_exit_once(code: int = 3) -> str:
     record("run")

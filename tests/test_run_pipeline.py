@@ -36,30 +36,6 @@ def test_max_attempts_1_jobs_queued_behind_a_crashing_job_all_complete(dsn, tmp_
     assert sorted(runs) == sorted(before + after)  # each exactly once
 
 
-def test_a_job_queued_behind_a_crashing_200_ms_job_comes_back_unspent(dsn, tmp_path):
-    """Issue 31: jobs of 0.1 to 1 s keep the next one queued in their child's pipe (the
-    child no longer waits for the parent's turn between two). When the running one kills
-    its child, the queued one comes back unstarted, attempt unspent, and runs once."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        before = enqueue_many("e2e_sleep", [{"seconds": 0.2}] * 4, conn=conn,
-                              max_attempts=1)
-        (crasher,) = enqueue_many("e2e_sleep_then_segv", [{"seconds": 0.2}], conn=conn,
-                                  max_attempts=1)
-        after = enqueue_many("e2e_sleep", [{"seconds": 0.2}] * 4, conn=conn,
-                             max_attempts=1)
-    log = tmp_path / "run.log"
-    sup = run_burst(dsn, "-n", "1", "-q", "default", "--log-level", "debug", log_path=log)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = {job_id: (state, attempt) for job_id, state, attempt in conn.execute(
-            "SELECT id, state, attempt FROM supervisor.jobs").fetchall()}
-    assert rows.pop(crasher)[0] == "discarded"
-    assert set(rows.values()) == {("completed", 1)}, rows
-    starts = [r["id"] for r in read_log(log) if r["event"] == "start"]
-    assert sorted(starts) == sorted(before + after)  # each exactly once
-    # It was queued in the crashed child's pipe (before: one job per child at this length).
-    assert f"job {after[0]} e2e_sleep came back unstarted" in sup.err, sup.err[-3000:]
-
-
 class ShortJobStream:
     """6,000 no-op jobs with one attempt each, and their run log: the storms below
     interrupt the supervisors running them and then check that each ran exactly once."""

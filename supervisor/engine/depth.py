@@ -17,10 +17,8 @@ What a queue holds for a child waits in that child's own pipe (``pipeline``, at 
 while it turns its loop: with both children busy on 2 shared cores the parent itself
 waits for a CPU for milliseconds at a time. Measured with 5 ms jobs: a pipe of one claim
 round trip (2 or 3 jobs) took 5.7-9.6 s where the whole window took 5.0-5.9 s. A job
-of ``LONG_JOB`` up to ``PIPELINE_LONG`` keeps just the next one queued behind it (the
-child goes on without waiting for the parent's turn, and at the end of a queue no child
-holds more than one job another could have run); a job of ``PIPELINE_LONG`` or more
-gets a child to itself: what the pipe would save it is nothing to it.
+of ``LONG_JOB`` or more gets a child to itself: it never waits behind another while a
+child is idle, and what the pipe would save it is nothing to it.
 """
 
 from __future__ import annotations
@@ -32,13 +30,7 @@ SMOOTHING = 0.2  # weight of the newest sample in each average
 LATENCY_DECAY = 0.05  # how fast the claim latency's high-water mark comes down per claim
 FIRST_LATENCY = 0.005  # seconds, assumed for the claim until one was measured
 MAX_PIPELINE = 64  # jobs in one child's pipe: the running one and those queued behind
-LONG_JOB = 0.1  # seconds: jobs this long hold no spare
-# Jobs up to this long keep the next one queued in their child's pipe: a child that must
-# wait for the parent's turn between two jobs idles for it (measured on 2 loaded cores
-# with 100 ms jobs: 2.8-4 ms median, 10-18 ms p90, against 0.25 ms in the Pool's
-# children, about 3% of the run), while at the end of a queue the most one child can
-# hold that another idles for is the one job (issue 31). Longer jobs run one per child.
-PIPELINE_LONG = 1.0
+LONG_JOB = 0.1  # seconds: jobs this long run one per child
 
 
 class PrefetchDepth:
@@ -72,14 +64,11 @@ class PrefetchDepth:
 
     def pipeline(self, queue: str, configured: int | None) -> int:
         """Jobs of ``queue`` one child may hold in its pipe, the running one included:
-        ``configured`` when the queue sets a prefetch, one for jobs of ``PIPELINE_LONG``
-        or more (and until a run time was measured), two (the next one queued) from
-        ``LONG_JOB``, else the queue's whole depth per child."""
+        ``configured`` when the queue sets a prefetch, one for long jobs (and until a
+        run time was measured), else the queue's whole depth per child."""
         if configured is not None:
             return max(1, configured)
         run_time = self.run_time.get(queue)
-        if run_time is None or run_time >= PIPELINE_LONG:
+        if run_time is None or run_time >= LONG_JOB:
             return 1
-        if run_time >= LONG_JOB:
-            return 2
         return min(MAX_PIPELINE, self.depth(queue, None))
