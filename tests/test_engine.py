@@ -10,7 +10,7 @@ import pytest
 from engine_fakes import make_engine
 
 from shared.usage import Usage
-from supervisor.engine.outbox import CLAIM_CARRY_WAIT
+from supervisor.engine.outbox import CLAIM_CARRY_WAIT, START_HOLD
 from supervisor.pool import JobDone
 
 
@@ -95,6 +95,28 @@ def test_a_completion_waits_for_a_coming_claim_no_longer_than_its_bound():
     engine.tick(clock.now, pool)  # no second place freed: the claim goes for one
     (params, _), = db.claims.sent
     assert params["limit"] == 1 and [c.id for c in params["completions"]] == [1]
+
+
+def test_a_completion_carrying_an_unwritten_start_waits_no_longer_than_the_start_hold():
+    """A job that ran 0.45 s with its start never carried (no claim meanwhile) has only
+    its completion to record that start: the wait for a coming claim ends at the
+    start's START_HOLD, so a supervisor killed after it cannot leave a start unwritten
+    longer than it could before the wait (the chaos checker allows 0.5 s)."""
+    engine, db, store, pool, clock = make_engine(children=1, prefetch=3)
+    store.add(n=20)
+    engine.tick(clock.now, pool)
+    db.claims.answer()  # job 1 runs, 2 and 3 wait: the window of 3 is full
+    engine.tick(clock.now, pool)
+    engine.tick(clock.now, pool)  # its START is booked
+    began = clock.now
+    clock.now = began + 0.45
+    pool.finish(1)
+    engine.tick(clock.now, pool)  # job 2 starts; one place free of three: no claim yet
+    assert not db.claims.sent
+    clock.now = began + START_HOLD + 0.001  # before since + CLAIM_CARRY_WAIT
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert [(c.id, c.ran) for c in params["completions"]] == [(1, pytest.approx(0.45))]
 
 
 def test_a_completion_no_claim_will_carry_is_written_within_the_flush_interval():

@@ -107,6 +107,10 @@ class Outbox:
         self._solo = False  # completions must be written alone (one was refused)
         self.retries_written = 0  # failed attempts written that may be retried later
         self.starts_since: float | None = None  # when the oldest unwritten start came
+        # The soonest START_HOLD of a start carried only by a pending completion: the
+        # wait for a coming claim ends there, so a start stays unwritten no longer
+        # than START_HOLD (+ flush_interval), as when the completion is written at once.
+        self.carried_start_due: float | None = None
         # Flushed checkpoints written (True) or fenced off (False), for their handlers.
         self.acks: list[tuple[int, bool]] = []
 
@@ -124,6 +128,10 @@ class Outbox:
         attempt cost and printed."""
         self.pending.progress.pop(job.id, None)
         ran = self._drop_start(job.id, now)  # its completion says it ran, and since when
+        if ran is not None:
+            due = now - ran + START_HOLD
+            if self.carried_start_due is None or due < self.carried_start_due:
+                self.carried_start_due = due
         self.pending.completions.append(Completion(
             job.id, job.attempt, result_json, usage, clean_text(output) if output else None,
             ran))
@@ -227,7 +235,11 @@ class Outbox:
         if only_completions and claim_in_flight:
             return self.since + max(self.flush_interval, CARRY_LIMIT)
         if only_completions and claim_coming:
-            return self.since + max(self.flush_interval, CLAIM_CARRY_WAIT)
+            wait_until = self.since + max(self.flush_interval, CLAIM_CARRY_WAIT)
+            if self.carried_start_due is not None:
+                wait_until = min(wait_until, max(self.since + self.flush_interval,
+                                                 self.carried_start_due))
+            return wait_until
         return self.since + self.flush_interval
 
     def due(self, now: float, claim_in_flight: bool, idle: bool = False,
@@ -271,6 +283,7 @@ class Outbox:
         if self._solo or not self.pending.completions:
             return []
         taken, self.pending.completions = self.pending.completions, []
+        self.carried_start_due = None
         if not self.pending.count() and not self.pending.progress:
             self.since = None  # nothing left to write: no wake-ups for it meanwhile
         return taken
@@ -281,6 +294,8 @@ class Outbox:
         if not completions:
             return
         self.pending.completions[:0] = completions
+        if any(c.ran is not None for c in completions):
+            self.carried_start_due = now  # how old their starts are is not kept: soon
         self._solo = self._solo or refused
         self._touch(now)
 
@@ -322,6 +337,7 @@ class Outbox:
         if pending.completions:
             fenced += self._complete(store, pending.completions)
             pending.completions = []
+            self.carried_start_due = None
             self._solo = False
         if pending.failures:
             fenced += len(store.fail(pending.failures))
