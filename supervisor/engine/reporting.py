@@ -201,10 +201,12 @@ class OutcomeReporter:
 
 
 def _ran_for(done: JobDone) -> float:
-    """How long the job ran, for the prefetch depth: the child's own measure of its
-    handler when it sent one. The parent's (from reading START to reading DONE) is near
-    zero whenever it reads both in one turn, which a loaded machine makes common: a
+    """How long the job ran, for the prefetch depth: the parent's reading (START to
+    DONE), but never less than the child's own measure of its handler. The parent's is
+    near zero whenever it reads both in one turn, which a loaded machine makes common: a
     first sample of zero set the depth to its maximum, so the second claim took up to
-    512 jobs and every later completion was written on its own (issue 31)."""
+    512 jobs and every later completion was written on its own (issue 31). The larger
+    of the two, not the child's alone: that would also move jobs near ``LONG_JOB`` into
+    the pipe, where the recall of issue 28 takes them back whenever the head runs late."""
     usage = done.usage
-    return usage.wall_seconds if usage is not None else done.duration
+    return done.duration if usage is None else max(done.duration, usage.wall_seconds)
