@@ -97,6 +97,22 @@ def test_a_completion_waits_for_a_coming_claim_no_longer_than_its_bound():
     assert params["limit"] == 1 and [c.id for c in params["completions"]] == [1]
 
 
+def test_completions_of_jobs_of_100_ms_or_more_do_not_wait_for_a_claim():
+    """Beside a job of 0.1 s or more one claim per job costs little, and holding the
+    claim for half a window let children wait for a late one: such completions make
+    the claim go out after the flush interval, as before issue 31."""
+    engine, db, _store, pool, clock = busy_with_a_window_of_four()
+    job = pool.jobs.pop(1)
+    pool.idle += 1
+    pool.outcomes.append(JobDone(job, '{"ok": true}', 0.2, Usage(0.2, 0.2, 1 << 20)))
+    engine.tick(clock.now, pool)  # job 3 goes to the free child: one place free of four
+    assert not db.claims.sent
+    clock.now += 0.03  # past the flush interval
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert params["limit"] == 1 and [c.id for c in params["completions"]] == [1]
+
+
 def test_a_completion_carrying_an_unwritten_start_waits_no_longer_than_the_start_hold():
     """A job that ran 0.45 s with its start never carried (no claim meanwhile) has only
     its completion to record that start: the wait for a coming claim ends at the
