@@ -9,6 +9,10 @@ import psycopg
 import pytest
 from engine_fakes import make_engine
 
+from shared.usage import Usage
+from supervisor.engine.outbox import CLAIM_CARRY_WAIT, START_HOLD
+from supervisor.pool import JobDone
+
 
 def running_two():
     """An engine whose two children each run one of the queue's jobs."""
@@ -45,6 +49,119 @@ def test_a_completion_rides_on_the_next_claim_not_a_statement_of_its_own():
     clock.now += 1.0
     engine.tick(clock.now, pool)
     assert "complete" not in store.names()
+
+
+def busy_with_a_window_of_four():
+    """Two children at prefetch 2: each runs a job and one more waits here for it; the
+    queue holds more (so the next claim is sure to come once half the window is free)."""
+    engine, db, store, pool, clock = make_engine(children=2, prefetch=2)
+    store.add(n=20)
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert params["limit"] == 4
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert sorted(pool.jobs) == [1, 2] and not db.claims.sent
+    return engine, db, store, pool, clock
+
+
+def test_completions_wait_for_the_claim_of_half_a_window_not_a_claim_each():
+    """Issue 31: a completion past the flush interval no longer forces a claim for the
+    one place it freed (one claim and commit per job or two for 20 ms jobs): it waits
+    for the claim that half a free window sends, which carries both completions."""
+    engine, db, store, pool, clock = busy_with_a_window_of_four()
+    pool.finish(1)
+    clock.now += 0.001
+    engine.tick(clock.now, pool)  # job 3 goes to the free child: one place free of four
+    clock.now += 0.03  # past the flush interval (0.02 s)
+    engine.tick(clock.now, pool)
+    assert not db.claims.sent and "complete" not in store.names()
+    pool.finish(2)
+    clock.now += 0.001
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert params["limit"] == 2
+    assert sorted(c.id for c in params["completions"]) == [1, 2]
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert "complete" not in store.names()
+
+
+def test_a_completion_waits_for_a_coming_claim_no_longer_than_its_bound():
+    engine, db, _store, pool, clock = busy_with_a_window_of_four()
+    pool.finish(1)
+    engine.tick(clock.now, pool)
+    clock.now += CLAIM_CARRY_WAIT + 0.001
+    engine.tick(clock.now, pool)  # no second place freed: the claim goes for one
+    (params, _), = db.claims.sent
+    assert params["limit"] == 1 and [c.id for c in params["completions"]] == [1]
+
+
+def test_completions_of_jobs_of_100_ms_or_more_do_not_wait_for_a_claim():
+    """Beside a job of 0.1 s or more one claim per job costs little, and holding the
+    claim for half a window let children wait for a late one: such completions make
+    the claim go out after the flush interval, as before issue 31."""
+    engine, db, _store, pool, clock = busy_with_a_window_of_four()
+    job = pool.jobs.pop(1)
+    pool.idle += 1
+    pool.outcomes.append(JobDone(job, '{"ok": true}', 0.2, Usage(0.2, 0.2, 1 << 20)))
+    engine.tick(clock.now, pool)  # job 3 goes to the free child: one place free of four
+    assert not db.claims.sent
+    clock.now += 0.03  # past the flush interval
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert params["limit"] == 1 and [c.id for c in params["completions"]] == [1]
+
+
+def test_a_completion_carrying_an_unwritten_start_waits_no_longer_than_the_start_hold():
+    """A job that ran 0.45 s with its start never carried (no claim meanwhile) has only
+    its completion to record that start: the wait for a coming claim ends at the
+    start's START_HOLD, so a supervisor killed after it cannot leave a start unwritten
+    longer than it could before the wait (the chaos checker allows 0.5 s)."""
+    engine, db, store, pool, clock = make_engine(children=1, prefetch=3)
+    store.add(n=20)
+    engine.tick(clock.now, pool)
+    db.claims.answer()  # job 1 runs, 2 and 3 wait: the window of 3 is full
+    engine.tick(clock.now, pool)
+    engine.tick(clock.now, pool)  # its START is booked
+    began = clock.now
+    clock.now = began + 0.45
+    pool.finish(1)
+    engine.tick(clock.now, pool)  # job 2 starts; one place free of three: no claim yet
+    assert not db.claims.sent
+    clock.now = began + START_HOLD + 0.001  # before since + CLAIM_CARRY_WAIT
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert [(c.id, c.ran) for c in params["completions"]] == [(1, pytest.approx(0.45))]
+
+
+def test_a_completion_no_claim_will_carry_is_written_within_the_flush_interval():
+    """The queue came back short (no work left for now): no claim is coming, so the
+    completion is written on its own after the flush interval, not held."""
+    engine, db, store, pool, clock = make_engine(children=2, prefetch=2)
+    store.add(n=3)
+    engine.tick(clock.now, pool)
+    db.claims.answer()  # 3 of the 4 asked for: the queue is empty for now
+    engine.tick(clock.now, pool)
+    pool.finish(1)
+    engine.tick(clock.now, pool)
+    assert "complete" not in store.names()
+    clock.now += 0.03
+    engine.tick(clock.now, pool)
+    assert ("complete", [1]) in store.calls and not db.claims.sent
+
+
+def test_the_depth_counts_the_childs_run_time_not_the_parents_reading_of_it():
+    """Issue 31: a loaded parent reads a job's START and DONE in one turn, so its own
+    measure of the run is zero; the child's (its usage) is what the depth is sized by.
+    A first sample of zero made the depth its maximum (a claim of 512 jobs)."""
+    engine, _db, _store, pool, clock = running_two()
+    job = pool.jobs.pop(1)
+    pool.idle += 1
+    pool.outcomes.append(JobDone(job, '{"ok": true}', 0.0, Usage(0.03, 0.03, 1 << 20)))
+    engine.tick(clock.now, pool)
+    assert engine.planner.depth.run_time["default"] == pytest.approx(0.03)
+    assert engine.planner.depth.depth("default", None) < 10
 
 
 def test_a_failure_is_written_within_the_flush_interval():

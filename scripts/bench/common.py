@@ -24,11 +24,15 @@ for path in (str(ROOT), str(SCRIPTS)):
 from shared.migrate import migrate  # noqa: E402
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+# Appended to every scratch database's name: two benchmarks of one name run at once on a
+# shared server (several checkouts) would otherwise drop each other's database.
+DB_SUFFIX = os.environ.get("SUPERVISOR_BENCH_DB_SUFFIX", "")
 
 
 def scratch_database(base_dsn: str, name: str) -> str:
     """A fresh, migrated database called ``name`` (dropped first if it exists)."""
-    drop_database(base_dsn, name)
+    name += DB_SUFFIX
+    drop_database(base_dsn, name, suffixed=True)
     with psycopg.connect(base_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn = make_conninfo(base_dsn, dbname=name)
@@ -41,7 +45,8 @@ def scratch_database_for(base_dsn: str, name: str, code: str) -> str:
     """A fresh database called ``name`` migrated by the checkout at ``code`` (its own
     ``supervisor migrate``): a before/after comparison across a schema change needs one
     database per checkout, since a checkout refuses a schema newer than its own."""
-    drop_database(base_dsn, name)
+    name += DB_SUFFIX
+    drop_database(base_dsn, name, suffixed=True)
     with psycopg.connect(base_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn = make_conninfo(base_dsn, dbname=name)
@@ -52,7 +57,10 @@ def scratch_database_for(base_dsn: str, name: str, code: str) -> str:
     return dsn
 
 
-def drop_database(base_dsn: str, name: str) -> None:
+def drop_database(base_dsn: str, name: str, suffixed: bool = False) -> None:
+    """Drop the scratch database ``name`` (with ``DB_SUFFIX`` unless ``suffixed``)."""
+    if not suffixed:
+        name += DB_SUFFIX
     with psycopg.connect(base_dsn, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -4,8 +4,9 @@
 Each job spins for about ``--ms`` of CPU and records its own thread CPU time, wall time,
 pid, start and end (``bench_handlers.timed_spin``; the Pool runs the same function).
 From those records, per run: process start to the first job's first line (ours), the
-span from the first job start to the last job end, the last job end to exit (ours), the
-gaps between two jobs in one child, CPU and wall time per job in the child, and over the
+span from the first job start to the last job end, the tail (how long the child that
+finished first stood idle before the last job ended), the last job end to exit (ours),
+the gaps between two jobs in one child, CPU and wall time per job in the child, and over the
 run the supervisor process's own CPU (in all, and from the first job's start on, which
 leaves out its start-up), every PostgreSQL process's CPU, the database's committed
 transactions and the rows of supervisor.jobs it updated, each also per job.
@@ -166,8 +167,12 @@ def describe(name: str, records: list, extra: dict) -> str:
                   for a, b in pairwise(sorted(runs)))
     first = min(r[3] for r in records)
     last = max(r[4] for r in records)
-    line = (f"{name}: span {last - first:.3f} s; gap median {statistics.median(gaps) * 1000:.2f}"
-            f" ms, p90 {gaps[int(len(gaps) * 0.9)] * 1000:.2f} ms; per job cpu "
+    # The tail: how long the child that finished first stood idle before the last job
+    # ended (a direct loss: the Pool's children share one queue to the end).
+    tail = last - min(max(end for _, end in runs) for runs in per_child.values())
+    line = (f"{name}: span {last - first:.3f} s; tail {tail * 1000:.0f} ms; gap median "
+            f"{statistics.median(gaps) * 1000:.2f} ms, p90 "
+            f"{gaps[int(len(gaps) * 0.9)] * 1000:.2f} ms; per job cpu "
             f"{statistics.median(r[0] for r in records) * 1000:.2f} ms, wall "
             f"{statistics.median(r[1] for r in records) * 1000:.2f} ms")
     if extra:

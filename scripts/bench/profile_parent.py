@@ -6,8 +6,12 @@ the profiler is switched off in each forked child, so the children run at full s
 and only the parent is measured. The CPU figure comes from ``getrusage(RUSAGE_SELF)``
 without the profiler (a second run), as the profiler itself inflates it.
 
+``--ms M`` makes each job spin for about M ms of CPU instead (``run_cpu``, on its own
+queue, at the queue's default prefetch): the parent's cost per job where the children,
+not the parent, set the pace.
+
 Usage: python scripts/bench/profile_parent.py [--dsn DSN] [--jobs 20000] [--children 2]
-       [--top 15]
+       [--top 15] [--ms 0]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from pathlib import Path
 
 import common
+import efficiency
 
 from shared.enqueue import enqueue_many
 
@@ -52,12 +57,19 @@ with open(out, "w") as f:
 """
 
 
-def measure(dsn: str, jobs: int, children: int, profile: bool, out: str) -> dict:
-    """One drain of ``jobs`` no-ops; the parent's CPU seconds and the wall time."""
+def measure(dsn: str, jobs: int, children: int, profile: bool, out: str,
+            spins: int = 0) -> dict:
+    """One drain of ``jobs`` no-ops (or CPU jobs of ``spins`` loop iterations each); the
+    parent's CPU seconds and the wall time."""
     common.reset(dsn)
-    enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
+    if spins:
+        enqueue_many("run_cpu", [{"n": spins}] * jobs, queue="bench_cpu", dsn=dsn)
+        queue_args = ["-q", "bench_cpu"]
+    else:
+        enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
+        queue_args = ["-q", "bench", "--prefetch", "64"]
     args = ["run", "--app", "bench_handlers", "--log-level", "warning", "--burst",
-            "-n", str(children), "-q", "bench", "--prefetch", "64"]
+            "-n", str(children), *queue_args]
     env = common.supervisor_env(dsn)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _INNER, out, "1" if profile else "0", *args],
@@ -78,16 +90,20 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--children", type=int, default=2)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--ms", type=float, default=0.0,
+                        help="CPU per job in ms (0: no-op jobs)")
     args = parser.parse_args()
+    spins = round(efficiency.iterations_per_ms() * args.ms) if args.ms else 0
     dsn = common.scratch_database(args.dsn, DATABASE)
     out = os.path.join(tempfile.mkdtemp(prefix="profile-parent-"), "result.json")
     try:
-        plain = measure(dsn, args.jobs, args.children, False, out)
-        measure(dsn, args.jobs, args.children, True, out)
+        plain = measure(dsn, args.jobs, args.children, False, out, spins)
+        measure(dsn, args.jobs, args.children, True, out, spins)
     finally:
         common.drop_database(args.dsn, DATABASE)
     per_job = plain["cpu"] / args.jobs * 1e6
-    print(f"| parent CPU per no-op job (-n {args.children}, {args.jobs:,} jobs, start-up "
+    what = f"{args.ms:g} ms" if args.ms else "no-op"
+    print(f"| parent CPU per {what} job (-n {args.children}, {args.jobs:,} jobs, start-up "
           f"included) | {per_job:,.0f} µs |")
     print(f"| drain rate, same run | {args.jobs / plain['wall']:,.0f} jobs/s |")
     print(f"| parent's share of one core while draining | "

@@ -37,6 +37,12 @@ log = logging.getLogger("supervisor.outbox")
 
 BATCH = 512  # this many waiting outcomes are written at once, whatever else is due
 CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
+# Longest completions wait for a claim not sent yet that is sure to come (the queue has
+# work, children are busy: it goes out once half its window is free). Without the wait
+# every completion 20 ms old forced a claim for the one or two free places, one claim
+# and commit per job or two for 20 ms jobs; with it a claim takes half a window and
+# carries as many completions (issue 31).
+CLAIM_CARRY_WAIT = 0.1
 RETRY_AFTER_ERROR = 1.0  # seconds before writes that failed for a bad statement go again
 TEXT_LIMIT = 64 * 1024  # an error message or traceback is cut to this many characters
 # Longest a start waits unwritten, and how old it must be to ride on a claim: a job that
@@ -101,6 +107,10 @@ class Outbox:
         self._solo = False  # completions must be written alone (one was refused)
         self.retries_written = 0  # failed attempts written that may be retried later
         self.starts_since: float | None = None  # when the oldest unwritten start came
+        # The soonest START_HOLD of a start carried only by a pending completion: the
+        # wait for a coming claim ends there, so a start stays unwritten no longer
+        # than START_HOLD (+ flush_interval), as when the completion is written at once.
+        self.carried_start_due: float | None = None
         # Flushed checkpoints written (True) or fenced off (False), for their handlers.
         self.acks: list[tuple[int, bool]] = []
 
@@ -118,6 +128,10 @@ class Outbox:
         attempt cost and printed."""
         self.pending.progress.pop(job.id, None)
         ran = self._drop_start(job.id, now)  # its completion says it ran, and since when
+        if ran is not None:
+            due = now - ran + START_HOLD
+            if self.carried_start_due is None or due < self.carried_start_due:
+                self.carried_start_due = due
         self.pending.completions.append(Completion(
             job.id, job.attempt, result_json, usage, clean_text(output) if output else None,
             ran))
@@ -202,9 +216,11 @@ class Outbox:
         return self.pending.count()
 
     # -- timing -------------------------------------------------------------------------
-    def next_flush_at(self, claim_in_flight: bool, idle: bool = False) -> float | None:
+    def next_flush_at(self, claim_in_flight: bool, idle: bool = False,
+                      claim_coming: bool = False) -> float | None:
         """When the pending outcomes must be written (None: nothing pending). While a
-        claim is in flight, completions alone may wait a little for it to carry them.
+        claim is in flight, completions alone may wait a little for it to carry them;
+        ``claim_coming`` (one will be sent as jobs end), for ``CLAIM_CARRY_WAIT``.
         ``idle``: no child runs a job, so no other outcome is coming to share the write;
         the batch is written at once (the last jobs of a burst, a lone job someone waits
         for)."""
@@ -218,11 +234,18 @@ class Outbox:
         only_completions = pending.count() == len(pending.completions) and not self._solo
         if only_completions and claim_in_flight:
             return self.since + max(self.flush_interval, CARRY_LIMIT)
+        if only_completions and claim_coming:
+            wait_until = self.since + max(self.flush_interval, CLAIM_CARRY_WAIT)
+            if self.carried_start_due is not None:
+                wait_until = min(wait_until, max(self.since + self.flush_interval,
+                                                 self.carried_start_due))
+            return wait_until
         return self.since + self.flush_interval
 
-    def due(self, now: float, claim_in_flight: bool, idle: bool = False) -> bool:
+    def due(self, now: float, claim_in_flight: bool, idle: bool = False,
+            claim_coming: bool = False) -> bool:
         """Whether a write is due now."""
-        at = self.next_flush_at(claim_in_flight, idle)
+        at = self.next_flush_at(claim_in_flight, idle, claim_coming)
         return at is not None and now >= at
 
     # -- carrying on a claim ------------------------------------------------------------
@@ -260,6 +283,7 @@ class Outbox:
         if self._solo or not self.pending.completions:
             return []
         taken, self.pending.completions = self.pending.completions, []
+        self.carried_start_due = None
         if not self.pending.count() and not self.pending.progress:
             self.since = None  # nothing left to write: no wake-ups for it meanwhile
         return taken
@@ -270,6 +294,8 @@ class Outbox:
         if not completions:
             return
         self.pending.completions[:0] = completions
+        if any(c.ran is not None for c in completions):
+            self.carried_start_due = now  # how old their starts are is not kept: soon
         self._solo = self._solo or refused
         self._touch(now)
 
@@ -311,6 +337,7 @@ class Outbox:
         if pending.completions:
             fenced += self._complete(store, pending.completions)
             pending.completions = []
+            self.carried_start_due = None
             self._solo = False
         if pending.failures:
             fenced += len(store.fail(pending.failures))

@@ -70,7 +70,7 @@ class OutcomeReporter:
                 self.metrics.job_done(outcome.job, outcome.duration)
                 if outcome.usage is not None:
                     self.metrics.job_cpu(outcome.job, outcome.usage.cpu_seconds)
-                self.depth.ran(outcome.job.queue, outcome.duration)
+                self.depth.ran(outcome.job.queue, _ran_for(outcome))
                 self.run_times.ran(outcome.job.kind, outcome.duration)
             elif type(outcome) is JobFailed:
                 self._failed(outcome, now)
@@ -198,3 +198,15 @@ class OutcomeReporter:
         self.metrics.job_failed(job, outcome.kind,
                                 retried=not shutdown and not cancelled and not discarded,
                                 discarded=discarded, duration=outcome.duration)
+
+
+def _ran_for(done: JobDone) -> float:
+    """How long the job ran, for the prefetch depth: the parent's reading (START to
+    DONE), but never less than the child's own measure of its handler. The parent's is
+    near zero whenever it reads both in one turn, which a loaded machine makes common: a
+    first sample of zero set the depth to its maximum, so the second claim took up to
+    512 jobs and every later completion was written on its own (issue 31). The larger
+    of the two, not the child's alone: that would also move jobs near ``LONG_JOB`` into
+    the pipe, where the recall of issue 28 takes them back whenever the head runs late."""
+    usage = done.usage
+    return done.duration if usage is None else max(done.duration, usage.wall_seconds)
