@@ -200,7 +200,7 @@ class Pool:
                        if child.jobs)
 
     def overrunning(self) -> int:
-        """Children whose running job ran past its kind's p95: they take no more jobs
+        """Children whose running job ran past twice its kind's p95: they take no more jobs
         until it ends, so claims for them would only wait (issue 28)."""
         return sum(1 for child in self._children.values()
                    if child.overrun and child.state == BUSY)
@@ -288,7 +288,7 @@ class Pool:
         return True
 
     def _watch_head(self, child: ChildProcess) -> None:
-        """A child runs its head job: once the head runs past its kind's p95 the child
+        """A child runs its head job: once the head runs past twice its kind's p95 the child
         counts as overrunning and the jobs queued behind it, if any, are recalled. A
         job alone in its pipe is watched too: a stuck child must neither be claimed
         for nor sent jobs (with a pipe of one, nothing would ever be queued behind
@@ -693,7 +693,7 @@ class Pool:
             self._event(child, "native", detail)
 
     def _overran(self, child: ChildProcess, now: float) -> None:
-        """The head job ran past its kind's p95 run time: the child takes no more jobs
+        """The head job ran past twice its kind's p95 run time: the child takes no more jobs
         (nor claims) until it ends, and the jobs queued behind it, if any, are
         recalled (SKIP; each comes back on its SKIPPED, or runs here if the child took
         it first, so none runs twice) for another child, or for the table when every
