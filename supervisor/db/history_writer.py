@@ -52,7 +52,12 @@ ERROR_LOG_EVERY = 30.0  # the same failure is logged at most this often
 _ROLL_UP = Prepared(history.ROLL_UP)
 _ROLL_UP_GUARDED = Prepared(history.ROLL_UP_GUARDED)
 _SAMPLE = Prepared(history.SAMPLE)
-_SAMPLE_TIMEOUT = Prepared(f"SET statement_timeout = {int(history.SAMPLE_TIMEOUT_MS)}")
+# The sample is a transaction of its own whose statement timeout is set LOCAL, so it
+# never outlives it (behind a pooler in transaction mode a session's SET would stay
+# with a server connection that others use next).
+_BEGIN = Prepared("BEGIN")
+_SAMPLE_TIMEOUT = Prepared(f"SET LOCAL statement_timeout = {int(history.SAMPLE_TIMEOUT_MS)}")
+_COMMIT = Prepared("COMMIT")  # after a cancelled count: rolls back, no error
 
 
 @dataclass
@@ -94,8 +99,6 @@ class HistoryWriter:
         self.wall = wall
         self.roll_params = history.roll_up_params(lag, keep, slice_seconds)
         self.keep = keep
-        self._timeout_back = Prepared(
-            f"SET statement_timeout = {int(statement_timeout * 1000)}")
         self.query: NonBlockingQuery | None = None
         self.connecting: Connecting | None = None
         self.steps: list[_Step] = []
@@ -126,9 +129,10 @@ class HistoryWriter:
         self.current = HistoryRound(began=now)
         self.steps = [_Step(_ROLL_UP, self.roll_params, self._rolled)]
         if self.wall() >= self.no_sample_until:
-            self.steps += [_Step(_SAMPLE_TIMEOUT, {}, self._ignored),
+            self.steps += [_Step(_BEGIN, {}, self._ignored),
+                           _Step(_SAMPLE_TIMEOUT, {}, self._ignored),
                            _Step(_SAMPLE, {"keep": self.keep}, self._sampled),
-                           _Step(self._timeout_back, {}, self._ignored)]
+                           _Step(_COMMIT, {}, self._ignored)]
         self._advance(now)
         return True
 
@@ -229,7 +233,7 @@ class HistoryWriter:
 
     def _ignored(self, outcome: list | Exception) -> None:
         if isinstance(outcome, Exception):
-            self._failed("setting the history's statement timeout", outcome)
+            self._failed("sampling queue depth", outcome)
 
     def _ended(self) -> None:
         self.rounds += 1
