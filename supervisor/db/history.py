@@ -1,19 +1,25 @@
 """The per-minute history of finished jobs (``supervisor.job_minutes``), rolled up by
-the maintenance leader: one short transaction a round reads the jobs finished in the minutes
-closed since ``supervisor.rollup_mark`` through the finished index, adds one row per
-minute, queue and kind (with the CPU seconds and peak memory of their last attempts'
-``usage``), moves the mark and drops rows older than the retention.
+the maintenance leader: one statement a round (``ROLL_UP``) reads the jobs finished in
+the minutes closed since ``supervisor.rollup_mark`` through the finished index, adds one
+row per minute, queue and kind (with the CPU seconds and peak memory of their last
+attempts' ``usage``), moves the mark and drops rows older than the retention.
 
 Only time up to a minute that closed ``LAG`` seconds ago is rolled, so a job whose
 transaction commits a little after its ``finished_at`` is still counted; at most
 ``SLICE`` seconds of it per round, so each round's work stays small (a minute is then
 rolled in pieces, added up; its p95 is the largest of its pieces'); the mark row is
 taken with SKIP LOCKED, so two supervisors leading one after the other never count a
-job twice. The cost grows with the jobs finished per round, not with the table.
+job twice. The cost grows with the jobs finished per round, not with the table: about
+2 µs of the database's CPU per job (0.2-0.4 s for a 15 s slice of a 7,000 jobs/s drain).
 
-Beside it, ``sample_depth`` records each queue's depth once a minute
+Beside it, ``SAMPLE`` records each queue's depth once a minute
 (``supervisor.queue_minutes``): the available and running jobs and the oldest wait,
 one count over the state index's live part, skipped when this minute has its sample.
+
+The supervisor sends both without waiting, on a connection of their own
+(``supervisor.db.history_writer``): each is one statement, so it commits whole or not
+at all whenever its answer is read, or if nobody reads it. ``roll_up`` and
+``sample_depth`` run them blocking, for scripts and tests.
 """
 
 from __future__ import annotations
