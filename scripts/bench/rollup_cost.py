@@ -6,8 +6,9 @@ The roll-up only adds up minutes that closed 30 s ago, so a short drain never gi
 work: each run drains ``--jobs`` no-op jobs (600,000 by default: about three minutes here)
 with ``supervisor run -n 2 --burst`` at defaults, start-up included, on a database
 its own code migrated; the "on" runs report how many jobs their leader rolled up while
-draining. Rounds alternate so load from elsewhere falls on both alike; the report is
-the median of the rounds and the load average before and after.
+draining. Rounds alternate, each starting with the next checkout, so load from
+elsewhere falls on all alike; the report is the median of the rounds, with the load
+average after each run.
 
 ``--before COMMIT`` adds a third checkout to each round: that commit as it was (say, the
 last whose leader rolled up inside its loop), so a change is measured against both.
@@ -89,8 +90,12 @@ def main() -> None:
                 for name, code in codes.items()}
         rates: dict[str, list[float]] = {name: [] for name in codes}
         try:
-            for _ in range(args.rounds):
-                for name, code in codes.items():
+            names = list(codes)
+            for turn in range(args.rounds):
+                # Each round starts with the next checkout: load from elsewhere that
+                # comes and goes with the time of a round falls on each in turn.
+                for name in names[turn % len(names):] + names[:turn % len(names)]:
+                    code = codes[name]
                     os.environ["BENCH_CODE"] = code
                     rolled(dsns[name])
                     rates[name].append(efficiency.noop_default(dsns[name], args.jobs))
