@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import psycopg
@@ -73,6 +74,39 @@ def rolled(dsn: str) -> int:
     return int(row[0]) if row else 0
 
 
+class HistoryCpu(threading.Thread):
+    """The CPU time of the supervisor's history connection's backend while a run lasts
+    (read from ``/proc``, so the database must run on this machine): what the roll-up
+    and the depth sample cost the server, apart from the drain. Polled a few times a
+    second, in every run alike; the last reading before the backend ends is kept."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.seconds: dict[int, float] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.done.wait(0.25):
+                pids = [row[0] for row in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name LIKE 'supervisor %% history'")]
+                for pid in pids:
+                    try:
+                        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    except (OSError, IndexError):
+                        continue
+                    self.seconds[pid] = (int(fields[11]) + int(fields[12])) / tick
+
+    def stop(self) -> float:
+        """Seconds of CPU in all."""
+        self.done.set()
+        self.join()
+        return sum(self.seconds.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=common.DEFAULT_DSN)
@@ -98,9 +132,15 @@ def main() -> None:
                     code = codes[name]
                     os.environ["BENCH_CODE"] = code
                     rolled(dsns[name])
+                    watch = HistoryCpu(dsns[name])
+                    watch.start()
                     rates[name].append(efficiency.noop_default(dsns[name], args.jobs))
+                    cpu = watch.stop()
+                    drain = args.jobs / rates[name][-1]
                     print(f"  {name}: {rates[name][-1]:,.0f} jobs/s, rolled up while "
-                          f"draining: {rolled(dsns[name]):,} jobs; load {load()}", flush=True)
+                          f"draining: {rolled(dsns[name]):,} jobs; history backend CPU "
+                          f"{cpu:.2f} s ({cpu / (drain * (os.cpu_count() or 1)):.2%} of "
+                          f"the machine over the drain); load {load()}", flush=True)
         finally:
             os.environ.pop("BENCH_CODE", None)
             for name in codes:
