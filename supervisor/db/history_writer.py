@@ -2,16 +2,17 @@
 
 The maintenance leader's roll-up and depth sample (``supervisor.db.history``) ran on
 the work connection, inside the maintenance round: the loop waited for them, and every
-child that finished meanwhile waited for the loop. While a no-op drain ran, a round that
-rolled 15 s of its jobs (about 100,000) took 0.3 s, and the leader drained 9-18% slower
-than without the roll-up (docs/benchmarks.md). So they run here, on a connection of their
-own in libpq's non-blocking mode (``NonBlockingQuery``), as the claim does: the leader's
-round only asks for them (``request``), the loop reads each answer when the socket is
-readable and sends the next statement: the roll-up (again with the careful reading of
-``usage`` if the plain cast failed), then the depth sample under its short statement
-timeout. A sample cancelled at that timeout is not tried again before the next minute:
-the loop's stall was the larger part of the cost (the 250 ms count of a 1.2 million-job
-backlog, every round, as its minute never got its sample), and so was its database CPU.
+child that finished meanwhile waited for the loop. Timed in a no-op drain of 1.2 million
+jobs they held the loop 5.8% of the time (a round that rolled 15 s of its jobs took
+0.2-0.4 s; the depth count ran into its 250 ms timeout nearly every round), and the
+leader drained 9-18% slower than without them (docs/benchmarks.md). So they run here,
+on a connection of their own in libpq's non-blocking mode (``NonBlockingQuery``), as
+the claim does: the leader's round only asks for them (``request``), the loop reads
+each answer when the socket is readable and sends the next statement: the roll-up
+(again with the careful reading of ``usage`` if the plain cast failed), then the depth
+sample under its short statement timeout. A sample cancelled at that timeout is not
+tried again before the next minute: its minute never got a sample, so every round
+counted the backlog again, and that was most of the stall and of the database CPU.
 
 The connection is opened when first asked for, from the loop's selector without
 blocking (``Connecting``): a supervisor that never leads never opens it. Its waits are
