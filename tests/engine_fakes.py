@@ -160,12 +160,6 @@ class FakeStore:
     def prune(self, retention, discarded, batch) -> int:
         return 0
 
-    def roll_up(self) -> int:
-        return 0
-
-    def sample_depth(self) -> int:
-        return 0
-
     def read_limits(self, queues):  # no global limits here (tests/test_limits_*.py)
         return {}
 

@@ -10,10 +10,12 @@ the first, fall back to polling, and stop preparing statements.
 from __future__ import annotations
 
 import os
+import selectors
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -23,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from shared.enqueue import enqueue_many
 from supervisor.config import ConfigError, build_config
+from supervisor.db import HistoryWriter
 
 PGBOUNCER = shutil.which("pgbouncer") or (
     "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
@@ -177,3 +180,37 @@ def test_no_listen_flag_is_documented_in_help():
                           "--help"], capture_output=True, text=True,
                          cwd=str(Path(__file__).resolve().parent.parent), check=False)
     assert "--no-listen" in out.stdout, out.stderr
+
+
+@needs_pgbouncer
+def test_the_history_through_pgbouncer_leaves_no_setting_on_its_server_connections(
+        bouncer_dsn, dsn):
+    """The depth count's short statement timeout is SET LOCAL in a transaction of its
+    own: a session SET would stay with whichever server connection ran it, and the next
+    client PgBouncer gives it to would have its statements cancelled at 250 ms."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE supervisor.rollup_mark SET rolled_until = "
+                     "date_trunc('minute', now()) - interval '10 minutes'")
+        conn.execute("INSERT INTO supervisor.jobs (kind, queue, state, attempt, finished_at) "
+                     "VALUES ('k', 'q', 'completed', 1, now() - interval '5 minutes')")
+        enqueue_many("e2e_noop", [{}] * 2, queue="waiting", conn=conn)
+        default = conn.execute("SHOW statement_timeout").fetchone()[0]
+    with selectors.DefaultSelector() as selector:
+        writer = HistoryWriter(bouncer_dsn, "supervisor test history", selector,
+                               statement_timeout=2.0, deadline=3.0, lag=-120,
+                               slice_seconds=3600)
+        writer.request()
+        ends = time.monotonic() + 15
+        while writer.busy and time.monotonic() < ends:
+            for key, mask in selector.select(0.02):
+                key.data.handle_event(key, mask)
+            writer.tick(time.monotonic())
+        writer.close()
+    assert writer.last is not None and writer.last.errors == []
+    assert (writer.last.rolled, writer.last.sampled) == (1, 1)
+    # Every server connection of the pool (four, handed out in turn) as it was.
+    seen = set()
+    for _ in range(12):
+        with psycopg.connect(bouncer_dsn, autocommit=True) as conn:
+            seen.add(conn.execute("SHOW statement_timeout").fetchone()[0])
+    assert seen == {default}

@@ -9,11 +9,14 @@ stopping the loop), the write records ``Completion`` and ``Failure``, the claim'
 statement is built in ``supervisor.db.claim``), and ``connection_lost``. The other
 statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
 ``renew_lease``, ``return_leases`` and their records (``supervisor.db.leases``).
+``HistoryWriter``: the leader's per-minute history, sent on a connection of its own
+that the loop never waits for (``supervisor.db.history_writer``).
 """
 
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.connections import DatabaseHung, Interrupt, Interrupted
 from supervisor.db.database import Database, connection_lost
+from supervisor.db.history_writer import HistoryWriter
 from supervisor.db.leases import (
     LeaseRow,
     Slice,
@@ -26,6 +29,6 @@ from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 from supervisor.db.store import Completion, Failure, Store
 
 __all__ = ["ClaimRequest", "ClaimResult", "Completion", "Database", "DatabaseHung", "Failure",
-           "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery", "Prepared", "Slice",
-           "Store", "StoredLimits", "connection_lost", "read_limits", "renew_lease",
-           "return_leases"]
+           "HistoryWriter", "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery",
+           "Prepared", "Slice", "Store", "StoredLimits", "connection_lost", "read_limits",
+           "renew_lease", "return_leases"]

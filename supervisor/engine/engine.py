@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from shared import defaults
 from supervisor.admission import Admission, make_budget
 from supervisor.breaker import Breaker, BreakerSettings
-from supervisor.db import Database, Interrupt
+from supervisor.db import Database, HistoryWriter, Interrupt
 from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
 from supervisor.engine.depth import LONG_JOB
@@ -74,7 +74,8 @@ class Engine:
                  kinds: list[str], metrics: SupervisorMetrics,
                  selector: selectors.BaseSelector, *, clock=time.monotonic,
                  database: Database | None = None, schedules: Schedules | None = None,
-                 tracer: JobTracer | None = None) -> None:
+                 tracer: JobTracer | None = None, history: HistoryWriter | None = None
+                 ) -> None:
         now = clock()
         self.config = config
         self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
@@ -98,10 +99,19 @@ class Engine:
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
                                config.default_timeout, clock, tracer, self.admission)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics, self.planner.depth)
+        # The leader's per-minute history, on a connection of its own (opened when first
+        # needed), so its statements never hold this loop. An engine given its database
+        # (tests over fakes) writes none unless given a writer too.
+        if history is None and database is None:
+            history = HistoryWriter(dsn, f"supervisor {owner} history", selector,
+                                    statement_timeout=config.statement_timeout,
+                                    deadline=config.database_deadline, clock=clock)
+        self.history = history
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,
                                         retention=config.retention,
-                                        discarded_retention=config.discarded_retention), clock)
+                                        discarded_retention=config.discarded_retention), clock,
+            self.history)
         self.schedules = schedules
         db.store.max_attempts = handler_max_attempts(kinds)
         db.store.default_attempts = config.max_attempts
@@ -141,6 +151,8 @@ class Engine:
             self._count_crashes()
         self.planner.jobs_ended(self.reporter.take_ended())
         db.expire(now)  # a claim a hung server never answers
+        if self.history is not None:
+            self.history.tick(now)  # its connect, and its statement's deadline
         if not db.up and db.maybe_reconnect():
             self._reconnected(now, pool)
         self.planner.wake(db.take_notified())
@@ -204,6 +216,9 @@ class Engine:
         expiry = self.db.next_expiry()
         if expiry is not None:
             due.append(expiry)
+        history_at = self.history.next_deadline() if self.history is not None else None
+        if history_at is not None:
+            due.append(history_at)
         if self.next_promote is not None:
             due.append(self.next_promote)
         fire_at = self.schedules.next_due() if self.schedules is not None else None
@@ -357,6 +372,8 @@ class Engine:
         self.db.call(lambda store: self.planner.limits.close(store), None,
                      "giving back global limit slices")
         self.db.call(lambda store: store.leave(), None, "leaving the registry")
+        if self.history is not None:
+            self.history.close()  # a round under way is dropped, not waited for
         self.db.close()
 
     def queue_counts(self) -> dict | None:

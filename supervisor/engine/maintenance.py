@@ -6,7 +6,9 @@ does the chores: rescue jobs whose lease expired (their supervisor died or lost 
 database), prune finished jobs past their retention in bounded batches, and drop
 supervisors that stopped beating. The lock is taken per round, so when the leader dies
 another takes over at its next round. The statements are the store's; this module only
-says when and in what order.
+says when and in what order. The leader also asks for the per-minute history (the
+roll-up of finished jobs and each queue's depth): that is sent on a connection of its
+own and the round does not wait for it (``supervisor.db.HistoryWriter``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from shared import defaults
-from supervisor.db import Store
+from supervisor.db import HistoryWriter, Store
 
 log = logging.getLogger("supervisor.maintenance")
 
@@ -48,10 +50,11 @@ class Maintenance:
     """One supervisor's heartbeat and, when it leads a round, the chores."""
 
     def __init__(self, queues: list[str], settings: MaintenanceSettings,
-                 clock=time.monotonic) -> None:
+                 clock=time.monotonic, history: HistoryWriter | None = None) -> None:
         self.queues = queues
         self.settings = settings
         self.clock = clock
+        self.history = history  # None: no per-minute history (tests of the chores alone)
         self.next_round = clock()
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -80,8 +83,9 @@ class Maintenance:
                         len(rescued), unstarted, ", ".join(lost) or "?")
         self._expire(store)
         self._prune(store)
-        store.roll_up()  # the per-minute history of finished jobs (dashboard charts)
-        store.sample_depth()  # and each queue's depth, once a minute
+        if self.history is not None:
+            # The per-minute history (dashboard charts): sent, not waited for.
+            self.history.request()
         return len(rescued)
 
     def _expire(self, store: Store) -> None:

@@ -1,0 +1,271 @@
+"""The per-minute history, written beside the loop and never in its way (issue 29).
+
+The maintenance leader's roll-up and depth sample (``supervisor.db.history``) ran on
+the work connection, inside the maintenance round: the loop waited for them, and every
+child that finished meanwhile waited for the loop. Timed in a no-op drain of 1.2 million
+jobs they held the loop 5.8% of the time (a round that rolled 15 s of its jobs took
+0.2-0.4 s; the depth count ran into its 250 ms timeout nearly every round), and the
+leader drained 9-18% slower than without them (docs/benchmarks.md). So they run here,
+on a connection of their own in libpq's non-blocking mode (``NonBlockingQuery``), as
+the claim does: the leader's round only asks for them (``request``), the loop reads
+each answer when the socket is readable and sends the next statement: the roll-up
+(again with the careful reading of ``usage`` if the plain cast failed), then the depth
+sample under its short statement timeout. A sample cancelled at that timeout is not
+tried again before the next minute: its minute never got a sample, so every round
+counted the backlog again, and that was most of the stall and of the database CPU.
+
+The connection is opened when first asked for, from the loop's selector without
+blocking (``Connecting``): a supervisor that never leads never opens it. Its waits are
+bounded as the loop's others are: a connect or a statement that the server has not
+answered within the client-side ``deadline`` is abandoned (the connection is closed
+without waiting, and opened again at the next round), and ``close`` at exit waits for
+nothing, so neither a hung database nor a stop ever waits for the history. Each
+statement is one transaction (the roll-up moves its mark with the rows it added, or
+neither), so an abandoned one is either whole on the server or not there at all: no job
+is counted twice or lost. A round still under way when the next is asked for is left to
+finish; the next is skipped (the mark catches up: a round rolls up to three intervals).
+
+Only the leader's round asks, the mark is taken with SKIP LOCKED, and a round's rows
+come from the jobs table: nothing here is written per job.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from shared.db import first_line
+from supervisor.db import history
+from supervisor.db.connections import Connecting, DatabaseHung, DeadlineConnection
+from supervisor.db.database import connection_lost
+from supervisor.db.nonblocking import NonBlockingQuery, Prepared
+
+log = logging.getLogger("supervisor.history")
+
+ERROR_LOG_EVERY = 30.0  # the same failure is logged at most this often
+
+_ROLL_UP = Prepared(history.ROLL_UP)
+_ROLL_UP_GUARDED = Prepared(history.ROLL_UP_GUARDED)
+_SAMPLE = Prepared(history.SAMPLE)
+# The sample is a transaction of its own whose statement timeout is set LOCAL, so it
+# never outlives it (behind a pooler in transaction mode a session's SET would stay
+# with a server connection that others use next).
+_BEGIN = Prepared("BEGIN")
+_SAMPLE_TIMEOUT = Prepared(f"SET LOCAL statement_timeout = {int(history.SAMPLE_TIMEOUT_MS)}")
+_COMMIT = Prepared("COMMIT")  # after a cancelled count: rolls back, no error
+
+
+@dataclass
+class _Step:
+    """One statement of a round, and what its answer (rows or error) means."""
+
+    statement: Prepared
+    params: dict[str, Any]
+    answered: Callable[[list | Exception], None]
+
+
+@dataclass
+class HistoryRound:
+    """What the last finished round did (for the debug log and the tests)."""
+
+    began: float = 0.0  # monotonic, when it was asked for
+    rolled: int = 0  # (minute, queue, kind) rows written or added to
+    sampled: int = 0  # queues whose depth was recorded
+    roll_seconds: float = 0.0  # from the request to the roll-up's answer
+    errors: list[str] = field(default_factory=list)
+
+
+class HistoryWriter:
+    """The leader's roll-up and depth sample, sent on a connection of their own without
+    blocking the loop. ``request`` starts a round, ``tick`` moves it along (connect,
+    deadlines), ``next_deadline`` says when ``tick`` must run again, ``close`` at exit."""
+
+    def __init__(self, dsn: str, name: str, selector: selectors.BaseSelector, *,
+                 statement_timeout: float, deadline: float,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time, lag: float = history.LAG,
+                 keep: float = history.KEEP, slice_seconds: float = history.SLICE) -> None:
+        self.dsn = dsn
+        self.name = name
+        self.selector = selector
+        self.statement_timeout = statement_timeout
+        self.deadline = deadline
+        self.clock = clock
+        self.wall = wall
+        self.roll_params = history.roll_up_params(lag, keep, slice_seconds)
+        self.keep = keep
+        self.query: NonBlockingQuery | None = None
+        self.connecting: Connecting | None = None
+        self.steps: list[_Step] = []
+        self.current = HistoryRound()
+        self.last: HistoryRound | None = None  # the last round that ended
+        self.rounds = 0  # rounds ended, whatever became of them
+        self.skipped = 0  # rounds asked for while the previous one was under way
+        self._sent_at = 0.0
+        # A count cancelled at its timeout is not tried again before the next minute
+        # (wall clock, as the samples' minutes): tried every round, it cost the database
+        # its whole timeout every 5 s while a backlog of 1.2 million jobs drained.
+        self.no_sample_until = 0.0
+        self._logged: dict[str, float] = {}
+
+    @property
+    def busy(self) -> bool:
+        """A round is under way (connecting, a statement in flight, or steps left)."""
+        return bool(self.steps) or self.connecting is not None or (
+            self.query is not None and self.query.busy)
+
+    def request(self) -> bool:
+        """Start a round: the roll-up, then the depth sample. Returns at once; False
+        (and nothing sent) when the previous round is still under way."""
+        if self.busy:
+            self.skipped += 1
+            return False
+        now = self.clock()
+        self.current = HistoryRound(began=now)
+        self.steps = [_Step(_ROLL_UP, self.roll_params, self._rolled)]
+        if self.wall() >= self.no_sample_until:
+            self.steps += [_Step(_BEGIN, {}, self._ignored),
+                           _Step(_SAMPLE_TIMEOUT, {}, self._ignored),
+                           _Step(_SAMPLE, {"keep": self.keep}, self._sampled),
+                           _Step(_COMMIT, {}, self._ignored)]
+        self._advance(now)
+        return True
+
+    def tick(self, now: float) -> None:
+        """Adopt a connection that finished opening, give up on one that did not open or
+        a statement not answered within the deadline."""
+        connecting = self.connecting
+        if connecting is not None:
+            if connecting.error is not None:
+                self._give_up(connecting.error)
+            elif connecting.conn is not None:
+                self.connecting = None
+                self._adopt(connecting.conn)
+                self._advance(now)
+            elif now >= connecting.deadline_at:
+                self._give_up(DatabaseHung(f"connecting took longer than {self.deadline:g} s "
+                                           "(client-side deadline)"))
+            return
+        query = self.query
+        if query is not None and query.busy and now >= self._sent_at + self.deadline:
+            self._give_up(DatabaseHung(f"a statement got no answer within {self.deadline:g} s "
+                                       "(client-side deadline)"))
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` must run at the latest (None: nothing is waited for)."""
+        if self.connecting is not None:
+            return self.connecting.deadline_at
+        if self.query is not None and self.query.busy:
+            return self._sent_at + self.deadline
+        return None
+
+    def close(self) -> None:
+        """Drop the round under way and the connection, waiting for nothing (at exit)."""
+        self.steps.clear()
+        if self.connecting is not None:
+            self.connecting.abandon()
+            self.connecting = None
+        query, self.query = self.query, None
+        if query is not None:
+            query.abandon()
+            _quietly_close(query.conn)
+
+    # -- the round's steps --------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        """Send the next step, or open the connection first; end the round when none
+        is left."""
+        if not self.steps:
+            self._ended()
+            return
+        if self.query is None:
+            if self.connecting is None:
+                self.connecting = Connecting(self.dsn, self.name, self.statement_timeout,
+                                             self.deadline, self.selector, None,
+                                             now + self.deadline)
+                if self.connecting.done:  # failed at once, or (never) opened at once
+                    self.tick(now)
+            return
+        step = self.steps.pop(0)
+        self._sent_at = now
+        try:
+            self.query.send(step.statement, step.params,
+                            lambda outcome: self._answer(step, outcome))
+        except psycopg.Error as exc:
+            self._give_up(exc)
+
+    def _answer(self, step: _Step, outcome: list | Exception) -> None:
+        """A statement answered (called from the loop's ``handle_event``)."""
+        if isinstance(outcome, Exception) and connection_lost(outcome):
+            self._give_up(outcome)
+            return
+        step.answered(outcome)
+        self._advance(self.clock())
+
+    def _rolled(self, outcome: list | Exception) -> None:
+        if isinstance(outcome, psycopg.errors.DataError):
+            # A usage figure that is not a number: the careful reading, at once.
+            self.steps.insert(0, _Step(_ROLL_UP_GUARDED, self.roll_params,
+                                       self._rolled_carefully))
+            return
+        self._rolled_carefully(outcome)
+
+    def _rolled_carefully(self, outcome: list | Exception) -> None:
+        self.current.roll_seconds = self.clock() - self.current.began
+        if isinstance(outcome, Exception):
+            self._failed("rolling up the job history", outcome)
+        elif outcome:
+            self.current.rolled = int(outcome[0][0])
+
+    def _sampled(self, outcome: list | Exception) -> None:
+        if isinstance(outcome, psycopg.errors.QueryCanceled):
+            # Too big a backlog to count in time: no sample this minute.
+            self.no_sample_until = (self.wall() // 60 + 1) * 60
+            return
+        if isinstance(outcome, Exception):
+            self._failed("sampling queue depth", outcome)
+        elif outcome:
+            self.current.sampled = int(outcome[0][0])
+
+    def _ignored(self, outcome: list | Exception) -> None:
+        if isinstance(outcome, Exception):
+            self._failed("sampling queue depth", outcome)
+
+    def _ended(self) -> None:
+        self.rounds += 1
+        self.last = self.current
+        log.debug("history round: %d rows rolled up in %.0f ms, %d queues sampled, %.0f ms "
+                  "in all", self.current.rolled, self.current.roll_seconds * 1000,
+                  self.current.sampled, (self.clock() - self.current.began) * 1000)
+
+    # -- failures -----------------------------------------------------------------------
+    def _adopt(self, conn: DeadlineConnection) -> None:
+        self.query = NonBlockingQuery(conn, self.selector, clock=self.clock)
+        self.query.prepares = False  # a statement every few seconds: planning is cheap
+
+    def _give_up(self, exc: BaseException) -> None:
+        """The connection is gone or hung: close it, drop the round (the next round
+        connects again)."""
+        self._failed("writing the job history", exc)
+        self.close()
+        self._ended()
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self.current.errors.append(f"{type(exc).__name__}: {first_line(exc)}")
+        now = self.clock()
+        if now - self._logged.get(what, -ERROR_LOG_EVERY) >= ERROR_LOG_EVERY:
+            self._logged[what] = now
+            log.warning("%s failed, will try again next round: %s: %s", what,
+                        type(exc).__name__, first_line(exc))
+
+
+def _quietly_close(conn: psycopg.Connection) -> None:
+    try:
+        conn.close()
+    except Exception:  # a broken connection may fail to close; it is gone either way
+        pass
