@@ -128,6 +128,12 @@ def count_state(dsn: str, state: str) -> int:
                             (state,)).fetchone()[0]
 
 
+# A finished job's ``usage`` as the supervisor writes it, for SQL that seeds jobs from
+# ``generate_series(...) AS g`` (figures varied by g; ``%%`` as psycopg needs).
+USAGE_AS_WRITTEN_SQL = """jsonb_build_object('cpu_seconds', 0.0004 + (g %% 7) / 10000.0,
+                          'wall_seconds', 0.002, 'max_rss_bytes', 30000000 + g %% 999)"""
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

@@ -35,8 +35,7 @@ SELECT 'k' || (g %% 40), 'default', CASE WHEN g %% 30 = 0 THEN 'discarded'
        now() - (g %% 86000) * interval '1 second',
        now() - (g %% 86000) * interval '1 second',
        now() - (g %% 86000) * interval '1 second' + interval '2 ms',
-       jsonb_build_object('cpu_seconds', 0.0004 + (g %% 7) / 10000.0,
-                          'wall_seconds', 0.002, 'max_rss_bytes', 30000000 + g %% 999)
+       """ + common.USAGE_AS_WRITTEN_SQL + """
 FROM generate_series(1, %(jobs)s) AS g
 """
 

@@ -18,7 +18,6 @@ import argparse
 import os
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -38,20 +37,20 @@ SELECT 'k' || (g %% 4), 'default', 'completed', 1,
        %(t0)s::timestamptz + (g %% 14990) * interval '1 millisecond',
        %(t0)s::timestamptz + (g %% 14990) * interval '1 millisecond',
        %(t0)s::timestamptz + (g %% 14990) * interval '1 millisecond' + interval '2 ms',
-       jsonb_build_object('cpu_seconds', 0.0004 + (g %% 7) / 10000.0,
-                          'wall_seconds', 0.002, 'max_rss_bytes', 30000000 + g %% 999)
+       """ + common.USAGE_AS_WRITTEN_SQL + """
 FROM generate_series(1, %(jobs)s) AS g
 """
 
 
 def statements() -> dict[str, str]:
     """The shipped statement, its careful fallback, and the one without the figures."""
-    without = history._ADD
+    without = history.ROLL_UP
     for key in ("cpu_seconds", "max_rss_bytes"):
-        if usage_figure(key) not in without:
+        figure = usage_figure(key, "j.usage")
+        if figure not in without:
             raise SystemExit("rollup_usage_cost: the usage figures moved; update this")
-        without = without.replace(usage_figure(key), "NULL::float8")
-    return {"plain cast": history._ADD, "guarded": history._ADD_GUARDED,
+        without = without.replace(figure, "NULL::float8")
+    return {"plain cast": history.ROLL_UP, "guarded": history.ROLL_UP_GUARDED,
             "without": without}
 
 
@@ -70,12 +69,14 @@ def main() -> None:
                               ).fetchone()[0]
             conn.execute(_SEED, {"t0": t0, "jobs": args.jobs})
             conn.execute("VACUUM ANALYZE supervisor.jobs")
-            span = {"since": t0, "upto": t0 + timedelta(seconds=15)}
+            # The mark at t0 and a 15 s slice: each statement rolls exactly the seeded jobs.
+            params = history.roll_up_params(slice_seconds=15.0)
             for _ in range(args.rounds):
                 for name, sql in statements().items():
                     conn.execute("TRUNCATE supervisor.job_minutes")
+                    conn.execute("UPDATE supervisor.rollup_mark SET rolled_until = %s", (t0,))
                     started = time.perf_counter()
-                    conn.execute(sql, span)
+                    conn.execute(sql, params)
                     times[name].append(time.perf_counter() - started)
                     rolled = conn.execute("SELECT sum(completed) FROM supervisor.job_minutes"
                                           ).fetchone()[0]
