@@ -126,9 +126,9 @@ def state_counts(dsn: str) -> dict[str, int]:
 
 
 def run_burst(dsn: str, *args: str, log_path: Path | None = None, timeout: float = 60.0,
-              env: dict[str, str] | None = None) -> Supervisor:
+              env: dict[str, str] | None = None, app: str = "e2e_handlers") -> Supervisor:
     """Run ``supervisor run --burst`` to completion; asserts exit code 0."""
-    sup = Supervisor(dsn, "--burst", *args, log_path=log_path, env=env)
+    sup = Supervisor(dsn, "--burst", *args, log_path=log_path, env=env, app=app)
     code = sup.wait(timeout)
     assert code == 0, f"exit {code}\nstderr:\n{sup.err}"
     return sup

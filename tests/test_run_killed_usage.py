@@ -6,7 +6,7 @@ on the job, measured by the parent (``supervisor.pool.killedusage``)."""
 from __future__ import annotations
 
 import pytest
-from e2e import Supervisor, job_row
+from e2e import Supervisor, job_row, run_burst
 
 from shared.enqueue import enqueue
 
@@ -16,11 +16,8 @@ KEYS = {"cpu_seconds", "wall_seconds", "max_rss_bytes"}
 
 
 def burst(dsn: str, *args: str) -> Supervisor:
-    sup = Supervisor(dsn, "--burst", "-n", "1", "--poll-interval", "0.1", *args,
-                     app="usage_handlers")
-    code = sup.wait(150)
-    assert code == 0, f"exit {code}\nstderr:\n{sup.err}"
-    return sup
+    return run_burst(dsn, "-n", "1", "--poll-interval", "0.1", *args, app="usage_handlers",
+                     timeout=150)
 
 
 def failed_usage(dsn: str, job_id: int, kind: str) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 from click.testing import CliRunner
-from e2e import Supervisor, job_row
+from e2e import Supervisor, job_row, run_burst
 
 from shared.enqueue import enqueue
 from supervisor.cli.main import main
@@ -18,11 +18,8 @@ KEEP = 64 * 1024
 
 
 def burst(dsn: str, *args: str) -> Supervisor:
-    sup = Supervisor(dsn, "--burst", "-n", "1", "--poll-interval", "0.1", *args,
-                     app="usage_handlers")
-    code = sup.wait(120)
-    assert code == 0, f"exit {code}\nstderr:\n{sup.err}"
-    return sup
+    return run_burst(dsn, "-n", "1", "--poll-interval", "0.1", *args, app="usage_handlers",
+                     timeout=120)
 
 
 def close(measured: float, own: float) -> bool:
