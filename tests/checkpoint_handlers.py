@@ -9,6 +9,7 @@ import os
 import time
 
 from e2e_handlers import record
+from gil_busy import gil_holding_call
 
 from shared.jobs import Backoff
 from workers import Stopping, current_job, job
@@ -162,3 +163,19 @@ def ck_memory(target_mb: int, limit: float = 60.0) -> str:
     finally:
         _held.clear()
     return "never told"
+
+
+@job(on_stop="raise")
+def ck_native(seconds: float = 8.0) -> str:
+    """Asks for ``Stopping`` but spends its time in one native call that holds the GIL
+    (a regex of catastrophic backtracking): no bytecode boundary comes, so neither the
+    exception nor the child's heartbeat thread can run until the call returns."""
+    native_call = gil_holding_call(seconds)
+    record("start")  # from here on, inside the call
+    try:
+        native_call()
+    except Stopping:
+        record("stopping")
+        raise
+    record("native_returned")
+    return "outlived the grace"

@@ -98,3 +98,37 @@ def test_a_plain_pause_of_a_queue_keeps_its_stop_running_flag_and_resume_clears_
     assert "paused, stopping running" in cli("queues", "list", "--dsn", dsn)
     cli("queues", "resume", "q", "--dsn", dsn)
     assert flags() == (False, False)
+
+
+def test_a_job_inside_a_gil_holding_native_call_is_killed_after_kill_grace_unspent(
+        dsn, tmp_path):
+    # A real pipeline's handler spends its time in C (numpy, a regex, a codec) holding
+    # the GIL: the notice cannot reach it and its child's heartbeat thread cannot run,
+    # so the parent's kill after kill_grace is what stops it. The call lasts 8 s; the
+    # grace is 1 s: a job still there to record its return was never killed.
+    log = tmp_path / "runs.log"
+    config = tmp_path / "supervisor.toml"
+    config.write_text("kill_grace = 1\npoll_interval = 0.2\n")
+    native = enqueue("ck_native", {"seconds": 8.0}, dsn=dsn)
+    sup = Supervisor(dsn, "-n", "2", "--config", str(config), log_path=log, app=APP)
+    try:
+        wait_until(lambda: records(log, native, "start"), timeout=60,
+                   what="the native job running")
+        out = cli("queues", "pause", "default", "--stop-running", "--dsn", dsn)
+        assert "1 running jobs told to stop" in out
+        wait_until(lambda: job_row(dsn, native)["state"] == "available", timeout=30,
+                   what="the killed job back in its queue")
+        row = job_row(dsn, native)
+        assert row["attempt"] == 0, row  # unspent: the pause stopped it, not the job
+        assert [e["kind"] for e in row["errors"]] == ["shutdown"], (row, sup.err[-3000:])
+        assert records(log, native, "native_returned") == []
+        assert records(log, native, "stopping") == []  # never reached a bytecode boundary
+
+        enqueue("ck_flag", {"limit": 0.1}, queue="other", dsn=dsn)  # the pool recovered
+        cli("queues", "resume", "default", "--dsn", dsn)
+        wait_until(lambda: len(records(log, native, "start")) == 2, timeout=30,
+                   what="the job started again after resume")
+    finally:
+        sup.signal(signal.SIGTERM)
+        sup.wait(30)
+        sup.stop()
