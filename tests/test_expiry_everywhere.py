@@ -2,10 +2,14 @@
 claims (plain and aged) skip jobs past their expires_at as the plain claim does; an
 expired batch member is final for its batch (the batch closes, its callback is enqueued,
 its summary counts it); an expired dependency cancels its dependents as a discarded one
-does; a held dependent that expires leaves no edge behind; a waiter is told."""
+does; a held dependent that expires releases nothing later and never deadlocks with its
+dependency finishing; a waiter is told."""
 
 from __future__ import annotations
 
+import threading
+
+import psycopg
 import pytest
 
 from shared.batches import Callback, find_batch
@@ -78,7 +82,8 @@ def test_an_expired_dependency_cancels_its_dependents_and_tells_its_waiter(conn,
     assert states(conn, late) == ["cancelled"]
 
 
-def test_a_held_dependent_that_expires_leaves_no_edge_and_cancels_its_own(conn, dsn):
+def test_a_held_dependent_that_expires_cancels_its_own_and_its_edges_go_with_the_blocker(
+        conn, dsn):
     blocker = enqueue("k", {}, dsn=dsn)  # never runs here
     held = enqueue("k", {}, depends_on=[blocker], expires_in=600, dsn=dsn)
     below = enqueue("k", {}, depends_on=[held], dsn=dsn)
@@ -86,12 +91,50 @@ def test_a_held_dependent_that_expires_leaves_no_edge_and_cancels_its_own(conn, 
     expire_now(conn, held)
     assert Store(conn, "owner", 30.0).expire(100) == 1
     assert states(conn, held, below) == ["expired", "cancelled"]
+    # The blocker completing later consumes the expired job's edge and counter, and
+    # releases nothing: an expired job stays expired.
+    conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now() "
+                 "WHERE id = %s", (blocker,))
+    assert states(conn, held, below) == ["expired", "cancelled"]
     edges = conn.execute("SELECT count(*) FROM supervisor.job_dependencies WHERE "
                          "dependent_id = ANY(%s)", ([held, below],)).fetchone()[0]
     counters = conn.execute("SELECT count(*) FROM supervisor.dependents WHERE id = ANY(%s)",
                             ([held, below],)).fetchone()[0]
     assert (edges, counters) == (0, 0)
-    # The blocker completing later finds nothing to release.
-    conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now() "
-                 "WHERE id = %s", (blocker,))
-    assert states(conn, held, below) == ["expired", "cancelled"]
+
+
+def test_a_dependent_expiring_while_its_dependency_completes_never_deadlocks(conn, dsn):
+    # The sweep expiring a held job and a supervisor completing its dependency, at the
+    # same moment: the first version of 0021 deleted the expired job's edges from its
+    # own row's trigger (job row, then edge and counter), the reverse of the order the
+    # completion's settlement takes (edge, counter, then job row): 41 deadlocks in 300
+    # such pairs on the test machine, the completion's write among the victims.
+    deadlocks = []
+
+    def at_once(statement, job_id, start):
+        with psycopg.connect(dsn, autocommit=True) as own:
+            start.wait()
+            try:
+                own.execute(statement, (job_id,))
+            except psycopg.errors.DeadlockDetected as exc:
+                deadlocks.append(exc)
+
+    for _ in range(100):
+        blocker = enqueue("k", {}, dsn=dsn)
+        held = enqueue("k", {}, depends_on=[blocker], expires_in=600, dsn=dsn)
+        expire_now(conn, held)
+        start = threading.Barrier(2)
+        racers = [threading.Thread(target=at_once, args=(
+                      "UPDATE supervisor.jobs SET state = 'expired', finished_at = now() "
+                      "WHERE id = %s AND state = 'scheduled'", held, start)),
+                  threading.Thread(target=at_once, args=(
+                      "UPDATE supervisor.jobs SET state = 'completed', finished_at = now() "
+                      "WHERE id = %s", blocker, start))]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+        # Whichever committed first decides: expired, or released by the completion.
+        assert states(conn, blocker)[0] == "completed"
+        assert states(conn, held)[0] in ("expired", "available")
+    assert deadlocks == []

@@ -181,8 +181,7 @@ BEGIN
     -- scan of the statement's own rows.
     IF NOT EXISTS (SELECT 1 FROM new_rows n
                    WHERE n.state IN ('completed', 'discarded', 'cancelled', 'expired')
-                     AND (n.batch_id IS NOT NULL OR n.watched
-                          OR (n.state = 'expired' AND n.depends_on IS NOT NULL))) THEN
+                     AND (n.batch_id IS NOT NULL OR n.watched)) THEN
         RETURN NULL;
     END IF;
 
@@ -212,15 +211,11 @@ BEGIN
         PERFORM pg_notify('supervisor_final', 'b' || b);
     END LOOP;
 
-    -- A held dependent that expired (not started by its expires_at, so it never will):
-    -- it waits for nothing any more, its edges and counter go with it.
-    IF EXISTS (SELECT 1 FROM new_rows n WHERE n.state = 'expired' AND n.depends_on IS NOT NULL)
-    THEN
-        DELETE FROM supervisor.job_dependencies e USING new_rows n
-        WHERE n.state = 'expired' AND n.depends_on IS NOT NULL AND e.dependent_id = n.id;
-        DELETE FROM supervisor.dependents d USING new_rows n
-        WHERE n.state = 'expired' AND n.depends_on IS NOT NULL AND d.id = n.id;
-    END IF;
+    -- A held dependent that expired keeps its edges and counter until its dependencies
+    -- end: each consumes its edge as usual, and release_dependent / cancel_dependent
+    -- change only a job still 'scheduled'. Deleting them here would lock them after the
+    -- job row, the reverse of the order below (counter, then job), and deadlock with a
+    -- dependency finishing at the same moment.
 
     -- Watched rows: wake their waiters, then settle their dependents.
     SELECT array_agg(n.id ORDER BY n.id) INTO done
