@@ -442,7 +442,7 @@ class Engine:
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")
 
-    def _poll(self, now: float, pool: Pool | None = None) -> None:
+    def _poll(self, now: float, pool: Pool) -> None:
         """Promote due scheduled/retryable jobs, ask which queues hold work and when the
         next job for later is due (the loop wakes then, not at its next poll)."""
         self._read_kind_pauses(now)
@@ -456,11 +456,12 @@ class Engine:
         due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
         # Due already (it came due while this poll ran): promote it a moment from now.
         self.next_promote = None if due_in is None else now + max(due_in, PROMOTE_AGAIN)
-        running = pool is not None and bool(pool.running_since())
-        if self.ledger.waiting_counts() or running:
-            # Catches a pause whose NOTIFY was missed (say, while reconnecting), and a
-            # job of a queue paused with --stop-running that started all the same (its
-            # child took it before the pause's SKIP came).
+        if self.ledger.waiting_counts() or pool.busy_count():
+            # Catches a pause whose NOTIFY was missed (say, while reconnecting), a job of
+            # a queue paused with --stop-running that started all the same (its child
+            # took it before the pause's SKIP came), and, with no LISTEN (behind a
+            # pooler), is how --stop-running reaches this supervisor at all. One indexed
+            # read a poll, only while jobs are held here.
             self._paused(db.call(lambda s: s.queue_pauses(queues), {}, "polling"), now, pool)
 
     def _count_crashes(self) -> None:
@@ -491,20 +492,20 @@ class Engine:
     def _poll_soon(self, now: float) -> None:
         self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))
 
-    def _paused(self, pauses: dict[str, bool], now: float, pool: Pool | None = None) -> None:
+    def _paused(self, pauses: dict[str, bool], now: float, pool: Pool) -> None:
         """Paused queues start nothing more here: what they hold unstarted goes back,
         from the ledger now and from children's pipes as each child gives it up. Those
         paused with ``--stop-running`` (``pauses[name]`` True) also stop their running
         jobs: a stop notice, the kill after ``kill_grace`` (``engine.notices``)."""
         queues = set(pauses)
         stopping = {queue for queue, stop in pauses.items() if stop} & set(self.queues)
-        if stopping and pool is not None:
+        if stopping:
             notify_pause(pool, stopping, self.config.kill_grace)
         for queue in queues & set(self.queues):
             self.planner.demand.discard(queue)
             waiting = self.ledger.take_waiting(queue)
             # Those queued in children come back as their children give them up.
-            asked = pool.take_back(queue) if pool is not None else 0
+            asked = pool.take_back(queue)
             if waiting or asked:
                 log.info("queue %s paused: %d claimed jobs that had not started go back",
                          queue, len(waiting) + asked)
