@@ -51,8 +51,9 @@ def test_nothing_is_claimed_while_every_child_runs_a_job_past_its_p95(dsn, tmp_p
             wait_until(lambda: sum(r["event"] == "start" and r["id"] in longs
                                    for r in read_log(log)) == 2,
                        timeout=60, what="both long jobs' starts")
-            # Well past the 0.2 s (the kind's p95) at which the parent judges a head
-            # stuck (this only waits; nothing is asserted about speed).
+            # Well past the 0.4 s (twice the kind's p95) at which the parent judges a
+            # head stuck. A wait on time, since the judgement is itself one and leaves
+            # no trace outside the parent; nothing is asserted about speed.
             time.sleep(1.0)
             shorts = enqueue_many("e2e_sleep", [{"seconds": 0.001}] * 4, conn=conn,
                                   max_attempts=1)
