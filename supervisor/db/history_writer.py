@@ -42,13 +42,17 @@ import psycopg
 
 from shared.db import first_line
 from supervisor.db import history
-from supervisor.db.connections import Connecting, DatabaseHung, DeadlineConnection
+from supervisor.db.connections import (
+    Connecting,
+    DatabaseHung,
+    DeadlineConnection,
+    close_quietly,
+)
 from supervisor.db.database import connection_lost
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
+from supervisor.db.throttled_log import ThrottledLog
 
 log = logging.getLogger("supervisor.history")
-
-ERROR_LOG_EVERY = 30.0  # the same failure is logged at most this often
 
 _ROLL_UP = Prepared(history.ROLL_UP)
 _ROLL_UP_GUARDED = Prepared(history.ROLL_UP_GUARDED)
@@ -112,7 +116,8 @@ class HistoryWriter:
         # (wall clock, as the samples' minutes): tried every round, it cost the database
         # its whole timeout every 5 s while a backlog of 1.2 million jobs drained.
         self.no_sample_until = 0.0
-        self._logged: dict[str, float] = {}
+        self._errors = ThrottledLog(log, logging.WARNING, clock,
+                                    retry="will try again next round")
 
     @property
     def busy(self) -> bool:
@@ -174,7 +179,7 @@ class HistoryWriter:
         query, self.query = self.query, None
         if query is not None:
             query.abandon()
-            _quietly_close(query.conn)
+            close_quietly(query.conn)
 
     # -- the round's steps --------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -257,15 +262,4 @@ class HistoryWriter:
 
     def _failed(self, what: str, exc: BaseException) -> None:
         self.current.errors.append(f"{type(exc).__name__}: {first_line(exc)}")
-        now = self.clock()
-        if now - self._logged.get(what, -ERROR_LOG_EVERY) >= ERROR_LOG_EVERY:
-            self._logged[what] = now
-            log.warning("%s failed, will try again next round: %s: %s", what,
-                        type(exc).__name__, first_line(exc))
-
-
-def _quietly_close(conn: psycopg.Connection) -> None:
-    try:
-        conn.close()
-    except Exception:  # a broken connection may fail to close; it is gone either way
-        pass
+        self._errors.failed(what, exc)
