@@ -212,3 +212,27 @@ def test_a_cancelled_depth_count_is_not_tried_again_before_the_next_minute(dsn, 
         writer.close()
     assert writer.last.sampled == 1
     assert conn.execute("SELECT available FROM supervisor.queue_minutes").fetchall() == [(2,)]
+
+
+def test_a_written_sample_is_not_sent_again_before_the_next_minute(dsn, conn):
+    enqueue_many("e2e_noop", [{}] * 2, queue="waiting", conn=conn)
+    wall = _Wall()
+    wall.now = (wall.now // 60) * 60 + 10  # ten seconds into a minute
+    with selectors.DefaultSelector() as selector:
+        writer = _writer(dsn, selector, wall=wall)
+        writer.request()
+        _drive(writer, selector)
+        assert writer.last is not None and writer.last.sampled == 1
+        wall.now += 45  # the same minute: its sample is written, only the roll-up is sent
+        writer.request()  # connected: the roll-up is in flight, the rest is queued
+        assert writer.steps == []
+        _drive(writer, selector)
+        assert writer.last.errors == [] and writer.last.sampled == 0
+        # The next minute (by the writer's clock; the server's may still be the same,
+        # so what the sample writes is not checked): BEGIN, timeout, SAMPLE, COMMIT queued.
+        wall.now += 10
+        writer.request()
+        assert len(writer.steps) == 4
+        _drive(writer, selector)
+        writer.close()
+    assert writer.last.errors == []

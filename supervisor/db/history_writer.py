@@ -13,6 +13,8 @@ each answer when the socket is readable and sends the next statement: the roll-u
 sample under its short statement timeout. A sample cancelled at that timeout is not
 tried again before the next minute: its minute never got a sample, so every round
 counted the backlog again, and that was most of the stall and of the database CPU.
+A sample that was written is not sent again before the next minute either: the other
+rounds of the minute would only have sent four statements that write nothing.
 
 The connection is opened when first asked for, from the loop's selector without
 blocking (``Connecting``): a supervisor that never leads never opens it. Its waits are
@@ -234,7 +236,10 @@ class HistoryWriter:
             return
         if isinstance(outcome, Exception):
             self._failed("sampling queue depth", outcome)
-        elif outcome:
+            return
+        # This minute has its sample now: until the next, SAMPLE would add nothing.
+        self.no_sample_until = (self.wall() // 60 + 1) * 60
+        if outcome:
             self.current.sampled = int(outcome[0][0])
 
     def _ignored(self, outcome: list | Exception) -> None:
