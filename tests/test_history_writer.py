@@ -77,10 +77,8 @@ def test_a_held_up_roll_up_never_stalls_claims_nor_the_drain(dsn, conn, tmp_path
         wait_until(lambda: _completed(conn, ids) == len(ids), timeout=10,
                    what="jobs completed while the roll-up waits")
         assert conn.execute(_ROLL_UP_WAITING).fetchone() == waiting  # the same, waiting still
-        began = time.monotonic()
         sup.signal(signal.SIGTERM)
         assert sup.wait(timeout=grace + deadline) == 0, sup.err
-        assert time.monotonic() - began < grace + deadline
         assert conn.execute(_ROLL_UP_WAITING).fetchone() == waiting  # abandoned, not awaited
     finally:
         sup.stop()
@@ -94,10 +92,13 @@ def test_a_held_up_roll_up_never_stalls_claims_nor_the_drain(dsn, conn, tmp_path
         "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
         "AND application_name LIKE 'supervisor %% history'").fetchone(), timeout=20,
         what="the history connection to close")
-    while roll_up(conn, lag=-120) or conn.execute(
-            "SELECT rolled_until < date_trunc('minute', now() + interval '2 minutes') "
-            "FROM supervisor.rollup_mark").fetchone()[0]:
-        pass
+    for _ in range(1000):
+        if not (roll_up(conn, lag=-120) or conn.execute(
+                "SELECT rolled_until < date_trunc('minute', now() + interval '2 minutes') "
+                "FROM supervisor.rollup_mark").fetchone()[0]):
+            break
+    else:
+        pytest.fail("the roll-up mark never caught up")
     assert conn.execute(_ROLLED).fetchall() == conn.execute(_TABLE).fetchall()
 
 
