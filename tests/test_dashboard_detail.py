@@ -13,7 +13,6 @@ import pytest
 from test_dashboard_http import api, call
 
 from supervisor import admin
-from supervisor.db import Store
 from supervisor.db.history import sample_depth
 
 pytestmark = pytest.mark.timeout(60)
@@ -157,9 +156,8 @@ def test_the_leader_samples_each_queue_depth_once_a_minute(conn):
                  "VALUES ('k', 'b', 'running', 1)")
     conn.execute("INSERT INTO supervisor.queue_minutes (minute, queue) "
                  "VALUES (now() - interval '31 days', 'gone')")
-    store = Store(conn, "test")
-    assert store.sample_depth() == 2
-    assert store.sample_depth() == 0  # this minute has its sample
+    assert sample_depth(conn) == 2
+    assert sample_depth(conn) == 0  # this minute has its sample
     rows = conn.execute("SELECT queue, available, running, oldest_wait "
                         "FROM supervisor.queue_minutes ORDER BY queue").fetchall()
     assert [r[:3] for r in rows] == [("a", 2, 0), ("b", 1, 1)]

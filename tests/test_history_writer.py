@@ -77,10 +77,8 @@ def test_a_held_up_roll_up_never_stalls_claims_nor_the_drain(dsn, conn, tmp_path
         wait_until(lambda: _completed(conn, ids) == len(ids), timeout=10,
                    what="jobs completed while the roll-up waits")
         assert conn.execute(_ROLL_UP_WAITING).fetchone() == waiting  # the same, waiting still
-        began = time.monotonic()
         sup.signal(signal.SIGTERM)
         assert sup.wait(timeout=grace + deadline) == 0, sup.err
-        assert time.monotonic() - began < grace + deadline
         assert conn.execute(_ROLL_UP_WAITING).fetchone() == waiting  # abandoned, not awaited
     finally:
         sup.stop()
@@ -94,10 +92,13 @@ def test_a_held_up_roll_up_never_stalls_claims_nor_the_drain(dsn, conn, tmp_path
         "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
         "AND application_name LIKE 'supervisor %% history'").fetchone(), timeout=20,
         what="the history connection to close")
-    while roll_up(conn, lag=-120) or conn.execute(
-            "SELECT rolled_until < date_trunc('minute', now() + interval '2 minutes') "
-            "FROM supervisor.rollup_mark").fetchone()[0]:
-        pass
+    for _ in range(1000):
+        if not (roll_up(conn, lag=-120) or conn.execute(
+                "SELECT rolled_until < date_trunc('minute', now() + interval '2 minutes') "
+                "FROM supervisor.rollup_mark").fetchone()[0]):
+            break
+    else:
+        pytest.fail("the roll-up mark never caught up")
     assert conn.execute(_ROLLED).fetchall() == conn.execute(_TABLE).fetchall()
 
 
@@ -212,3 +213,27 @@ def test_a_cancelled_depth_count_is_not_tried_again_before_the_next_minute(dsn, 
         writer.close()
     assert writer.last.sampled == 1
     assert conn.execute("SELECT available FROM supervisor.queue_minutes").fetchall() == [(2,)]
+
+
+def test_a_written_sample_is_not_sent_again_before_the_next_minute(dsn, conn):
+    enqueue_many("e2e_noop", [{}] * 2, queue="waiting", conn=conn)
+    wall = _Wall()
+    wall.now = (wall.now // 60) * 60 + 10  # ten seconds into a minute
+    with selectors.DefaultSelector() as selector:
+        writer = _writer(dsn, selector, wall=wall)
+        writer.request()
+        _drive(writer, selector)
+        assert writer.last is not None and writer.last.sampled == 1
+        wall.now += 45  # the same minute: its sample is written, only the roll-up is sent
+        writer.request()  # connected: the roll-up is in flight, the rest is queued
+        assert writer.steps == []
+        _drive(writer, selector)
+        assert writer.last.errors == [] and writer.last.sampled == 0
+        # The next minute (by the writer's clock; the server's may still be the same,
+        # so what the sample writes is not checked): BEGIN, timeout, SAMPLE, COMMIT queued.
+        wall.now += 10
+        writer.request()
+        assert len(writer.steps) == 4
+        _drive(writer, selector)
+        writer.close()
+    assert writer.last.errors == []

@@ -325,3 +325,12 @@ class Connecting:
             except (KeyError, ValueError, OSError):
                 pass
             self._fd = None
+
+
+def close_quietly(conn: psycopg.Connection) -> None:
+    """Close ``conn``, ignoring any error: a broken connection may fail to close, and it
+    is gone either way."""
+    try:
+        conn.close()
+    except Exception:
+        pass

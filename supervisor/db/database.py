@@ -52,10 +52,12 @@ from supervisor.db.connections import (
     DatabaseHung,
     Interrupt,
     Interrupted,
+    close_quietly,
     open_connections,
 )
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.store import Store
+from supervisor.db.throttled_log import ThrottledLog
 
 log = logging.getLogger("supervisor.database")
 
@@ -79,7 +81,6 @@ _CHANNELS = (NOTIFY_CHANNEL, CANCEL_CHANNEL, SCHEDULED_CHANNEL, PAUSED_CHANNEL)
 _NOTIFY, _CANCEL, _SCHEDULED, _PAUSED = (c.encode() for c in _CHANNELS)
 PROBE_TIMEOUT = 2.0  # seconds a self-NOTIFY may take before LISTEN counts as broken
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
-ERROR_LOG_EVERY = 30.0  # the same failing operation is logged at most this often
 EXIT_CONNECT = 0.3  # seconds the connect at exit may take (see reopen_for_exit)
 
 
@@ -117,7 +118,7 @@ class Database:
         # be fine, so the last writes at exit are worth one more connect.
         self.cut_short = False
         self._failures = 0
-        self._logged_errors: dict[str, float] = {}
+        self._errors = ThrottledLog(log, logging.ERROR, clock)
 
     @property
     def up(self) -> bool:
@@ -147,10 +148,10 @@ class Database:
             if not self.listen:
                 work.prepare_threshold = None  # see the module docstring
                 for extra in conns[2:]:
-                    _quietly_close(extra)
+                    close_quietly(extra)
         except psycopg.Error as exc:
             for conn in conns:
-                _quietly_close(conn)
+                close_quietly(conn)
             raise DatabaseUnavailable(f"lost PostgreSQL at {describe(self.dsn)} while "
                                       f"connecting: {first_line(exc)}") from None
         self.store.conn = work
@@ -182,7 +183,7 @@ class Database:
         log.warning("%s at %s, as behind a pooler in transaction mode: polling every "
                     "poll_interval instead (set listen = false or --no-listen to skip this "
                     "check)", reason, describe(self.dsn))
-        _quietly_close(listen)
+        close_quietly(listen)
         self.listen = False
         return None
 
@@ -219,11 +220,7 @@ class Database:
     def failed(self, operation: str, exc: BaseException) -> None:
         """Log a database error that is not a lost connection (rate-limited per
         operation: a statement failing every round must not flood the log)."""
-        now = self.clock()
-        if now - self._logged_errors.get(operation, -ERROR_LOG_EVERY) >= ERROR_LOG_EVERY:
-            self._logged_errors[operation] = now
-            log.error("%s failed, will try again: %s: %s", operation, type(exc).__name__,
-                      first_line(exc))
+        self._errors.failed(operation, exc)
 
     def handle_event(self, key: Any, mask: int) -> None:
         """The LISTEN socket is readable: collect the queues and cancellations named."""
@@ -365,7 +362,7 @@ class Database:
         if self.claims is not None:
             claims, self.claims = self.claims, None
             abandoned = claims.abandon()
-            _quietly_close(claims.conn)
+            close_quietly(claims.conn)
             if abandoned is not None:
                 abandoned(psycopg.OperationalError("the connection was closed"))
         if self._listen_fd is not None:
@@ -375,10 +372,10 @@ class Database:
                 pass
             self._listen_fd = None
         if self.listen_conn is not None:
-            _quietly_close(self.listen_conn)
+            close_quietly(self.listen_conn)
             self.listen_conn = None
         if self.store.conn is not None:
-            _quietly_close(self.store.conn)
+            close_quietly(self.store.conn)
             self.store.conn = None
 
 
@@ -395,10 +392,3 @@ def _await_notify(conn: psycopg.Connection, channel: bytes, timeout: float) -> b
                 if note.relname == channel:
                     return True
     return False
-
-
-def _quietly_close(conn: psycopg.Connection) -> None:
-    try:
-        conn.close()
-    except Exception:  # a broken connection may fail to close; it is gone either way
-        pass

@@ -13,6 +13,8 @@ each answer when the socket is readable and sends the next statement: the roll-u
 sample under its short statement timeout. A sample cancelled at that timeout is not
 tried again before the next minute: its minute never got a sample, so every round
 counted the backlog again, and that was most of the stall and of the database CPU.
+A sample that was written is not sent again before the next minute either: the other
+rounds of the minute would only have sent four statements that write nothing.
 
 The connection is opened when first asked for, from the loop's selector without
 blocking (``Connecting``): a supervisor that never leads never opens it. Its waits are
@@ -42,13 +44,17 @@ import psycopg
 
 from shared.db import first_line
 from supervisor.db import history
-from supervisor.db.connections import Connecting, DatabaseHung, DeadlineConnection
+from supervisor.db.connections import (
+    Connecting,
+    DatabaseHung,
+    DeadlineConnection,
+    close_quietly,
+)
 from supervisor.db.database import connection_lost
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
+from supervisor.db.throttled_log import ThrottledLog
 
 log = logging.getLogger("supervisor.history")
-
-ERROR_LOG_EVERY = 30.0  # the same failure is logged at most this often
 
 _ROLL_UP = Prepared(history.ROLL_UP)
 _ROLL_UP_GUARDED = Prepared(history.ROLL_UP_GUARDED)
@@ -112,7 +118,8 @@ class HistoryWriter:
         # (wall clock, as the samples' minutes): tried every round, it cost the database
         # its whole timeout every 5 s while a backlog of 1.2 million jobs drained.
         self.no_sample_until = 0.0
-        self._logged: dict[str, float] = {}
+        self._errors = ThrottledLog(log, logging.WARNING, clock,
+                                    retry="will try again next round")
 
     @property
     def busy(self) -> bool:
@@ -174,7 +181,7 @@ class HistoryWriter:
         query, self.query = self.query, None
         if query is not None:
             query.abandon()
-            _quietly_close(query.conn)
+            close_quietly(query.conn)
 
     # -- the round's steps --------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -229,7 +236,10 @@ class HistoryWriter:
             return
         if isinstance(outcome, Exception):
             self._failed("sampling queue depth", outcome)
-        elif outcome:
+            return
+        # This minute has its sample now: until the next, SAMPLE would add nothing.
+        self.no_sample_until = (self.wall() // 60 + 1) * 60
+        if outcome:
             self.current.sampled = int(outcome[0][0])
 
     def _ignored(self, outcome: list | Exception) -> None:
@@ -257,15 +267,4 @@ class HistoryWriter:
 
     def _failed(self, what: str, exc: BaseException) -> None:
         self.current.errors.append(f"{type(exc).__name__}: {first_line(exc)}")
-        now = self.clock()
-        if now - self._logged.get(what, -ERROR_LOG_EVERY) >= ERROR_LOG_EVERY:
-            self._logged[what] = now
-            log.warning("%s failed, will try again next round: %s: %s", what,
-                        type(exc).__name__, first_line(exc))
-
-
-def _quietly_close(conn: psycopg.Connection) -> None:
-    try:
-        conn.close()
-    except Exception:  # a broken connection may fail to close; it is gone either way
-        pass
+        self._errors.failed(what, exc)

@@ -20,7 +20,7 @@ import psycopg
 from shared import defaults, jobs
 from shared.defaults import LIVE_STATES
 from shared.jobs import Backoff, ClaimedJob
-from supervisor.db import claim, history, leases
+from supervisor.db import claim, leases
 from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
@@ -349,16 +349,6 @@ class Store:
         (final, never run); how many."""
         cur = self.connection.execute(EXPIRE, {"batch": batch})
         return max(cur.rowcount, 0)
-
-    def roll_up(self, lag: float = history.LAG, slice_seconds: float = history.SLICE) -> int:
-        """Add the next slice of closed minutes to the per-minute history
-        (``supervisor.db.history``); how many (minute, queue, kind) rows it wrote."""
-        return history.roll_up(self.connection, lag, slice_seconds=slice_seconds)
-
-    def sample_depth(self) -> int:
-        """Record each queue's depth for this minute once (``history.sample_depth``);
-        how many queues were sampled."""
-        return history.sample_depth(self.connection)
 
     def leave(self) -> None:
         """Remove this supervisor's heartbeat row (clean exit)."""
