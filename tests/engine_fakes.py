@@ -130,9 +130,6 @@ class FakeStore:
     def record_crashes(self, kinds, window, cooldown, failures):
         return []
 
-    def paused_queues(self, queues):
-        return set(self.queue_pauses(queues))
-
     def queue_pauses(self, queues):
         self._record("paused")
         return {q: q in self.stop_running for q in self.paused}

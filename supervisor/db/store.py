@@ -283,10 +283,6 @@ class Store:
                                       prepare=self._again(NEXT_DUE)).fetchone()
         return None if row is None else row[0]
 
-    def paused_queues(self, queues: Sequence[str]) -> set[str]:
-        """Which of ``queues`` are paused."""
-        return set(self.queue_pauses(queues))
-
     def queue_pauses(self, queues: Sequence[str]) -> dict[str, bool]:
         """Which of ``queues`` are paused: ``{name: stop_running}``, True for a queue
         paused with ``--stop-running`` (its running jobs are to stop too)."""

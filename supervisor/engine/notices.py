@@ -51,28 +51,34 @@ def notify_drain(pool: Pool, run_times: RunTimes, grace: float) -> int:
     return told
 
 
+def _notify_running(pool: Pool, reason: str, message: str, grace: float,
+                    queues: set[str] | None = None) -> int:
+    """Tell every running job (of ``queues``, None: of any queue) that it stops now,
+    failing as ``FAIL_STOPPED`` with ``message`` (``{queue}`` becomes the job's queue)
+    if it is killed ``grace`` seconds later. Returns how many were told."""
+    told = 0
+    for job, _ in pool.running_since():
+        if queues is not None and job.queue not in queues:
+            continue
+        if pool.notify(job.id, reason, jobs.FAIL_STOPPED, message.format(queue=job.queue),
+                       grace):
+            told += 1
+    return told
+
+
 def notify_fence(pool: Pool) -> int:
     """Tell every running job that it stops now (a fence); each is killed
     ``FENCE_GRACE`` later unless it answered first. Returns how many were told."""
-    told = 0
-    for job, _ in pool.running_since():
-        if pool.notify(job.id, "fence", jobs.FAIL_STOPPED, "interrupted (shutdown): fenced",
-                       FENCE_GRACE):
-            told += 1
-    return told
+    return _notify_running(pool, "fence", "interrupted (shutdown): fenced", FENCE_GRACE)
 
 
 def notify_pause(pool: Pool, queues: set[str], kill_grace: float) -> int:
     """Tell every running job of ``queues`` (paused with ``--stop-running``) that it
     stops now; each is killed ``kill_grace`` later unless it answered first. Returns how
     many were told (a job told already, by this pause or anything else, is not again)."""
-    told = 0
-    for job, _ in pool.running_since():
-        if job.queue in queues and pool.notify(
-                job.id, "pause", jobs.FAIL_STOPPED,
-                f"interrupted (shutdown): queue {job.queue} paused with --stop-running",
-                kill_grace):
-            told += 1
+    told = _notify_running(
+        pool, "pause", "interrupted (shutdown): queue {queue} paused with --stop-running",
+        kill_grace, queues)
     if told:
         log.info("queues %s paused with --stop-running: %d running jobs told to checkpoint "
                  "and stop", ", ".join(sorted(queues)), told)

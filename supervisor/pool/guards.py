@@ -25,17 +25,22 @@ def nap_threshold(settings: PoolSettings) -> float:
     return min(1.0, settings.heartbeat_timeout / 4)
 
 
+def _limit(settings: PoolSettings, reserved: int | None) -> int | None:
+    """The most a busy child may use: the cap, or its job's larger reservation (None:
+    no cap, so no limit)."""
+    cap = settings.max_memory_per_child
+    return None if cap is None else max(cap, reserved or 0)
+
+
 def over_memory(settings: PoolSettings, rss: int | None,
                 reserved: int | None = None) -> str | None:
     """A busy child's sampled RSS (None: it is gone, its reaping's business): why it
     must be killed if it passed the cap, else None. A job that reserved more memory
     than the cap (``reserved``, issue 27) may use up to its reservation; the message
     names the reservation either way."""
+    limit = _limit(settings, reserved)
     cap = settings.max_memory_per_child
-    if rss is None or cap is None:
-        return None
-    limit = max(cap, reserved or 0)
-    if rss <= limit:
+    if rss is None or limit is None or cap is None or rss <= limit:
         return None
     if reserved is None:
         return f"RSS {format_size(rss)} passed the {format_size(cap)} max_memory_per_child"
@@ -55,11 +60,8 @@ def hard_over_memory(settings: PoolSettings, rss: int | None,
                      reserved: int | None = None) -> str | None:
     """Why a child over its limit must be killed now rather than told first: its RSS
     passed ``MEMORY_HARD_FACTOR`` times the limit (None: it did not)."""
-    cap = settings.max_memory_per_child
-    if rss is None or cap is None:
-        return None
-    hard = int(max(cap, reserved or 0) * MEMORY_HARD_FACTOR)
-    if rss <= hard:
+    limit = _limit(settings, reserved)
+    if rss is None or limit is None or rss <= int(limit * MEMORY_HARD_FACTOR):
         return None
     return f"{format_size(rss)} is over {MEMORY_HARD_FACTOR:g}x its limit: killed at once"
 

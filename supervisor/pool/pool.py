@@ -737,18 +737,16 @@ class Pool:
         if why is None:
             child.memory_sampled(now)
             return
-        if child.notice == "memory":
-            # Told already: its grace stands unless it grows far over the cap.
-            hard = guards.hard_over_memory(self.settings, rss, reserved)
-            if hard is not None:
-                self._kill(child, now, jobs.FAIL_MEMORY, f"{why}; {hard}", signal.SIGKILL)
-            else:
-                child.memory_sampled(now)
-            return
         hard = guards.hard_over_memory(self.settings, rss, reserved)
+        if hard is not None:
+            # SIGKILL at once: a grace would only let it grow further.
+            self._kill(child, now, jobs.FAIL_MEMORY, f"{why}; {hard}", signal.SIGKILL)
+            return
+        if child.notice == "memory":
+            child.memory_sampled(now)  # told already: its grace stands
+            return
         grace = self.settings.kill_grace
-        if (hard is None and grace > 0 and job is not None and child.started
-                and child.notice is None):
+        if grace > 0 and job is not None and child.started and child.notice is None:
             child.retire()  # whatever becomes of its job, the child is recycled after it
             self.notify(job.id, "memory", jobs.FAIL_MEMORY,
                         f"{why}; told to stop, killed after {grace:g} s", grace)
@@ -756,9 +754,8 @@ class Pool:
                            job.id)
             child.memory_sampled(now)
             return
-        # SIGKILL at once: a grace would only let it grow further.
-        self._kill(child, now, jobs.FAIL_MEMORY, why if hard is None else f"{why}; {hard}",
-                   signal.SIGKILL)
+        # Not started, or told to stop for another reason: a grace would not help.
+        self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
 
     # -- stopping and killing ----------------------------------------------------
 
