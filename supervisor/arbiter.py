@@ -65,10 +65,13 @@ class Arbiter:
     def __init__(self, config: RunConfig, dsn: str, queues: list[str], kinds: list[str],
                  *, app_modules: list[str] | None = None, progress: BurstProgress | None = None,
                  schedules: list[ScheduleSpec] | None = None, clock=time.monotonic,
-                 engine: Engine | None = None, pool: Pool | None = None) -> None:
+                 engine: Engine | None = None, pool: Pool | None = None,
+                 check_schema: bool = False) -> None:
         """``engine`` and ``pool``: built from ``config`` unless given (the state
-        machine's tests give fakes)."""
+        machine's tests give fakes). ``check_schema``: ``run`` raises ``SchemaMissing``
+        unless the database's schema is this code's (checked as it connects)."""
         self.config = config
+        self.check_schema = check_schema
         self.queues = queues
         self.app_modules = app_modules or []
         self.clock = clock
@@ -104,7 +107,8 @@ class Arbiter:
     # -- life cycle ----------------------------------------------------------------------
     def run(self) -> int:
         """Serve until drained or stopped; returns the process exit code. Raises
-        ``DatabaseUnavailable`` if the database cannot be reached at start."""
+        ``DatabaseUnavailable`` if the database cannot be reached at start (and
+        ``SchemaMissing``, with ``check_schema``, if its schema is not this code's)."""
         self.inbox.install(self.selector)
         # A stop signal ends any wait for the database at once (the connection is
         # abandoned, the outage path takes over), so it is acted on whatever the
@@ -115,7 +119,10 @@ class Arbiter:
         self.pool.start()
         opened = False
         try:
-            self.engine.open()
+            if self.check_schema:
+                self.engine.open(check_schema=True)
+            else:
+                self.engine.open()
             opened = True
             # Said once connected, as before the children were forked first: scripts
             # that wait for this line may count on the database connections.

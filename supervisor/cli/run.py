@@ -9,7 +9,13 @@ import time
 import click
 
 from shared.exitcodes import CLI_USAGE
-from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
+from supervisor.cli.common import (
+    CliError,
+    dsn_option,
+    open_database,
+    reports_errors,
+    schema_missing_message,
+)
 from supervisor.observe import configure_logging
 
 
@@ -19,8 +25,8 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     """Everything ``run`` (and ``demo``) do after parsing flags; returns the exit code
     or raises ``CliError`` (or a database error ``reports_errors`` knows) with a one-line
     message."""
-    from shared.db import DatabaseUnavailable
-    from shared.dsn import dsn_source, resolve_dsn
+    from shared.db import DatabaseUnavailable, SchemaMissing
+    from shared.dsn import dsn_source, is_embedded, resolve_dsn
     from shared.validation import check_name
     from supervisor.apps import AppImportError, import_apps
     from supervisor.arbiter import Arbiter
@@ -58,6 +64,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         import_apps(apps)
     except AppImportError as exc:
         raise CliError(str(exc)) from None
+    gc.freeze()
     gc.enable()  # off since supervisor.cli.early, for the imports of the start path
     if not REGISTRY:
         raise CliError("no job handlers loaded: name the modules that define them with --app")
@@ -78,18 +85,24 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     warn_unhandled_queues(served, queues_of_handlers())
     dsn = resolve_dsn(dsn_option)
     os.environ["SUPERVISOR_DSN"] = dsn  # children (current_job().batch) reach the same database
-    with open_database(dsn, source=dsn_source(dsn_option)):
-        pass  # reachable, and the schema is there (the embedded one is migrated)
+    embedded = is_embedded(dsn)
+    if embedded:
+        with open_database(dsn, source=dsn_source(dsn_option)):
+            pass  # started, and migrated on first use
     meter = BurstProgress(now=time.monotonic()) if progress and config.burst else None
     try:
+        # Any other database: reachable and migrated is checked as the supervisor
+        # connects, on its own connection, not on one opened for the check alone.
         arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps,
-                          progress=meter, schedules=schedules)
+                          progress=meter, schedules=schedules, check_schema=not embedded)
     except TracingUnavailable as exc:
         raise CliError(str(exc), CLI_USAGE) from None
     try:
         code = arbiter.run()
     except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
+    except SchemaMissing as exc:
+        raise CliError(schema_missing_message(str(exc), dsn, dsn_source(dsn_option))) from None
     except OSError as exc:  # the metrics port is taken, say
         raise CliError(exc.strerror or str(exc)) from None
     if arbiter.halt_reason:

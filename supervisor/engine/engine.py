@@ -134,9 +134,13 @@ class Engine:
         self.drain_ends: float | None = None  # draining: when the grace ends
 
     # -- the loop's calls ---------------------------------------------------------------
-    def open(self) -> None:
-        """Connect to the database; raises ``DatabaseUnavailable`` if it cannot."""
-        self.db.open()
+    def open(self, check_schema: bool = False) -> None:
+        """Connect to the database; raises ``DatabaseUnavailable`` if it cannot, and
+        with ``check_schema`` ``SchemaMissing`` unless the schema is this code's."""
+        if check_schema:
+            self.db.open(check_schema=True)
+        else:
+            self.db.open()
 
     @property
     def database_up(self) -> bool:
