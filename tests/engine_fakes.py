@@ -71,7 +71,8 @@ class FakeStore:
     # -- the claim (run through FakeClaims) ----------------------------------------------
     def send_claim(self, runner, request, callback):
         params = {"completions": list(request.completions), "queue": request.queue,
-                  "limit": request.limit, "starts": list(request.starts)}
+                  "limit": request.limit, "starts": list(request.starts),
+                  "kinds": list(request.kinds)}
 
         def answered(outcome):
             if isinstance(outcome, Exception):

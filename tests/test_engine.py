@@ -539,3 +539,31 @@ def test_the_last_outcome_of_a_burst_is_written_at_once_and_the_burst_ends_then(
         engine.tick(clock.now, pool)
     assert "complete" in store.names() or engine.outbox.count() == 0
     assert engine.burst_finished
+
+
+def test_the_first_claim_goes_out_before_the_first_poll():
+    """At start the idle children wait for the first claim's answer only: the claim is
+    sent first and the poll's statements run while the database executes it."""
+    engine, db, store, pool, clock = make_engine()
+    store.add("default", 2)
+    claims_out_at_promote: list[int] = []
+    promote = store.promote_due
+
+    def promote_due(limit: int = 1000) -> int:
+        claims_out_at_promote.append(len(db.claims.sent))
+        return promote(limit)
+
+    store.promote_due = promote_due
+    engine.tick(clock.now, pool)
+    assert claims_out_at_promote == [1]
+    assert db.claims.sent[0][0]["queue"] == "default"
+    assert [job.id for job in db.claims.answer()] == [1, 2]
+
+
+def test_the_first_claim_leaves_out_kinds_paused_before_the_start():
+    """The claim sent ahead of the poll still knows the paused kinds: read first."""
+    engine, db, store, pool, clock = make_engine()
+    store.add("default", 2)
+    store.paused_kinds = lambda: {"k": ("paused by hand", None)}
+    engine.tick(clock.now, pool)
+    assert [params["kinds"] for params, _ in db.claims.sent] in ([], [[]])
