@@ -1,0 +1,58 @@
+"""The child's heartbeat thread looks at a long job less often as it ages (issue 31):
+every look takes the GIL from the handler, so a job that has run a while is looked at
+every tenth of its age, at most every ``MAX_LOOK`` seconds, and a job that begins
+during such a long look wakes the thread."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+from workers.context import JobContext
+from workers.heartbeat import MAX_LOOK, TITLE_LAG, Heartbeat
+from workers.jobpipe import JobPipe
+
+
+def _heartbeat() -> tuple[Heartbeat, list[tuple[float, int]]]:
+    read_fd, write_fd = os.pipe()
+    beat = Heartbeat(JobPipe(read_fd, write_fd), interval=3600.0)
+    looks: list[tuple[float, int]] = []
+
+    def listen() -> None:
+        current = beat.current
+        looks.append((time.monotonic(), current[0] if current else 0))
+
+    beat.listen = listen
+    beat.start()
+    return beat, looks
+
+
+def _context(job_id: int) -> JobContext:
+    return JobContext(job_id, "k", "default", 1, {})
+
+
+def test_a_long_job_is_looked_at_less_often_as_it_ages():
+    beat, looks = _heartbeat()
+    beat.begin(1, _context(1))
+    time.sleep(2.0)
+    with beat.lock:
+        beat.end()
+    # Every TITLE_LAG (20 ms) would be about 100 looks in 2 s; every tenth of the job's
+    # age from 0.2 s on is about 35.
+    assert 10 <= len(looks) <= 60, len(looks)
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(looks)]
+    assert max(gaps[:5]) < MAX_LOOK  # looked at often while young
+    assert max(gaps[-5:]) > 2 * TITLE_LAG  # and seldom once old
+
+
+def test_a_job_that_begins_during_a_long_look_wakes_the_thread():
+    """The thread waits out a long look on the wake event; ``begin`` sets it, so the next
+    job's title and notices are not late by the old job's look."""
+    read_fd, write_fd = os.pipe()
+    beat = Heartbeat(JobPipe(read_fd, write_fd), interval=3600.0)
+    beat.begin(1, _context(1))
+    assert not beat._wake.is_set()  # a stream of short jobs costs no thread switch each
+    beat._long_look = True  # as the thread sets it while it waits out a long look
+    beat.begin(2, _context(2))
+    assert beat._wake.is_set()
