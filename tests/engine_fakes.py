@@ -247,6 +247,7 @@ class FakePool:
         self.notified: list[tuple[int, str]] = []
         self.acked: list[tuple[int, bool]] = []
         self.stuck = 0
+        self.rebalanced: list[bool] = []  # per call of rebalance: was "default" done
 
     def size(self) -> int:
         return self._size
@@ -279,6 +280,12 @@ class FakePool:
         self.jobs[job.id] = job
         self.outcomes.append(JobStarted(job))  # an idle child says START at once
         return True
+
+    def rebalance(self, exhausted) -> int:
+        """No pipes here: records whether the engine says "default" has nothing more to
+        claim, and gives nothing back."""
+        self.rebalanced.append(exhausted("default"))
+        return 0
 
     def push(self) -> None:
         pass

@@ -567,3 +567,19 @@ def test_the_first_claim_leaves_out_kinds_paused_before_the_start():
     store.paused_kinds = lambda: {"k": ("paused by hand", None)}
     engine.tick(clock.now, pool)
     assert [params["kinds"] for params, _ in db.claims.sent] in ([], [[]])
+
+
+def test_an_idle_child_is_offered_queued_jobs_only_once_the_queue_is_empty():
+    """The engine asks the pool to rebalance while a child is idle and nothing waits
+    here, and says the queue is done only once its claim came back short."""
+    engine, db, store, pool, clock = make_engine()
+    store.add("default", 1)
+    engine.tick(clock.now, pool)
+    db.claims.answer()  # one job for two children: the claim came back short
+    engine.tick(clock.now, pool)
+    assert pool.rebalanced and pool.rebalanced[-1] is True
+    store.add("default", 3)
+    engine.planner.wake(["default"])  # a NOTIFY: the queue holds work again
+    pool.rebalanced.clear()
+    engine.tick(clock.now, pool)
+    assert pool.rebalanced[-1] is False

@@ -42,7 +42,9 @@ import cProfile, json, os, resource, sys
 out, profile, cpu_clock = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 sys.argv = ["supervisor", *sys.argv[4:]]
 import time
-prof = (cProfile.Profile(time.process_time) if cpu_clock else cProfile.Profile()) if profile else None
+prof = None
+if profile:
+    prof = cProfile.Profile(time.process_time) if cpu_clock else cProfile.Profile()
 if prof:
     os.register_at_fork(after_in_child=prof.disable)
     prof.enable()

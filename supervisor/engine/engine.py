@@ -187,6 +187,8 @@ class Engine:
                                eager=self.outbox.due(now, in_flight,
                                                      claim_coming=self._claim_coming(pool)))
             self.dispatch(pool)
+            if pool.idle_count() and not self.ledger.waiting_counts():
+                pool.rebalance(self._nothing_to_claim)
         # After the claim is sent, so these round trips overlap its execution; but not
         # before the first claim's answer: the idle children of a start wait for it, and
         # the first maintenance round (30 ms on a loaded machine) held it unread.
@@ -239,6 +241,13 @@ class Engine:
         if self.config.burst and self.claimer.accepting and self._settled(pool):
             due.append(self.next_burst_check)
         return min(due)
+
+    def _nothing_to_claim(self, queue: str) -> bool:
+        """``queue``'s last claim came back short, nothing has said since that it holds
+        work (a NOTIFY, a poll), and no claim for it is out: no job of it is coming for
+        an idle child, which may take one queued in another's pipe instead."""
+        planner = self.planner
+        return queue not in planner.demand and not planner.claiming(queue)
 
     def _claim_coming(self, pool: Pool) -> bool:
         """A claim will be sent as the running jobs end: some queue has work and a

@@ -196,6 +196,10 @@ class Scheduler:
         self._claiming.update(queue for queue, _ in plans)
         return plans
 
+    def claiming(self, queue: str) -> bool:
+        """Whether a claim planned for ``queue`` is not answered yet."""
+        return queue in self._claiming
+
     def claimed(self, queue: str, asked: int, got: int) -> None:
         """Record a claim's result: refund unused tokens; a short claim means the queue is
         empty for now (until a NOTIFY or the next poll), unless a wake came while it was

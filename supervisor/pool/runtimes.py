@@ -80,6 +80,10 @@ class RunTimes:
             fresh = 0
         self._fresh[kind] = fresh
 
+    def median(self, kind: str) -> float | None:
+        """The kind's measured median run time, or None before its first."""
+        return self._p50.get(kind)
+
     def p95(self, kind: str) -> float | None:
         """The kind's measured 95th percentile run time, or None before its first."""
         return self._p95.get(kind)
