@@ -128,9 +128,9 @@ STORM_SETTINGS = "breaker_failures = 0\npoison_after = 0\n"
 
 def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: float,
           workdir: Path, hangs: bool = False, partition: bool = False,
-          heavy_tail: bool = False):
+          heavy_tail: bool = False, loops: int = 20_000):
     rng = random.Random(seed)
-    kinds = [("chaos_cpu", {"loops": 20_000}), ("chaos_noop", {})]
+    kinds = [("chaos_cpu", {"loops": loops}), ("chaos_noop", {})]
     ids = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         if heavy_tail:
@@ -335,6 +335,10 @@ def main() -> None:
                         help="a second supervisor; the first is cut off now and then")
     parser.add_argument("--heavy-tail", action="store_true",
                         help="2 ms sleeps with one in 200 taking 3 s (issue 28's recall)")
+    parser.add_argument("--loops", type=int, default=20_000,
+                        help="iterations of each CPU job's loop (200000: about 10-20 ms, "
+                             "jobs held 0.1 s deep per child, and the end-of-queue "
+                             "rebalance of issue 31)")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--database", default=DATABASE,
                         help="the scratch database's name (dropped and created)")
@@ -343,7 +347,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pipeline-storm-") as tmp:
         ids, runlog, kills, drained, paused, took, cut_side = storm(
             dsn, args.jobs, args.seed, args.drains, args.pauses, args.timeout, Path(tmp),
-            args.hangs, args.partition, args.heavy_tail)
+            args.hangs, args.partition, args.heavy_tail, args.loops)
         print(f"{took:.1f} s, {kills} children SIGKILLed, {drained} drains, {paused} pauses")
         problems = check(dsn, ids, runlog, kills, args.hangs or args.partition,
                          cut_side if args.partition else None)
