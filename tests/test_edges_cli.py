@@ -125,3 +125,18 @@ def test_producer_api_schema_missing_is_one_clear_line(fresh_dsn):
     assert last.startswith("shared.db.SchemaMissing: the supervisor schema is missing in "
                            "database ") and "DSN from SUPERVISOR_DSN" in last
     assert "During handling of the above exception" not in proc.stderr
+
+
+def test_run_on_an_unmigrated_database_names_it_and_the_dsn_source(fresh_dsn):
+    """``run`` checks the schema on its own first connection (issue 31), after the
+    children are forked: the same one line as before, and no child outlives it."""
+    env = dict(os.environ, DATABASE_URL=fresh_dsn)
+    env.pop("SUPERVISOR_DSN", None)
+    done = subprocess.run([sys.executable, "-m", "supervisor", "run", "--app", "e2e_handlers",
+                           "--burst", "-n", "2"], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=str(TESTS_DIR))
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "(DSN from DATABASE_URL)" in lines[0] and "supervisor migrate" in lines[0], lines
+    assert "set SUPERVISOR_DSN or pass --dsn" in lines[0]

@@ -583,3 +583,25 @@ def test_an_idle_child_is_offered_queued_jobs_only_once_the_queue_is_empty():
     pool.rebalanced.clear()
     engine.tick(clock.now, pool)
     assert pool.rebalanced[-1] is False
+
+
+def test_jobs_of_5_to_100_ms_are_held_a_tenth_of_a_second_deep_but_not_a_heavy_tail():
+    """Issue 31: 20 ms jobs are claimed 0.1 s of work per child at a time (five), not
+    three; a queue of 2 ms jobs with a rare 3 s one keeps the latency's depth after its
+    long run, as its typical job is still 2 ms."""
+    from supervisor.engine.depth import PrefetchDepth
+
+    even = PrefetchDepth()
+    for _ in range(20):
+        even.ran("q", 0.02)
+    assert even.depth("q", None) == 5
+    tailed = PrefetchDepth()
+    for _ in range(199):
+        tailed.ran("q", 0.002)
+    plain = tailed.depth("q", None)
+    tailed.ran("q", 3.0)
+    depths = []
+    for _ in range(30):
+        tailed.ran("q", 0.002)
+        depths.append(tailed.depth("q", None))
+    assert max(depths) <= plain, (plain, depths)
