@@ -344,11 +344,17 @@ def pool_run(bench: Bench, client: bench_job.Resp, kind: str, args: list[int]) -
     """The reference: ``multiprocessing.Pool(2)`` (fork, chunksize 1), the same job."""
     os.environ.update(BENCH_COUNTER=bench.redis.address, BENCH_TARGET=str(len(args)))
     t0 = time.time()
+    timeout = bench.cpu_timeout if kind == "cpu" else bench.noop_timeout
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        if kind == "cpu":
-            pool.map(bench_job.cpu, args, chunksize=1)
-        else:
-            pool.starmap(bench_job.noop, [()] * len(args), chunksize=1)
+        # Bounded like every other wait: once, a worker of a forked Pool hung on a lock
+        # held at the fork and map() never returned.
+        try:
+            if kind == "cpu":
+                pool.map_async(bench_job.cpu, args, chunksize=1).get(timeout)
+            else:
+                pool.starmap_async(bench_job.noop, [()] * len(args), chunksize=1).get(timeout)
+        except multiprocessing.TimeoutError:
+            raise BenchError(f"the Pool did not finish within {timeout:.0f} s") from None
     reply = client.command("LPOP", bench_job.DONE_KEY)
     if not reply:
         raise BenchError(f"the Pool counted {counted(client)} of {len(args)} jobs")
