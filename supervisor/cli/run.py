@@ -84,10 +84,11 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         check_name("queue", name)
     warn_unhandled_queues(served, queues_of_handlers())
     dsn = resolve_dsn(dsn_option)
+    source = dsn_source(dsn_option)  # before the line below makes it SUPERVISOR_DSN
     os.environ["SUPERVISOR_DSN"] = dsn  # children (current_job().batch) reach the same database
     embedded = is_embedded(dsn)
     if embedded:
-        with open_database(dsn, source=dsn_source(dsn_option)):
+        with open_database(dsn, source=source):
             pass  # started, and migrated on first use
     meter = BurstProgress(now=time.monotonic()) if progress and config.burst else None
     try:
@@ -102,7 +103,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
     except SchemaMissing as exc:
-        raise CliError(schema_missing_message(str(exc), dsn, dsn_source(dsn_option))) from None
+        raise CliError(schema_missing_message(str(exc), dsn, source)) from None
     except OSError as exc:  # the metrics port is taken, say
         raise CliError(exc.strerror or str(exc)) from None
     if arbiter.halt_reason:

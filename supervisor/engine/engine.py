@@ -422,7 +422,7 @@ class Engine:
     def _first_claim(self, now: float, pool: Pool) -> None:
         """At start the first claim goes out before the first poll, which then runs while
         the database executes it: the idle children wait for the claim's answer, not for
-        the poll's four statements too (issue 31: 4-5 ms of every start). What the claim
+        the poll's four statements too (issue 31: 2-5 ms of every start). What the claim
         must know is read first: paused kinds and the global limits. Every served queue
         is assumed to hold work; the claim of one that holds none comes back short, and
         the poll's answer sets the rest right."""
