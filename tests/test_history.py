@@ -9,6 +9,7 @@ import time
 
 import pytest
 from e2e import run_burst
+from history_helpers import roll_up_to_now
 
 from shared.enqueue import enqueue_many
 from supervisor.db.history import KEEP, roll_up
@@ -63,15 +64,7 @@ def test_the_rollup_agrees_with_the_jobs_after_failures_and_retries(dsn, conn):
     table = conn.execute(_TABLE).fetchall()
     assert sum(row[4] for row in table) == 9  # six failed three times, three discarded
     assert sum(row[6] for row in table) == 12  # the retries spent
-    # Every minute up to the next one counts as closed for this test; 15 s slices, as a
-    # leader's rounds would roll them, until the mark has caught up.
-    for _ in range(1000):
-        if not (roll_up(conn, lag=-120) or conn.execute(
-                "SELECT rolled_until < date_trunc('minute', now() + interval '2 minutes') "
-                "FROM supervisor.rollup_mark").fetchone()[0]):
-            break
-    else:
-        pytest.fail("the roll-up mark never caught up")
+    roll_up_to_now(conn)
     assert conn.execute(_ROLLED).fetchall() == table
     assert roll_up(conn, lag=-120, slice_seconds=3600) == 0  # nothing new: nothing added
     assert conn.execute(_ROLLED).fetchall() == table

@@ -24,10 +24,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from e2e import Supervisor, wait_until
+from history_helpers import roll_up_to_now
 
 from shared.enqueue import enqueue_many
 from supervisor.db import HistoryWriter
-from supervisor.db.history import roll_up
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -92,13 +92,7 @@ def test_a_held_up_roll_up_never_stalls_claims_nor_the_drain(dsn, conn, tmp_path
         "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
         "AND application_name LIKE 'supervisor %% history'").fetchone(), timeout=20,
         what="the history connection to close")
-    for _ in range(1000):
-        if not (roll_up(conn, lag=-120) or conn.execute(
-                "SELECT rolled_until < date_trunc('minute', now() + interval '2 minutes') "
-                "FROM supervisor.rollup_mark").fetchone()[0]):
-            break
-    else:
-        pytest.fail("the roll-up mark never caught up")
+    roll_up_to_now(conn)
     assert conn.execute(_ROLLED).fetchall() == conn.execute(_TABLE).fetchall()
 
 
