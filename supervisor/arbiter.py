@@ -119,10 +119,7 @@ class Arbiter:
         self.pool.start()
         opened = False
         try:
-            if self.check_schema:
-                self.engine.open(check_schema=True)
-            else:
-                self.engine.open()
+            self.engine.open(check_schema=self.check_schema)
             opened = True
             # Said once connected, as before the children were forked first: scripts
             # that wait for this line may count on the database connections.

@@ -218,7 +218,7 @@ class FakeDatabase(Database):
         self.server_up = True
         self.opened = 0
 
-    def open(self, connect_within: float | None = None) -> None:
+    def open(self, connect_within: float | None = None, *, check_schema: bool = False) -> None:
         if not self.server_up:
             raise DatabaseUnavailable("cannot connect to PostgreSQL at db.example")
         self.opened += 1

@@ -51,7 +51,7 @@ class FakeEngine:
     def watch_signals(self, wakeup_fd: int) -> None:
         pass  # the real engine lets the wakeup pipe end a wait for the database
 
-    def open(self) -> None:
+    def open(self, check_schema: bool = False) -> None:
         self.calls.append("engine.open")
 
     def close(self, pool, now: float) -> None:

@@ -10,7 +10,7 @@ import os
 import time
 
 from workers.context import JobContext
-from workers.heartbeat import MAX_LOOK, TITLE_LAG, Heartbeat
+from workers.heartbeat import TITLE_LAG, Heartbeat
 from workers.jobpipe import JobPipe
 
 
@@ -41,9 +41,12 @@ def test_a_long_job_is_looked_at_less_often_as_it_ages():
     # Every TITLE_LAG (20 ms) would be about 100 looks in 2 s; every tenth of the job's
     # age from 0.2 s on is about 35.
     assert 10 <= len(looks) <= 60, len(looks)
-    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(looks)]
-    assert max(gaps[:5]) < MAX_LOOK  # looked at often while young
-    assert max(gaps[-5:]) > 2 * TITLE_LAG  # and seldom once old
+    gaps = sorted(b - a for (a, _), (b, _) in itertools.pairwise(looks))
+    young, old = gaps[len(gaps) // 4], gaps[-3]
+    # Looked at every TITLE_LAG while young, several times less often once old (ratios,
+    # not times: a loaded machine wakes the thread late, but late alike).
+    assert old > 3 * young, (young, old)
+    assert old > 2 * TITLE_LAG
 
 
 def test_a_job_that_begins_during_a_long_look_wakes_the_thread():

@@ -140,29 +140,17 @@ class Database:
         conns: list[psycopg.Connection] = list(open_connections(
             self.dsn, self._names(), self.statement_timeout, self.deadline, self.interrupt,
             connect_within))
-        if check_schema:
-            self._check_schema(conns)
-        self._adopt(conns)
+        self._adopt(conns, check_schema=check_schema)
 
-    def _check_schema(self, conns: list[psycopg.Connection]) -> None:
-        from shared.migrate import ensure_schema
-
+    def _adopt(self, conns: list[psycopg.Connection], *, check_schema: bool = False) -> None:
+        """Start using freshly opened connections: the schema's version (with
+        ``check_schema``), LISTEN (with its check), then the work, claim and listen
+        roles. Raises ``DatabaseUnavailable`` or ``SchemaMissing`` (all closed)."""
         try:
-            ensure_schema(conns[0])
-        except psycopg.Error as exc:
-            for conn in conns:
-                close_quietly(conn)
-            raise DatabaseUnavailable(f"lost PostgreSQL at {describe(self.dsn)} while "
-                                      f"connecting: {first_line(exc)}") from None
-        except SchemaMissing:
-            for conn in conns:
-                close_quietly(conn)
-            raise
+            if check_schema:
+                from shared.migrate import ensure_schema
 
-    def _adopt(self, conns: list[psycopg.Connection]) -> None:
-        """Start using freshly opened connections: LISTEN (with its check), then the
-        work, claim and listen roles. Raises ``DatabaseUnavailable`` (all closed)."""
-        try:
+                ensure_schema(conns[0])
             work, claims = conns[:2]
             listen = self._start_listening(work, conns[2]) \
                 if self.listen and len(conns) > 2 else None
@@ -175,6 +163,10 @@ class Database:
                 close_quietly(conn)
             raise DatabaseUnavailable(f"lost PostgreSQL at {describe(self.dsn)} while "
                                       f"connecting: {first_line(exc)}") from None
+        except SchemaMissing:
+            for conn in conns:
+                close_quietly(conn)
+            raise
         self.store.conn = work
         self.claims = NonBlockingQuery(claims, self.selector, clock=self.clock)
         self.claims.prepares = self.listen  # see the module docstring

@@ -138,10 +138,7 @@ class Engine:
     def open(self, check_schema: bool = False) -> None:
         """Connect to the database; raises ``DatabaseUnavailable`` if it cannot, and
         with ``check_schema`` ``SchemaMissing`` unless the schema is this code's."""
-        if check_schema:
-            self.db.open(check_schema=True)
-        else:
-            self.db.open()
+        self.db.open(check_schema=check_schema)
 
     @property
     def database_up(self) -> bool:

@@ -19,6 +19,7 @@ here touches the database.
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
 import random
@@ -401,6 +402,50 @@ class Pool:
             child.become_idle()
             self._idle.append(child)
 
+    def rebalance(self, exhausted: Callable[[str], bool]) -> int:
+        """At the end of a queue's work a child stands idle while another holds jobs
+        queued behind the one it runs (issue 31: the last jobs of a batch waited in one
+        pipe while the other child idled). For each idle child, the pipe with the most
+        queued jobs gives back the last half of them (SKIP, as for an overrun: each comes
+        back to be dispatched to an idle child, or runs where it was if its child reached
+        it first, so none runs twice), so the pipes end about together.
+        ``exhausted(queue)``: the queue has nothing more to claim now, so no other job is
+        coming for the idle child. A lone queued job whose child should reach it within
+        ``STEAL_MIN`` seconds stays. Returns how many jobs were asked back."""
+        if not self._idle:
+            return 0
+        children = self._children.values()
+        coming = sum(1 for child in children
+                     for recall in child.recalling.values() if not recall.release)
+        now = self._clock()
+        asked = 0
+        for _ in range(len(self._idle) - coming):
+            donor: ChildProcess | None = None
+            most: list[jobs.ClaimedJob] = []
+            for child in children:
+                held = child.jobs  # one queue's jobs: a child runs one queue at a time
+                if (child.state != BUSY or not child.started or len(held) - 1 <= len(most)
+                        or not exhausted(held[-1].queue)):
+                    continue
+                queued = [job for job in itertools.islice(held, 1, None)
+                          if job.id not in child.recalling]
+                if len(queued) <= len(most):
+                    continue
+                if len(queued) == 1:
+                    median = self.run_times.median(child.jobs[0].kind)
+                    if median is not None and median - (now - child.job_started) < STEAL_MIN:
+                        continue
+                donor, most = child, queued
+            if donor is None:
+                break
+            for job in most[len(most) // 2:]:
+                if donor.recall(job.id, "an idle child takes it at the end of its queue",
+                                release=False):
+                    asked += 1
+        if asked:
+            self.recalled += asked
+        return asked
+
     # -- what the children say ---------------------------------------------------
 
     def handle_event(self, key: selectors.SelectorKey, mask: int) -> None:
@@ -725,48 +770,6 @@ class Pool:
             self.recalled += asked
             self._log.info("%s: %d jobs recalled, %s", child.describe(), asked, why)
             self._event(child, "recalled", f"{asked} jobs {why}")
-
-    def rebalance(self, exhausted: Callable[[str], bool]) -> int:
-        """At the end of a queue's work a child stands idle while another holds jobs
-        queued behind the one it runs (issue 31: the last jobs of a batch waited in one
-        pipe while the other child idled). For each idle child, the pipe with the most
-        queued jobs gives back the last half of them (SKIP, as for an overrun: each comes
-        back to be dispatched to an idle child, or runs where it was if its child reached
-        it first, so none runs twice), so the pipes end about together.
-        ``exhausted(queue)``: the queue has nothing more to claim now, so no other job is
-        coming for the idle child. A lone queued job whose child should reach it within
-        ``STEAL_MIN`` seconds stays. Returns how many jobs were asked back."""
-        if not self._idle:
-            return 0
-        children = self._children.values()
-        coming = sum(1 for child in children
-                     for recall in child.recalling.values() if not recall.release)
-        now = self._clock()
-        asked = 0
-        for _ in range(len(self._idle) - coming):
-            donor: ChildProcess | None = None
-            most: list[jobs.ClaimedJob] = []
-            for child in children:
-                if child.state != BUSY or not child.started:
-                    continue
-                queued = [job for job in list(child.jobs)[1:]
-                          if job.id not in child.recalling]
-                if len(queued) <= len(most) or not exhausted(queued[-1].queue):
-                    continue
-                if len(queued) == 1:
-                    median = self.run_times.median(child.jobs[0].kind)
-                    if median is not None and median - (now - child.job_started) < STEAL_MIN:
-                        continue
-                donor, most = child, queued
-            if donor is None:
-                break
-            for job in most[len(most) // 2:]:
-                if donor.recall(job.id, "an idle child takes it at the end of its queue",
-                                release=False):
-                    asked += 1
-        if asked:
-            self.recalled += asked
-        return asked
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
         """Sample a busy child's RSS. Past the cap with its job running: the stop notice
