@@ -10,7 +10,9 @@ the same way everywhere:
   100 ms of CPU (calibrated here), pre-enqueued, timed from starting the workers to the
   last completion (the moment the counter reaches the number of jobs); each round runs
   the Pool (chunksize 1), then every system, so load that comes and goes falls on all
-  alike. Efficiency is the Pool's median time over the system's.
+  alike. Efficiency is the Pool's median time over the system's. The ``pool-script``
+  row runs the same Pool as a program started for each run (``peer_apps/peer_pool.py``),
+  timed from its ``exec`` like the workers: what a user's own Pool script pays to start.
 * no-op rate: ``--noop-jobs`` counted no-op jobs, pre-enqueued, jobs/s from starting the
   workers to the last completion; interleaved the same way.
 * SIGTERM: one job longer than ``--stop-grace`` runs; once it has started the worker's
@@ -107,6 +109,8 @@ def rq_worker(simple: bool) -> Callable[[Path, str, bool], list[list[str]]]:
 CELERY = dict(venv="celery", requirement="celery[redis]", dist="celery", app="peer_celery")
 SYSTEMS = (
     System("pool", "`multiprocessing.Pool(2)`, chunksize 1"),
+    System("pool-script", "the same Pool as a script started for the run, timed from its "
+           "`exec` like every worker below", app="peer_pool"),
     System("ours", "pg-supervisor `supervisor run -n 2 --burst`, defaults"),
     System("celery-redis", "Celery prefork `-c 2`, Redis, defaults", broker="redis",
            worker=celery_worker(False), **CELERY),
@@ -153,6 +157,7 @@ class Bench:
     noop_timeout: float
     stop_grace: float
     sigterm_window: float
+    script_args: list[str] = field(default_factory=list)  # the script Pool's next run
 
     def broker_url(self, system: System) -> str:
         if system.broker == "amqp":
@@ -249,6 +254,8 @@ def worker_env(bench: Bench, system: System, target: int) -> dict[str, str]:
 
 
 def worker_cmds(bench: Bench, system: System, burst: bool) -> list[list[str]]:
+    if system.key == "pool-script":
+        return [[sys.executable, str(peers.PEER_APPS / "peer_pool.py"), *bench.script_args]]
     if system.key == "ours":
         return [[sys.executable, "-m", "supervisor", "run", "--app", "peer_supervisor",
                  "-n", "2", "-q", OURS_QUEUE, "--log-level", "warning",
@@ -275,7 +282,11 @@ KINDS = {"cpu": "peer_cpu", "noop": "peer_noop", "long": "peer_long"}
 
 
 def enqueue(bench: Bench, system: System, kind: str, count: int, arg: float) -> None:
-    """Pre-enqueue ``count`` jobs of ``kind`` for ``system``, with its own API."""
+    """Pre-enqueue ``count`` jobs of ``kind`` for ``system``, with its own API (the
+    script Pool gets them on its command line instead)."""
+    if system.key == "pool-script":
+        bench.script_args = [kind, str(count), repr(arg)]
+        return
     if system.key == "ours":
         common.reset(bench.dsn)
         args = {"cpu": {"n": int(arg)}, "noop": {}, "long": {"seconds": arg}}[kind]
@@ -533,7 +544,7 @@ def run_parts(bench: Bench, outcomes: list[Outcome], args: argparse.Namespace) -
                                                          [0] * args.noop_jobs))
     if "sigterm" in args.parts:
         for o in outcomes:
-            if o.system.key == "pool" or "sigterm" in o.errors:
+            if o.system.key in ("pool", "pool-script") or "sigterm" in o.errors:
                 continue
             print(f"SIGTERM: {o.system.key}", file=sys.stderr, flush=True)
             try:
