@@ -8,6 +8,13 @@ The wall time depends on what else the machine runs; the parent's CPU until the 
 job (read by the job itself from ``/proc/<parent>/schedstat``) is the work on the start
 path and depends much less on it: both are given, as min and median.
 
+Each round also times two floors from ``exec`` to exit, with the same interpreter and
+environment: ``python -c pass`` (the interpreter and its site setup) and ``python -c
+"import click, psycopg"`` (the fixed dependencies that any start of ``supervisor run``
+imports before its own code, the way it imports them: the collector off, no metadata
+lookup). What lies between the second floor and the first job is
+the product's own: its modules, the fork, the connections and the claim.
+
 Usage: python scripts/bench/startup.py [--rounds 15] [--code DIR ...]
 """
 
@@ -53,6 +60,21 @@ def once(dsn: str) -> tuple[float, float]:
     return record["at"] - began, record["parent_cpu_ns"] / 1e9
 
 
+# Imported as ``supervisor run`` imports them: the collector off, psycopg's version
+# given without a metadata lookup (``supervisor.cli.early``, ``supervisor.cli.versions``).
+FLOORS = {"interpreter": "pass",
+          "interpreter + click + psycopg": (
+              "import gc; gc.disable(); from supervisor.cli import versions; "
+              "versions.known_versions(versions.PSYCOPG); import click, psycopg")}
+
+
+def floor(statement: str, env: dict[str, str]) -> float:
+    """Seconds from exec to exit of ``python -c statement``."""
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-c", statement], env=env, check=True, timeout=60)
+    return time.perf_counter() - began
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=common.DEFAULT_DSN)
@@ -63,17 +85,24 @@ def main() -> None:
     dsns = {code: common.scratch_database_for(args.dsn, name, code)
             for code, name in names.items()}
     results: dict[str, list[tuple[float, float]]] = {code: [] for code in args.code}
+    floors: dict[str, list[float]] = {name: [] for name in FLOORS}
     print(f"load average before {os.getloadavg()}", flush=True)
     try:
         for _ in range(args.rounds):
             for code, dsn in dsns.items():
                 os.environ["BENCH_CODE"] = code
                 results[code].append(once(dsn))
+            env = common.supervisor_env(args.dsn)
+            for name, statement in FLOORS.items():
+                floors[name].append(floor(statement, env))
         print(f"load average after {os.getloadavg()}", flush=True)
     finally:
         os.environ.pop("BENCH_CODE", None)
         for name in names.values():
             common.drop_database(args.dsn, name)
+    for name, walls in floors.items():
+        print(f"| floor: {name} | exec to exit: min {min(walls) * 1000:.0f} ms, median "
+              f"{statistics.median(walls) * 1000:.0f} ms | | {len(walls)} runs |")
     for code, runs in results.items():
         walls = [w for w, _ in runs]
         cpus = [c for _, c in runs]
