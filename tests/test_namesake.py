@@ -44,7 +44,7 @@ def install_tree(site: Path, *, supervisord: bool, theirs_last: bool,
 
 
 def python(site: Path, *args: str) -> subprocess.CompletedProcess:
-    # PYTHONPATH comes before the editable install's finder, as site-packages would.
+    # PYTHONPATH comes before the editable install's path entry, as site-packages would.
     env = dict(os.environ, PYTHONPATH=str(site))
     env.pop("SUPERVISOR_DSN", None)
     return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
