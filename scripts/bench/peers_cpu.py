@@ -678,6 +678,35 @@ def main() -> None:
     text = "; ".join(notes)
     print(text[:1].upper() + text[1:] + "\n")
     print(table(outcomes, args.lengths, args.noop_jobs))
+    duels = head_to_head(outcomes, [f"cpu{n}" for n in args.lengths])
+    if duels:
+        print("\nRound by round, ours against each peer (rounds ours was faster; on a "
+              "machine whose speed drifts, a paired count says more than two medians):")
+        print("\n".join(duels))
+
+
+def head_to_head(outcomes: list[Outcome], parts: list[str]) -> list[str]:
+    """For each part, how many of the interleaved rounds ours finished before each peer
+    (the two ran back to back in each round, so drift in the machine's speed falls on
+    both)."""
+    ours = next((o for o in outcomes if o.system.key == "ours"), None)
+    if ours is None:
+        return []
+    lines = []
+    for part in parts:
+        mine = ours.seconds.get(part, [])
+        counts = []
+        for peer in outcomes:
+            theirs = peer.seconds.get(part, [])
+            if peer is ours or peer.system.key in ("pool", "pool-script") or not theirs:
+                continue
+            if len(theirs) != len(mine):
+                continue  # a failed round: no pairing
+            won = sum(a < b for a, b in zip(mine, theirs, strict=True))
+            counts.append(f"{peer.system.key} {won}/{len(mine)}")
+        if counts:
+            lines.append(f"- {part.removeprefix('cpu')} ms: " + ", ".join(counts))
+    return lines
 
 
 if __name__ == "__main__":
