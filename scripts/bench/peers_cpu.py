@@ -110,7 +110,7 @@ CELERY = dict(venv="celery", requirement="celery[redis]", dist="celery", app="pe
 SYSTEMS = (
     System("pool", "`multiprocessing.Pool(2)`, chunksize 1"),
     System("pool-script", "the same Pool as a script started for the run, timed from its "
-           "`exec` like every worker below", app="peer_pool"),
+           "`exec` like every worker below"),
     System("ours", "pg-supervisor `supervisor run -n 2 --burst`, defaults"),
     System("celery-redis", "Celery prefork `-c 2`, Redis, defaults", broker="redis",
            worker=celery_worker(False), **CELERY),
@@ -131,6 +131,7 @@ SYSTEMS = (
            dist="rq", broker="redis", app="peer_rq", worker=rq_worker(False)),
 )
 PARTS = ("cpu", "noop", "sigterm")
+REFERENCES = ("pool", "pool-script")  # the Pool's rows: measured against, not peers
 
 
 @dataclass
@@ -157,7 +158,6 @@ class Bench:
     noop_timeout: float
     stop_grace: float
     sigterm_window: float
-    script_args: list[str] = field(default_factory=list)  # the script Pool's next run
 
     def broker_url(self, system: System) -> str:
         if system.broker == "amqp":
@@ -254,8 +254,6 @@ def worker_env(bench: Bench, system: System, target: int) -> dict[str, str]:
 
 
 def worker_cmds(bench: Bench, system: System, burst: bool) -> list[list[str]]:
-    if system.key == "pool-script":
-        return [[sys.executable, str(peers.PEER_APPS / "peer_pool.py"), *bench.script_args]]
     if system.key == "ours":
         return [[sys.executable, "-m", "supervisor", "run", "--app", "peer_supervisor",
                  "-n", "2", "-q", OURS_QUEUE, "--log-level", "warning",
@@ -282,11 +280,7 @@ KINDS = {"cpu": "peer_cpu", "noop": "peer_noop", "long": "peer_long"}
 
 
 def enqueue(bench: Bench, system: System, kind: str, count: int, arg: float) -> None:
-    """Pre-enqueue ``count`` jobs of ``kind`` for ``system``, with its own API (the
-    script Pool gets them on its command line instead)."""
-    if system.key == "pool-script":
-        bench.script_args = [kind, str(count), repr(arg)]
-        return
+    """Pre-enqueue ``count`` jobs of ``kind`` for ``system``, with its own API."""
     if system.key == "ours":
         common.reset(bench.dsn)
         args = {"cpu": {"n": int(arg)}, "noop": {}, "long": {"seconds": arg}}[kind]
@@ -332,9 +326,13 @@ def timed_run(bench: Bench, system: System, kind: str, args: list[int]) -> float
         client.command("FLUSHALL")
         if system.key == "pool":
             return pool_run(bench, client, kind, args)
-        enqueue(bench, system, kind, len(args), args[0] if args else 0)
         env = worker_env(bench, system, len(args))
-        cmds = worker_cmds(bench, system, burst=True)
+        if system.key == "pool-script":  # its jobs go on its command line
+            cmds = [[sys.executable, str(peers.PEER_APPS / "peer_pool.py"), kind,
+                     str(len(args)), str(args[0] if args else 0)]]
+        else:
+            enqueue(bench, system, kind, len(args), args[0] if args else 0)
+            cmds = worker_cmds(bench, system, burst=True)
         timeout = bench.cpu_timeout if kind == "cpu" else bench.noop_timeout
         with tempfile.TemporaryFile("w+") as log:
             t0 = time.time()
@@ -544,7 +542,7 @@ def run_parts(bench: Bench, outcomes: list[Outcome], args: argparse.Namespace) -
                                                          [0] * args.noop_jobs))
     if "sigterm" in args.parts:
         for o in outcomes:
-            if o.system.key in ("pool", "pool-script") or "sigterm" in o.errors:
+            if o.system.key in REFERENCES or "sigterm" in o.errors:
                 continue
             print(f"SIGTERM: {o.system.key}", file=sys.stderr, flush=True)
             try:
@@ -698,7 +696,7 @@ def head_to_head(outcomes: list[Outcome], parts: list[str]) -> list[str]:
         counts = []
         for peer in outcomes:
             theirs = peer.seconds.get(part, [])
-            if peer is ours or peer.system.key in ("pool", "pool-script") or not theirs:
+            if peer is ours or peer.system.key in REFERENCES or not theirs:
                 continue
             if len(theirs) != len(mine):
                 continue  # a failed round: no pairing

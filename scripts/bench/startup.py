@@ -12,8 +12,8 @@ Each round also times two floors from ``exec`` to exit, with the same interprete
 environment: ``python -c pass`` (the interpreter and its site setup) and ``python -c
 "import click, psycopg"`` (the fixed dependencies that any start of ``supervisor run``
 imports before its own code, the way it imports them: the collector off, no metadata
-lookup). What lies between the second floor and the first job is
-the product's own: its modules, the fork, the connections and the claim.
+lookup). What lies between the second floor and the first job is the product's own:
+its modules, the fork, the connections and the claim.
 
 Usage: python scripts/bench/startup.py [--rounds 15] [--code DIR ...]
 """
