@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 
-from shared.dsn import describe, parse_problem, scrub
+from shared.dsn import describe, dsn_shape, parse_problem, scrub, unparsed_detail
 
 if TYPE_CHECKING:
     from psycopg.abc import Buffer
@@ -38,7 +38,8 @@ def check_dsn(dsn: str) -> None:
 def unavailable(exc: psycopg.Error, dsn: str) -> DatabaseUnavailable:
     """The one-line error for a failed connect, with any password scrubbed out."""
     if isinstance(exc, psycopg.ProgrammingError):  # malformed conninfo check_dsn missed
-        return DatabaseUnavailable(f"invalid database DSN: {scrub(first_line(exc), dsn)}")
+        return DatabaseUnavailable(f"invalid database DSN: "
+                                   f"{unparsed_detail(first_line(exc), dsn)} ({dsn_shape(dsn)})")
     return DatabaseUnavailable(
         f"cannot connect to PostgreSQL at {describe(dsn)}: {scrub(first_line(exc), dsn)}")
 

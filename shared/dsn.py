@@ -175,8 +175,14 @@ def keep_socket_private(server: Any) -> Path | None:
 # the value of ``password`` (unquoted: up to the next ``key=``, spaces and all).
 _URI_HEAD = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>.*)$", re.DOTALL)
 _SCHEME_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?P<slashes>/*)")
+# libpq's keys that hold secrets, and what users mistype for them (hidden just the same).
+SECRET_KEYS = ("password", "sslpassword", "oauth_client_secret", "scram_client_key",
+               "scram_server_key")
+_SECRET_KEY_PATTERN = (r"(?:ssl)?pass(?:word|wd|phrase)?|pwd|pw|secret|"
+                       r"oauth_client_secret|scram_(?:client|server)_key")
 _PASSWORD_PARAM = re.compile(
-    r"(?P<key>\bpassword\s*[=:]\s*)(?P<value>'(?:[^'\\]|\\.)*'?|\"[^\"]*\"?"
+    r"(?P<key>(?<![A-Za-z0-9])(?:" + _SECRET_KEY_PATTERN + r")\s*[=:]\s*)"
+    r"(?P<value>'(?:[^'\\]|\\.)*'?|\"[^\"]*\"?"
     r"|(?:(?!\s+[A-Za-z_][A-Za-z0-9_]*\s*=)(?:[^&\s]|\s+(?=[^\s&])))*)",
     re.IGNORECASE)
 REDACTED = "***"
@@ -240,7 +246,14 @@ def passwords(dsn: str) -> list[str]:
     """Every form in which ``dsn``'s password (or what could be one) may appear in a
     message (as written, unquoted and percent-decoded), longest first; found even when
     libpq cannot parse ``dsn``."""
+    from psycopg.conninfo import conninfo_to_dict
+
     found: set[str] = set()
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:
+        params = {}
+    found.update(str(params[key]) for key in SECRET_KEYS if params.get(key))
     for start, end in _password_spans(dsn):
         value = dsn[start:end]
         found.add(value)
@@ -277,8 +290,9 @@ def redact(dsn: str) -> str:
         return redact_text(dsn)
     if parse_problem(dsn) is not None:
         return redact_text(dsn)  # a raw '@', or no '@host', put the password elsewhere
-    if params.get("password"):
-        params["password"] = REDACTED
+    for key in SECRET_KEYS:
+        if params.get(key):
+            params[key] = REDACTED
     return make_conninfo("", **params)
 
 
@@ -309,12 +323,14 @@ def _overlaps(fragment: str, secret: str) -> bool:
 
 
 def parse_problem(dsn: str) -> str | None:
-    """Why libpq cannot use ``dsn``, in one line that shows none of its password; None
-    when it parses. A URI that libpq parses only by reading part of the password as the
-    host, port or database (a raw '@', '/' or '?' in it) is a problem too."""
+    """Why libpq cannot use ``dsn``, in one line that shows no part of it (a DSN that
+    does not parse cannot be trusted to show where its password is: ``passwd=``, a
+    bare word, a stray quote); None when it parses. A URI that libpq parses only by
+    reading part of the password as the host, port or database (a raw '@', '/' or '?'
+    in it) is a problem too."""
     from psycopg.conninfo import conninfo_to_dict
 
-    shown = redact_text(dsn)
+    shape = dsn_shape(dsn)
     try:
         params = conninfo_to_dict(dsn)
     except Exception as exc:
@@ -324,25 +340,109 @@ def parse_problem(dsn: str) -> str | None:
             base, driver = scheme.split("+", 1)
             return (f"a SQLAlchemy-style URL ({scheme}://...): libpq takes {base}://..., "
                     f"without the '+{driver}' driver suffix")
-        if "percent-encoded" in str(exc):
+        if "percent-encoded token" in str(exc) or "in percent-encoded value" in str(exc):
             return ("a bad %-escape: in a URI write '%' as %25 (and '@', ':', '/' in a "
-                    "password as %40, %3A, %2F)")
+                    f"password as %40, %3A, %2F) ({shape})")
         hint = _shape_hint(dsn)
         if hint:
-            return f"{hint} ({shown})"
-        detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", dsn)
-        if shown in detail:  # libpq quoted the whole string; scrub hid its password
-            return detail
-        return f"{detail or type(exc).__name__} ({shown})"
+            return f"{hint} ({shape})"
+        return f"{unparsed_detail(first_line_of(exc), dsn)} ({shape})"
     spans = _userinfo_spans(dsn) if _URI_HEAD.match(dsn) else []
     if spans:
         if "@" not in dsn:
-            return f"the URI's port is not a number: is '@host' missing? ({shown})"
+            return f"the URI's port is not a number: is '@host' missing? ({shape})"
         fields = [str(params.get(key) or "") for key in ("host", "port", "dbname")]
         if any("@" in field for field in fields):
             return ("a raw '@' or '/' in the URI's user or password: write them as %40 "
-                    f"and %2F ({shown})")
+                    f"and %2F ({shape})")
     return None
+
+
+def dsn_shape(dsn: str) -> str:
+    """What a DSN looks like without any of its text: its form and its length."""
+    size = f"{len(dsn)} character{'s' if len(dsn) != 1 else ''}"
+    if not dsn.strip():
+        return f"DSN not shown: blank, {size}"
+    if _SCHEME_PREFIX.match(dsn.strip(_QUOTE_CHARS + " ")):
+        return f"DSN not shown: a URI, {size}"
+    if "=" in dsn:
+        return f"DSN not shown: key=value pairs, {size}"
+    words = len(dsn.split())
+    form = "one word" if words == 1 else f"{words} words"
+    return f"DSN not shown: {form}, {size}"
+
+
+def first_line_of(exc: BaseException) -> str:
+    """The first line of ``exc``'s text (libpq's messages end in a newline)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# libpq names the key it does not know; that "key" may be a piece of a password with a
+# space in it (``password=abc def=ghi``), so it is described, never shown.
+_UNKNOWN_KEY = re.compile(
+    r'^(?:invalid connection option|invalid URI query parameter:) "(?P<key>[^"]*)"$')
+_QUOTED_TOKEN = re.compile(r'"([^"]*)"')
+# What users write for a libpq key; the suggestion names the key, never what they wrote.
+_MISSPELLED = {"passwd": "password", "pwd": "password", "pass": "password",
+               "pw": "password", "db": "dbname", "database": "dbname",
+               "username": "user", "usr": "user", "hostname": "host", "server": "host"}
+
+
+def unparsed_detail(message: str, dsn: str) -> str:
+    """libpq's one-line complaint about ``dsn`` with every quoted token that is not a
+    libpq keyword (or, for a DSN that parses, the value of a key that holds no secret)
+    replaced by its length: libpq quotes the token it choked on, which may be a piece
+    of a password or the whole DSN."""
+    unknown = _UNKNOWN_KEY.match(message)
+    if unknown:
+        key = unknown.group("key")
+        guess = _suggest_key(key)
+        hint = f'; did you mean "{guess}"?' if guess else ""
+        return f"an unknown connection option (a key of {len(key)} characters, not shown{hint})"
+    shown = set(_libpq_keywords()) | _public_values(dsn)
+
+    def describe_token(match: re.Match[str]) -> str:
+        token = match.group(1)
+        if token in shown or (len(token) == 1 and not token.isalnum()):
+            return match.group(0)
+        return f"<{len(token)} characters>"
+
+    text = _QUOTED_TOKEN.sub(describe_token, message)
+    for secret in passwords(dsn):  # libpq quotes what it quotes; this is in case it did not
+        if len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _suggest_key(key: str) -> str | None:
+    """The libpq keyword ``key`` most likely stands for, if any."""
+    import difflib
+
+    lowered = key.strip().lower()
+    if lowered in _MISSPELLED:
+        return _MISSPELLED[lowered]
+    close = difflib.get_close_matches(lowered, _libpq_keywords(), n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _libpq_keywords() -> list[str]:
+    """Every connection keyword this libpq knows."""
+    from psycopg import pq
+
+    return [option.keyword.decode() for option in pq.Conninfo.get_defaults()]
+
+
+def _public_values(dsn: str) -> set[str]:
+    """The values of ``dsn``'s keys that hold no secret, when it parses."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:
+        return set()
+    return {str(value) for key, value in params.items()
+            if key not in SECRET_KEYS and value is not None and not _leaks(str(value), dsn)}
 
 
 def _leaks(text: str, dsn: str) -> bool:
@@ -353,6 +453,8 @@ def _leaks(text: str, dsn: str) -> bool:
 
 def _shape_hint(dsn: str) -> str | None:
     """What is wrong with the shape of a DSN libpq cannot parse, when we can tell."""
+    if not dsn.strip():
+        return "the DSN is blank"
     if dsn != dsn.strip():
         return "spaces around the DSN: remove them"
     if dsn[:1] in _QUOTE_CHARS:
@@ -361,7 +463,7 @@ def _shape_hint(dsn: str) -> str | None:
         scheme = _SCHEME_PREFIX.match(dsn)
         if scheme and scheme.group("slashes") != "//":
             return "a URI needs '://' after the scheme: postgresql://user:password@host/db"
-        if scheme is None or "@" in dsn:
+        if scheme is None:
             return ("neither a URI (postgresql://user:password@host/db) nor key=value "
                     "pairs (host=... dbname=...)")
     return None
