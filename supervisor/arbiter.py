@@ -8,8 +8,11 @@ ready fd do its work, then reaps and ticks the pool and ticks the engine.
 
 States: RUNNING -> DRAINING (TERM/INT, or a burst that ran out of work: claim nothing,
 release what has not started, let running jobs finish within the grace) -> STOPPING
-(a second signal, QUIT, the end of the grace, or a crash loop: kill the children, put
-their jobs back) -> exit once every child is reaped and no claim is in flight.
+(QUIT, a second Ctrl-C, a SIGTERM more than ``DUPLICATE_WINDOW`` after the one that
+began the drain, the end of the grace, or a crash loop: kill the children, put their
+jobs back) -> exit once every child is reaped and no claim is in flight. A SIGTERM
+within the window of the first is the same stop delivered twice (a ``timeout`` wrapper
+signals its child and then its process group): it changes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +36,12 @@ from supervisor.observe import (
 )
 from supervisor.pool import NativeJob, Pool, PoolHalted
 from supervisor.schedules import ScheduleSpec
-from supervisor.signals import SignalInbox
+from supervisor.signals import (
+    DUPLICATE_WINDOW,
+    SIGINT_DUPLICATE_WINDOW,
+    Received,
+    SignalInbox,
+)
 from workers import tracing as child_tracing
 
 log = logging.getLogger("supervisor.arbiter")
@@ -102,6 +110,8 @@ class Arbiter:
         self.halt_reason: str | None = None
         self.drain_deadline: float | None = None
         self.stop_deadline: float | None = None
+        # The stop signal that began the drain and when it arrived (None: no signal yet).
+        self.stop_signal: Received | None = None
         self.next_title = clock()
 
     # -- life cycle ----------------------------------------------------------------------
@@ -184,7 +194,7 @@ class Arbiter:
         return deadline is not None and self.clock() >= deadline
 
     def _timeout(self) -> float:
-        if self.inbox.pending:  # a wait for the database read the wake-up: act now
+        if self.inbox.has_pending():  # a wait for the database read the wake-up: act now
             return 0.0
         now = self.clock()
         due = [now + MAX_WAIT, self.engine.next_deadline(now, self.pool)]
@@ -198,22 +208,51 @@ class Arbiter:
 
     # -- signals -------------------------------------------------------------------------
     def _handle_signals(self) -> None:
-        for signum in self.inbox.take():
-            name = signal.Signals(signum).name[3:].lower()
+        for received in self.inbox.take_received():
+            if received.signum in (signal.SIGTERM, signal.SIGINT):
+                self.handle_stop(received)
+                continue
+            name = signal.Signals(received.signum).name[3:].lower()
             getattr(self, f"handle_{name}")()
 
-    def handle_term(self, received: str = "SIGTERM") -> None:
-        """Drain: stop claiming, let running jobs finish within the grace; a second
-        TERM or INT stops at once. The log names the signal ``received``."""
+    def handle_stop(self, received: Received) -> None:
+        """SIGTERM or SIGINT. The first drains: stop claiming, let running jobs finish
+        within the grace. Then a second Ctrl-C stops at once, and so does a SIGTERM,
+        unless it came within ``DUPLICATE_WINDOW`` of the signal that began the drain
+        (``SIGINT_DUPLICATE_WINDOW`` for a Ctrl-C): that is the same stop delivered
+        twice, one request."""
+        name = signal.Signals(received.signum).name
+        at = received.at if received.at is not None else self.clock()
+        first = self.stop_signal
         if self.state == RUNNING:
-            log.info("%s: draining (grace %.0f s)", received, self.config.grace)
+            self.stop_signal = Received(received.signum, at)
+            log.info("%s: draining (grace %.0f s)", name, self.config.grace)
             self.begin_drain()
-        else:
-            self.stop_now("second stop signal")
+            return
+        if self.state == STOPPING:
+            return
+        if first is None:
+            # Draining because a burst ran out of work: this is the first stop asked.
+            self.stop_signal = Received(received.signum, at)
+            log.info("%s: already draining (the burst's work is done); a second stop "
+                     "signal stops now", name)
+            return
+        window = DUPLICATE_WINDOW if received.signum == signal.SIGTERM else \
+            SIGINT_DUPLICATE_WINDOW
+        if first.at is not None and abs(at - first.at) < window:
+            log.info("%s %.0f ms after the first stop signal: the same stop, still "
+                     "draining (a SIGTERM %.0f s or more after it, a second Ctrl-C or "
+                     "SIGQUIT stops now)", name, abs(at - first.at) * 1000, DUPLICATE_WINDOW)
+            return
+        self.stop_now(f"second stop signal ({name})")
+
+    def handle_term(self) -> None:
+        """SIGTERM, arrived now (see ``handle_stop``)."""
+        self.handle_stop(Received(signal.SIGTERM, self.clock()))
 
     def handle_int(self) -> None:
-        """Ctrl-C: as SIGTERM, logged as what it is."""
-        self.handle_term("SIGINT")
+        """Ctrl-C, arrived now (see ``handle_stop``)."""
+        self.handle_stop(Received(signal.SIGINT, self.clock()))
 
     def handle_quit(self) -> None:
         """Stop at once: kill the children, put their jobs back."""

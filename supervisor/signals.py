@@ -9,6 +9,11 @@ a container (no init), the kernel drops every signal whose disposition is the de
 so a SIGTERM sent while Python imports and connects would vanish and the container hang
 until its kill timeout. ``supervisor run`` calls it first thing; the inbox takes over
 what it recorded when the arbiter installs it.
+
+Each signal is stamped with its arrival (``time.monotonic``): one stop sent twice at once
+(``timeout`` signals its child and then the child's process group; a shell script's trap
+and an orchestrator both forward it) arrives as two SIGTERMs microseconds apart, and the
+arbiter takes those within ``DUPLICATE_WINDOW`` of each other as one request.
 """
 
 from __future__ import annotations
@@ -16,23 +21,47 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import time
+from dataclasses import dataclass
+
+# A SIGTERM this soon after the stop signal that began a drain is the same request, not
+# "stop now". A SIGINT is a duplicate only far sooner: a terminal's Ctrl-C reaches a
+# wrapper (``timeout``) and the supervisor together, and the wrapper forwards it, within
+# a millisecond; a person's deliberate second Ctrl-C comes later than this.
+DUPLICATE_WINDOW = 1.0
+SIGINT_DUPLICATE_WINDOW = 0.1
 
 # Signals recorded before any SignalInbox was installed (see ``record_early``).
 _early: list[int] = []
+_early_at: list[float] = []
 EARLY_SIGNALS = (signal.SIGTERM, signal.SIGQUIT)
 
 
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One signal and when it arrived (monotonic seconds; None: not known)."""
+
+    signum: int
+    at: float | None = None
+
+
 def _record_early(signum: int, frame: object) -> None:
+    now = time.monotonic()
     if _early:
+        if (signum == signal.SIGTERM == _early[-1]
+                and now - _early_at[-1] < DUPLICATE_WINDOW):
+            return  # the same stop, delivered twice: one request
         # A second stop signal before the loop runs: start-up may be stuck (an app
         # import that hangs), so stop now, as a second TERM does once the loop runs.
         raise SystemExit(128 + signum)
     _early.append(signum)
+    _early_at.append(now)
 
 
 def record_early(signals: tuple[int, ...] = EARLY_SIGNALS) -> None:
     """Record ``signals`` from now until a ``SignalInbox`` is installed, which receives
-    them; a second one before then exits at once (code 128 + signal). Only signals left
+    them; a second one before then exits at once (code 128 + signal), unless it is a SIGTERM
+within ``DUPLICATE_WINDOW`` of the first (the same stop delivered twice). Only signals left
     at their default disposition are taken. SIGINT is not among
     the defaults: Python already turns it into KeyboardInterrupt, so Ctrl-C during a
     slow start still interrupts at once."""
@@ -43,8 +72,13 @@ def record_early(signals: tuple[int, ...] = EARLY_SIGNALS) -> None:
 
 def take_early() -> list[int]:
     """Signals ``record_early`` recorded and nobody has taken yet, in order."""
-    taken = _early[:]
+    return [r.signum for r in _take_early_received()]
+
+
+def _take_early_received() -> list[Received]:
+    taken = [Received(sig, at) for sig, at in zip(_early, _early_at, strict=False)]
     del _early[: len(taken)]
+    del _early_at[: len(taken)]
     return taken
 
 
@@ -53,7 +87,8 @@ class SignalInbox:
 
     def __init__(self, signals: tuple[int, ...]) -> None:
         self.signals = signals
-        self.pending: list[int] = []
+        self.received: list[Received] = []  # appended by the handler, one list: no race
+        self.pending: list[int] = []  # put here by hand (tests): taken after ``received``
         self._read_fd = self._write_fd = -1
 
     def install(self, selector: selectors.BaseSelector) -> None:
@@ -65,9 +100,9 @@ class SignalInbox:
         signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         for sig in self.signals:
             signal.signal(sig, self._record)
-        early = take_early()
+        early = _take_early_received()
         if early:  # a stop signal came during start-up: handle it on the first turn
-            self.pending[:0] = early
+            self.received[:0] = early
             os.write(self._write_fd, b"\0")
 
     @property
@@ -77,7 +112,11 @@ class SignalInbox:
         return self._read_fd
 
     def _record(self, signum: int, frame: object) -> None:
-        self.pending.append(signum)
+        self.received.append(Received(signum, time.monotonic()))
+
+    def has_pending(self) -> bool:
+        """Whether a signal waits to be taken."""
+        return bool(self.received or self.pending)
 
     def handle_event(self, key: object, mask: int) -> None:
         """Empty the wakeup pipe (the signals themselves are in ``pending``)."""
@@ -89,8 +128,14 @@ class SignalInbox:
 
     def take(self) -> list[int]:
         """Signals received since the last call, in order."""
-        taken, self.pending = self.pending, []
-        return taken
+        return [r.signum for r in self.take_received()]
+
+    def take_received(self) -> list[Received]:
+        """Signals received since the last call, in order, with when each arrived (None
+        for one put in ``pending`` by hand, as the state machine's tests do)."""
+        taken, self.received = self.received, []
+        by_hand, self.pending = self.pending, []
+        return taken + [Received(sig) for sig in by_hand]
 
     def uninstall(self) -> None:
         """Restore default handlers and close the pipe."""

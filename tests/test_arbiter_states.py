@@ -231,18 +231,47 @@ def test_the_end_of_the_grace_stops_only_a_drain_that_still_runs_jobs():
                               "pool.kill_all", "engine.collect", "engine.flush"]
 
 
-def test_a_second_stop_signal_while_draining_stops_now():
+@pytest.mark.parametrize(("second", "after"), [(signal.SIGINT, 0.2), (signal.SIGTERM, 1.5)])
+def test_a_second_stop_signal_while_draining_stops_now(second, after):
     rig = Rig()
     rig.pool.busy = 2
     rig.signal(signal.SIGTERM)
     rig.calls.clear()
-    rig.signal(signal.SIGINT)
+    rig.clock.now += after  # past the window in which it would be the same stop
+    rig.signal(second)
     assert rig.state == STOPPING
     # Running jobs are interrupted (attempt not counted) before the children die, and
     # what that reported is booked and written before the loop turns again.
     assert rig.calls == ["engine.drain", f"pool.interrupt_all({jobs.FAIL_SHUTDOWN})",
                          "pool.kill_all", "engine.collect", "engine.flush"]
     assert rig.arbiter.stop_deadline == rig.clock.now + STOP_TIMEOUT
+
+
+@pytest.mark.parametrize(("first", "second", "after"), [
+    (signal.SIGTERM, signal.SIGTERM, 0.0), (signal.SIGTERM, signal.SIGTERM, 0.05),
+    (signal.SIGTERM, signal.SIGTERM, 0.9), (signal.SIGINT, signal.SIGINT, 0.0),
+    (signal.SIGINT, signal.SIGTERM, 0.5)])
+def test_the_same_stop_delivered_twice_is_one_drain(first, second, after):
+    rig = Rig()
+    rig.pool.busy = 2
+    rig.signal(first)
+    rig.calls.clear()
+    rig.clock.now += after
+    rig.signal(second)
+    assert rig.state == DRAINING and rig.calls == []
+    rig.signal(signal.SIGQUIT)  # QUIT still stops at once
+    assert rig.state == STOPPING
+
+
+def test_a_signal_after_a_burst_began_draining_is_the_first_stop_request():
+    rig = Rig()
+    rig.pool.busy = 1
+    rig.arbiter.begin_drain()  # as a burst that ran out of work does
+    rig.signal(signal.SIGTERM)
+    assert rig.state == DRAINING
+    rig.clock.now += 2.0
+    rig.signal(signal.SIGTERM)
+    assert rig.state == STOPPING
 
 
 def test_quit_stops_at_once_from_running_and_later_signals_change_nothing():
