@@ -79,7 +79,7 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
                                 parse_config_schedules(config.schedules, REGISTRY))
     except ScheduleError as exc:
         raise CliError(str(exc), CLI_USAGE) from None
-    served = queues or config.queues or queues_of_handlers()
+    served = split_queues(queues) or config.queues or queues_of_handlers()
     for name in served:
         check_name("queue", name)
     warn_unhandled_queues(served, queues_of_handlers())
@@ -109,6 +109,18 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
     if arbiter.halt_reason:
         raise CliError(f"halted: {arbiter.halt_reason}")
     return code
+
+
+def split_queues(given: list[str]) -> list[str]:
+    """``-q`` values as queue names: ``-q a,b`` is ``a`` and ``b`` (as Celery's ``-Q``),
+    ``-q a -q b`` too; blanks dropped, each name once, in the order given."""
+    names: list[str] = []
+    for value in given:
+        for name in value.split(","):
+            name = name.strip()
+            if name and name not in names:
+                names.append(name)
+    return names
 
 
 def warn_unhandled_queues(served: list[str], handler_queues: list[str]) -> list[str]:
@@ -180,7 +192,8 @@ CHILDREN = _Children()
 @click.option("--app", "apps", multiple=True, metavar="MODULE",
               help="Module defining @job handlers; repeat for several.")
 @click.option("-q", "--queue", "queues", multiple=True, metavar="QUEUE",
-              help="Serve only these queues (default: every queue a handler names).")
+              help="Serve only these queues: -q a,b or -q a -q b (default: every queue "
+                   "a handler names).")
 @click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty and nothing runs.")
 @click.option("--burst-horizon", type=click.FloatRange(min=0), metavar="SECONDS",
               help="With --burst, also wait for retries and scheduled jobs due this soon (60).")
