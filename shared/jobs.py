@@ -80,6 +80,17 @@ def crash_signature(kind: str, message: str) -> str | None:
     return f"{kind}: {how.group(0)}" if how else kind
 
 
+# Error text a failed attempt stores (issue 50): the message is what the error search
+# indexes (0013), so it is kept shorter than the traceback and the printed output. The
+# whole of a job's errors is bounded too, in the database (``supervisor.capped_errors``,
+# schema 0022): messages 98,304 characters in all, tracebacks and output 262,144, the
+# first and the last attempts kept whole.
+MESSAGE_LIMIT = 16 * 1024
+TRACEBACK_LIMIT = 64 * 1024
+OUTPUT_LIMIT = 64 * 1024
+ERRORS_MESSAGE_BUDGET = 98304
+ERRORS_TEXT_BUDGET = 262144
+
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0
 DEFAULT_MAX_ATTEMPTS = defaults.MAX_ATTEMPTS

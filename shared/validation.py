@@ -8,6 +8,11 @@ path refuses them (``check_name``), and every printer passes text it did not wri
 itself through ``printable``, because rows inserted by plain SQL bypass the first
 guard: the schema has no CHECK for this (adding one is a migration, not done here).
 
+Lengths are bounded too (``MAX_KIND`` and its siblings, ``check_length``), and there the
+schema does check (0022): a name or key is part of an index entry (the claim's, the
+history's, the breaker's), and a B-tree refuses an entry past 2,704 bytes, so one long
+key used to stop its queue at every claim. The limits hold four bytes a character.
+
 A control character is one of Unicode category Cc (C0, DEL, C1) or one of the
 bidirectional overrides and isolates (which reorder what a terminal shows, as in
 "Trojan Source"). Other format characters (zero-width joiners in emoji) are allowed.
@@ -15,6 +20,7 @@ bidirectional overrides and isolates (which reorder what a terminal shows, as in
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 
@@ -23,6 +29,34 @@ _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _UNSAFE_KEEP_LINES = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+# Longest names and keys, in characters (the CHECKs of schema 0022 and 0001 say the same).
+MAX_KIND = 255
+MAX_QUEUE = 255
+MAX_CONCURRENCY_KEY = 255
+MAX_UNIQUE_KEY = 512
+MAX_SCHEDULE_NAME = 200
+_PREVIEW = 40  # characters of a refused value shown in its error
+
+
+def check_length(what: str, value: str, limit: int) -> str:
+    """``value`` unchanged when it has at most ``limit`` characters; else ``ValueError``
+    in one line naming ``what``, the length and the limit, with the start of the value."""
+    if len(value) > limit:
+        start = printable(value[:_PREVIEW])
+        raise ValueError(f"{what} is {len(value)} characters long, more than the {limit} "
+                         f"allowed: '{start}...'")
+    return value
+
+
+def short_name(name: str) -> str:
+    """``name`` as the history and the breaker key it (schema 0022's
+    ``supervisor.short_name``): unchanged up to ``MAX_KIND`` characters, else its first
+    200, ``~`` and its md5, so a name stored before the limit still fits their index."""
+    if len(name) <= MAX_KIND:
+        return name
+    return name[:200] + "~" + hashlib.md5(name.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def is_control(char: str) -> bool:

@@ -7,12 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from shared.validation import MAX_CONCURRENCY_KEY, check_length
+
 
 def check_concurrency_key(key: Any) -> None:
     """A concurrency key (jobs sharing one run at most a queue's per-key limit at once)
-    is a non-empty str or None."""
+    is a non-empty str of at most ``MAX_CONCURRENCY_KEY`` characters, or None."""
     if key is not None and (not isinstance(key, str) or not key):
         raise TypeError(f"concurrency_key must be a non-empty str or None, not {key!r}")
+    if key is not None:
+        check_length("concurrency_key", key, MAX_CONCURRENCY_KEY)
 
 
 def check_concurrency_keys(count: int, key: str | None,

@@ -26,9 +26,9 @@ from shared.producers.concurrency import check_concurrency_key, check_concurrenc
 from shared.producers.copyrows import copy_job_rows
 from shared.reservations import reservation
 from shared.tracing import current_trace_context
-from shared.validation import check_name
+from shared.validation import MAX_KIND, MAX_QUEUE, MAX_UNIQUE_KEY, check_length, check_name
 
-MAX_QUEUE_NAME = 255  # the schema's CHECK; keeps the name inside a NOTIFY payload
+MAX_QUEUE_NAME = MAX_QUEUE  # the schema's CHECK; keeps the name inside a NOTIFY payload
 
 
 def check_options(kind: Any, options: Mapping[str, Any]) -> None:
@@ -39,8 +39,10 @@ def check_options(kind: Any, options: Mapping[str, Any]) -> None:
     run_at, delay = options["run_at"], options["delay"]
     if not isinstance(kind, str) or not kind:
         raise TypeError(f"job kind must be a non-empty str, not {kind!r}")
-    if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME:
+    if not isinstance(queue, str) or not queue:
         raise ValueError(f"queue must be a str of 1 to {MAX_QUEUE_NAME} characters: {queue!r}")
+    check_length("job kind", kind, MAX_KIND)
+    check_length("queue", queue, MAX_QUEUE_NAME)
     if not _is_int(priority) or not -(2**31) <= priority < 2**31:
         raise TypeError(f"priority must be a 32-bit int, not {priority!r}")
     check_name("job kind", kind)
@@ -84,9 +86,11 @@ def expiry(options: Mapping[str, Any]) -> tuple[datetime | None, float | None]:
 
 
 def check_unique_key(key: Any) -> None:
-    """A unique key is a non-empty str or None."""
+    """A unique key is a non-empty str of at most ``MAX_UNIQUE_KEY`` characters, or None."""
     if key is not None and (not isinstance(key, str) or not key):
         raise TypeError(f"unique_key must be a non-empty str or None, not {key!r}")
+    if key is not None:
+        check_length("unique_key", key, MAX_UNIQUE_KEY)
 
 
 def check_batch(

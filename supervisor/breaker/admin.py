@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 
+from shared.validation import short_name
 from supervisor.breaker import sql
 
 
@@ -20,11 +21,12 @@ def list_kinds(conn: psycopg.Connection) -> list[dict[str, Any]]:
 def pause_kind(conn: psycopg.Connection, kind: str, seconds: float | None,
                reason: str = "paused by hand") -> None:
     """Pause ``kind`` on every supervisor (``seconds``: for that long; None: until
-    resumed)."""
-    conn.execute(sql.PAUSE, {"kind": kind, "seconds": seconds, "reason": reason})
+    resumed). A kind longer than the schema's limit is keyed by its ``short_name``, as
+    the breaker keys it."""
+    conn.execute(sql.PAUSE, {"kind": short_name(kind), "seconds": seconds, "reason": reason})
 
 
 def resume_kind(conn: psycopg.Connection, kind: str) -> bool:
     """End ``kind``'s pause (and forget its recent crashes); False if it had none."""
-    row = conn.execute(sql.RESUME, {"kind": kind}).fetchone()
+    row = conn.execute(sql.RESUME, {"kind": short_name(kind)}).fetchone()
     return bool(row and row[0])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from shared import defaults
+from shared.validation import short_name
 
 if TYPE_CHECKING:
     class Store(Protocol):
@@ -49,9 +50,11 @@ class Breaker:
         return self.settings.failures > 0
 
     def crashed(self, kind: str) -> None:
-        """An attempt of ``kind`` crashed, hung, timed out or hit the memory cap."""
+        """An attempt of ``kind`` crashed, hung, timed out or hit the memory cap. Kept
+        under ``short_name(kind)``: a kind stored before schema 0022's length limit is
+        counted and paused too, under a name the breaker's tables can key."""
         if self.on:
-            self.pending.append(kind)
+            self.pending.append(short_name(kind))
 
     def record(self, store: Store) -> list[tuple[str, int]]:
         """Write the pending crashes; returns the kinds this tripped, with their count."""
@@ -72,4 +75,7 @@ class Breaker:
 
     def active(self, kinds: Iterable[str]) -> list[str]:
         """``kinds`` less the paused ones."""
-        return [kind for kind in kinds if kind not in self.paused]
+        paused = self.paused
+        if not paused:
+            return list(kinds)
+        return [kind for kind in kinds if short_name(kind) not in paused]

@@ -10,7 +10,9 @@ statement is built in ``supervisor.db.claim``), and ``connection_lost``. The oth
 statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
 ``renew_lease``, ``return_leases`` and their records (``supervisor.db.leases``).
 ``HistoryWriter``: the leader's per-minute history, sent on a connection of its own
-that the loop never waits for (``supervisor.db.history_writer``).
+that the loop never waits for (``supervisor.db.history_writer``). ``write_apart`` and
+``refused``: a batched write that one row PostgreSQL refuses cannot stall
+(``supervisor.db.refused``).
 """
 
 from supervisor.db.claim import ClaimRequest, ClaimResult
@@ -26,9 +28,10 @@ from supervisor.db.leases import (
     return_leases,
 )
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
+from supervisor.db.refused import Apart, refused, write_apart
 from supervisor.db.store import Completion, Failure, Store
 
-__all__ = ["ClaimRequest", "ClaimResult", "Completion", "Database", "DatabaseHung", "Failure",
-           "HistoryWriter", "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery",
+__all__ = ["Apart", "ClaimRequest", "ClaimResult", "Completion", "Database", "DatabaseHung",
+           "Failure", "HistoryWriter", "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery",
            "Prepared", "Slice", "Store", "StoredLimits", "connection_lost", "read_limits",
-           "renew_lease", "return_leases"]
+           "refused", "renew_lease", "return_leases", "write_apart"]

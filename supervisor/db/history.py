@@ -49,6 +49,9 @@ SLICE = 15.0
 # counted once all the same.
 # moved: the mark, and dropped: minutes older than the retention (only before the
 # oldest minute this statement may add to: one statement never touches a row twice).
+# A kind is keyed by supervisor.short_name (0022): a kind stored before the length
+# CHECK, longer than job_minutes' key can take, is rolled up under its shortened name
+# instead of failing every round.
 # The jobs' usage is read with the plain cast and only measures kept: a figure that is
 # not a number (a row written by hand) fails the cast, and the statement is run again
 # with the careful reading (ROLL_UP_GUARDED), which would cost 2.5 µs a job more every
@@ -62,7 +65,8 @@ WITH span AS MATERIALIZED (
     FROM (SELECT greatest(rolled_until, now() - %(keep)s * interval '1 second') AS since
           FROM supervisor.rollup_mark LIMIT 1 FOR UPDATE SKIP LOCKED) AS s
 ), finished AS (
-    SELECT date_trunc('minute', j.finished_at) AS minute, j.queue, j.kind, j.state,
+    SELECT date_trunc('minute', j.finished_at) AS minute, j.queue,
+           supervisor.short_name(j.kind) AS kind, j.state,
            j.attempt,
            -- A job may start a hair before its run_at (claimed as it came due).
            CASE WHEN j.attempted_at IS NOT NULL

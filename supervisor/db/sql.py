@@ -50,6 +50,9 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
 """
 
+# Every write that adds an errors entry passes the whole through supervisor.capped_errors
+# (schema 0022): a job that fails often with long messages keeps its first and last
+# attempts' text and a bounded total, so the error search index can always take the row.
 # A failed attempt. Its entry also says what it cost and printed, when the child said so
 # (an attempt the parent ended has neither): keys left out rather than null.
 # u.poison: this crash has the signature (shared.jobs.crash_signature) of the job's last
@@ -71,13 +74,13 @@ SET state = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
                   THEN j.run_at ELSE now() + u.delay * interval '1 second' END,
     finished_at = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
                        THEN now() END,
-    errors = j.errors || {_FAILED_ENTRY}
+    errors = supervisor.capped_errors(j.errors || {_FAILED_ENTRY}
       || CASE WHEN u.poison THEN jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'kind', 'poison',
         'message', u.poison_after || ' attempts in a row failed the same way (' || u.signature
                    || '): discarded as poison, attempts left unspent',
         'traceback', NULL, 'at', now(), 'supervisor', %(owner)s::text))
-         ELSE '[]'::jsonb END,
+         ELSE '[]'::jsonb END),
     usage = {_USAGE}, output = u.output,
     lease_owner = NULL, lease_expires_at = NULL,
     -- as in COMPLETE: a failure before its start was written carries the start
@@ -131,7 +134,8 @@ RETURNING j.id
 
 INTERRUPT = f"""
 UPDATE supervisor.jobs AS j
-SET state = 'available', attempt = j.attempt - 1, errors = j.errors || {_ERROR_ENTRY},
+SET state = 'available', attempt = j.attempt - 1,
+    errors = supervisor.capped_errors(j.errors || {_ERROR_ENTRY}),
     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
             %(tracebacks)s::text[]) AS u(id, attempt, kind, message, traceback)
@@ -177,12 +181,12 @@ SET state = CASE WHEN o.unstarted THEN 'available'
                                      %(cap)s)
                              * (1 - %(jitter)s * random()) * interval '1 second' END,
     finished_at = CASE WHEN NOT o.unstarted AND j.attempt >= j.max_attempts THEN now() END,
-    errors = CASE WHEN o.unstarted THEN j.errors ELSE j.errors || jsonb_build_array(
-        jsonb_build_object(
+    errors = CASE WHEN o.unstarted THEN j.errors ELSE supervisor.capped_errors(
+        j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'kind', 'lease_expired',
         'message', 'lease of supervisor ' || coalesce(o.lost, '?')
                    || ' expired at ' || j.lease_expires_at::text,
-        'traceback', NULL, 'at', now(), 'supervisor', o.lost)) END,
+        'traceback', NULL, 'at', now(), 'supervisor', o.lost))) END,
     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
 FROM (
     -- A job its supervisor had claimed but not started (attempted_at is set at the start)

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
-
-import psycopg
 
 from shared import jobs
 from shared.jobs import ClaimedJob
 from shared.usage import Usage
-from supervisor.db import Completion, Database, Failure, Store
+from supervisor.db import Completion, Database, Failure, Store, write_apart
+from supervisor.db.refused import reason
 from supervisor.observe import JobTracer, SupervisorMetrics
 
 log = logging.getLogger("supervisor.outbox")
@@ -44,12 +43,37 @@ CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry the
 # carries as many completions (issue 31).
 CLAIM_CARRY_WAIT = 0.1
 RETRY_AFTER_ERROR = 1.0  # seconds before writes that failed for a bad statement go again
-TEXT_LIMIT = 64 * 1024  # an error message or traceback is cut to this many characters
+TEXT_LIMIT = jobs.OUTPUT_LIMIT  # printed output (and by default any text) is cut to this
 # Longest a start waits unwritten, and how old it must be to ride on a claim: a job that
 # ends sooner has its start carried by its outcome, so the start costs no row write.
 # Jobs under START_CARRY_AGE (most: 5, 20 and 100 ms) never write a start.
 START_HOLD = 0.5
 START_CARRY_AGE = START_HOLD / 2
+
+
+# A failed attempt whose entry PostgreSQL refused is written again with this much of its
+# message (the start) and traceback (the end), and neither its usage nor its output.
+REDUCED_MESSAGE = 1024
+REDUCED_TRACEBACK = 4096
+
+
+def reduced(failure: Failure, exc: BaseException) -> Failure:
+    """``failure`` cut down to a form the database takes, with a note saying why."""
+    message = failure.message
+    if len(message) > REDUCED_MESSAGE:
+        message = message[:REDUCED_MESSAGE] + f" [... {len(failure.message)} characters]"
+    traceback = failure.traceback
+    if traceback is not None and len(traceback) > REDUCED_TRACEBACK:
+        traceback = "[...] " + traceback[-REDUCED_TRACEBACK:]
+    note = f"\n[cut: the database refused the full entry: {reason(exc)}]"
+    return Failure(failure.id, failure.attempt, failure.kind, message + note, traceback,
+                   failure.retry_delay, failure.terminal, None, None, failure.ran,
+                   failure.job_kind)
+
+
+def _started(store: Store, items: Sequence[tuple[int, int]]) -> list[int]:
+    store.started(items)
+    return []  # a start is not fenced: a job whose lease moved on is simply not touched
 
 
 def clean_text(value: str | None, limit: int = TEXT_LIMIT) -> str | None:
@@ -143,8 +167,9 @@ class Outbox:
         """The attempt failed; a shutdown interruption goes back without counting."""
         self.pending.progress.pop(job.id, None)
         ran = self._drop_start(job.id, now)
-        failure = Failure(job.id, job.attempt, kind, clean_text(message) or kind,
-                          clean_text(traceback), retry_delay,
+        failure = Failure(job.id, job.attempt, kind,
+                          clean_text(message, jobs.MESSAGE_LIMIT) or kind,
+                          clean_text(traceback, jobs.TRACEBACK_LIMIT), retry_delay,
                           terminal or kind in jobs.TERMINAL_FAILURES,
                           usage, clean_text(output) if output else None, ran, job.kind)
         if kind == jobs.FAIL_SHUTDOWN:
@@ -326,8 +351,10 @@ class Outbox:
     def _write(self, store: Store, now: float, every_start: bool = False) -> int:
         """Each group leaves the outbox once its statement succeeded, so after an error
         only what was not written is tried again. Starts young enough for their job's
-        outcome to carry them stay (all go with ``every_start``). Returns how many
-        writes were fenced."""
+        outcome to carry them stay (all go with ``every_start``). A row PostgreSQL
+        refuses holds up nothing: its group is written apart (``write_apart``) and the
+        row in a reduced form, so no batch is ever retried for its data. Returns how
+        many writes were fenced."""
         pending = self.pending
         fenced = 0
         if pending.progress or pending.checkpoints:
@@ -340,31 +367,43 @@ class Outbox:
             self.carried_start_due = None
             self._solo = False
         if pending.failures:
-            fenced += len(store.fail(pending.failures))
+            fenced += self._fail(store, pending.failures)
             self.retries_written += sum(not f.terminal for f in pending.failures)
             pending.failures = []
         if pending.interrupts:
-            fenced += len(store.interrupt(pending.interrupts))
+            fenced += self._interrupt(store, pending.interrupts)
             pending.interrupts = []
         if pending.snoozes:
-            fenced += len(store.snooze(pending.snoozes))
+            fenced += self._apart("snooze", pending.snoozes, store.snooze)
             pending.snoozes = []
         if pending.releases:
             fenced += self._release(store, pending.releases)
             pending.releases = []
         if pending.expirations:
-            fenced += len(store.expire_claimed([(j.id, j.attempt)
-                                                for j in pending.expirations]))
+            fenced += self._apart("expire", [(j.id, j.attempt) for j in pending.expirations],
+                                  store.expire_claimed)
             pending.expirations = []
         starts = self.take_starts(now, every_start)
         if starts:
             try:
-                store.started(starts)
+                self._apart("start", starts, lambda part: _started(store, part))
             except BaseException:
                 self.hand_back_starts(starts, now)
                 raise
         self.since = None
         return fenced
+
+    @staticmethod
+    def _apart(what: str, items: Sequence, write: Callable[[Sequence], list[int]]) -> int:
+        """``write(items)`` with every row PostgreSQL accepts written; a row it refuses
+        (a write with no text of its own to cut: a release, a snooze, an expiry, a
+        start) is left to its lease and logged. Returns how many were fenced off."""
+        apart = write_apart(items, write)
+        for item, exc in apart.refused:
+            job_id = item[0] if isinstance(item, tuple) else item.id
+            log.error("job %d: the database refused its %s write (%s); left for its lease "
+                      "to expire", job_id, what, reason(exc))
+        return len(apart.fenced)
 
     def _renew_riders(self, store: Store) -> int:
         """Write progress reports and checkpoints (a fenced renewal of their jobs)."""
@@ -374,21 +413,21 @@ class Outbox:
                         for job_id, (attempt, _) in pending.checkpoints.items())
         reports = {job_id: report for job_id, (_, report) in pending.progress.items()}
         states = {job_id: state for job_id, (_, state) in pending.checkpoints.items()}
-        try:
-            fenced = set(store.renew(list(attempts.items()), reports, states))
-        except psycopg.DataError:
-            # One value PostgreSQL will not store must not hold up every write behind it
-            # (they come first): job by job, and the bad one is dropped.
-            fenced = set()
-            for item in attempts.items():
-                job_id = item[0]
-                try:
-                    fenced.update(store.renew([item], reports, states))
-                except psycopg.DataError as exc:
-                    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    log.warning("job %d: its progress or checkpoint could not be stored "
-                                "(%s); dropped", job_id, message)
-                    fenced.add(job_id)
+        # One value PostgreSQL will not store must not hold up every write behind it
+        # (they come first): the others are written, the bad one's lease is renewed
+        # without it, and its progress or checkpoint is dropped.
+        apart = write_apart(list(attempts.items()),
+                            lambda part: store.renew(part, reports, states))
+        fenced = set(apart.fenced)
+        if apart.refused:
+            for (job_id, _), exc in apart.refused:
+                log.warning("job %d: its progress or checkpoint could not be stored "
+                            "(%s); dropped", job_id, reason(exc))
+            bare = write_apart([item for item, _ in apart.refused], store.renew)
+            fenced.update(bare.fenced)
+            fenced.update(job_id for (job_id, _), _ in bare.refused)
+            # Its checkpoint was not written: a handler waiting on it is told so.
+            fenced.update(job_id for (job_id, _), _ in apart.refused if job_id in states)
         self.acks.extend((job_id, job_id not in fenced) for job_id in pending.flushed)
         pending.progress = {}
         pending.checkpoints = {}
@@ -396,31 +435,67 @@ class Outbox:
         return len(fenced & set(states))
 
     def _release(self, store: Store, claimed: list[ClaimedJob]) -> int:
-        fenced = set(store.release([(job.id, job.attempt) for job in claimed]))
-        for queue, n in Counter(j.queue for j in claimed if j.id not in fenced).items():
+        apart = write_apart([(job.id, job.attempt) for job in claimed], store.release)
+        for (job_id, _), exc in apart.refused:
+            log.error("job %d: the database refused its release (%s); left for its lease "
+                      "to expire", job_id, reason(exc))
+        gone = set(apart.fenced) | {job_id for (job_id, _), _ in apart.refused}
+        for queue, n in Counter(j.queue for j in claimed if j.id not in gone).items():
             self.metrics.released(queue, n)
-        return len(fenced)
+        return len(apart.fenced)
 
-    @staticmethod
-    def _complete(store: Store, completions: list[Completion]) -> int:
-        try:
-            return len(store.complete(completions))
-        except psycopg.DataError:
-            pass
-        fenced = 0
-        unstorable = []
-        for item in completions:
-            try:
-                fenced += len(store.complete([item]))
-            except psycopg.DataError as exc:
-                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                unstorable.append(Failure(item.id, item.attempt, jobs.FAIL_RESULT,
-                                          f"result could not be stored: {message}", None, None,
-                                          True, item.usage, item.output))
-        if unstorable:
+    def _complete(self, store: Store, completions: list[Completion]) -> int:
+        """Write completions; one whose result PostgreSQL will not store discards its
+        job with the reason (the others are written all the same)."""
+        apart = write_apart(completions, store.complete)
+        fenced = len(apart.fenced)
+        if apart.refused:
             log.warning("%d results could not be stored; those jobs are discarded",
-                        len(unstorable))
-            fenced += len(store.fail(unstorable))
+                        len(apart.refused))
+            fenced += self._fail(store, [
+                Failure(item.id, item.attempt, jobs.FAIL_RESULT,
+                        f"result could not be stored: {reason(exc)}", None, None, True,
+                        item.usage, item.output, item.ran)
+                for item, exc in apart.refused])
+        return fenced
+
+    def _fail(self, store: Store, failures: list[Failure]) -> int:
+        """Write failed attempts. One PostgreSQL refuses is written again with its text
+        cut (``reduced``); refused even so, its job is discarded with the reason; only
+        if that is refused too is it left to its lease (logged). Never a retry of the
+        same batch."""
+        apart = write_apart(failures, store.fail)
+        fenced = len(apart.fenced)
+        if not apart.refused:
+            return fenced
+        for failure, exc in apart.refused:
+            log.warning("job %d attempt %d: the database refused its failure (%s); "
+                        "written with its error text cut", failure.id, failure.attempt,
+                        reason(exc))
+        second = write_apart([reduced(f, exc) for f, exc in apart.refused], store.fail)
+        fenced += len(second.fenced)
+        if not second.refused:
+            return fenced
+        third = write_apart([Failure(
+            f.id, f.attempt, f.kind, f"its failure could not be stored ({reason(exc)}): "
+            "discarded", None, None, True, None, None, f.ran, f.job_kind)
+            for f, exc in second.refused], store.fail)
+        for failure, exc in third.refused:
+            log.error("job %d attempt %d: no outcome could be written (%s); left for its "
+                      "lease to expire", failure.id, failure.attempt, reason(exc))
+        return fenced + len(third.fenced)
+
+    def _interrupt(self, store: Store, interrupts: list[Failure]) -> int:
+        """Write jobs cut off by the drain; one refused is written with its text cut,
+        else released without an errors entry."""
+        apart = write_apart(interrupts, store.interrupt)
+        fenced = len(apart.fenced)
+        if apart.refused:
+            second = write_apart([reduced(f, exc) for f, exc in apart.refused],
+                                 store.interrupt)
+            fenced += len(second.fenced)
+            fenced += self._apart("release", [(f.id, f.attempt) for f, _ in second.refused],
+                                  store.release)
         return fenced
 
     def _touch(self, now: float) -> None:
