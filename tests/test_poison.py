@@ -34,7 +34,11 @@ def test_segfaulting_handler_is_discarded_as_poison_after_two_attempts(dsn, tmp_
     assert all("SIGSEGV" in e["message"] for e in row["errors"][:2])
     assert row["errors"][0]["signature"] == row["errors"][1]["signature"]
     assert "poison" in row["errors"][2]["message"]
-    assert f"job {poisoned} adm_segv attempt 2 discarded as poison" in sup.err
+    # One line per decision, said after it: never "will retry" first for this attempt.
+    assert (f"job {poisoned} adm_segv attempt 2/20 failed (crashed), discarded as poison"
+            in sup.err)
+    assert f"job {poisoned} adm_segv attempt 2/20 failed (crashed), will retry" not in sup.err
+    assert f"job {poisoned} adm_segv attempt 1/20 failed (crashed), will retry" in sup.err
     starts = [r for r in read_log(log) if r["id"] == poisoned]
     assert len(starts) == 2
     # Ordinary exceptions are not crashes: all three attempts ran, no poison entry.

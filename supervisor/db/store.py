@@ -92,6 +92,10 @@ class Store:
         # Crashes in a row with one signature that discard a job as poison (0: never):
         # each kind's @job(poison_after=...), else this.
         self.poison_after: Mapping[str, int] = {}
+        # Told after each write of failed attempts: (the attempts, the ids written, those
+        # discarded as poison), so the one log line about each is said after the
+        # decision (``OutcomeReporter.settle_failures``). None: poison is logged here.
+        self.on_failed: Callable[[Sequence[Failure], set[int], set[int]], None] | None = None
         self.default_poison_after = defaults.POISON_AFTER
         self._run_once: set[str] = set()  # statements run once: prepared from the next run
 
@@ -193,7 +197,10 @@ class Store:
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}
         rows = self.connection.execute(FAIL, params, prepare=False).fetchall()
-        if any(poison for _, poison in rows):
+        if self.on_failed is not None:
+            self.on_failed(items, {row[0] for row in rows},
+                           {job_id for job_id, poison in rows if poison})
+        elif any(poison for _, poison in rows):
             # The engine logged these as retrying: only the row knew the crash repeated.
             by_id = {f.id: (f, signature) for f, signature in zip(items, params["signatures"],
                                                                    strict=True)}

@@ -117,6 +117,7 @@ class Engine:
         db.store.default_attempts = config.max_attempts
         db.store.poison_after = handler_poison_after(kinds)
         db.store.default_poison_after = config.poison_after
+        db.store.on_failed = self.reporter.settle_failures  # one log line, after the write
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self._claim_before_poll = True  # the start's claim: see _first_claim

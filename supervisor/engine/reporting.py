@@ -1,15 +1,20 @@
 """What the engine does with each outcome the pool reports: end it in the ledger, put
 its write in the outbox, log failures (one line each: job id, kind, attempt, reason,
-verdict) and count it in the metrics. A start goes to the outbox (the attempt counts
-from it); a job that came back from a child unstarted waits for another child, or goes
-back to the database once the supervisor drains, its attempt unspent."""
+verdict) and count it in the metrics. A crash that may repeat the job's last one is
+logged once its write says whether it was poison (``settle_failures``), never as "will
+retry" first and "discarded as poison" a moment later. A start goes to the outbox (the
+attempt counts from it); a job that came back from a child unstarted waits for another
+child, or goes back to the database once the supervisor drains, its attempt unspent."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 from shared import jobs
+from supervisor.db.records import Failure
 from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
@@ -35,6 +40,15 @@ _EXITS = {"recycled": "recycle", "exited": "exited", "killed": "killed",
           "boot_failed": "boot_failed"}
 
 
+@dataclass(frozen=True, slots=True)
+class _Undecided:
+    """A failed attempt whose verdict (retry or poison) its write decides."""
+
+    job: jobs.ClaimedJob
+    failure: str
+    message: str
+
+
 class OutcomeReporter:
     """Turns pool outcomes into ledger entries, outbox writes, log lines and metrics."""
 
@@ -54,6 +68,11 @@ class OutcomeReporter:
         # Kinds of attempts that crashed, hung, timed out or hit the memory cap since the
         # engine last asked: what the per-kind circuit breaker counts.
         self.crashes: list[str] = []
+        # Discarded jobs by reason: the failure kind of the last attempt, or "poison".
+        self.discard_reasons: Counter[str] = Counter()
+        # Crashes that would retry unless the row shows the same crash before: logged
+        # by ``settle_failures`` once written, keyed by (job id, attempt).
+        self._undecided: dict[tuple[int, int], _Undecided] = {}
 
     def record(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -183,13 +202,20 @@ class OutcomeReporter:
             verdict = "discarded"
         else:
             verdict = "will retry"
-        log.log(logging.INFO if shutdown else logging.WARNING,
-                "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind, job.attempt,
-                job.max_attempts, outcome.kind, verdict, outcome.message,
-                extra=job_fields(job, failure=outcome.kind, verdict=verdict))
+        if verdict == "will retry" and jobs.crash_signature(outcome.kind, outcome.message):
+            # Only the row knows whether this crash repeats its last ones (poison): the
+            # one line about it waits for the write.
+            self._undecided[(job.id, job.attempt)] = _Undecided(job, outcome.kind,
+                                                                 outcome.message)
+        else:
+            log.log(logging.INFO if shutdown else logging.WARNING,
+                    "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind,
+                    job.attempt, job.max_attempts, outcome.kind, verdict, outcome.message,
+                    extra=job_fields(job, failure=outcome.kind, verdict=verdict))
         self.ledger.ended(job, "interrupted" if shutdown else "failed")
         if discarded:
             self.ledger.finished["discarded"] += 1  # jobs, apart from failed attempts
+            self.discard_reasons[outcome.kind] += 1
         self.outbox.failed(job, outcome.kind, outcome.message, outcome.traceback,
                            retry_delay(job, outcome.retry_delay), outcome.terminal, now,
                            outcome.usage, outcome.output)
@@ -198,6 +224,39 @@ class OutcomeReporter:
         self.metrics.job_failed(job, outcome.kind,
                                 retried=not shutdown and not cancelled and not discarded,
                                 discarded=discarded, duration=outcome.duration)
+
+
+    def settle_failures(self, items: Sequence[Failure], written: Collection[int],
+                        poisoned: Collection[int]) -> None:
+        """The store wrote the failed attempts ``items``: ``written`` the ids it wrote
+        (the rest were fenced off: no verdict of ours, the store warned), ``poisoned``
+        those it discarded as poison. Logs the one line of each crash whose verdict
+        waited for this write, and counts a poison discard with the others."""
+        for failure in items:
+            undecided = self._undecided.pop((failure.id, failure.attempt), None)
+            if failure.id not in written:
+                continue
+            if undecided is None:
+                if failure.id in poisoned:  # logged as discarded (its last attempt) already
+                    self._reason_was_poison(failure.kind)
+                continue
+            job = undecided.job
+            if failure.id in poisoned:
+                verdict = "discarded as poison (the same crash as its last attempt)"
+                self.ledger.finished["discarded"] += 1
+                self.discard_reasons["poison"] += 1
+            else:
+                verdict = "will retry"
+            log.warning("job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind,
+                        job.attempt, job.max_attempts, undecided.failure, verdict,
+                        undecided.message,
+                        extra=job_fields(job, failure=undecided.failure, verdict=verdict))
+
+    def _reason_was_poison(self, kind: str) -> None:
+        """A discard counted under its failure kind turned out to be poison too."""
+        if self.discard_reasons[kind] > 0:
+            self.discard_reasons[kind] -= 1
+            self.discard_reasons["poison"] += 1
 
 
 def _ran_for(done: JobDone) -> float:
