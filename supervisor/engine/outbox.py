@@ -76,6 +76,9 @@ def _started(store: Store, items: Sequence[tuple[int, int]]) -> list[int]:
     return []  # a start is not fenced: a job whose lease moved on is simply not touched
 
 
+_CUT = "\n... [truncated] ...\n"
+
+
 def clean_text(value: str | None, limit: int = TEXT_LIMIT) -> str | None:
     """Make an error message or traceback storable: no NUL bytes (PostgreSQL refuses
     them in text), bounded length."""
@@ -83,8 +86,9 @@ def clean_text(value: str | None, limit: int = TEXT_LIMIT) -> str | None:
         return None
     if "\x00" in value:
         value = value.replace("\x00", "\\x00")
-    if len(value) > limit:
-        value = value[: limit // 2] + "\n... [truncated] ...\n" + value[-limit // 2:]
+    if len(value) > limit:  # the start and the end kept, and at most limit in all
+        half = (limit - len(_CUT)) // 2
+        value = value[:half] + _CUT + value[-half:]
     return value
 
 
