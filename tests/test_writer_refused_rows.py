@@ -99,7 +99,7 @@ def test_a_refused_failure_is_written_cut_and_every_other_row_at_once(conn, part
         outbox.flush(db, 0.0)
     assert outbox.count() == 0  # nothing left to retry
     for job in held:
-        state, attempt, errors, owner = row(conn, job.id)
+        state, _, errors, owner = row(conn, job.id)
         assert (state, owner, len(errors)) == ("retryable", None, 1), errors
         if job is not bad:
             assert errors[0]["message"] == f"plain {job.id}"
