@@ -270,6 +270,10 @@ class FakePool:
     def overrunning(self) -> int:
         return self.stuck  # children whose job ran past its kind's p95 (set by a test)
 
+    def overrunning_heads(self) -> Counter:
+        # The first ``stuck`` children's jobs are the overrunning ones.
+        return Counter(job.queue for job in list(self.jobs.values())[:self.stuck])
+
     def occupied(self) -> Counter:
         return Counter(job.queue for job in self.jobs.values())  # one job per child
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Mapping
 
 import psycopg
 
@@ -51,14 +52,20 @@ class Claimer:
         self._order = itertools.count()
         self._last_turn: dict[str, int] = {}
 
-    def claim(self, now: float, pool_size: int, eager: bool = False) -> None:
+    def claim(self, now: float, pool_size: int, eager: bool = False,
+              set_aside: Mapping[str, int] | None = None) -> None:
         """Make the claim that is due, if none is in flight. ``eager``: outcomes are
-        due to be written anyway, so even a small claim is worth its statement."""
+        due to be written anyway, so even a small claim is worth its statement.
+        ``set_aside``: jobs per queue held by children left out of ``pool_size``
+        (stuck on a long job): they occupy no child of those the claim is sized for."""
         runner = self.db.claims
         if self.in_flight is not None or not self.accepting or runner is None:
             return
+        outstanding = self.ledger.outstanding()
+        for queue, count in (set_aside or {}).items():
+            outstanding[queue] = max(0, outstanding.get(queue, 0) - count)
         # Jobs queued in children's pipes count as waiting: held, not started.
-        plans = self.scheduler.plan_claims(now, pool_size, self.ledger.outstanding(),
+        plans = self.scheduler.plan_claims(now, pool_size, outstanding,
                                            self.ledger.unstarted_counts(), eager)
         if not plans:
             return

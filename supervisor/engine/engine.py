@@ -181,9 +181,11 @@ class Engine:
         if self.claimer.accepting and db.up and not self.fenced:
             # A child stuck on a long job takes nothing more until it ends: claiming for
             # it would only have the jobs wait here, leased, instead of in the table.
-            self.claimer.claim(now, pool.size() - pool.overrunning(),
+            stuck = pool.overrunning_heads()
+            self.claimer.claim(now, pool.size() - sum(stuck.values()),
                                eager=self.outbox.due(now, in_flight,
-                                                     claim_coming=self._claim_coming(pool)))
+                                                     claim_coming=self._claim_coming(pool)),
+                               set_aside=stuck)
             self.dispatch(pool)
             if pool.idle_count() and not self.ledger.waiting_counts():
                 pool.rebalance(self._nothing_to_claim)

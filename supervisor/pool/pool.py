@@ -209,6 +209,14 @@ class Pool:
         return sum(1 for child in self._children.values()
                    if child.overrun and child.state == BUSY)
 
+    def overrunning_heads(self) -> Counter[str]:
+        """The queues of the jobs that overrunning children run (one per such child).
+        A claim sized for the children that can take work must not count these jobs
+        against their queue either (issue 49: at -n 2 a queue whose one child ran a
+        long job counted that job against the one free child and claimed nothing)."""
+        return Counter(child.jobs[0].queue for child in self._children.values()
+                       if child.overrun and child.state == BUSY and child.jobs)
+
     def held_count(self) -> int:
         """Jobs in children: running, or queued behind a running one."""
         return len(self._in_flight)
