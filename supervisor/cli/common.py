@@ -15,6 +15,9 @@ A command module uses them like this::
 from __future__ import annotations
 
 import functools
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -102,7 +105,7 @@ def open_database(dsn_value: str | None, *, migrate_embedded: bool = True,
     from shared.migrate import ensure_schema, migrate
 
     source = source or dsn_source(dsn_value)
-    dsn = resolve_dsn(dsn_value)
+    dsn = resolve_cli_dsn(dsn_value)
     with connect(dsn, application_name="supervisor-cli") as conn:
         if check_schema:
             if migrate_embedded and is_embedded(dsn):
@@ -115,6 +118,14 @@ def open_database(dsn_value: str | None, *, migrate_embedded: bool = True,
         yield conn
 
 
+def resolve_cli_dsn(dsn_value: str | None) -> str:
+    """``resolve_dsn`` for a command: when it starts or joins the embedded server, stop
+    signals release the hold from before the hold is taken (``release_embedded_on_stop``)."""
+    if dsn_source(dsn_value) == "embedded":
+        release_embedded_on_stop()
+    return resolve_dsn(dsn_value)
+
+
 def schema_missing_message(message: str, dsn: str, source: str) -> str:
     """``message`` prefixed with the database (no password) and where its DSN came
     from; DATABASE_URL gets a hint, since it often belongs to another application."""
@@ -124,3 +135,58 @@ def schema_missing_message(message: str, dsn: str, source: str) -> str:
         hint = (f"; if DATABASE_URL is another application's database, set {ENV_DSN} "
                 "or pass --dsn")
     return f"{where}: {message}{hint}"
+
+
+# Stop signals of a command that holds the embedded server -------------------------------
+
+STOP_EXIT_CODES = {signal.SIGTERM: 0, signal.SIGINT: 130}
+_stopping = False
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    """A stop signal: leave through ``SystemExit`` (so atexit hooks, the embedded
+    server's release among them, run), 0 for SIGTERM and 130 for Ctrl-C, with no
+    traceback and no click ``Aborted!``. Later stop signals are ignored, so that they
+    cannot cut the release short."""
+    global _stopping
+    _stopping = True
+    for sig in STOP_EXIT_CODES:
+        signal.signal(sig, signal.SIG_IGN)
+    raise SystemExit(STOP_EXIT_CODES.get(signal.Signals(signum), 0))
+
+
+def release_embedded_on_stop() -> None:
+    """In the ``supervisor`` process itself (not a program importing the CLI), make
+    SIGTERM and SIGINT left at their defaults exit quietly through the normal exit, so
+    the hold on the embedded server is released; an interpreter killed by SIGTERM's
+    default runs no atexit hook and left the server running for ever (issue 47)."""
+    from supervisor.cli.early import is_supervisor_command
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if not is_supervisor_command(sys.argv):
+        return
+    defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+    for sig, default in defaults.items():
+        if signal.getsignal(sig) is default:
+            signal.signal(sig, _exit_quietly)
+
+
+@contextmanager
+def quiet_stop_signals() -> Iterator[None]:
+    """While entered (a long-running command such as the dashboard), SIGTERM exits 0
+    and Ctrl-C 130 as ``_exit_quietly`` does; the handlers before are put back on a
+    normal return. A server library that takes the signals itself and raises them again
+    once it has shut down (uvicorn) ends here too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in STOP_EXIT_CODES}
+    for sig in STOP_EXIT_CODES:
+        signal.signal(sig, _exit_quietly)
+    try:
+        yield
+    finally:
+        if not _stopping:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)

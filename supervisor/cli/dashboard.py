@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import click
 
-from shared.dsn import resolve_dsn
 from shared.exitcodes import CLI_USAGE
-from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
+from supervisor.cli.common import (
+    CliError,
+    dsn_option,
+    open_database,
+    quiet_stop_signals,
+    reports_errors,
+    resolve_cli_dsn,
+)
 
 EXTRA_MODULES = {"starlette", "uvicorn", "jinja2"}
 INSTALL_HINT = "pip install 'pg-supervisor[dashboard]'"
@@ -39,7 +45,7 @@ def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple
             raise
         raise CliError(f"the dashboard needs its extra ({exc.name} is missing): "
                        f"{INSTALL_HINT}") from None
-    url = resolve_dsn(dsn)
+    url = resolve_cli_dsn(dsn)
     with open_database(url):
         pass  # fails now, in one line, if the database is unreachable or unmigrated
     token = dashboard.token_from_env()
@@ -66,4 +72,5 @@ def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple
     app = dashboard.create_app(url, dashboard.Settings(token=token, refresh=refresh,
                                                        read_token=read_token),
                                host=host, allowed_hosts=allowed_hosts)
-    dashboard.serve(app, sock)
+    with quiet_stop_signals():  # SIGTERM exits 0, Ctrl-C 130; never 143 or Aborted!
+        dashboard.serve(app, sock)
