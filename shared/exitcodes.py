@@ -29,6 +29,10 @@ CHILD_EXIT_NAMES = {
 CLI_OK = 0
 CLI_ERROR = 1  # runtime failure: unreachable database, crash loop, bad config file
 CLI_USAGE = 2  # bad flags or malformed input (click's own usage errors use 2 as well)
+# A burst (``run --burst``) that ran to its end, but jobs it ran were discarded (out of
+# attempts, a terminal failure, poison) or their dependents cancelled because of that:
+# cron and CI tell a failed run from a good one. ``--discards-ok`` exits 0 instead.
+CLI_JOBS_FAILED = 3
 
 
 def describe_child_exit(status: int) -> str:

@@ -25,13 +25,18 @@ import time
 from setproctitle import setproctitle
 
 from shared import jobs
+from shared.exitcodes import CLI_JOBS_FAILED
 from supervisor.config import RunConfig
+from supervisor.db.run_outcomes import cancelled_dependents, run_failures, waiting
 from supervisor.engine import Engine, make_owner
 from supervisor.observe import (
     BurstProgress,
+    Failures,
     JobTracer,
     MetricsServer,
     SupervisorMetrics,
+    Waits,
+    run_summary,
     wants_tracing,
 )
 from supervisor.pool import NativeJob, Pool, PoolHalted
@@ -47,8 +52,9 @@ from workers import tracing as child_tracing
 log = logging.getLogger("supervisor.arbiter")
 
 RUNNING, DRAINING, STOPPING = "running", "draining", "stopping"
-# The summary counts attempts that failed and, apart, the jobs that were discarded.
-SUMMARY_WORDS = {"failed": "failed attempts", "discarded": "jobs discarded"}
+# A burst's progress line reads what waits and what its discards cancelled from the
+# table at most this often.
+PROGRESS_READ_INTERVAL = 2.0
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
 MAX_WAIT = 1.0  # the loop wakes at least this often, whatever else is due
@@ -74,11 +80,15 @@ class Arbiter:
                  *, app_modules: list[str] | None = None, progress: BurstProgress | None = None,
                  schedules: list[ScheduleSpec] | None = None, clock=time.monotonic,
                  engine: Engine | None = None, pool: Pool | None = None,
-                 check_schema: bool = False) -> None:
+                 check_schema: bool = False, discards_ok: bool = False) -> None:
         """``engine`` and ``pool``: built from ``config`` unless given (the state
         machine's tests give fakes). ``check_schema``: ``run`` raises ``SchemaMissing``
-        unless the database's schema is this code's (checked as it connects)."""
+        unless the database's schema is this code's (checked as it connects).
+        ``discards_ok``: a burst exits 0 even when jobs it ran were discarded or their
+        dependents cancelled (else ``CLI_JOBS_FAILED``)."""
         self.config = config
+        self.discards_ok = discards_ok
+        self.started = clock()
         self.check_schema = check_schema
         self.queues = queues
         self.app_modules = app_modules or []
@@ -104,6 +114,10 @@ class Arbiter:
                                                        clock=clock)
         self.metrics_server: MetricsServer | None = None
         self.progress = progress
+        self._progress_read_at: float | None = None  # when the table was last read for it
+        self._waits: Waits | None = None
+        self._cancelled = 0  # dependents cancelled by this run's discards, as last read
+        self.failures: Failures | None = None  # what the run did not complete, at its end
         self.inbox = SignalInbox(HANDLED_SIGNALS)
         self.state = RUNNING
         self.exit_code = 0
@@ -144,6 +158,7 @@ class Arbiter:
                          self.metrics_server.port)
             while not self._finished():
                 self.turn()
+            self.failures = self._run_failures()
         finally:
             if opened:
                 self.engine.close(self.pool, self.clock())
@@ -153,11 +168,34 @@ class Arbiter:
             self.inbox.uninstall()
             if self.progress is not None:
                 self.progress.close(self.engine.ledger.finished)
-        finished = self.engine.ledger.finished
+        failures = self.failures or self._known_failures()
         log.info("supervisor %s stopped (%s)", self.owner,
-                 ", ".join(f"{n} {SUMMARY_WORDS.get(k, k)}" for k, n in sorted(finished.items()))
-                 or "idle")
+                 run_summary(self.engine.ledger.finished, failures, self.metrics.rescued_jobs))
+        if (self.config.burst and failures.jobs and self.exit_code == 0
+                and not self.discards_ok):
+            log.warning("burst: %d of the jobs it ran did not complete (discarded, or "
+                        "cancelled because a dependency failed): exit code %d "
+                        "(--discards-ok exits 0)", failures.jobs, CLI_JOBS_FAILED)
+            self.exit_code = CLI_JOBS_FAILED
         return self.exit_code
+
+    def _known_failures(self) -> Failures:
+        """What this process knows it did not complete, without the table."""
+        return Failures(dict(self.engine.reporter.discard_reasons), self._cancelled)
+
+    def _run_failures(self) -> Failures | None:
+        """A burst's failures as the table has them, once every outcome is written
+        (None: not a burst, or the database did not answer)."""
+        if not self.config.burst:
+            return None
+        now = self.clock()
+        self.engine.collect(self.pool, now)
+        self.engine.flush(now)
+        window = now - self.started + 5.0  # the run's length, and a margin for the clocks
+        found = self.engine.db.call(
+            lambda store: run_failures(store.connection, self.owner, window), None,
+            "reading what the burst discarded")
+        return None if found is None else Failures(found.discarded, found.cancelled)
 
     def turn(self) -> None:
         """One pass of the loop: wait, then do everything that is due."""
@@ -340,5 +378,25 @@ class Arbiter:
             setproctitle(f"supervisor: master [{pool.busy_count()}/{pool.size()} busy]"
                          f"{native_title(pool.native_jobs(now))} queues={','.join(self.queues)}")
         if self.progress is not None and now >= self.progress.next_update:
+            self._read_for_progress(now)
             self.progress.update(now, self.engine.ledger.finished, self.engine.queue_counts(),
-                                 self.engine.next_promote)
+                                 self._waits, self._known_failures())
+
+    def _read_for_progress(self, now: float) -> None:
+        """What waits (for a run_at or for dependencies) and what this run's discards
+        cancelled, from the table, at most every ``PROGRESS_READ_INTERVAL``."""
+        if self._progress_read_at is not None and \
+                now < self._progress_read_at + PROGRESS_READ_INTERVAL:
+            return
+        self._progress_read_at = now
+        found = self.engine.db.call(lambda store: waiting(store.connection, self.queues),
+                                    None, "reading what waits")
+        self._waits = None if found is None else Waits(found.timed, found.held,
+                                                        found.next_due_in)
+        if self.engine.ledger.finished.get("discarded"):
+            window = now - self.started + 5.0
+            cancelled = self.engine.db.call(
+                lambda store: cancelled_dependents(store.connection, self.owner, window),
+                None, "counting cancelled dependents")
+            if cancelled is not None:
+                self._cancelled = cancelled

@@ -35,12 +35,26 @@ class FakeLedger:
         self.finished: Counter[str] = Counter()
 
 
+class FakeReporter:
+    def __init__(self) -> None:
+        self.discard_reasons: Counter[str] = Counter()
+
+
+class FakeDatabase:
+    """A database that never answers: ``call`` gives its default."""
+
+    def call(self, what, default, operation: str = "query"):
+        return default
+
+
 class FakeEngine:
     """What the arbiter asks of the engine, written into the shared ``calls``."""
 
     def __init__(self, calls: list) -> None:
         self.calls = calls
         self.ledger = FakeLedger()
+        self.reporter = FakeReporter()
+        self.db = FakeDatabase()
         self.claim_in_flight = False
         self.burst_finished = False
         self.database_up = True

@@ -5,6 +5,7 @@ import pytest
 from e2e import Supervisor, job_row
 
 from shared.enqueue import enqueue
+from shared.exitcodes import CLI_JOBS_FAILED
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # a real supervisor
 
@@ -16,7 +17,7 @@ def test_a_job_past_the_memory_cap_fails_as_memory_and_is_discarded_at_its_last_
                      max_attempts=1, dsn=dsn)
     sup = Supervisor(dsn, "--burst", "-n", "1", "--poll-interval", "0.1",
                      "--max-memory-per-child", "300MiB", app="podfaults_handlers")
-    assert sup.wait(90) == 0, sup.err
+    assert sup.wait(90) == CLI_JOBS_FAILED, sup.err  # a burst that discarded a job
     row = job_row(dsn, job_id)
     assert row["state"] == "discarded", row
     (error,) = row["errors"]

@@ -21,7 +21,7 @@ from supervisor.observe import configure_logging
 
 def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str],
                    config_path: str | None, overrides: dict, queue_settings: list[str],
-                   progress: bool) -> int:
+                   progress: bool, discards_ok: bool = False) -> int:
     """Everything ``run`` (and ``demo``) do after parsing flags; returns the exit code
     or raises ``CliError`` (or a database error ``reports_errors`` knows) with a one-line
     message."""
@@ -95,7 +95,8 @@ def run_supervisor(*, dsn_option: str | None, apps: list[str], queues: list[str]
         # Any other database: reachable and migrated is checked as the supervisor
         # connects, on its own connection, not on one opened for the check alone.
         arbiter = Arbiter(config, dsn, served, sorted(REGISTRY), app_modules=apps,
-                          progress=meter, schedules=schedules, check_schema=not embedded)
+                          progress=meter, schedules=schedules, check_schema=not embedded,
+                          discards_ok=discards_ok)
     except TracingUnavailable as exc:
         raise CliError(str(exc), CLI_USAGE) from None
     try:
@@ -194,7 +195,12 @@ CHILDREN = _Children()
 @click.option("-q", "--queue", "queues", multiple=True, metavar="QUEUE",
               help="Serve only these queues: -q a,b or -q a -q b (default: every queue "
                    "a handler names).")
-@click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty and nothing runs.")
+@click.option("--burst", is_flag=True,
+              help="Exit once the queues are empty and nothing runs: 0 when every job it "
+                   "ran completed, 3 when any was discarded or its dependents cancelled.")
+@click.option("--discards-ok", "discards_ok", is_flag=True,
+              help="With --burst, exit 0 even when jobs were discarded (for pipelines "
+                   "where discards are normal).")
 @click.option("--burst-horizon", type=click.FloatRange(min=0), metavar="SECONDS",
               help="With --burst, also wait for retries and scheduled jobs due this soon (60).")
 @click.option("--grace", type=click.FloatRange(min=0), help="Seconds to drain on SIGTERM (25).")
@@ -245,7 +251,8 @@ CHILDREN = _Children()
 @click.option("--log-format", default="text", show_default=True,
               type=click.Choice(["text", "json"]))
 @reports_errors
-def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, config_path,
+def run_command(children, apps, queues, burst, discards_ok, burst_horizon, grace, lease_ttl,
+                config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
                 max_memory_per_child, memory_budget, heartbeat_timeout, native_threads,
                 output_capture, no_listen,
@@ -264,5 +271,6 @@ def run_command(children, apps, queues, burst, burst_horizon, grace, lease_ttl, 
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,
-                          queue_settings=list(queue_settings), progress=True)
+                          queue_settings=list(queue_settings), progress=True,
+                          discards_ok=discards_ok)
     raise SystemExit(code)

@@ -83,6 +83,7 @@ class SupervisorMetrics:
             "supervisor_kind_breaker_trips_total",
             "Times this supervisor's crashes tripped a kind's circuit breaker (the kind is "
             "paused on every supervisor for breaker_cooldown).", ["kind"])
+        self.rescued_jobs = 0  # as the counter below, for the run's closing summary
         self._rescued = r.counter(
             "supervisor_jobs_rescued_total",
             "Jobs this supervisor's maintenance rescued after their lease expired.",
@@ -245,6 +246,7 @@ class SupervisorMetrics:
         """Maintenance rescued ``n`` jobs whose lease had expired."""
         if n:
             self._rescued.add((), n)
+            self.rescued_jobs += n
 
     def reconciled(self, n: int) -> None:
         """``n`` jobs stranded by a lost claim answer were given back."""
