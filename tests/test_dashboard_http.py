@@ -236,6 +236,31 @@ def test_form_with_token_acts_and_redirects_without_cookies(acting, seeded):
     assert status == 403
 
 
+def test_the_page_token_works_behind_a_proxy_with_basic_authentication(acting, seeded):
+    """Issue 50: behind a proxy that asks for HTTP Basic, the browser adds its
+    ``Authorization`` header to every request, the page's form posts included; the
+    form's token still counts (and the answer is still the page's redirect), as does
+    ``X-Supervisor-Token`` beside it. The proxy's password is no action token."""
+    import base64
+
+    dsn, ids = seeded
+    basic = {"Authorization": "Basic " + base64.b64encode(b"ops:proxy-pw").decode()}
+    job = ids["available3"]
+    status, _, _ = call(acting.url + f"/jobs/{job}/cancel", "POST", headers=basic,
+                        form={"token": "wrong"})
+    assert status == 403 and state_of(dsn, job) == "available"
+    status, headers, _ = call(acting.url + f"/jobs/{job}/cancel", "POST", headers=basic,
+                              form={"token": TOKEN})
+    assert status == 303 and headers["Location"] == f"/jobs/{job}?done=cancelled"
+    assert state_of(dsn, job) == "cancelled"
+    with_header = {**basic, "X-Supervisor-Token": TOKEN}
+    status, data = api(acting, f"/jobs/{job}/retry", method="POST", headers=with_header)
+    assert status == 200 and data["state"] == "available", data
+    status, _ = api(acting, f"/jobs/{job}/cancel", method="POST",
+                    headers={**basic, "X-Supervisor-Token": "wrong"})
+    assert status == 403 and state_of(dsn, job) == "available"
+
+
 def test_pause_and_resume_a_queue(acting, seeded):
     status, data = api(acting, "/queues/reports/pause", method="POST", headers=BEARER)
     assert status == 200 and data["paused"] is True and data["was_paused"] is False

@@ -27,8 +27,12 @@ MAX_FORM_BYTES = 16 * 1024  # a token and nothing else is posted
 
 
 def wants_json(request: Request) -> bool:
-    """True when the answer (or refusal) should be JSON rather than a page."""
-    if request.url.path.startswith("/api/") or "authorization" in request.headers:
+    """True when the answer (or refusal) should be JSON rather than a page: a Bearer
+    token or the token header marks a script (a proxy's Basic authentication does not:
+    the browser sends that with every page's form)."""
+    if request.url.path.startswith("/api/") or auth.TOKEN_HEADER in request.headers:
+        return True
+    if auth.bearer(request.headers.get("authorization")) is not None:
         return True
     return request.method == "POST" and not _is_form(request)
 
@@ -38,9 +42,16 @@ def _is_form(request: Request) -> bool:
 
 
 async def _offered_token(request: Request) -> str | None:
-    header = request.headers.get("authorization")
+    """The token an action offers: the ``X-Supervisor-Token`` header, a Bearer token, or
+    the form's ``token`` field. An ``Authorization`` header of another scheme (a
+    reverse proxy's Basic authentication, which the browser adds to every request) does
+    not hide the field: behind such a proxy every button answered 403 (issue 50)."""
+    header = request.headers.get(auth.TOKEN_HEADER)
     if header is not None:
-        return auth.bearer(header)
+        return header.strip() or None
+    offered = auth.bearer(request.headers.get("authorization"))
+    if offered is not None:
+        return offered
     if not _is_form(request):
         return None
     body = b""

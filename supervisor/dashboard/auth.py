@@ -8,10 +8,12 @@ password of HTTP Basic authentication (any user name; browsers ask for it once a
 browser never sends it to a rebinding page's origin). ``supervisor dashboard`` refuses to
 listen on such an address with neither variable set.
 
-Actions (retry, cancel, pause, resume) need the operator token, sent either as
-``Authorization: Bearer <token>`` (scripts) or as the ``token`` field of the posted
-form (the pages). Without the variable set, every action is refused: the dashboard is
-read-only.
+Actions (retry, cancel, pause, resume) need the operator token, sent as
+``Authorization: Bearer <token>`` or ``X-Supervisor-Token: <token>`` (scripts; the
+latter works beside a proxy's own ``Authorization``) or as the ``token`` field of the
+posted form (the pages; a proxy's Basic authentication, which the browser adds to every
+request, does not hide it). Without the variable set, every action is refused: the
+dashboard is read-only.
 
 Why a form field is CSRF-safe here: the dashboard sets no cookie and never puts the
 token in a page, so a form posted from another site cannot carry it. The pages keep
@@ -29,6 +31,7 @@ import os
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 TOKEN_ENV = "SUPERVISOR_DASHBOARD_TOKEN"
+TOKEN_HEADER = "x-supervisor-token"  # an action's token beside any Authorization header
 READ_TOKEN_ENV = "SUPERVISOR_DASHBOARD_READ_TOKEN"
 READ_REFUSED = (b"this dashboard needs a token for reads: HTTP Basic (any user name, the "
                 b"token as password) or Authorization: Bearer <token>\n")
@@ -103,7 +106,7 @@ def check(expected: str | None, offered: str | None) -> None:
     if expected is None:
         raise Refused(f"this dashboard is read-only: {TOKEN_ENV} is not set where it runs")
     if not offered:
-        raise Refused("this action needs the dashboard token "
-                      "(Authorization: Bearer <token>, or the token field of the page)")
+        raise Refused("this action needs the dashboard token (Authorization: Bearer "
+                      "<token>, X-Supervisor-Token: <token>, or the token field of the page)")
     if not hmac.compare_digest(offered.encode(), expected.encode()):
         raise Refused("wrong dashboard token")
