@@ -285,6 +285,9 @@ class FakePool:
         self.outcomes.append(JobStarted(job))  # an idle child says START at once
         return True
 
+    def free_for(self, over, wanted: int) -> int:
+        return 0  # no pipes here: nothing is queued behind a running job
+
     def rebalance(self, exhausted) -> int:
         """No pipes here: records whether the engine says "default" has nothing more to
         claim, and gives nothing back."""

@@ -33,6 +33,7 @@ import random
 import selectors
 import signal
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -299,35 +300,58 @@ class Engine:
             pool.push()
             return
         size = pool.size()
+        # Children per queue, counting those given a job whose START is not back yet:
+        # counted by started jobs, two children made idle in one turn both went to the
+        # first queue, and a second queue owed one waited behind its pipes (issue 44).
+        held = pool.occupied()
         while pool.idle_count() > 0:
             waiting = ledger.waiting_counts()
-            # Under a global max_running the caps must count children given a job whose
-            # START has not come back; without one, started jobs are the fairer measure.
-            running = pool.occupied() if planner.limited() else ledger.running
-            chosen = planner.next_queue(size, waiting, running) if waiting else None
+            chosen = planner.next_queue(size, waiting, held) if waiting else None
             if chosen is None:
                 break
             job = ledger.pop_waiting(chosen)
             if job is None:
                 break
+            idle = pool.idle_count()
             if not pool.dispatch(job, planner.depth.pipeline(chosen,
                                                              planner.policies[chosen].prefetch)):
                 ledger.unpop_waiting(job)
                 break
             ledger.sent(job)
+            if pool.idle_count() < idle:
+                held[chosen] += 1
         waiting = ledger.waiting_counts()
         if waiting:
             targets = planner.targets(size, waiting)
             for queue in waiting:
                 depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
-                if depth < 2 or ledger.running[queue] > targets.get(queue, 0):
+                if depth < 2 or held[queue] > targets.get(queue, 0):
                     continue
                 while (job := ledger.pop_waiting(queue)) is not None:
                     if not pool.dispatch(job, depth, own_queue=True):
                         ledger.unpop_waiting(job)
                         break
                     ledger.sent(job)
+            self._free_children_owed(pool, targets, held)
         pool.push()
+
+    def _free_children_owed(self, pool: Pool, targets: Mapping[str, int],
+                            held: Mapping[str, int]) -> None:
+        """Queues with jobs waiting below their allotment while no child is idle: the
+        children of queues above theirs give back what their pipes hold behind the job
+        they run, so the next child to finish one goes to the queue owed it, not to
+        the prefetched jobs of a queue over its share (issue 44)."""
+        if pool.idle_count():
+            return
+        waiting = self.ledger.waiting_counts()
+        caps = self.planner.caps(pool.size())
+        owed = sum(max(0, min(targets.get(q, 0), caps.get(q, 0)) - held.get(q, 0))
+                   for q, n in waiting.items() if n > 0)
+        if owed <= 0:
+            return
+        over = {q for q, n in held.items() if n > targets.get(q, 0)}
+        if over:
+            pool.free_for(over, owed)
 
     def _all_stuck(self, now: float, pool: Pool) -> None:
         """Every child runs a job past its kind's p95 (issue 28): claimed jobs waiting

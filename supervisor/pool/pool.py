@@ -26,7 +26,7 @@ import random
 import selectors
 import signal
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 from shared import jobs
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
@@ -450,6 +450,34 @@ class Pool:
                 if donor.recall(job.id, "an idle child takes it at the end of its queue",
                                 release=False):
                     asked += 1
+        if asked:
+            self.recalled += asked
+        return asked
+
+    def free_for(self, over: Set[str], wanted: int) -> int:
+        """Queues below their allotment have jobs waiting and no child is idle (issue 44:
+        with prefetch, a queue's first job waited behind the jobs already queued in
+        every child's pipe). Up to ``wanted`` children running a queue in ``over`` (one
+        above its allotment) give back every job queued behind the one they run (SKIP,
+        not released: each comes back for dispatch, or runs here if the child reached
+        it first), so each child frees after its current job and the queue owed it
+        takes it. The children running longest go first (their jobs should end
+        soonest); children already giving jobs back count toward ``wanted``. Returns
+        how many jobs were asked back."""
+        children = self._children.values()
+        freeing = sum(1 for child in children
+                      if any(not recall.release for recall in child.recalling.values()))
+        donors = sorted(
+            (child for child in children
+             if child.state == BUSY and child.started and len(child.jobs) > 1
+             and child.jobs[0].queue in over and not child.recalling),
+            key=lambda child: child.job_started)
+        asked = 0
+        for child in donors[:max(0, wanted - freeing)]:
+            why = (f"its child is owed to a queue below its share "
+                   f"(queue {child.jobs[0].queue} is above its own)")
+            for job in list(itertools.islice(child.jobs, 1, None)):
+                asked += child.recall(job.id, why, release=False)
         if asked:
             self.recalled += asked
         return asked
