@@ -66,3 +66,46 @@ def test_the_child_runtimes_own_messages_are_json_too(dsn):
     said = [e for e in entries if e.get("logger") == "supervisor.child"]
     assert said and "replaced the pipe to the parent" in said[0]["message"], entries
     assert any(e.get("job_id") == job_id for e in entries)
+
+
+_LOUD = """
+import os, sys
+from workers import output
+capture = output.install("text", keep=1000)
+capture.begin(7, "loud")
+for _ in range(5000):
+    sys.stdout.write("x" * 999 + "\\n")  # 5 MB in lines
+os.write(1, b"y" * 300_000)  # and a line with no end
+capture.end()
+os.write(capture.target, f"kept {len(capture.take())}\\n".encode())
+capture.begin(8, "quiet")
+print("after the loud one")
+capture.end()
+"""
+
+
+def test_the_log_gets_a_bounded_part_of_a_loud_jobs_output():
+    """Issue 50: a handler printing megabytes puts at most ``LOG_LIMIT`` bytes of it
+    (plus the tags) into the supervisor's log, then one line saying how much was left
+    out; the job still keeps its own tail, and the next job's budget is fresh."""
+    import subprocess
+    import sys
+
+    from e2e import ROOT
+
+    from workers.output import LOG_LIMIT
+
+    proc = subprocess.run([sys.executable, "-c", _LOUD], capture_output=True, timeout=60,
+                          cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = proc.stderr.decode()
+    assert len(log) < 2 * LOG_LIMIT, len(log)
+    written = 5000 * 1000 + 300_000
+    logged = sum(len(line.split("] ", 1)[1]) for line in log.splitlines()
+                 if line.startswith("[job 7 loud stdout] "))  # long lines: several records
+    assert LOG_LIMIT - 2000 <= logged <= LOG_LIMIT
+    assert (f"[job 7 loud stderr] ... {written - LOG_LIMIT} more bytes of output not "
+            f"written to this log (at most {LOG_LIMIT} bytes of a job's output are; the "
+            "job keeps its last 1000 bytes)") in log
+    assert "kept 1000" in log
+    assert "[job 8 quiet stdout] after the loud one" in log

@@ -19,6 +19,12 @@ the pipes, so the next job never inherits the tail of this one. Output after tha
 thread or subprocess the handler left behind) is tagged with the child's pid instead.
 A record is kept under ``PIPE_BUF`` so a pipe never interleaves it with the parent's lines.
 
+The log gets at most ``LOG_LIMIT`` bytes of each job's output (and as much again of
+the output between jobs): a handler that prints 100 MB must not put 100 MB into the
+supervisor's log. Past the limit the lines are read and counted, not written, and one
+record at the job's end says how many bytes the log left out (the job keeps its own
+tail, below, as before).
+
 Besides tagging, the last ``keep`` bytes each job wrote (stdout and stderr as they
 arrived, the setting ``output_capture``; 0: none) are kept for its answer: ``take``
 hands them out once the job ended, None when it wrote nothing.
@@ -42,6 +48,7 @@ from shared.validation import printable
 CHUNK = 600  # characters per record: even fully escaped, a record stays under PIPE_BUF
 DRAIN_LIMIT = 1.0  # seconds ``end`` waits for the reader (fd 1 or 2 may have been replaced)
 PIPE_SIZE = 1 << 20  # room for a burst while the reader waits for the GIL
+LOG_LIMIT = 64 * 1024  # bytes of one job's output written to the supervisor's log
 _FIONREAD = struct.pack("i", 0)
 
 
@@ -57,6 +64,8 @@ class OutputCapture:
         self._job_wrote = False  # the reader took bytes since the last end()
         self._partial: dict[int, bytes] = {}
         self._names: dict[int, str] = {}
+        self._logged = 0  # bytes of the current job's output written to the log
+        self._left_out = 0  # bytes of it past LOG_LIMIT, read and dropped
         self._cond = threading.Condition()
         self._selector = selectors.PollSelector()  # no fd of its own, unlike epoll
         self._pending = select.poll()  # end()'s one-syscall look: anything unread?
@@ -78,6 +87,9 @@ class OutputCapture:
     def begin(self, job_id: int, kind: str) -> None:
         """Lines from now on belong to this job."""
         self._tail.clear()  # an answer that never took its tail must not pass it on
+        if self._logged or self._left_out:  # output between jobs: its own budget
+            with self._cond:
+                self._close_budget()
         self._job = (job_id, kind)
 
     def take(self) -> str | None:
@@ -110,6 +122,7 @@ class OutputCapture:
                     break
             for r in self._names:
                 self._emit_partial(r)
+            self._close_budget()
             self._job = None
             self._job_wrote = False
 
@@ -141,14 +154,26 @@ class OutputCapture:
         lines = (self._partial[r] + data).split(b"\n")
         self._partial[r] = lines.pop()
         for line in lines:
-            self._emit(self._names[r], line)
+            self._emit(self._names[r], line, ended=True)
+        if len(self._partial[r]) > LOG_LIMIT:  # a line with no end: bounded all the same
+            self._emit_partial(r)
 
     def _emit_partial(self, r: int) -> None:
         if self._partial[r]:
             line, self._partial[r] = self._partial[r], b""
             self._emit(self._names[r], line)
 
-    def _emit(self, stream: str, raw: bytes) -> None:
+    def _emit(self, stream: str, raw: bytes, ended: bool = False) -> None:
+        """Write one line (``ended``: it had its newline) within the log's budget."""
+        size = len(raw) + ended
+        room = LOG_LIMIT - self._logged
+        if size > room:
+            self._left_out += size - max(room, 0)
+            if room <= 0:
+                return
+            raw = raw[:room]
+            size = room
+        self._logged += size
         text = raw.decode(errors="replace").removesuffix("\r")
         job = self._job
         for start in range(0, max(len(text), 1), CHUNK):
@@ -156,6 +181,19 @@ class OutputCapture:
                 os.write(self.target, self._record(stream, text[start:start + CHUNK], job))
             except OSError:
                 return  # the supervisor's stderr is gone: nowhere to say it
+
+    def _close_budget(self) -> None:
+        """Say how much of the output that just ended the log left out, and start a
+        fresh budget (called with the lock held)."""
+        left_out, self._left_out, self._logged = self._left_out, 0, 0
+        if left_out:
+            kept = f"; the job keeps its last {self.keep} bytes" if self.keep else ""
+            note = (f"... {left_out} more bytes of output not written to this log (at most "
+                    f"{LOG_LIMIT} bytes of a job's output are{kept})")
+            try:
+                os.write(self.target, self._record("stderr", note, self._job))
+            except OSError:
+                pass
 
     def _record(self, stream: str, text: str, job: tuple[int, str] | None) -> bytes:
         if self.json:
