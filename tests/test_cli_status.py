@@ -109,13 +109,26 @@ def test_live_supervisor_listed_stale_one_hidden_and_unserved_queue_named(dsn, c
     assert snapshot["stale_supervisors"] == 1
     assert snapshot["unserved"] == ["orphans"]
 
+    assert [(s["host"], s["pid"], s["jobs_held"]) for s in snapshot["presumed_dead"]] == \
+        [("web2", 999, 0)]
+
     out = invoke("status", "--dsn", dsn).output
-    assert "1 live supervisor (1 stale, not shown)" in out
+    assert "1 live supervisor (1 presumed dead, below)" in out
     sup_line = next(ln for ln in out.splitlines() if ln.startswith("web1"))
     assert sup_line.split()[:3] == ["web1", "4242", "5/8"]
     assert sup_line.split()[-1] == "images,default"
-    assert "web2" not in out
+    assert not any(ln.startswith("web2") for ln in out.splitlines())  # not among the live
+    assert "presumed dead: web2 pid 999 (queues orphans), last seen 10m00s ago" in out
     assert "no live supervisor serving the queue: orphans" in out
+
+
+def test_a_supervisor_silent_for_three_rounds_is_presumed_dead_not_live(dsn, conn):
+    add_supervisor(conn, "web3:7:c", "web3", 7, ["images"], 20, children=2, busy=1)
+    snapshot = orjson.loads(invoke("status", "--json", "--dsn", dsn).output)
+    assert snapshot["supervisors"] == []
+    [dead] = snapshot["presumed_dead"]
+    assert (dead["host"], dead["busy"], dead["children"]) == ("web3", 1, 2)
+    assert 20 <= dead["heartbeat_age"] < 60
 
 
 def test_kinds_published_by_supervisors_show_unhandled_kinds(dsn, conn):

@@ -17,14 +17,18 @@ from typing import Any, cast
 
 import psycopg
 
+from shared import defaults
 from shared.jobs import FINISHED_STATES, STATES
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import check_queue_name
 from supervisor.admin.resources import paused_kinds, waiting_for_resources
 
-# A supervisor whose heartbeat is older than this is not counted as alive (maintenance
-# drops such rows from the registry after the same time).
-LIVE_AFTER_SECONDS = 60.0
+# A supervisor beats once a maintenance round (MAINTENANCE_INTERVAL, 5 s). Three rounds
+# without a beat and it is presumed dead: shown apart, with when it was last seen, and
+# no longer counted as serving its queues. (It counted as alive for 60 s, the time
+# maintenance keeps a silent row: a SIGKILLed supervisor showed "1/2 busy" all along.)
+LIVE_AFTER_SECONDS = 3 * defaults.MAINTENANCE_INTERVAL
+PRESUMED_DEAD_AFTER_SECONDS = LIVE_AFTER_SECONDS
 RATE_WINDOW_SECONDS = 60.0
 # The counts a queue shows, in a job's life order: "claimed" (taken by a supervisor,
 # not started yet) apart from "running" (started), so running never exceeds children.
@@ -92,6 +96,21 @@ ORDER BY host, pid, id
 _STALE_SUPERVISORS = """
 SELECT count(*) FROM supervisor.supervisors
 WHERE heartbeat_at <= now() - %(live)s * interval '1 second'
+"""
+
+# Presumed dead, still in the registry: what each last said, and the jobs it still
+# holds (through the partial index of running jobs) with when their leases run out.
+_SILENT_SUPERVISORS = """
+SELECT s.id, s.host, s.pid, s.queues, s.children, s.busy,
+       extract(epoch FROM now() - s.heartbeat_at)::float8 AS heartbeat_age,
+       count(j.id)::int AS jobs_held,
+       extract(epoch FROM max(j.lease_expires_at) - now())::float8 AS leases_expire_in
+FROM supervisor.supervisors s
+LEFT JOIN supervisor.jobs j ON j.state = 'running' AND j.lease_owner = s.id
+     AND j.lease_expires_at IS NOT NULL
+WHERE s.heartbeat_at <= now() - %(live)s * interval '1 second'
+GROUP BY s.id
+ORDER BY s.host, s.pid, s.id
 """
 
 # Only asked when some live supervisor publishes its kinds (info.kinds): the distinct
@@ -221,17 +240,30 @@ def stale_supervisors(conn: psycopg.Connection) -> int:
     return row[0]
 
 
+def silent_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Registered supervisors presumed dead (no heartbeat for
+    ``PRESUMED_DEAD_AFTER_SECONDS``): ``id, host, pid, queues, children, busy`` as they
+    last beat, ``heartbeat_age`` (seconds since), ``jobs_held`` (jobs still leased to
+    it) and ``leases_expire_in`` (seconds until the last of those leases runs out, after
+    which the next maintenance round of a live supervisor rescues them; None: none)."""
+    cur = conn.execute(_SILENT_SUPERVISORS, {"live": PRESUMED_DEAD_AFTER_SECONDS})
+    assert cur.description is not None  # a SELECT describes its columns
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur]
+
+
 def status(conn: psycopg.Connection,
            finished: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """Everything ``supervisor status`` shows, as one JSON-ready dict: ``queues`` (see
     ``queue_stats``), ``supervisors`` (live ones), ``stale_supervisors`` (how many rows
-    have stopped beating), ``unserved`` (queues with available jobs that no live
+    have stopped beating), ``presumed_dead`` (those rows: ``silent_supervisors``),
+    ``unserved`` (queues with available jobs that no live
     supervisor serves) and ``unhandled`` (``{queue, kind}`` waiting in a served queue
     whose supervisors all publish their kinds and none names it). ``finished``: see
     ``queue_stats``."""
     queues = queue_stats(conn, finished)
     sups = live_supervisors(conn)
-    stale = stale_supervisors(conn)
+    silent = silent_supervisors(conn)
     served: dict[str, list[dict[str, Any]]] = {}
     for sup in sups:
         for name in sup["queues"] or ():
@@ -241,7 +273,8 @@ def status(conn: psycopg.Connection,
     return {
         "queues": queues,
         "supervisors": [public_supervisor(s) for s in sups],
-        "stale_supervisors": stale,
+        "stale_supervisors": len(silent),
+        "presumed_dead": silent,
         "unserved": unserved,
         "unhandled": _unhandled(conn, [n for n in waiting if n in served], served),
         "waiting_for_resources": waiting_for_resources(conn, sups),

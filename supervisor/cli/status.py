@@ -40,8 +40,9 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
     """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
     started yet; completed per second over the last minute; age of the oldest available
     job; DRAIN, when the waiting jobs would be done at that pace; paused), queues with
-    waiting jobs that no live supervisor serves, and the live supervisors (heartbeat
-    within 60 s)."""
+    waiting jobs that no live supervisor serves, the live supervisors (heartbeat
+    within 15 s: three maintenance rounds), and those presumed dead (silent longer,
+    with when they were last seen and when the jobs they held are rescued)."""
     with open_database(dsn) as conn:
         if not watch:
             click.echo(_render(_snapshot(conn, kinds), as_json))
@@ -92,6 +93,9 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append(f"kind {printable(paused['kind'])} paused until {until}: "
                      f"{printable(paused['reason'])}")
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
+    dead = presumed_dead_lines(snapshot.get("presumed_dead") or [])
+    if dead:
+        parts.append("\n".join(dead))
     native = native_lines(snapshot["supervisors"])
     if native:
         parts.append("\n".join(native))
@@ -123,8 +127,29 @@ def _drain(queue: dict[str, Any]) -> str:
     return "-" if seconds == 0 else age(seconds)
 
 
+def presumed_dead_lines(silent: list[dict[str, Any]]) -> list[str]:
+    """One line per supervisor presumed dead: when it was last seen, what it was doing,
+    and when the jobs it still holds go back."""
+    lines = []
+    for s in silent:
+        line = (f"presumed dead: {printable(str(s['host']))} pid {s['pid']} (queues "
+                f"{printable(','.join(s['queues'] or [])) or '-'}), last seen "
+                f"{age(s['heartbeat_age'])} ago, {s['busy']}/{s['children']} busy then; "
+                f"no heartbeat for {admin.LIVE_AFTER_SECONDS:g} s counts as dead")
+        held = s.get("jobs_held") or 0
+        if held:
+            expires = s.get("leases_expire_in")
+            when = ("at the next maintenance round" if expires is None or expires <= 0
+                    else f"once its leases expire, in {age(expires)}, at the next "
+                         "maintenance round")
+            line += (f". Its {held} job{'s go' if held != 1 else ' goes'} back {when} "
+                     "(lease_ttl after its last renewal)")
+        lines.append(line)
+    return lines
+
+
 def _supervisors_table(sups: list[dict[str, Any]], stale: int) -> str:
-    note = f" ({stale} stale, not shown)" if stale else ""
+    note = f" ({stale} presumed dead, below)" if stale else ""
     if not sups:
         return f"no live supervisors{note}"
     rows = [[s["host"], s["pid"], f"{s['busy']}/{s['children']}", age(s["heartbeat_age"]),
