@@ -74,7 +74,11 @@ async def jobs_page(request: Request) -> Response:
         names = await _db(request).run(queries.queue_names)
     bulk_params = {k: request.query_params.get(k) for k in
                    ("state", "queue", "kind", "created_after", "created_before")}
-    return page(request, "jobs.html", title="Jobs", states=STATES, queue_names=names,
+    # Past QUEUE_CHOICES names a list would be a page of its own: a text box instead.
+    too_many = len(names) > queries.QUEUE_CHOICES
+    return page(request, "jobs.html", title="Jobs", states=STATES,
+                queue_names=[] if too_many else names, queue_box=too_many,
+                queue_choices=queries.QUEUE_CHOICES,
                 filters=filters, bulk_params=bulk_params, **found)
 
 
