@@ -132,3 +132,12 @@ def test_run_prints_and_logs_no_value(dsn):
     written = proc.stdout + proc.stderr
     assert not leaks(written), written
     assert "Traceback" not in written
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_process_title_hides_every_secret_key(key):
+    from shared.dsn import redact_text
+    from supervisor.cli.early import _hide
+
+    for arg in (f"--dsn=host=h {key}={SECRET} port=1", f"postgresql://u@h/db?{key}={SECRET}"):
+        assert not leaks(_hide(arg, redact_text)), arg
