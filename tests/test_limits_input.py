@@ -150,7 +150,7 @@ def test_the_migration_mends_live_rows_and_their_queue_keeps_running(legacy):
                  "VALUES ('q', 2)")
     with pytest.raises(psycopg.errors.ProgramLimitExceeded):
         store.claim("q", ["k"], 5)
-    assert [m.version for m in migrate(conn)] == [22]
+    assert 22 in [m.version for m in migrate(conn)]  # and any later ones
     keys = {r[0] for r in conn.execute("SELECT concurrency_key FROM supervisor.jobs "
                                        "WHERE id = ANY(%s)", (ids,))}
     assert keys == {short_name(key)}
