@@ -115,8 +115,7 @@ class ClaimVariant:
 def variant(request: ClaimRequest, blocking: bool) -> ClaimVariant:
     """The statement ``request`` needs, run blocking or not."""
     shape = Shape.CARRYING if request.writes else Shape.BARE if blocking else Shape.ALONE
-    # A keyed claim runs in the schema's claim_keyed(): no bounds there (docs/admission.md).
-    bounded = request.bounds is not None and request.per_key is None
+    bounded = request.bounds is not None
     return ClaimVariant(request.aging > 0, request.per_key is not None, shape, bounded)
 
 
@@ -232,15 +231,21 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory"""
 
 
-def _keyed(aged: bool) -> str:
+def _keyed(aged: bool, bounded: bool = False) -> str:
     """The claim of a queue with a per-key limit: the schema's claim_keyed() serialises
     these claims per queue and skips keys at their limit (shared/schema/0007_limits.sql;
     with aging, the overload of 0011_aged_keyed_claim.sql, which orders as
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
     function predates the trace_context (0008), checkpoint (0015), expires_at (0016),
     cpus and memory (0017) columns: they are
-    read here, by primary key, for the few rows a claim returns."""
-    aging = ",\n                            %(aging)s::float8" if aged else ""
+    read here, by primary key, for the few rows a claim returns. ``bounded``: the
+    overload of 0024_keyed_claim_bounds.sql, which also skips jobs beyond this
+    supervisor's bounds (aged or not: it takes the aging, 0 for none)."""
+    if bounded:
+        aging = (",\n                            %(aging)s::float8, %(max_cpus)s::int, "
+                 "%(max_memory)s::bigint")
+    else:
+        aging = ",\n                            %(aging)s::float8" if aged else ""
     columns = "k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args"
     return f"""SELECT {columns},
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
@@ -281,7 +286,8 @@ FROM claimed"""
 @functools.cache
 def claim_sql(v: ClaimVariant) -> str:
     """The text of variant ``v`` (``%(name)s`` placeholders), built once."""
-    claim = _keyed(v.aged) if v.keyed else _lock_and_update(_candidates(v.aged, v.bounded))
+    claim = (_keyed(v.aged, v.bounded) if v.keyed
+             else _lock_and_update(_candidates(v.aged, v.bounded)))
     if v.shape is Shape.CARRYING:
         return _carrying(claim)
     if v.shape is Shape.ALONE:
