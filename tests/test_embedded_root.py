@@ -53,13 +53,13 @@ def private_home() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _status(home: Path, datadir: Path) -> subprocess.CompletedProcess:
+def _status(home: Path, datadir: Path, umask: int = -1) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("SUPERVISOR_DSN", "DATABASE_URL")}
     env.update(SUPERVISOR_EMBEDDED_DIR=str(datadir),
                PYTHONPATH=os.pathsep.join([str(home / "proj" / "site"), str(ROOT)]))
     return subprocess.run([sys.executable, "-m", "supervisor", "status"],
                           cwd=str(home / "proj"), env=env, capture_output=True, text=True,
-                          timeout=150)
+                          timeout=150, umask=umask)
 
 
 def test_status_as_root_leaves_a_private_home_private(private_home):
@@ -68,7 +68,8 @@ def test_status_as_root_leaves_a_private_home_private(private_home):
     data_base = Path(tempfile.mkdtemp(prefix="embedded-root-data-"))
     data_base.chmod(0o755)
     try:
-        result = _status(private_home, data_base / "pgdata")
+        # Folders the command creates for the data are its own: opened whatever the umask.
+        result = _status(private_home, data_base / "made" / "here" / "pgdata", umask=0o077)
         assert result.returncode == 0, result.stderr
         # the server ran from the copy under /var/lib, not from inside the home
         assert "embedded PostgreSQL, data in" in result.stderr
