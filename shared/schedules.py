@@ -21,9 +21,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from shared.options import DEFAULTS
+from shared.validation import MAX_KIND, MAX_SCHEDULE_NAME
+from shared.validation import MAX_QUEUE as MAX_QUEUE
 
-MAX_NAME = 200
-MAX_QUEUE = 255  # the jobs table's own limit
+MAX_NAME = MAX_SCHEDULE_NAME
 
 
 class ScheduleError(ValueError):
@@ -82,6 +83,8 @@ def make_spec(name: str, kind: str, *, cron: Any = None, every: Any = None,
         raise ScheduleError(f"schedule name must be 1 to {MAX_NAME} characters, got {name!r}")
     if not isinstance(kind, str) or not kind:
         raise bad("kind must be a non-empty string")
+    if len(kind) > MAX_KIND:  # schema 0022: every job it fires would be refused
+        raise bad(f"kind is {len(kind)} characters long, more than the {MAX_KIND} allowed")
     if (cron is None) == (every is None):
         raise bad("give exactly one of cron or every")
     tz_name = "UTC" if timezone is None else timezone

@@ -195,3 +195,12 @@ def test_short_name_is_the_same_in_python_and_sql(conn):
     for name in ("k", "é" * 300, "k" * 3000, "\U0001d41a" * 1000):
         assert conn.execute("SELECT supervisor.short_name(%s)", (name,)).fetchone()[0] == \
             short_name(name)
+
+
+def test_a_schedule_of_a_long_kind_is_refused_in_one_line():
+    from shared.schedules import ScheduleError, make_spec
+
+    with pytest.raises(ScheduleError) as refused:
+        make_spec("nightly", LONG, every=60)
+    assert str(refused.value) == ("schedule 'nightly': kind is 3000 characters long, more "
+                                  "than the 255 allowed")
