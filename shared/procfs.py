@@ -62,19 +62,59 @@ def _stat_fields(pid: int) -> list[bytes] | None:
 
 
 def group_sample(pid: int) -> GroupSample | None:
-    """CPU time of ``pid`` and of its live descendants, and the state of ``pid``; None
-    if ``pid``'s own stat cannot be read (gone, or no ``/proc``)."""
+    """CPU time of ``pid`` and of its live descendants (``tree_ticks``), and the state
+    of ``pid``; None if ``pid``'s own stat cannot be read (gone, or no ``/proc``)."""
     own = _stat_fields(pid)
     if own is None or len(own) < 15:
         return None
-    ticks = 0
-    for fields in [own, *(_stat_fields(kid) for kid in descendants(pid, 1000))]:
-        if fields is not None and len(fields) >= 15:
-            # utime, stime, cutime, cstime: fields 14-17 of stat, 11-14 after the name.
-            ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    ticks = tree_ticks(pid, include_self=True)
     # rss (field 24 of stat, 22 after the name) in pages.
     rss = int(own[21]) * _PAGE_SIZE if len(own) > 21 else 0
     return GroupSample(ticks / _CLK_TCK, own[0].decode("ascii", "replace"), rss)
+
+
+def descendants_cpu(pid: int) -> float:
+    """CPU seconds used so far by ``pid``'s live descendants (zombies included) and by
+    the children they reaped (``tree_ticks``); not ``pid``'s own."""
+    return tree_ticks(pid) / _CLK_TCK
+
+
+def tree_ticks(pid: int, include_self: bool = False, limit: int = 1000,
+               tries: int = 4) -> int:
+    """Clock ticks of CPU (user + system, with ``cutime``/``cstime``: what each one's
+    reaped children used) of ``pid``'s live descendants, and of ``pid`` itself with
+    ``include_self``; at most ``limit`` processes.
+
+    The sum is conserved as processes exit: a zombie's stat still holds its times, and
+    reaping moves them into its parent's ``cutime``. The walk lists parents before their
+    children, so a process reaped mid-walk is either read in its parent's ``cutime`` and
+    then found gone, or gone before its parent was read; both show as a listed pid whose
+    stat cannot be read, and the walk starts again (up to ``tries`` times; then the
+    partial sum, low by what the vanished ones used). A process read and then reaped by
+    a parent read later cannot happen in that order, so nothing is counted twice."""
+    ticks = 0
+    for _ in range(tries):
+        pids = descendants(pid, limit)
+        if include_self:
+            pids.insert(0, pid)
+        ticks, whole = _sum_ticks(pids)
+        if whole:
+            break
+    return ticks
+
+
+def _sum_ticks(pids: list[int]) -> tuple[int, bool]:
+    """The ticks of ``pids`` and whether every one's stat could be read."""
+    ticks = 0
+    whole = True
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields is None or len(fields) < 15:
+            whole = False
+            continue
+        # utime, stime, cutime, cstime: fields 14-17 of stat, 11-14 after the name.
+        ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    return ticks, whole
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -21,8 +21,9 @@ _JSON = '{"cpu_seconds":%.6f,"wall_seconds":%.6f,"max_rss_bytes":%d}'
 
 
 class Usage(NamedTuple):
-    """One attempt's cost. ``cpu_seconds``: user + system time of the child and of the
-    processes it started and reaped during the job; ``wall_seconds``: from the handler's
+    """One attempt's cost. ``cpu_seconds``: user + system time the child's whole process
+    tree spent during the job (the child, the processes it reaped, its live descendants:
+    ``workers.usage``); ``wall_seconds``: from the handler's
     start to its end; ``max_rss_bytes``: the child's peak resident memory during the job
     (its high-water mark is reset as each job starts)."""
 

@@ -1,10 +1,26 @@
 """Measuring what each job costs, in the child that runs it (``shared.usage.Usage``).
 
-CPU time is ``getrusage`` of the child itself plus what its reaped children used (a
-handler's ``subprocess.run`` counts), read once per job, at its end: a job's CPU is what
-the child used since the previous job's end, so it includes the runtime's few
-microseconds between two jobs (reading the next RUN, writing the answer) and saves two
-system calls a job (``rebase`` after the runtime reaps a job's leftovers).
+CPU time is the CPU of the child's whole process tree: ``getrusage`` of the child itself
+plus what its reaped children used (a handler's ``subprocess.run`` counts), plus, when
+the child has descendants, what ``/proc/<pid>/stat`` says every live one (zombies
+included) and the children each of them reaped have used (``shared.procfs.tree_ticks``).
+A job's CPU is the difference of that total between the job's start and its end, so the
+work of a process pool that outlives the job (loky's workers, a helper the runtime
+kills after the job, a pool kept across jobs) counts for the job it was done in. One
+``waitid`` (``WNOWAIT``: it reaps nothing) tells whether there are descendants at all:
+a subreaper without children has none, and then no ``/proc`` read is made. With none
+at the start, a job's CPU counts from the previous job's end, so it includes the
+runtime's few microseconds between two jobs (reading the next RUN, writing the answer)
+and saves system calls (``rebase`` after the runtime reaps a job's leftovers: their
+CPU after the job's end is nobody's).
+
+What the total cannot see: processes that left the tree (started through a daemon, or
+a subreaper that is not ours), processes auto-reaped because their parent ignores
+``SIGCHLD`` (the kernel adds their CPU to no one), more than 1000 descendants, and
+``/proc``'s clock-tick truncation (under 20 ms per live process at each end). A
+descendant's CPU is read from its own stat while it lives and from its parent's
+``cutime`` once reaped; a read that raced a reap is taken again (see ``tree_ticks``).
+
 Peak memory is the kernel's high-water mark of the child's resident set, reset as each
 job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end: from
 ``/proc/self/status`` (``VmHWM``) for a job of ``STATUS_AFTER`` seconds or more, and from
@@ -12,7 +28,8 @@ job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end: fr
 pays no ``/proc`` read. ``ru_maxrss`` also keeps the peak of threads that exited, so
 after a job whose threads ended at a higher peak a short job can read high. Where
 ``/proc`` cannot be written or read, one warning says so and ``ru_maxrss`` (the peak
-since the child started, if the mark cannot be reset) stands in.
+since the child started, if the mark cannot be reset) stands in. Peak memory is the
+child's own, not its descendants'.
 """
 
 from __future__ import annotations
@@ -23,6 +40,7 @@ import resource
 import time
 from collections.abc import Callable
 
+from shared.procfs import descendants_cpu
 from shared.usage import Usage
 
 HIGH_FD = 900  # the meter's /proc files live at or above this fd number
@@ -31,12 +49,38 @@ _SELF = resource.RUSAGE_SELF
 _CHILDREN = resource.RUSAGE_CHILDREN
 _getrusage = resource.getrusage
 _monotonic = time.monotonic
+_getpid = os.getpid
+
+
+_waitid = os.waitid
+_ANY_EXITED = os.WEXITED | os.WNOHANG | os.WNOWAIT
+_TRIES = 4
+
+
+def _has_children() -> bool:
+    """Whether this process has a child, live or zombie, without reaping any."""
+    try:
+        _waitid(os.P_ALL, 0, _ANY_EXITED)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _cpu_now() -> float:
+    """CPU seconds of this process, the children it reaped and its live descendants."""
     mine = _getrusage(_SELF)
     theirs = _getrusage(_CHILDREN)
-    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
+    tree = 0.0
+    if _has_children():
+        # A handler's thread may reap a descendant between the two readings: then its
+        # CPU would be in both (or in neither); read again until the reaped sum held.
+        for _ in range(_TRIES):
+            tree = descendants_cpu(_getpid())
+            again = _getrusage(_CHILDREN)
+            if again == theirs:
+                break
+            theirs = again
+    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime + tree
 
 
 class UsageMeter:
@@ -86,7 +130,9 @@ class UsageMeter:
 
     def start(self) -> None:
         """A job begins: reset the memory mark (unless it stayed where the last reset
-        left it) and take the wall clock. CPU time counts from the last job's end."""
+        left it) and take the wall clock. CPU time counts from the last job's end, or
+        from now if the child has descendants (a pool kept from an earlier job: what it
+        did between jobs is not this job's)."""
         if self._reset_due and self._clear_fd is not None:
             try:
                 os.write(self._clear_fd, b"5")
@@ -94,16 +140,17 @@ class UsageMeter:
                 self._drop(self._clear_fd)
                 self._clear_fd = None
                 self._proc_failed(f"cannot reset the memory mark ({exc.strerror})")
+        if _has_children():
+            self._cpu = _cpu_now()
         self._t0 = _monotonic()
 
     def stop(self) -> Usage:
         """The job ended: what it cost since ``start`` (its CPU since the last end)."""
         wall = _monotonic() - self._t0
-        mine = _getrusage(_SELF)
-        theirs = _getrusage(_CHILDREN)
-        total = mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
+        total = _cpu_now()
         cpu = total - self._cpu
         self._cpu = total
+        mine = _getrusage(_SELF)
         peak = mine.ru_maxrss * 1024
         # The mark moved during this job (or was reset at its start) unless it reads as
         # at the last job's end: then the next job resets it; once steady, no resets.

@@ -14,7 +14,9 @@ path where children answer:
   said READY plus the CPU the child reported for each job it answered since (its meter
   counts from one job's end to the next, so that sum is the CPU it used between READY
   and the job's start). No ``/proc`` read per job. A lower bound: descendants still
-  alive at a crash and processes that left the group are not counted.
+  alive at a crash and processes that left the group are not counted. CPU that the
+  child's descendants spent outside any job (a pool idling between jobs, leftovers
+  between a job's end and the runtime's kill) is in no answer, so it lands here.
 - ``max_rss_bytes``: the highest RSS the parent read for the child during the job
   (memory guard samples, liveness samples, the sample at the kill): for a job killed
   over the memory cap, at least the RSS that passed it. A lower bound: a peak between
