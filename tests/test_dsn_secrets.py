@@ -59,6 +59,11 @@ def test_no_secret_in_the_cli_line_or_the_exception(dsn, monkeypatch):
     with pytest.raises(DatabaseUnavailable) as caught:
         open_connection(dsn, "supervisor-test", statement_timeout=0, deadline=2)
     assert not leaks(str(caught.value)), caught.value
+    import supervisor  # the producers' API
+
+    with pytest.raises(DatabaseUnavailable) as caught:
+        supervisor.enqueue("k", dsn=dsn)
+    assert not leaks(str(caught.value)), caught.value
 
 
 @pytest.mark.parametrize("key", ["passwd", "pwd"])
