@@ -17,26 +17,30 @@
 -- before it that break it would fail their claim, outcome or rescue. Their keys are
 -- shortened here (first 200 characters, '~', md5: jobs that shared a key still share
 -- it, and it fits), and a live job of a kind too long to be allowed (no handler can
--- have such a name in practice) is discarded with the reason.
+-- have such a name in practice) is discarded with the reason. The states are spelled
+-- as the partial indexes of 0001 say them, so this reads the live jobs through those
+-- indexes, not the whole history (measured: docs/benchmarks.md, issue 50).
 UPDATE supervisor.jobs
 SET concurrency_key = CASE WHEN char_length(concurrency_key) > 255
                            THEN left(concurrency_key, 200) || '~' || md5(concurrency_key)
                            ELSE concurrency_key END,
     unique_key = CASE WHEN char_length(unique_key) > 512
                       THEN left(unique_key, 200) || '~' || md5(unique_key)
-                      ELSE unique_key END
-WHERE (char_length(concurrency_key) > 255 OR char_length(unique_key) > 512)
-  AND state IN ('available', 'scheduled', 'retryable', 'running');
-
-UPDATE supervisor.jobs
-SET state = 'discarded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-    errors = errors || jsonb_build_array(jsonb_build_object(
+                      ELSE unique_key END,
+    state = CASE WHEN char_length(kind) > 255 THEN 'discarded' ELSE state END,
+    finished_at = CASE WHEN char_length(kind) > 255 THEN now() ELSE finished_at END,
+    lease_owner = CASE WHEN char_length(kind) > 255 THEN NULL ELSE lease_owner END,
+    lease_expires_at = CASE WHEN char_length(kind) > 255 THEN NULL
+                            ELSE lease_expires_at END,
+    errors = CASE WHEN char_length(kind) > 255 THEN errors || jsonb_build_array(
+        jsonb_build_object(
         'attempt', attempt, 'kind', 'args',
         'message', 'discarded by schema 0022: its kind is ' || char_length(kind)
                    || ' characters long, more than the 255 allowed',
-        'traceback', NULL, 'at', now(), 'supervisor', NULL))
-WHERE char_length(kind) > 255
-  AND state IN ('available', 'scheduled', 'retryable', 'running');
+        'traceback', NULL, 'at', now(), 'supervisor', NULL)) ELSE errors END
+WHERE (char_length(concurrency_key) > 255 OR char_length(unique_key) > 512
+       OR char_length(kind) > 255)
+  AND (state = 'available' OR state IN ('scheduled', 'retryable') OR state = 'running');
 
 ALTER TABLE supervisor.jobs
     ADD CONSTRAINT jobs_kind_length CHECK (char_length(kind) <= 255) NOT VALID,
@@ -118,6 +122,12 @@ DECLARE
     message_room integer;
     text_room integer;
 BEGIN
+    -- The usual case, cheaply: a value no bigger than the budget in all (not compressed,
+    -- as the result of an append is) holds fewer characters than that of any text.
+    IF pg_column_compression(errors) IS NULL AND pg_column_size(errors) <= message_budget
+    THEN
+        RETURN errors;
+    END IF;
     SELECT coalesce(sum(char_length(e ->> 'message')), 0),
            coalesce(sum(coalesce(char_length(e ->> 'traceback'), 0)
                         + coalesce(char_length(e ->> 'output'), 0)), 0)
