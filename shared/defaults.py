@@ -39,6 +39,12 @@ BREAKER_WINDOW = 60.0
 BREAKER_COOLDOWN = 300.0
 JOB_TIMEOUT = 3600.0  # built-in hard timeout of one attempt; 0 disables it
 MAINTENANCE_INTERVAL = 5.0
+# A snapshot (or slot, or prepared transaction) holding the MVCC horizon longer than this
+# is warned about, naming it (issue 40: dead row versions pile up in front of the claim);
+# 0: never. A pg_dump or an analytics query may run for minutes; hours of a pinned
+# horizon are what slowed the claim tenfold here.
+HORIZON_WARN_AFTER = 300.0
+HORIZON_LOOK_EVERY = 30.0  # seconds between two looks at the horizon's holder
 METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own
 METRICS_HOST = "127.0.0.1"  # /metrics and /healthz listen on loopback unless told
 # The parent's statements, enforced by the server: it stops work nobody waits for. Kept

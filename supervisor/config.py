@@ -72,6 +72,8 @@ class RunConfig:
     flush_interval: float = 0.02  # longest a finished job's outcome waits to be batched
     prefetch: int | None = None  # jobs held per child for queues without their own; auto
     maintenance_interval: float = defaults.MAINTENANCE_INTERVAL  # beat, rescue, prune
+    # Warn when the MVCC horizon is held longer than this, naming the holder; 0: never.
+    horizon_warn_after: float = defaults.HORIZON_WARN_AFTER
     retention: float = defaults.RETENTION  # seconds completed/cancelled jobs are kept
     discarded_retention: float = defaults.DISCARDED_RETENTION
     statement_timeout: float = defaults.STATEMENT_TIMEOUT  # the parent's SQL, 0: none
@@ -329,7 +331,8 @@ def _check(config: RunConfig) -> None:
     if config.children < 1:
         raise ConfigError("children must be at least 1")
     for key in ("grace", "lease_ttl", "poll_interval", "boot_timeout", "heartbeat_interval",
-                "heartbeat_timeout", "kill_grace", "flush_interval", "retention"):
+                "heartbeat_timeout", "kill_grace", "flush_interval", "retention",
+                "horizon_warn_after"):
         if getattr(config, key) < 0:
             raise ConfigError(f"{key} must not be negative")
     if config.lease_ttl < 1:

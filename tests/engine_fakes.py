@@ -11,6 +11,7 @@ from collections import Counter, deque
 import psycopg
 
 from shared.db import DatabaseUnavailable
+from shared.horizon import HorizonReport
 from shared.jobs import ClaimedJob
 from supervisor.config import RunConfig
 from supervisor.db import ClaimResult, Database
@@ -36,6 +37,9 @@ class FakeConn:
 
 class FakeStore:
     """Jobs per queue in memory; ``calls`` lists every statement as (name, payload)."""
+
+    def horizon(self) -> HorizonReport:
+        return HorizonReport(None, 0, 0)  # nothing holds a snapshot here
 
     def __init__(self) -> None:
         self.conn = FakeConn()

@@ -16,6 +16,7 @@ Door:
   ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
 - ``kind_usage``: what each kind cost over recent finished jobs (``status --kinds``);
+- ``horizon``, ``describe_horizon``: who holds the MVCC horizon back, and its cost;
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
 - ``history``: the charts' finished jobs and queue depth per bucket of time;
@@ -24,6 +25,7 @@ Door:
 """
 
 from supervisor.admin import bulk, history, pages
+from supervisor.admin.horizon import describe_horizon, horizon
 from supervisor.admin.jobs import (
     CANCEL_STATES,
     RETRY_STATES,
@@ -68,10 +70,12 @@ __all__ = [
     "cancelled_dependents",
     "check_queue_name",
     "check_state",
+    "describe_horizon",
     "describe_waiting",
     "finished_counts",
     "get_job",
     "history",
+    "horizon",
     "kind_usage",
     "list_jobs",
     "live_slices",

@@ -63,7 +63,8 @@ def _snapshot(conn, kinds: bool = False) -> dict[str, Any]:
     ``kinds``, what each kind cost recently."""
     from supervisor.schedules import admin as schedules_admin
 
-    snapshot = admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5)}
+    snapshot = admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5),
+                                     "horizon": admin.horizon(conn)}
     if kinds:
         snapshot["kinds"] = admin.kind_usage(conn)
     return snapshot
@@ -92,6 +93,9 @@ def render_text(snapshot: dict[str, Any]) -> str:
         until = paused["until"] or "resumed by hand"
         parts.append(f"kind {printable(paused['kind'])} paused until {until}: "
                      f"{printable(paused['reason'])}")
+    held = admin.describe_horizon(snapshot.get("horizon"))
+    if held:
+        parts.append(held)
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
     dead = presumed_dead_lines(snapshot.get("presumed_dead") or [])
     if dead:

@@ -19,6 +19,7 @@ import psycopg
 
 from shared import defaults, jobs
 from shared.defaults import LIVE_STATES
+from shared.horizon import HorizonReport, read_horizon
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db import claim, leases
 from supervisor.db.attempt_cost import usage_params
@@ -370,6 +371,10 @@ class Store:
             if state != "running":
                 counts[queue]["due"] += due
         return counts
+
+    def horizon(self) -> HorizonReport:
+        """Who holds the MVCC horizon back, and the queue table's dead row versions."""
+        return read_horizon(self.connection)
 
     def kind_memory_p95(self, kinds: Sequence[str]) -> dict[str, int]:
         """Each kind's p95 of recent ``max_rss_bytes`` (kinds with 20 samples or more):

@@ -44,6 +44,7 @@ from supervisor.db import Database, HistoryWriter, Interrupt
 from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
 from supervisor.engine.depth import LONG_JOB
+from supervisor.engine.horizon import HorizonWatch
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 from supervisor.engine.notices import notify_drain, notify_fence, notify_pause
@@ -114,6 +115,8 @@ class Engine:
                                         discarded_retention=config.discarded_retention), clock,
             self.history)
         self.schedules = schedules
+        self.horizon_watch = HorizonWatch(config.horizon_warn_after, metrics)
+        self.next_horizon_look = now  # the first round looks: a hold may predate us
         db.store.max_attempts = handler_max_attempts(kinds)
         db.store.default_attempts = config.max_attempts
         db.store.poison_after = handler_poison_after(kinds)
@@ -497,6 +500,12 @@ class Engine:
                                  "reading each kind's memory use")
             if found is not None:
                 self.admission.kind_memory = found
+        if self.horizon_watch.warn_after and now >= self.next_horizon_look:
+            self.next_horizon_look = now + defaults.HORIZON_LOOK_EVERY
+            report = self.db.call(lambda s: s.horizon(), None,
+                                  "reading who holds the MVCC horizon")
+            if report is not None:
+                self.horizon_watch.looked(report, now)
         schedules = self.schedules
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")

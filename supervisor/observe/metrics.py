@@ -150,6 +150,13 @@ class SupervisorMetrics:
         self._db_up = r.gauge(
             "supervisor_database_up", "1 while the work connection is usable, else 0."
         )
+        self._horizon_age = r.gauge(
+            "supervisor_db_horizon_age_seconds",
+            "How long the oldest snapshot, prepared transaction or slot of the queue's "
+            "database has held the MVCC horizon (0: none), as last looked at.")
+        self._dead_rows = r.gauge(
+            "supervisor_db_jobs_dead_rows",
+            "Dead row versions in supervisor.jobs, as the statistics last counted them.")
         self._info = r.gauge("supervisor_info", "This supervisor's identity.",
                              ["owner", "version"])
         self._identity: tuple[str, str | None] | None = (owner, version)  # version: at render
@@ -275,6 +282,12 @@ class SupervisorMetrics:
     def database_up(self, up: bool) -> None:
         """Whether the work connection is currently usable."""
         self._db_up.set(1 if up else 0)
+
+    def horizon(self, held_seconds: float, dead_rows: int) -> None:
+        """The last look at the MVCC horizon: how long it is held, and the dead row
+        versions of the queue table."""
+        self._horizon_age.set(held_seconds)
+        self._dead_rows.set(dead_rows)
 
     def render(self) -> bytes:
         """Every metric in the text exposition format: the ``MetricsServer`` callback."""

@@ -1,0 +1,61 @@
+"""Telling the operator who pins the MVCC horizon (issue 40): a warning past a threshold
+that names the holder and what it costs, repeated at most every ``REPEAT_EVERY`` while
+the same holder stays, a line when it lets go, and the gauges ``/metrics`` shows.
+
+A look is a ``supervisor.db.horizon.HorizonReport``; this module only decides what to
+say. Each supervisor looks and warns on its own (every ``HORIZON_LOOK_EVERY``, so a fleet
+of N says it N times per ``REPEAT_EVERY``): the holder is the database's, not one
+supervisor's, and a lone supervisor must say it too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from shared.horizon import HorizonReport
+from supervisor.observe import SupervisorMetrics
+
+log = logging.getLogger("supervisor.horizon")
+
+REPEAT_EVERY = 600.0  # seconds between two warnings about the same holder
+
+
+class HorizonWatch:
+    """Warnings and gauges from each look at the horizon."""
+
+    def __init__(self, warn_after: float, metrics: SupervisorMetrics | None = None) -> None:
+        self.warn_after = warn_after  # 0: never warn
+        self.metrics = metrics
+        self._warned: tuple | None = None  # the holder last warned about
+        self._warned_at = 0.0
+        self._worst = 0.0  # longest hold seen of the holder warned about
+
+    def looked(self, report: HorizonReport, now: float) -> None:
+        """A look at ``now`` (monotonic)."""
+        if self.metrics is not None:
+            self.metrics.horizon(report.held_seconds, report.dead_rows)
+        holder = report.holder
+        held = report.held_seconds
+        over = self.warn_after > 0 and holder is not None and (
+            held >= self.warn_after
+            # A slot has no clock: one that nobody consumes holds the horizon for good.
+            or (holder.sort == "replication slot" and holder.state == "inactive"))
+        identity = ((holder.sort, holder.pid, holder.application, holder.since)
+                    if holder is not None else None)
+        if self._warned is not None and (not over or identity != self._warned):
+            log.info("the MVCC horizon is no longer held by the holder warned about "
+                     "(held %.0f s at the last look); dead row versions in "
+                     "supervisor.jobs can be vacuumed again: %d now",
+                     self._worst, report.dead_rows)
+            self._warned = None
+        if not over or holder is None:
+            return
+        self._worst = held
+        if identity == self._warned and now - self._warned_at < REPEAT_EVERY:
+            return
+        self._warned, self._warned_at = identity, now
+        age = f"for {held:.0f} s" if holder.seconds is not None else "(a slot: no clock)"
+        log.warning("the MVCC horizon is held %s by %s; %d dead row versions in "
+                    "supervisor.jobs cannot be vacuumed until it lets go, and each job "
+                    "adds 2-4 that claims must walk past (docs/operations.md, "
+                    "'A pinned MVCC horizon')", age, holder.describe(), report.dead_rows)
