@@ -20,6 +20,7 @@ import psycopg
 from shared.jobs import ClaimedJob
 from supervisor.admission import Admission
 from supervisor.db import ClaimRequest, ClaimResult, Database, connection_lost
+from supervisor.db import refused as refused_data
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
@@ -104,7 +105,9 @@ class Claimer:
         queue, wanted, completions = request.queue, request.limit, request.completions
         if isinstance(outcome, Exception):
             self.scheduler.unplanned(queue, wanted)
-            refused = isinstance(outcome, psycopg.DataError) and bool(completions)
+            # Refused for its data (class 22, 23 or 54: supervisor.db.refused), as a
+            # carried result can be: the completions are written alone, row by row.
+            refused = refused_data(outcome) and bool(completions)
             self.outbox.hand_back(list(completions), self.clock(), refused=refused)
             if connection_lost(outcome):
                 self.db.lost(outcome)
