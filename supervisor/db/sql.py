@@ -30,6 +30,10 @@ COMPLETE = f"""
 UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = {_USAGE}, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{{done}}', j.progress -> 'total')
+                    ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago

@@ -155,6 +155,11 @@ class Outbox:
         """The handler returned: the job completes with its result, and what the
         attempt cost and printed."""
         self.pending.progress.pop(job.id, None)
+        if job.id not in self.pending.flushed:
+            # A completed job resumes from nothing: its last checkpoint, unwritten, would
+            # ride a later renewal, which the completion (gone with a claim) has fenced
+            # off, and a false "fenced off" warning said so (issue 47).
+            self.pending.checkpoints.pop(job.id, None)
         ran = self._drop_start(job.id, now)  # its completion says it ran, and since when
         if ran is not None:
             due = now - ran + START_HOLD
