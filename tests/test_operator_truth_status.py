@@ -59,3 +59,30 @@ def test_a_killed_supervisor_is_presumed_dead_and_its_job_rescued(dsn, tmp_path)
         alive.signal(signal.SIGTERM)
         alive.wait(30)
         alive.stop()
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_jobs_held_for_their_dependencies_are_named_as_such(dsn, conn, as_json):
+    first = enqueue("e2e_noop", dsn=dsn)
+    enqueue("e2e_noop", depends_on=[first], dsn=dsn)
+    enqueue("e2e_noop", delay=3600, dsn=dsn)
+    args = ["status", "--dsn", dsn] + (["--json"] if as_json else [])
+    output = CliRunner().invoke(main, args).output
+    if as_json:
+        [queue] = orjson.loads(output)["queues"]
+        assert queue["counts"]["scheduled"] == 2 and queue["waiting_for_dependencies"] == 1
+    else:
+        assert ("waiting for their dependencies, not for a time (counted in SCHED): "
+                "default 1") in output
+
+
+def test_what_waits_is_told_apart_for_the_burst_progress(dsn, conn):
+    from supervisor.db.run_outcomes import waiting
+
+    first = enqueue("e2e_noop", dsn=dsn)
+    for _ in range(12):
+        enqueue("e2e_noop", depends_on=[first], dsn=dsn)
+    enqueue("e2e_noop", delay=60, dsn=dsn)
+    found = waiting(conn, ["default"])
+    assert (found.timed, found.held) == (1, 12)
+    assert found.next_due_in is not None and 0 < found.next_due_in <= 60

@@ -18,6 +18,7 @@ from typing import Any, cast
 import psycopg
 
 from shared import defaults
+from shared.batches import HOLD
 from shared.jobs import FINISHED_STATES, STATES
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import check_queue_name
@@ -52,6 +53,14 @@ GROUP BY queue, state
 _CLAIMED = """
 SELECT queue, count(*) FROM supervisor.jobs
 WHERE state = 'running' AND attempted_at IS NULL
+GROUP BY queue
+"""
+
+# Scheduled jobs held back until their dependencies complete wait at run_at =
+# shared.batches.HOLD (year 9999), read through the index on run_at from there.
+_HELD = """
+SELECT queue, count(*)::int FROM supervisor.jobs
+WHERE state = 'scheduled' AND run_at >= %(hold)s::timestamptz
 GROUP BY queue
 """
 
@@ -155,15 +164,18 @@ def queue_stats(conn: psycopg.Connection,
     the last minute), ``oldest_available`` (seconds since the oldest available job's
     run_at, or None), ``paused``, ``stop_running`` (paused with ``--stop-running``),
     ``limits`` (global limits, see
-    ``limits.all_limits``; None). ``finished`` gives the finished states' counts (see
-    ``finished_counts``) counted earlier; without it they are counted now."""
+    ``limits.all_limits``; None), ``waiting_for_dependencies`` (of its scheduled jobs,
+    those held until their dependencies complete, not for a time). ``finished`` gives
+    the finished states' counts (see ``finished_counts``) counted earlier; without it
+    they are counted now."""
     queues: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
         if name not in queues:
             queues[name] = {"name": name, "paused": False, "stop_running": False,
                             "counts": dict.fromkeys(COUNTED, 0),
-                            "rate": 0.0, "oldest_available": None, "limits": None}
+                            "rate": 0.0, "oldest_available": None, "limits": None,
+                            "waiting_for_dependencies": 0}
         return queues[name]
 
     if finished is None:
@@ -177,6 +189,8 @@ def queue_stats(conn: psycopg.Connection,
         counts = entry(queue)["counts"]
         counts["claimed"] = min(claimed, counts["running"])
         counts["running"] -= counts["claimed"]
+    for queue, held in conn.execute(_HELD, {"hold": HOLD}):
+        entry(queue)["waiting_for_dependencies"] = held
     for queue, recent in conn.execute(_RECENT_COMPLETIONS, {"window": RATE_WINDOW_SECONDS}):
         entry(queue)["rate"] = recent / RATE_WINDOW_SECONDS
     for queue, oldest in conn.execute(_OLDEST_AVAILABLE):

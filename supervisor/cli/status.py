@@ -79,6 +79,11 @@ def _render(snapshot: dict[str, Any], as_json: bool) -> str:
 def render_text(snapshot: dict[str, Any]) -> str:
     """The status snapshot as the table a person reads."""
     parts = [_queues_table(snapshot["queues"])]
+    deps = [q for q in snapshot["queues"] if q.get("waiting_for_dependencies")]
+    if deps:
+        parts.append("waiting for their dependencies, not for a time (counted in SCHED): "
+                     + ", ".join(f"{printable(q['name'])} {q['waiting_for_dependencies']}"
+                                 for q in deps))
     if snapshot["unserved"]:
         parts.append("waiting with no live supervisor serving the queue: "
                      + ", ".join(printable(name) for name in snapshot["unserved"]))
