@@ -125,7 +125,42 @@ def cost_joblib(tasks: int = 4, seconds: float = 0.5, n_jobs: int = 2,
     else:
         used = Parallel(n_jobs=n_jobs, backend="loky")(
             delayed(_joblib_task)(seconds) for _ in range(tasks))
-    return {"helper_cpu": sum(used)}
+    return {"helper_cpu": sum(used), "pid": os.getpid(), "seen": _named_for_me()}
+
+
+def _named_for_me() -> list[str]:
+    """The /dev/shm entries whose name carries this process's pid."""
+    from workers.shm import listing, pid_tokens
+
+    me = os.getpid()
+    return sorted(name for name in listing() if me in pid_tokens(name))
+
+
+@job(max_attempts=1)
+def cost_shm_census() -> dict:
+    """The /dev/shm entries named for this child, after earlier jobs in it."""
+    return {"pid": os.getpid(), "seen": _named_for_me()}
+
+
+@job(max_attempts=1)
+def cost_shm_share(path: str, make: str) -> dict:
+    """Map an existing /dev/shm file and leave a helper holding it open (killed after
+    the job): the file is someone else's and must stay. The helper also creates
+    ``make`` (a name with no pid in it) and holds it open: that one is the job's."""
+    import mmap
+
+    with open(path, "r+b") as f:
+        mapped = mmap.mmap(f.fileno(), 0)
+    helper = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time\nf = open(sys.argv[1])\n"
+                               "g = open(sys.argv[2], 'w')\n"
+                               "print('OPEN', flush=True)\ntime.sleep(3600)\n",
+                               path, make],
+                              stdout=subprocess.PIPE, text=True)
+    assert helper.stdout is not None
+    helper.stdout.readline()
+    mapped.close()
+    return {"pid": os.getpid()}
 
 
 def _joblib_array_task(seconds: float, data: object) -> float:

@@ -35,6 +35,7 @@ from workers.inbox import JobInbox
 from workers.jobpipe import JobPipe
 from workers.reaper import reap_leftovers
 from workers.registry import get_handler
+from workers.shm import ShmJanitor
 from workers.softtimer import SoftTimer
 from workers.stopnotice import StopNotice
 from workers.usage import UsageMeter
@@ -100,8 +101,10 @@ def _boot_and_serve(config: ChildConfig) -> int:
     except BaseException as exc:
         _report_boot_error(config, "on_child_start", exc)
         return CHILD_BOOT_ERROR
-    code = JobRunner(config).serve()
+    runner = JobRunner(config)
+    code = runner.serve()
     hooks.run_child_exit(_say)
+    runner.finish()
     return code
 
 
@@ -145,6 +148,7 @@ class JobRunner:
         self.stop_notice = StopNotice()
         self.output = output.install(keep=config.output_capture)
         self.meter = UsageMeter(_say)
+        self.shm = ShmJanitor()
         self.executor = JobExecutor(max_result_bytes=config.max_result_bytes,
                                     default_soft_timeout=config.default_soft_timeout,
                                     soft_timer=self.soft_timer, begin=self._begin,
@@ -222,7 +226,8 @@ class JobRunner:
                 result.output = take_output()
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
-            if reap_leftovers():  # nothing its handler started outlives the job
+            if reap_leftovers(self.shm.before_reap):  # nothing it started outlives it
+                self.shm.after_reap()  # nor what those processes left in /dev/shm
                 self.meter.rebase()
             self.jobs_done += 1
             read_ok, write_ok = pipe.intact()
@@ -237,6 +242,13 @@ class JobRunner:
                     wire.write_all(write_fd, result.encode())
                 return CHILD_RECYCLE if read_ok else CHILD_PIPE_LOST
             answer = result.encode()
+
+    def finish(self) -> None:
+        """The child is about to exit: end what ``on_child_exit`` hooks started, and
+        remove what its processes left in /dev/shm."""
+        reap_leftovers(self.shm.before_reap)
+        self.shm.after_reap()
+        self.shm.at_exit()
 
     def _should_recycle(self) -> bool:
         config = self.config

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+from collections.abc import Callable
 
 from shared.exitcodes import CHILD_PARENT_GONE
 from shared.procfs import children, descendants
@@ -46,9 +47,10 @@ def arm() -> None:
     signal.signal(DEATH_SIGNAL, _parent_died)
 
 
-def reap_leftovers() -> int:
+def reap_leftovers(before_kill: Callable[[list[int]], None] | None = None) -> int:
     """SIGKILL and reap every process left under this one; return how many there
-    were. When there are none (nearly every job) it costs one ``waitpid`` call."""
+    were. When there are none (nearly every job) it costs one ``waitpid`` call.
+    ``before_kill`` sees the tree first, while it still runs (``workers.shm``)."""
     if not _anychildren():
         return 0
     me = os.getpid()
@@ -57,6 +59,9 @@ def reap_leftovers() -> int:
         tree = descendants(me)
         if not tree:
             break
+        if before_kill is not None:
+            before_kill(tree)
+            before_kill = None
         total += len(tree)
         for pid in tree:
             _kill(pid)

@@ -1,0 +1,156 @@
+"""Nothing a job's processes leave in /dev/shm outlives the child that ran them (issue
+47): loky's semaphores and joblib's memmapping folders go when the job's processes are
+reaped and when the child recycles; an entry someone else made or still uses stays.
+The janitor's rules on a directory of its own first, then real ``supervisor run``
+children on the real /dev/shm."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from e2e import Supervisor, job_row, run_burst, wait_until
+
+from shared.enqueue import enqueue
+from workers.shm import SHM_DIR, ShmJanitor, listing, pid_tokens
+
+pytestmark = [pytest.mark.timeout(600)]
+
+HAS_JOBLIB = importlib.util.find_spec("joblib") is not None
+needs_joblib = pytest.mark.skipif(not HAS_JOBLIB,
+                                  reason="joblib is not installed (the test extra has it)")
+
+
+def test_pid_tokens_are_runs_of_digits_between_separators():
+    assert pid_tokens("sem.loky-812-x1y2") == {812}
+    assert pid_tokens("joblib_memmapping_folder_4411_9ab_77") == {4411, 77}
+    assert pid_tokens("torch_123_456") == {123, 456}
+    assert pid_tokens("sem.loky-812-3o5hu5qy") == {812}  # "3o5..." is not a pid
+    assert pid_tokens("PostgreSQL.3780207184") == set()  # longer than any pid
+    assert pid_tokens("psm_2f0c91ab") == set()
+
+
+def _sleeper(*paths: str) -> subprocess.Popen:
+    """A process holding ``paths`` open until killed."""
+    code = ("import sys, time\nfs = [open(p) for p in sys.argv[1:]]\n"
+            "print('OPEN', flush=True)\ntime.sleep(3600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, *paths], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "OPEN\n"
+    return proc
+
+
+def test_the_janitor_removes_what_the_tree_names_or_uses_and_nothing_else(tmp_path):
+    old = tmp_path / "sem.loky-1-old"  # there before the janitor started
+    old.write_text("")
+    janitor = ShmJanitor(str(tmp_path))
+    worker = _sleeper(str(old))
+    try:
+        named = tmp_path / f"sem.loky-{worker.pid}-abc"
+        named.write_text("")
+        folder = tmp_path / f"joblib_memmapping_folder_{os.getpid()}_abc_def"
+        folder.mkdir()
+        (folder / "a.pkl").write_text("x")
+        used = tmp_path / "psm_abcdef"
+        used.write_text("")
+        shared = tmp_path / "shared_by_another"
+        shared.write_text("")
+        other = tmp_path / "sem.loky-999999-zz"  # another process's pid
+        other.write_text("")
+        quiet = tmp_path / "nobody_uses_me"
+        quiet.write_text("")
+        holder = _sleeper(str(shared))  # outside the tree, still using it
+        user = _sleeper(str(used), str(shared))
+        try:
+            janitor.before_reap([worker.pid, user.pid])
+            for proc in (worker, user):
+                proc.kill()
+                proc.wait()
+            assert janitor.after_reap() == 3
+            assert sorted(listing(str(tmp_path))) == sorted(
+                ["sem.loky-1-old", "shared_by_another", "sem.loky-999999-zz",
+                 "nobody_uses_me"])
+        finally:
+            holder.kill()
+            holder.wait()
+    finally:
+        worker.kill()
+        worker.wait()
+    # At the child's exit: what names the child goes, what it does not name stays.
+    mine = tmp_path / f"torch_{os.getpid()}_1"
+    mine.write_text("")
+    assert janitor.at_exit() == 1
+    assert not mine.exists() and quiet.exists() and old.exists()
+
+
+def burst(dsn: str, *args: str) -> None:
+    run_burst(dsn, "-n", "1", "--poll-interval", "0.1", *args, app="cost_handlers",
+              timeout=500)
+
+
+def _named_for(pids: set[int]) -> list[str]:
+    return sorted(name for name in listing() if pid_tokens(name) & pids)
+
+
+@pytest.mark.slow
+@needs_joblib
+def test_fifty_joblib_jobs_and_a_recycle_leave_nothing_in_dev_shm(dsn):
+    jobs = []
+    for n in range(50):
+        # Every fifth memmaps its array through a joblib folder in /dev/shm.
+        args = {"tasks": 2, "seconds": 0.0, "array_kb": 64 if n % 5 == 0 else 0}
+        jobs.append(enqueue("cost_joblib", args, dsn=dsn))
+        if n % 10 == 9:
+            jobs.append(enqueue("cost_shm_census", {}, dsn=dsn))
+    # A recycle every 30 jobs or so (the limit is jittered): the burst's last child exits.
+    burst(dsn, "--max-jobs-per-child", "30")
+    rows = [job_row(dsn, job_id) for job_id in jobs]
+    children = {row["result"]["pid"] for row in rows if row["state"] == "completed"}
+    seen = [name for row in rows if row["kind"] == "cost_joblib"
+            and row["state"] == "completed" for name in row["result"]["seen"]]
+    # The jobs did make entries named for their child while they ran ...
+    assert any(name.startswith("sem.loky-") for name in seen), seen
+    assert any(name.startswith("joblib_memmapping_folder_") for name in seen), seen
+    assert len(children) >= 2, children  # the child recycled
+    # ... and a later job in the same child finds none of them,
+    for row in rows:
+        if row["kind"] == "cost_shm_census":
+            assert row["state"] == "completed", row["errors"]
+            assert row["result"]["seen"] == [], row["result"]
+    # nor does anyone once the children are gone.
+    assert _named_for(children) == []
+
+
+@pytest.mark.slow
+def test_an_entry_another_process_still_uses_stays_and_the_jobs_own_goes(dsn):
+    sup = Supervisor(dsn, "-n", "1", "--poll-interval", "0.1", app="cost_handlers")
+    shared = f"{SHM_DIR}/h6-shared-{uuid.uuid4().hex}"
+    made = f"{SHM_DIR}/h6-made-{uuid.uuid4().hex}"
+    holder = None
+    try:
+        first = enqueue("cost_shm_census", {}, dsn=dsn)
+        wait_until(lambda: job_row(dsn, first)["state"] == "completed", timeout=60,
+                   what="the child's first job")
+        # Made after the child started, and held open here all along.
+        with open(shared, "wb") as f:
+            f.write(b"\0" * 4096)
+        holder = _sleeper(shared)
+        share = enqueue("cost_shm_share", {"path": shared, "make": made}, dsn=dsn)
+        after = enqueue("cost_shm_census", {}, dsn=dsn)
+        wait_until(lambda: job_row(dsn, after)["state"] == "completed", timeout=60,
+                   what="the job after the share")
+        assert job_row(dsn, share)["state"] == "completed", job_row(dsn, share)["errors"]
+        assert os.path.exists(shared)
+        assert not os.path.exists(made)
+    finally:
+        sup.stop()
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        for path in (shared, made):
+            if os.path.exists(path):
+                os.unlink(path)
