@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from shared.shmspace import shm_warning
 from shared.units import format_size
 from shared.validation import printable
 from supervisor import admin
@@ -114,6 +115,7 @@ def render_text(snapshot: dict[str, Any]) -> str:
         rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]
                 for f in snapshot["next_fires"]]
         parts.append("next schedule fires\n" + table(["SCHEDULE", "EVERY", "NEXT"], rows))
+    parts.extend(filter(None, [shm_warning()]))  # this machine's /dev/shm near full
     return "\n\n".join(parts)
 
 
