@@ -7,13 +7,33 @@ starts or touches a PostgreSQL.
   is migrated once per session, so it costs one CREATE DATABASE).
 * ``conn``: an autocommit psycopg connection to ``dsn``.
 * ``throwaway_server``: a private embedded PostgreSQL the test may stop and restart.
+
+The ``unit`` lane (tests needing no database) is listed and checked in ``lanes``;
+``SUPERVISOR_TEST_NO_DB=1`` makes every database fixture fail at once.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import lanes
 import pgharness
 import psycopg
 import pytest
+
+if lanes.no_database():
+    lanes.refuse_databases(pgharness)
+
+
+def pytest_configure(config):
+    lanes.check_stale(Path(__file__).parent)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    lanes.mark_collected(report, Path(__file__).parent)
+    return report
 
 
 @pytest.fixture(scope="session")
