@@ -40,9 +40,12 @@ def shm_space(directory: str = SHM_DIR) -> ShmSpace | None:
     return ShmSpace(total, total - st.f_bfree * st.f_frsize)
 
 
-def shm_warning(directory: str = SHM_DIR, near: float = NEAR_FULL) -> str | None:
+def shm_warning(directory: str = SHM_DIR, near: float | None = None) -> str | None:
     """The line ``supervisor status`` prints when ``directory`` (this machine's, where
-    status runs) is at least ``near`` full; None otherwise or when it cannot be read."""
+    status runs) is at least ``near`` (``NEAR_FULL``) full; None otherwise or when it
+    cannot be read."""
+    if near is None:
+        near = NEAR_FULL
     space = shm_space(directory)
     if space is None or space.total == 0 or space.share < near:
         return None

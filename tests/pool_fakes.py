@@ -101,6 +101,9 @@ class FakeOs:
         pid, status = self.exits.pop(0)
         return Reaped(pid, status, self.cpu_at_exit.get(pid))
 
+    def clear_shm(self, pid: int) -> int:
+        return 0
+
     def getpid(self) -> int:
         return 1
 

@@ -34,7 +34,8 @@ import shutil
 from collections.abc import Iterable
 
 SHM_DIR = "/dev/shm"
-_PID_TOKEN = re.compile(rb"(?<![0-9A-Za-z])([0-9]{1,7})(?=[-_.]|$)")
+# A pid has no leading zero and at most 7 digits (pid_max is at most 4194304).
+_PID_TOKEN = re.compile(rb"(?<![0-9A-Za-z])([1-9][0-9]{0,6})(?=[-_.]|$)")
 _PREFIX = SHM_DIR + "/"
 
 
@@ -50,6 +51,12 @@ def pid_tokens(name: str) -> set[int]:
     """The pids a name carries: runs of digits after a start, ``-``, ``_`` or ``.`` and
     before one of those or the end (``sem.loky-812-x1`` carries 812)."""
     return {int(m) for m in _PID_TOKEN.findall(name.encode("utf-8", "surrogateescape"))}
+
+
+def first_pid(name: str) -> int | None:
+    """The first pid token of ``name``: its creator's, by the convention above."""
+    found = _PID_TOKEN.search(name.encode("utf-8", "surrogateescape"))
+    return int(found.group(1)) if found else None
 
 
 def referenced(pids: Iterable[int], directory: str = SHM_DIR) -> set[str]:
@@ -93,6 +100,29 @@ def _top(path: str) -> str:
 
 def _live_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _outside_group(pids: Iterable[int], pgid: int) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if os.getpgid(pid) != pgid:
+                out.append(pid)
+        except ProcessLookupError:
+            pass
+    return out
+
+
+def remove_for_dead_child(pid: int, directory: str = SHM_DIR) -> int:
+    """The child ``pid`` is dead (killed, or crashed) without removing what its pools
+    made: remove the entries whose name's first pid is ``pid`` (loky's semaphores and
+    joblib's folders name the process that made them), unless a live process outside
+    the child's process group (which is being killed) still uses one. How many went."""
+    names = {name for name in listing(directory) if first_pid(name) == pid}
+    if not names:
+        return 0
+    names -= referenced(_outside_group(_live_pids(), pid), directory)
+    return remove(names, directory)
 
 
 def remove(names: Iterable[str], directory: str = SHM_DIR) -> int:

@@ -13,6 +13,7 @@ import time
 from typing import NamedTuple
 
 from shared.procfs import GroupSample, descendants, group_sample
+from workers.shm import remove_for_dead_child
 
 
 class Reaped(NamedTuple):
@@ -128,6 +129,14 @@ class OsCalls:
         """The CPU time ``pid`` and its descendants have used and its state
         (``/proc``); None if it cannot be read."""
         return group_sample(pid)
+
+    def clear_shm(self, pid: int) -> int:
+        """Remove what the dead child ``pid``'s pools left in /dev/shm
+        (``workers.shm.remove_for_dead_child``); how many entries went."""
+        try:
+            return remove_for_dead_child(pid)
+        except OSError:
+            return 0
 
     def getpid(self) -> int:
         """This process's pid."""

@@ -832,6 +832,7 @@ class ChildProcess:
         self._os.close(self.write_fd)
         self.writer.clear()
         self._os.killpg(self.pid, signal.SIGKILL)
+        self._os.clear_shm(self.pid)  # a killed child removed nothing of its pools'
         self.outgoing.clear()
         jobs = self.jobs
         if jobs and self.started:
