@@ -24,7 +24,7 @@ _JOB_EXISTS = "SELECT 1 FROM supervisor.jobs WHERE id = %(id)s"
 # the operator created one, docs/dashboard.md: jobs_state_queue_idx), one probe per
 # (state, queue) pair present, not a pass over the table. Without such an index each
 # probe is a pass of its own: 82 s for 20,000 queues (issue 50), so then one pass
-# gathers them all (_QUEUE_NAMES_BY_PASS).
+# gathers them all (_QUEUE_NAMES_BY_PASS), as it does when there are few rows per pair.
 _QUEUE_NAMES_BY_INDEX = """
 WITH RECURSIVE p(state, queue) AS (
     (SELECT state, queue FROM supervisor.jobs ORDER BY state, queue LIMIT 1)
@@ -47,15 +47,24 @@ SELECT queue FROM supervisor.jobs
 ORDER BY 1
 LIMIT %(limit)s
 """
-# A valid, whole-table index of supervisor.jobs whose keys start with (state, queue).
-_HAS_STATE_QUEUE_INDEX = """
+# Whether a valid, whole-table index of supervisor.jobs has keys starting with (state,
+# queue), and the planner's estimates: rows, distinct queues, distinct states.
+_SKIP_INPUTS = """
 SELECT EXISTS (
     SELECT 1 FROM pg_index i
     JOIN pg_attribute s ON s.attrelid = i.indrelid AND s.attnum = i.indkey[0]
     JOIN pg_attribute q ON q.attrelid = i.indrelid AND q.attnum = i.indkey[1]
     WHERE i.indrelid = 'supervisor.jobs'::regclass AND i.indisvalid
-      AND i.indpred IS NULL AND s.attname = 'state' AND q.attname = 'queue')
+      AND i.indpred IS NULL AND s.attname = 'state' AND q.attname = 'queue'),
+  (SELECT reltuples FROM pg_class WHERE oid = 'supervisor.jobs'::regclass),
+  (SELECT n_distinct FROM pg_stats
+   WHERE schemaname = 'supervisor' AND tablename = 'jobs' AND attname = 'queue'),
+  (SELECT n_distinct FROM pg_stats
+   WHERE schemaname = 'supervisor' AND tablename = 'jobs' AND attname = 'state')
 """
+# A probe through the index costs about as much as reading this many rows in one pass
+# (measured, scripts/bench_dashboard_queues.py: 60,000 probes 1.66 s, 100,000 rows 28 ms).
+ROWS_PER_PROBE = 100
 QUEUE_CHOICES = 1000  # more queue names than this: the filter is a text box, not a list
 
 
@@ -87,10 +96,23 @@ def queues(conn: psycopg.Connection,
 def queue_names(conn: psycopg.Connection, limit: int = QUEUE_CHOICES + 1) -> list[str]:
     """The first ``limit`` queue names, sorted, of those that have jobs or a row in
     ``supervisor.queues``: by skipping through an index on (state, queue) when there is
-    one, else in one pass over the table."""
-    indexed = conn.execute(_HAS_STATE_QUEUE_INDEX).fetchone()
-    query = _QUEUE_NAMES_BY_INDEX if indexed and indexed[0] else _QUEUE_NAMES_BY_PASS
+    one and the table has many rows per (state, queue) pair, else in one pass."""
+    row = conn.execute(_SKIP_INPUTS).fetchone()
+    query = _QUEUE_NAMES_BY_INDEX if row and _skip_pays(*row) else _QUEUE_NAMES_BY_PASS
     return [row[0] for row in conn.execute(query, {"limit": limit})]
+
+
+def _skip_pays(indexed: bool, rows: float | None, queues: float | None,
+               states: float | None) -> bool:
+    """Whether skipping through the (state, queue) index probes fewer times than a pass
+    reads rows, by the planner's estimates (no estimates yet: a pass)."""
+    if not indexed or not rows or rows <= 0 or queues is None or states is None:
+        return False
+
+    def distinct(estimate: float) -> float:  # negative: a fraction of the rows
+        return -estimate * rows if estimate < 0 else estimate
+
+    return distinct(queues) * distinct(states) * ROWS_PER_PROBE < rows
 
 
 def supervisors(conn: psycopg.Connection) -> dict[str, Any]:
