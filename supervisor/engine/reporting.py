@@ -47,6 +47,7 @@ class _Undecided:
     job: jobs.ClaimedJob
     failure: str
     message: str
+    duration: float | None
 
 
 class OutcomeReporter:
@@ -205,8 +206,8 @@ class OutcomeReporter:
         if verdict == "will retry" and jobs.crash_signature(outcome.kind, outcome.message):
             # Only the row knows whether this crash repeats its last ones (poison): the
             # one line about it waits for the write.
-            self._undecided[(job.id, job.attempt)] = _Undecided(job, outcome.kind,
-                                                                 outcome.message)
+            self._undecided[(job.id, job.attempt)] = _Undecided(
+                job, outcome.kind, outcome.message, outcome.duration)
         else:
             log.log(logging.INFO if shutdown else logging.WARNING,
                     "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind,
@@ -221,9 +222,10 @@ class OutcomeReporter:
                            outcome.usage, outcome.output)
         if outcome.usage is not None:
             self.metrics.job_cpu(job, outcome.usage.cpu_seconds)
-        self.metrics.job_failed(job, outcome.kind,
-                                retried=not shutdown and not cancelled and not discarded,
-                                discarded=discarded, duration=outcome.duration)
+        if (job.id, job.attempt) not in self._undecided:  # else counted once decided
+            self.metrics.job_failed(job, outcome.kind,
+                                    retried=not shutdown and not cancelled and not discarded,
+                                    discarded=discarded, duration=outcome.duration)
 
 
     def settle_failures(self, items: Sequence[Failure], written: Collection[int],
@@ -235,18 +237,24 @@ class OutcomeReporter:
         for failure in items:
             undecided = self._undecided.pop((failure.id, failure.attempt), None)
             if failure.id not in written:
+                if undecided is not None:  # the attempt failed; the row is not ours now
+                    self.metrics.job_failed(undecided.job, undecided.failure, retried=False,
+                                            discarded=False, duration=undecided.duration)
                 continue
             if undecided is None:
                 if failure.id in poisoned:  # logged as discarded (its last attempt) already
                     self._reason_was_poison(failure.kind)
                 continue
             job = undecided.job
-            if failure.id in poisoned:
+            poison = failure.id in poisoned
+            if poison:
                 verdict = "discarded as poison (the same crash as its last attempt)"
                 self.ledger.finished["discarded"] += 1
                 self.discard_reasons["poison"] += 1
             else:
                 verdict = "will retry"
+            self.metrics.job_failed(job, undecided.failure, retried=not poison,
+                                    discarded=poison, duration=undecided.duration)
             log.warning("job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind,
                         job.attempt, job.max_attempts, undecided.failure, verdict,
                         undecided.message,
@@ -257,6 +265,7 @@ class OutcomeReporter:
         if self.discard_reasons[kind] > 0:
             self.discard_reasons[kind] -= 1
             self.discard_reasons["poison"] += 1
+        self.discard_reasons += Counter()  # drops the reasons left at zero
 
 
 def _ran_for(done: JobDone) -> float:
