@@ -165,3 +165,16 @@ def cost_shm_share(path: str, make: str) -> dict:
 
 def _joblib_array_task(seconds: float, data: object) -> float:
     return _joblib_task(seconds) + 0 * float(data.sum())  # type: ignore[attr-defined]
+
+
+@job(max_attempts=1)
+def cost_joblib_hang(report: str) -> None:
+    """Start loky's workers, write this child's pid and the /dev/shm entries named for
+    it to ``report``, then wait until the parent kills the child (its timeout)."""
+    from joblib import Parallel, delayed
+
+    Parallel(n_jobs=2, backend="loky")(delayed(_joblib_task)(0.0) for _ in range(2))
+    with open(report + ".tmp", "w") as f:
+        f.write(" ".join([str(os.getpid()), *_named_for_me()]))
+    os.replace(report + ".tmp", report)
+    time.sleep(3600)

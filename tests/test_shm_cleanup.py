@@ -154,3 +154,35 @@ def test_an_entry_another_process_still_uses_stays_and_the_jobs_own_goes(dsn):
         for path in (shared, made):
             if os.path.exists(path):
                 os.unlink(path)
+
+
+@pytest.mark.slow
+@needs_joblib
+def test_a_child_killed_over_its_timeout_leaves_nothing_of_its_pools(dsn, tmp_path):
+    report = tmp_path / "report"
+    hung = enqueue("cost_joblib_hang", {"report": str(report)}, dsn=dsn)
+    burst(dsn, "--timeout", "20")
+    assert job_row(dsn, hung)["state"] == "discarded"
+    pid, *seen = report.read_text().split()
+    assert any(name.startswith("sem.loky-") for name in seen), seen
+    assert _named_for({int(pid)}) == []
+
+
+def test_status_warns_when_dev_shm_is_near_full(dsn, monkeypatch):
+    from click.testing import CliRunner
+
+    from shared import shmspace
+    from supervisor.cli.main import main
+
+    assert shmspace.shm_warning(near=1.01) is None
+    line = shmspace.shm_warning(near=0.0)
+    assert line is not None and line.startswith("warning: /dev/shm on this machine is ")
+    assert shmspace.shm_warning("/no/such/dir", near=0.0) is None
+    runner = CliRunner()
+    quiet = runner.invoke(main, ["status", "--dsn", dsn])
+    assert quiet.exit_code == 0, quiet.output
+    assert "/dev/shm" not in quiet.output  # this machine's is far from full
+    monkeypatch.setattr(shmspace, "NEAR_FULL", 0.0)
+    loud = runner.invoke(main, ["status", "--dsn", dsn])
+    assert loud.exit_code == 0, loud.output
+    assert "warning: /dev/shm on this machine is " in loud.output
