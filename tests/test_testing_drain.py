@@ -165,7 +165,8 @@ def test_drain_stores_progress_and_bad_results_fail_as_in_a_child(conn):
     p = h.th_progress.options(conn=conn).enqueue()
     nan = h.th_nan.options(conn=conn, max_attempts=1).enqueue()
     drain(conn=conn)
-    assert row(conn, p)[5] == {"done": 2, "total": 3, "message": "two of three"}
+    # Stored as reported, made final as the job completed (done = total; issue 47).
+    assert row(conn, p)[5] == {"done": 3, "total": 3, "message": "two of three"}
     state, _, _, errors, _, _ = row(conn, nan)
     assert state == "discarded"
     assert errors[-1]["kind"] == "result"
