@@ -41,6 +41,7 @@ from shared import defaults
 from supervisor.admission import Admission, make_budget
 from supervisor.breaker import Breaker, BreakerSettings
 from supervisor.db import Database, HistoryWriter, Interrupt
+from supervisor.db.kind_run_times import kind_run_p95
 from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
 from supervisor.engine.depth import LONG_JOB
@@ -52,6 +53,7 @@ from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import handler_max_attempts, handler_poison_after
 from supervisor.engine.reporting import OutcomeReporter
+from supervisor.engine.runtimes import MIN_SAMPLES
 from supervisor.observe import JobTracer, SupervisorMetrics
 
 if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each tick
@@ -393,7 +395,13 @@ class Engine:
         grace to checkpoint and stop (``engine.notices``); each tick after, the jobs
         that started late or overran their estimate. Returns how many were told now."""
         self.drain_ends = self.clock() + grace
-        return notify_drain(pool, self.reporter.run_times, grace)
+        run_times = self.reporter.run_times
+        unknown = run_times.unknown({job.kind for job, _ in pool.running_since()})
+        if unknown:  # none completed here yet: the table's run times say (issue 47)
+            run_times.adopt(self.db.call(
+                lambda s: kind_run_p95(s.connection, sorted(unknown), MIN_SAMPLES), {},
+                "reading run times"))
+        return notify_drain(pool, run_times, grace)
 
     def collect(self, pool: Pool, now: float) -> None:
         """Book what the pool reported since the last tick (used while stopping)."""

@@ -19,6 +19,17 @@ class RunTimes:
 
     def __init__(self) -> None:
         self._seen: dict[str, deque[float]] = {}
+        # The table's p95 of kinds too few of which completed here (issue 47).
+        self._stored: dict[str, float] = {}
+
+    def unknown(self, kinds: set[str]) -> set[str]:
+        """Those of ``kinds`` whose run time this supervisor cannot say yet."""
+        return {kind for kind in kinds if self.p95(kind) is None}
+
+    def adopt(self, stored: dict[str, float]) -> None:
+        """Take the table's p95 for kinds too few of which completed here; the run
+        times measured here take over once there are ``MIN_SAMPLES`` of them."""
+        self._stored.update(stored)
 
     def ran(self, kind: str, seconds: float) -> None:
         """A job of ``kind`` completed after ``seconds`` in its child."""
@@ -28,10 +39,10 @@ class RunTimes:
         seen.append(seconds)
 
     def p95(self, kind: str) -> float | None:
-        """The 95th percentile of ``kind``'s recent run times (nearest rank), or None if
-        too few completed here to say."""
+        """The 95th percentile of ``kind``'s recent run times (nearest rank); if too few
+        completed here to say, the table's (``adopt``), else None."""
         seen = self._seen.get(kind)
         if seen is None or len(seen) < MIN_SAMPLES:
-            return None
+            return self._stored.get(kind)
         ordered = sorted(seen)
         return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
