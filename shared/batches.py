@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from shared import jobs
+from shared import batches_actions, jobs
+from shared.batches_actions import ActionResult, BatchActionRefused, check_budget
 from shared.batcheta import forecast
 from shared.batchstate import BatchSummary, Member, iter_results, summary
 from shared.options import (
@@ -32,9 +33,9 @@ from shared.reservations import reservation
 from shared.tracing import current_trace_context
 from shared.waiting import connect, wait_batch
 
-__all__ = ["HOLD", "Batch", "BatchSummary", "Callback", "Member", "check_callback",
-           "check_depends_on", "find_batch", "iter_results", "plan_batch",
-           "plan_dependent", "summary"]
+__all__ = ["HOLD", "ActionResult", "Batch", "BatchActionRefused", "BatchSummary",
+           "Callback", "Member", "check_callback", "check_depends_on", "find_batch",
+           "iter_results", "plan_batch", "plan_dependent", "summary"]
 
 # Where a held-back dependent waits: far, but finite (the parent subtracts now() from
 # the earliest run_at, which PostgreSQL refuses for 'infinity').
@@ -92,9 +93,38 @@ class Batch:
         return found.eta
 
     def wait(self, timeout: float | None = None) -> BatchSummary:
-        """Block until every member is final (and the callback enqueued); the summary.
+        """Block until every member is final (and the callback enqueued); the summary
+        (``.aborted`` and ``.reason`` when its failure budget stopped it).
         ``TimeoutError`` after ``timeout`` seconds."""
         return wait_batch(self.id, timeout, dsn=self.dsn)
+
+    def _act(self, action: str, *args: Any) -> ActionResult:
+        with connect(self.dsn) as conn:
+            return getattr(batches_actions, action)(conn, self.id, *args)
+
+    def cancel(self) -> ActionResult:
+        """Cancel every member not finished: from the first commit none starts, running
+        ones are told to stop, the callback is enqueued once with the summary. Done in
+        chunks (``shared.batches_actions``). ``LookupError`` for no such batch,
+        ``BatchActionRefused`` (one line, nothing changed) when it is finished."""
+        return self._act("cancel")
+
+    def retry_failed(self) -> ActionResult:
+        """Run exactly the discarded members again; a finished batch opens again and
+        its callback runs again once they are final."""
+        return self._act("retry_failed")
+
+    def pause(self) -> ActionResult:
+        """No member starts until ``resume()``; running members finish."""
+        return self._act("pause")
+
+    def resume(self) -> ActionResult:
+        """Undo ``pause()``: the held members are available at once."""
+        return self._act("resume")
+
+    def reprioritize(self, priority: int) -> ActionResult:
+        """Give the members not started yet this priority (lower runs first)."""
+        return self._act("reprioritize", priority)
 
 
 def find_batch(batch_id: int, dsn: str | None = None) -> Batch:
@@ -115,8 +145,9 @@ def find_batch(batch_id: int, dsn: str | None = None) -> Batch:
 
 _INSERT_BATCH = """
 INSERT INTO supervisor.batches (total, callback_kind, callback_queue, callback_args,
-                                callback_priority, callback_max_attempts, callback_timeout)
-VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s)
+                                callback_priority, callback_max_attempts, callback_timeout,
+                                max_failures, max_failure_rate)
+VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)
 RETURNING id
 """
 
@@ -131,9 +162,12 @@ def check_callback(then: Any) -> Callback:
 
 
 def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: Any,
-               options: ManyOptions) -> Plan:
+               options: ManyOptions, budget: tuple[int | None, float | None] = (None, None),
+               ) -> Plan:
     """Check everything, then the plan storing the batch and its members (run it in one
-    transaction); it returns ``(batch_id, ids)``."""
+    transaction); it returns ``(batch_id, ids)``. ``budget``: (max_failures,
+    max_failure_rate), past which the batch is aborted (schema 0025)."""
+    check_budget(*budget)
     o = resolved(options)
     plans.check_options(kind, o)
     if o["unique_keys"] is not None or o["unique_key"] is not None:
@@ -151,17 +185,19 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
     # Members may expire (issue 28): an expired member is final for the batch as a
     # discarded one is (schema 0021), so the batch still closes and calls back.
     return _insert_batch(encoded, callback, common, o["run_at"], float(o["delay"] or 0.0),
-                         plans.expiry(o))
+                         plans.expiry(o), budget)
 
 
 def _insert_batch(encoded: plans.ArgsBuffer, callback: Callback | None, common: dict[str, Any],
                   run_at: Any, delay: float,
-                  expiry: tuple[Any, float | None] = (None, None)) -> Plan:
+                  expiry: tuple[Any, float | None] = (None, None),
+                  budget: tuple[int | None, float | None] = (None, None)) -> Plan:
     cb = resolved(callback.options) if callback else None
     cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
     [(batch_id,)] = yield Execute(_INSERT_BATCH, (
         len(encoded), callback and callback.kind, cb and cb["queue"], cb_args,
-        cb["priority"] if cb else 0, cb and cb["max_attempts"], cb and cb["timeout"]))
+        cb["priority"] if cb else 0, cb and cb["max_attempts"], cb and cb["timeout"],
+        budget[0], None if budget[1] is None else float(budget[1])))
     ids = yield from plans._insert_many(encoded, None, dict(common, batch_id=batch_id),
                                         run_at, delay, expiry)
     return batch_id, ids

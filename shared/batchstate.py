@@ -25,6 +25,15 @@ class BatchSummary:
     callback_id: int | None
     finished: bool
     expired: int = 0  # members not started before their expires_at (issue 28)
+    stopped: str | None = None  # 'cancelled' (an operator) or 'aborted' (the budget)
+    reason: str | None = None  # why it was stopped
+    paused: bool = False
+    failures: int = 0  # failed attempts, counted when the batch has a failure budget
+
+    @property
+    def aborted(self) -> bool:
+        """Stopped by its failure budget (``reason`` says which and how far)."""
+        return self.stopped == "aborted"
 
     @property
     def pending(self) -> int:
@@ -47,7 +56,8 @@ SELECT b.id, b.total,
        count(*) FILTER (WHERE j.state = 'discarded'),
        count(*) FILTER (WHERE j.state = 'cancelled'),
        b.callback_id, b.finished_at IS NOT NULL,
-       count(*) FILTER (WHERE j.state = 'expired')
+       count(*) FILTER (WHERE j.state = 'expired'),
+       b.stop_kind, b.stop_reason, b.paused_at IS NOT NULL, b.failures
 FROM supervisor.batches b LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
 WHERE b.id = %s
 GROUP BY b.id

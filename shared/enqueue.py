@@ -69,6 +69,7 @@ def enqueue(kind: str, args: Mapping[str, Any] | None = None,
 
 def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
                  then: batches.Callback | None = None,
+                 max_failures: int | None = None, max_failure_rate: float | None = None,
                  **options: Unpack[ManyOptions]) -> Any:
     """Insert one job of ``kind`` per element of ``args_list``; returns ids in order.
 
@@ -79,7 +80,8 @@ def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
 
     With ``then`` (a handle's ``bind(...)``) the jobs form a batch: this returns a
     ``Batch`` (``id``, ``ids``, ``wait()``) and the callback is enqueued once, when the
-    last of them is final.
+    last of them is final. ``max_failures`` / ``max_failure_rate`` (with ``then``): a
+    failure budget past which the batch is aborted (docs/batches.md).
 
     ``concurrency_key`` gives every job that key, ``concurrency_keys`` one per job (None:
     no key); the rows still travel by COPY.
@@ -87,10 +89,13 @@ def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
     check_names(options, MANY_OPTIONS, "enqueue_many")
     conn, dsn = options.get("conn"), options.get("dsn")
     plan: Plan | None
+    if then is None and (max_failures is not None or max_failure_rate is not None):
+        raise ValueError("a failure budget needs a batch: pass then=callback.bind(...)")
     if then is not None:
         keys = options.get("concurrency_keys")
         _no_key_with("then", options.get("concurrency_key") if keys is None else keys)
-        plan = batches.plan_batch(kind, args_list, then, options)
+        plan = batches.plan_batch(kind, args_list, then, options,
+                                  (max_failures, max_failure_rate))
         with _dsn_named(dsn):
             batch_id, ids = run_plan(plan, conn, dsn, atomic=True)
         return batches.Batch(batch_id, ids, dsn)

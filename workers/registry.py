@@ -128,12 +128,17 @@ class JobHandle:
         return enqueue(self.kind, args, **self.defaults.options)
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None, *,
-                     concurrency_keys: Sequence[str | None] | None = None) -> Any:
+                     concurrency_keys: Sequence[str | None] | None = None,
+                     max_failures: int | None = None,
+                     max_failure_rate: float | None = None) -> Any:
         """Insert many jobs of this kind in one COPY; returns their ids in order, or with
         ``then=other.bind(...)`` a ``Batch`` whose last final member enqueues ``then``.
-        ``concurrency_keys``: one per job (None for none), for per-key limits."""
+        ``concurrency_keys``: one per job (None for none), for per-key limits.
+        ``max_failures``/``max_failure_rate``: the batch's failure budget."""
         return BoundJob(self, {}).enqueue_many(args_list, then=then,
-                                               concurrency_keys=concurrency_keys)
+                                               concurrency_keys=concurrency_keys,
+                                               max_failures=max_failures,
+                                               max_failure_rate=max_failure_rate)
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio (``conn=`` an async connection, if any)."""
@@ -196,9 +201,12 @@ class BoundJob:
         return Callback(self.handle.kind, args, **job_options(self._resolved()))
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None, *,
-                     concurrency_keys: Sequence[str | None] | None = None) -> Any:
+                     concurrency_keys: Sequence[str | None] | None = None,
+                     max_failures: int | None = None,
+                     max_failure_rate: float | None = None) -> Any:
         """Insert many jobs in one statement; returns their ids in order (a ``Batch``
-        with ``then``). ``concurrency_keys``: one per job (None for none)."""
+        with ``then``). ``concurrency_keys``: one per job (None for none).
+        ``max_failures``/``max_failure_rate``: the batch's failure budget."""
         from shared.enqueue import enqueue_many
 
         args_list = list(args_list)
@@ -206,7 +214,9 @@ class BoundJob:
         options = self._plain("enqueue_many")
         if concurrency_keys is not None:
             options["concurrency_keys"] = concurrency_keys
-        return enqueue_many(self.handle.kind, args_list, then=then, **options)
+        return enqueue_many(self.handle.kind, args_list, then=then,
+                            max_failures=max_failures, max_failure_rate=max_failure_rate,
+                            **options)
 
     async def enqueue_async(self, **args: Any) -> int:
         """``enqueue`` for asyncio: awaits the insert on an async connection."""
