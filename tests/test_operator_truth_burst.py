@@ -64,3 +64,14 @@ def test_poison_and_the_dependent_it_cancelled_are_counted_and_logged_once(dsn):
     assert len(lines) == 2, lines
     assert "attempt 1/3 failed (timeout), will retry" in lines[0]
     assert "attempt 2/3 failed (timeout), discarded as poison" in lines[1]
+
+
+def test_the_progress_line_names_a_wait_for_dependencies(dsn):
+    first = enqueue("e2e_sleep", {"seconds": 6.0}, dsn=dsn)  # past the first 5 s line
+    enqueue("e2e_noop", depends_on=[first], dsn=dsn)
+    sup = run_burst(dsn, "-n", "1", discards_ok=False, timeout=90)
+    lines = [line for line in sup.err.splitlines() if "supervisor.progress" in line]
+    assert lines, sup.err
+    assert "1 waiting for their dependencies" in lines[0], lines
+    assert "run_at" not in lines[0] and "due in" not in lines[0], lines
+    assert "stopped (2 completed)" in sup.err
