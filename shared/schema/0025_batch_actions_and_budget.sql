@@ -197,7 +197,7 @@ BEGIN
         SET failures = failures + r.failed, successes = successes + r.ok
         WHERE id = r.id AND stopped_at IS NULL AND finished_at IS NULL
         RETURNING * INTO bt;
-        CONTINUE WHEN NOT FOUND OR r.failed = 0;
+        CONTINUE WHEN NOT FOUND;  -- a success may bring the rate's minimum
         why := NULL;
         IF bt.max_failures IS NOT NULL AND bt.failures >= bt.max_failures THEN
             why := format('%s failed attempts reached max_failures=%s',

@@ -1,5 +1,6 @@
-"""``supervisor batches list|show ID``: batches made by ``enqueue_many(..., then=...)``,
-their members' counts by state and their callback job."""
+"""``supervisor batches list|show|cancel|retry|pause|resume|priority ID``: batches made by
+``enqueue_many(..., then=...)``, their members' counts by state and their callback job, and
+the actions on a batch as one thing (``shared.batches_actions``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from datetime import UTC, datetime
 
 import click
 
+from shared import batches_actions
+from shared.batches_actions import ActionResult, BatchActionRefused
 from shared.batcheta import forecast
 from shared.exitcodes import CLI_USAGE
 from shared.validation import printable
@@ -16,13 +19,17 @@ from supervisor.cli.format import age, since, table, to_json
 # Counts come from the members (the partial index on batch_id), newest batches first.
 _LIST = """
 SELECT b.id, b.total, b.callback_kind, b.callback_id, b.created_at, b.finished_at,
+       b.stop_kind AS stopped, b.stop_reason AS reason, b.paused_at IS NOT NULL AS paused,
+       b.max_failures, b.max_failure_rate, b.failures,
        count(j.id) FILTER (WHERE j.state = 'completed') AS completed,
        count(j.id) FILTER (WHERE j.state = 'discarded') AS discarded,
        count(j.id) FILTER (WHERE j.state = 'cancelled') AS cancelled,
        count(j.id) AS present
 FROM (SELECT * FROM supervisor.batches {where} ORDER BY id DESC LIMIT %(limit)s) AS b
 LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
-GROUP BY b.id, b.total, b.callback_kind, b.callback_id, b.created_at, b.finished_at
+GROUP BY b.id, b.total, b.callback_kind, b.callback_id, b.created_at, b.finished_at,
+         b.stop_kind, b.stop_reason, b.paused_at, b.max_failures, b.max_failure_rate,
+         b.failures
 ORDER BY b.id DESC
 """
 _CALLBACK = "SELECT state FROM supervisor.jobs WHERE id = %s"
@@ -81,17 +88,16 @@ def list_command(limit: int, as_json: bool, dsn: str | None) -> None:
 @dsn_option
 @reports_errors
 def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
-    """One batch: its members' counts by state, when it closed, its callback job."""
-    try:
-        ident = int(batch_id)
-    except ValueError:
-        raise CliError(f"batch id must be a number, not {batch_id!r}", CLI_USAGE) from None
+    """One batch: its members' counts by state, when it closed, its callback job, and
+    whether it was cancelled, aborted by its failure budget or is paused."""
+    ident = _batch_id(batch_id)
     with open_database(dsn) as conn:
         rows = _rows(conn, ident, 1)
         ahead = forecast(conn, ident) if rows else None
     if not rows:
         raise CliError(f"no batch {ident} (see `supervisor batches list`)", CLI_USAGE)
     row = rows[0]
+    row["aborted"] = row["stopped"] == "aborted"
     row["eta"] = ahead.eta if ahead else None
     if as_json:
         click.echo(to_json(row))
@@ -107,6 +113,19 @@ def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
         lines.append(f"  finished: {row['finished_at'].isoformat(timespec='seconds')} "
                      f"({since(row['finished_at'], now)})")
     lines.append(f"  callback: {_callback(row)}")
+    if row["stopped"] == "aborted":
+        lines.append(f"  aborted:  {printable(row['reason'] or '')}")
+    elif row["stopped"]:
+        lines.append("  cancelled by an operator")
+    if row["paused"] and not row["finished_at"]:
+        lines.append("  paused:   no member starts until `supervisor batches resume "
+                     f"{row['id']}`")
+    if row["max_failures"] is not None or row["max_failure_rate"] is not None:
+        budget = [f"max_failures={row['max_failures']}"] if row["max_failures"] else []
+        if row["max_failure_rate"] is not None:
+            budget.append(f"max_failure_rate={row['max_failure_rate']:g}")
+        lines.append(f"  budget:   {', '.join(budget)} ({row['failures']} failed "
+                     "attempts so far)")
     if row["pending"]:
         lines.append(f"  eta:      {_eta(ahead)}")
     click.echo("\n".join(lines))
@@ -129,3 +148,79 @@ def _eta(ahead) -> str:
         return f"unknown ({why})"
     return (f"{age(ahead.eta)} ({ahead.left} left, {age(ahead.mean_run)} mean run, "
             f"{max(min(ahead.workers, ahead.left), ahead.running)} children)")
+
+
+def _batch_id(text: str) -> int:
+    try:
+        ident = int(text)
+    except ValueError:
+        raise CliError(f"batch id must be a number, not {text!r}", CLI_USAGE) from None
+    if not 0 < ident < 2**63:
+        raise CliError(f"batch id must be a positive number, not {text!r}", CLI_USAGE)
+    return ident
+
+
+def _act(action: str, batch_id: str, dsn: str | None, *args: int) -> ActionResult:
+    # An action in chunks (shared.batches_actions); a refusal is one line, exit 1.
+    ident = _batch_id(batch_id)
+    with open_database(dsn) as conn:
+        try:
+            return getattr(batches_actions, action)(conn, ident, *args)
+        except LookupError:
+            raise CliError(f"no batch {ident} (see `supervisor batches list`)",
+                           CLI_USAGE) from None
+        except BatchActionRefused as exc:
+            raise CliError(str(exc)) from None
+
+
+def _done(result: ActionResult, what: str) -> None:
+    click.echo(f"batch {result.batch_id}: {result.changed} member"
+               f"{'' if result.changed == 1 else 's'} {what} in {result.seconds:.1f}s")
+
+
+@batches_group.command("cancel")
+@click.argument("batch_id", metavar="ID")
+@dsn_option
+@reports_errors
+def cancel_command(batch_id: str, dsn: str | None) -> None:
+    """Cancel every unfinished member: none starts from the first commit, running ones
+    are told to stop, the callback runs once with the summary."""
+    _done(_act("cancel", batch_id, dsn), "cancelled (running ones told)")
+
+
+@batches_group.command("retry")
+@click.argument("batch_id", metavar="ID")
+@dsn_option
+@reports_errors
+def retry_command(batch_id: str, dsn: str | None) -> None:
+    """Run the batch's failed (discarded) members again, exactly those; a finished
+    batch opens again and its callback runs again when they are final."""
+    _done(_act("retry_failed", batch_id, dsn), "retried")
+
+
+@batches_group.command("pause")
+@click.argument("batch_id", metavar="ID")
+@dsn_option
+@reports_errors
+def pause_command(batch_id: str, dsn: str | None) -> None:
+    """No member starts until `batches resume ID`; running members finish."""
+    _done(_act("pause", batch_id, dsn), "held")
+
+
+@batches_group.command("resume")
+@click.argument("batch_id", metavar="ID")
+@dsn_option
+@reports_errors
+def resume_command(batch_id: str, dsn: str | None) -> None:
+    """Undo `batches pause`: the held members are available at once."""
+    _done(_act("resume", batch_id, dsn), "released")
+
+
+@batches_group.command("priority")
+@click.argument("batch_id", metavar="ID")
+@click.argument("priority", type=click.IntRange(-(2**31), 2**31 - 1))
+@dsn_option
+@reports_errors
+def priority_command(batch_id: str, priority: int, dsn: str | None) -> None:
+    """Give the members not started yet PRIORITY (lower runs first)."""
+    _done(_act("reprioritize", batch_id, dsn, priority), f"now at priority {priority}")
