@@ -26,7 +26,7 @@ import signal
 from collections.abc import Callable
 
 from shared.exitcodes import CHILD_PARENT_GONE
-from shared.procfs import children, descendants
+from shared.procfs import children, descendants, has_children
 
 PR_SET_CHILD_SUBREAPER = 36
 DEATH_SIGNAL = signal.SIGRTMIN + 3  # unused by Python and by common libraries
@@ -49,7 +49,7 @@ def arm() -> None:
 
 def reap_leftovers(before_kill: Callable[[list[int]], None] | None = None) -> int:
     """SIGKILL and reap every process left under this one; return how many there
-    were. When there are none (nearly every job) it costs one ``waitpid`` call.
+    were. When there are none (nearly every job) it costs one ``waitid`` call.
     ``before_kill`` sees the tree first, while it still runs (``workers.shm``)."""
     if not _anychildren():
         return 0
@@ -77,7 +77,10 @@ def reap_leftovers(before_kill: Callable[[list[int]], None] | None = None) -> in
 
 def _anychildren() -> bool:
     # A subreaper with no child of its own has no descendant at all: every one hangs
-    # from a child, live or zombie. ECHILD is the common answer, in one system call.
+    # from a child, live or zombie. No child is the common answer, in one system call
+    # that raises nothing (waitpid's ECHILD exception costs more than the call).
+    if not has_children():
+        return False
     while True:
         try:
             pid, _status = os.waitpid(-1, os.WNOHANG)

@@ -7,9 +7,11 @@ included) and the children each of them reaped have used (``shared.procfs.tree_t
 A job's CPU is the difference of that total between the job's start and its end, so the
 work of a process pool that outlives the job (loky's workers, a helper the runtime
 kills after the job, a pool kept across jobs) counts for the job it was done in. One
-``waitid`` (``WNOWAIT``: it reaps nothing) tells whether there are descendants at all:
-a subreaper without children has none, and then no ``/proc`` read is made. With none
-at the start, a job's CPU counts from the previous job's end, so it includes the
+``waitid`` (``WNOWAIT``: it reaps nothing) at the job's end tells whether there are
+descendants at all: a subreaper without children has none, and then no ``/proc`` read
+is made; at the start it is asked only if the last look saw some (the runtime kills a
+job's leftovers, so normally none is left). With none at the start, a job's CPU counts
+from the previous job's end, so it includes the
 runtime's few microseconds between two jobs (reading the next RUN, writing the answer)
 and saves system calls (``rebase`` after the runtime reaps a job's leftovers: their
 CPU after the job's end is nobody's).
@@ -40,7 +42,7 @@ import resource
 import time
 from collections.abc import Callable
 
-from shared.procfs import descendants_cpu
+from shared.procfs import descendants_cpu, has_children
 from shared.usage import Usage
 
 HIGH_FD = 900  # the meter's /proc files live at or above this fd number
@@ -52,26 +54,18 @@ _monotonic = time.monotonic
 _getpid = os.getpid
 
 
-_waitid = os.waitid
-_ANY_EXITED = os.WEXITED | os.WNOHANG | os.WNOWAIT
 _TRIES = 4
 
 
-def _has_children() -> bool:
-    """Whether this process has a child, live or zombie, without reaping any."""
-    try:
-        _waitid(os.P_ALL, 0, _ANY_EXITED)
-    except ChildProcessError:
-        return False
-    return True
-
-
-def _cpu_now() -> float:
-    """CPU seconds of this process, the children it reaped and its live descendants."""
-    mine = _getrusage(_SELF)
+def _cpu_now(mine: resource.struct_rusage | None = None) -> tuple[float, bool]:
+    """CPU seconds of this process (``mine``: its rusage, if just read), the children
+    it reaped and its live descendants, and whether it has descendants."""
+    if mine is None:
+        mine = _getrusage(_SELF)
     theirs = _getrusage(_CHILDREN)
     tree = 0.0
-    if _has_children():
+    kids = has_children()
+    if kids:
         # A handler's thread may reap a descendant between the two readings: then its
         # CPU would be in both (or in neither); read again until the reaped sum held.
         for _ in range(_TRIES):
@@ -80,13 +74,13 @@ def _cpu_now() -> float:
             if again == theirs:
                 break
             theirs = again
-    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime + tree
+    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime + tree, kids
 
 
 class UsageMeter:
     """Measures one job at a time: ``start()`` as it begins, ``stop()`` as it ends."""
 
-    __slots__ = ("_clear_fd", "_cpu", "_mark", "_reset_due", "_status_fd",
+    __slots__ = ("_clear_fd", "_cpu", "_kids", "_mark", "_reset_due", "_status_fd",
                  "_t0", "_warn", "usage")
 
     def __init__(self, warn: Callable[[str], None]) -> None:
@@ -95,7 +89,7 @@ class UsageMeter:
         self._status_fd = self._open("/proc/self/status", os.O_RDONLY) \
             if self._clear_fd is not None else None
         self._reset_due = True
-        self._cpu = _cpu_now()  # the first job's CPU counts from here
+        self._cpu, self._kids = _cpu_now()  # the first job's CPU counts from here
         self._mark = 0
         self._t0 = 0.0
         self.usage: Usage | None = None  # the last job's, once ``stop`` measured it
@@ -140,17 +134,19 @@ class UsageMeter:
                 self._drop(self._clear_fd)
                 self._clear_fd = None
                 self._proc_failed(f"cannot reset the memory mark ({exc.strerror})")
-        if _has_children():
-            self._cpu = _cpu_now()
+        # Descendants are looked for only if the last look saw some: the runtime kills
+        # a job's leftovers (``rebase``), and nothing else forks between jobs.
+        if self._kids and has_children():
+            self._cpu, self._kids = _cpu_now()
         self._t0 = _monotonic()
 
     def stop(self) -> Usage:
         """The job ended: what it cost since ``start`` (its CPU since the last end)."""
         wall = _monotonic() - self._t0
-        total = _cpu_now()
+        mine = _getrusage(_SELF)
+        total, self._kids = _cpu_now(mine)
         cpu = total - self._cpu
         self._cpu = total
-        mine = _getrusage(_SELF)
         peak = mine.ru_maxrss * 1024
         # The mark moved during this job (or was reset at its start) unless it reads as
         # at the last job's end: then the next job resets it; once steady, no resets.
@@ -167,7 +163,7 @@ class UsageMeter:
     def rebase(self) -> None:
         """Count the next job's CPU from now: what the runtime did since the last end
         (reaping processes the job left behind, and their CPU time) is nobody's."""
-        self._cpu = _cpu_now()
+        self._cpu, self._kids = _cpu_now()
 
     def _read_hwm(self) -> int | None:
         fd = self._status_fd
