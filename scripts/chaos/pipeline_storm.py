@@ -161,7 +161,8 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
         nonlocal generation
         generation += 1
         proc = procs.SupervisorProc(through, runlog, workdir / f"sup{generation}.log",
-                                    ["-n", "2", "--burst", "--grace", "10", *extra])
+                                    ["-n", "2", "--burst", "--discards-ok", "--grace", "10",
+                                     *extra])  # its discards are judged by the checks
         if through != dsn:
             cut_side.add(proc.pid)
         return proc
