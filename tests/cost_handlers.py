@@ -186,3 +186,28 @@ def cost_joblib_hang(report: str) -> None:
         f.write(" ".join([str(os.getpid()), *_named_for_me()]))
     os.replace(report + ".tmp", report)
     time.sleep(3600)
+
+
+@job(max_attempts=1)
+def cost_mp_pool(tasks: int = 8, seconds: float = 0.25) -> dict:
+    """A ``multiprocessing`` pool whose workers exit after each task: its own thread
+    reaps them all through the job, racing the meter's reads."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1) as pool:
+        used = pool.map(_joblib_task, [seconds] * tasks)
+    return {"helper_cpu": sum(used)}
+
+
+@job(max_attempts=1)
+def cost_many_sleepers(count: int = 200) -> dict:
+    """Leave ``count`` idle processes (a fork bomb's start): the job's CPU stays its own
+    and the runtime still reaps them all."""
+    pids = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(3600)
+            os._exit(0)
+        pids.append(pid)
+    return {"pids": pids}

@@ -88,9 +88,11 @@ def test_helpers_that_outlive_the_job_zombies_and_grandchildren_count_once(dsn):
     after_left = enqueue("cost_quiet", {}, dsn=dsn)
     zombie = enqueue("cost_zombie", {"seconds": 1.0}, dsn=dsn)
     grandchild = enqueue("cost_grandchild", {"seconds": 0.5}, dsn=dsn)
+    pool = enqueue("cost_mp_pool", {"tasks": 8, "seconds": 0.25}, dsn=dsn)
+    sleepers = enqueue("cost_many_sleepers", {"count": 200}, dsn=dsn)
     after = enqueue("cost_quiet", {}, dsn=dsn)
     burst(dsn)
-    for job_id in (left, zombie, grandchild):
+    for job_id in (left, zombie, grandchild, pool):
         row = job_row(dsn, job_id)
         assert row["state"] == "completed", (row["errors"], row["usage"])
         used = row["result"]["helper_cpu"]
@@ -98,6 +100,11 @@ def test_helpers_that_outlive_the_job_zombies_and_grandchildren_count_once(dsn):
         # At least what the helpers measured themselves; not twice it.
         assert 0.9 * used <= cpu <= used + 0.5, (row["kind"], cpu, used)
     assert job_row(dsn, left)["usage"]["cpu_seconds"] >= 1.8
+    # 200 idle processes left behind: forking them is the job's only CPU, and the next
+    # job (cost_quiet, after) pays nothing for them.
+    row = job_row(dsn, sleepers)
+    assert row["state"] == "completed", row["errors"]
+    assert row["usage"]["cpu_seconds"] < 5.0, row["usage"]
     for job_id in (after_left, after):
         assert job_row(dsn, job_id)["usage"]["cpu_seconds"] < 0.1
 

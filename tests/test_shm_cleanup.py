@@ -16,7 +16,7 @@ import pytest
 from e2e import Supervisor, job_row, run_burst, wait_until
 
 from shared.enqueue import enqueue
-from workers.shm import SHM_DIR, ShmJanitor, listing, pid_tokens
+from workers.shm import SHM_DIR, ShmJanitor, listing, pid_tokens, remove_for_dead_child
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -85,6 +85,38 @@ def test_the_janitor_removes_what_the_tree_names_or_uses_and_nothing_else(tmp_pa
     mine.write_text("")
     assert janitor.at_exit() == 1
     assert not mine.exists() and quiet.exists() and old.exists()
+
+
+def test_a_link_goes_but_not_what_it_points_to_and_an_older_namesake_stays(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "precious").write_text("x")
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    older = shm / f"sem.loky-{os.getpid()}-older"  # named for us, there before the start
+    older.write_text("")
+    janitor = ShmJanitor(str(shm))
+    link = shm / f"torch_{os.getpid()}_link"
+    link.symlink_to(target)
+    assert janitor.at_exit() == 1
+    assert not link.exists() and (target / "precious").exists() and older.exists()
+
+
+def test_a_dead_childs_entries_go_unless_a_process_outside_its_group_uses_them(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    unused = tmp_path / f"sem.loky-{dead.pid}-a"
+    used = tmp_path / f"sem.loky-{dead.pid}-b"
+    second = tmp_path / f"x_1_{dead.pid}"  # its pid, but not the first in the name
+    for path in (unused, used, second):
+        path.write_text("")
+    holder = _sleeper(str(used))
+    try:
+        assert remove_for_dead_child(dead.pid, str(tmp_path)) == 1
+        assert not unused.exists() and used.exists() and second.exists()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def burst(dsn: str, *args: str) -> None:
