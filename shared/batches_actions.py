@@ -24,7 +24,9 @@ CHUNK = 1000
 # A member locked by a claim or a completion at the moment is skipped by a chunk; the
 # loop looks again this many times (it is being settled by its holder meanwhile).
 _SETTLE_ROUNDS = 50
-HOLD = "9999-12-31 00:00:00+00"  # shared.batches.HOLD: where a paused member waits
+# Where a paused member waits: a day before shared.batches.HOLD, so that `status` does
+# not count it among the jobs held for their dependencies (run_at >= HOLD).
+HOLD = "9999-12-30 00:00:00+00"
 
 _LOCK = "SELECT pg_advisory_xact_lock(1112818504, (%s::bigint %% 2147483647)::int)"
 _ROW = """SELECT finished_at IS NOT NULL, stop_kind, paused_at IS NOT NULL

@@ -15,8 +15,9 @@
 --  * supervisor.batch_drain(b, cap, wait_running) settles one chunk: for a stopped
 --    batch, running members are cancelled and their supervisors told (NOTIFY
 --    supervisor_cancel, as `jobs cancel` does), then waiting members cancelled; for a
---    paused batch, waiting members are held ('scheduled' at 9999-12-31, like a held
---    dependent). Callers loop over it, one short transaction a chunk.
+--    paused batch, waiting members are held ('scheduled' at 9999-12-30: a day before a
+--    held dependent's 9999-12-31, so `status` does not count them as waiting for their
+--    dependencies). Callers loop over it, one short transaction a chunk.
 --  * The budget: the statement trigger counts, per batch with a budget, the attempts
 --    that failed (running -> retryable or discarded) and the members that completed;
 --    the failure that reaches the budget stops the batch as 'aborted' with its reason
@@ -102,11 +103,11 @@ BEGIN
     END IF;
     IF bt.paused_at IS NOT NULL THEN
         UPDATE supervisor.jobs AS j
-        SET state = 'scheduled', run_at = '9999-12-31 00:00:00+00'
+        SET state = 'scheduled', run_at = '9999-12-30 00:00:00+00'
         WHERE j.id IN (SELECT id FROM supervisor.jobs WHERE batch_id = b
                          AND (state IN ('available', 'retryable')
                               OR (state = 'scheduled'
-                                  AND run_at <> '9999-12-31 00:00:00+00'))
+                                  AND run_at <> '9999-12-30 00:00:00+00'))
                        LIMIT cap FOR UPDATE SKIP LOCKED)
           AND j.state IN ('available', 'retryable', 'scheduled');
         GET DIAGNOSTICS n = ROW_COUNT;
