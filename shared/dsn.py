@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from shared.embedded import ROOT_EMBEDDED_BASE
+
 ENV_DSN = "SUPERVISOR_DSN"
 ENV_DATABASE_URL = "DATABASE_URL"
 ENV_EMBEDDED_DIR = "SUPERVISOR_EMBEDDED_DIR"
-ROOT_EMBEDDED_BASE = Path("/var/lib/supervisor-embedded")
 
 
 class EmbeddedUnavailable(RuntimeError):

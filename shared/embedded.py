@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.dsn import ROOT_EMBEDDED_BASE
+# Where the embedded server's files go when run as root: /var/lib is world-readable
+# already, so opening its parents exposes nothing (the package opens every parent).
+ROOT_EMBEDDED_BASE = Path("/var/lib/supervisor-embedded")
 
 HOLDERS_FILE = ".supervisor_holders.json"
 _SAME_START = 1.0  # seconds: a recorded start time this close is the same process

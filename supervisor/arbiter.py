@@ -27,7 +27,6 @@ from setproctitle import setproctitle
 from shared import jobs
 from shared.exitcodes import CLI_JOBS_FAILED
 from supervisor.config import RunConfig
-from supervisor.db.run_outcomes import cancelled_dependents, run_failures, waiting
 from supervisor.engine import Engine, make_owner
 from supervisor.observe import (
     BurstProgress,
@@ -192,9 +191,7 @@ class Arbiter:
         self.engine.collect(self.pool, now)
         self.engine.flush(now)
         window = now - self.started + 5.0  # the run's length, and a margin for the clocks
-        found = self.engine.db.call(
-            lambda store: run_failures(store.connection, self.owner, window), None,
-            "reading what the burst discarded")
+        found = self.engine.run_failures(window)
         return None if found is None else Failures(found.discarded, found.cancelled)
 
     def turn(self) -> None:
@@ -389,14 +386,11 @@ class Arbiter:
                 now < self._progress_read_at + PROGRESS_READ_INTERVAL:
             return
         self._progress_read_at = now
-        found = self.engine.db.call(lambda store: waiting(store.connection, self.queues),
-                                    None, "reading what waits")
+        found = self.engine.waiting()
         self._waits = None if found is None else Waits(found.timed, found.held,
                                                         found.next_due_in)
         if self.engine.ledger.finished.get("discarded"):
             window = now - self.started + 5.0
-            cancelled = self.engine.db.call(
-                lambda store: cancelled_dependents(store.connection, self.owner, window),
-                None, "counting cancelled dependents")
+            cancelled = self.engine.cancelled_dependents(window)
             if cancelled is not None:
                 self._cancelled = cancelled

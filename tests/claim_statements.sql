@@ -98,6 +98,10 @@ WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
+                    ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
@@ -144,6 +148,10 @@ WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
+                    ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
@@ -213,6 +221,10 @@ WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
+                    ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
@@ -332,6 +344,10 @@ WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
+                    ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
@@ -378,6 +394,10 @@ WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
+                    ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
@@ -447,6 +467,10 @@ WITH done AS (UPDATE supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
+                    ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
     -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
@@ -473,3 +497,4 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+

@@ -11,14 +11,17 @@ statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
 ``renew_lease``, ``return_leases`` and their records (``supervisor.db.leases``).
 ``HistoryWriter``: the leader's per-minute history, sent on a connection of its own
 that the loop never waits for (``supervisor.db.history_writer``). ``write_apart`` and
-``refused``: a batched write that one row PostgreSQL refuses cannot stall
-(``supervisor.db.refused``).
+``refused`` (and ``refusal_reason``): a batched write that one row PostgreSQL refuses cannot stall
+(``supervisor.db.refused``). What a run's jobs ended as and what waits, from the table
+(``run_failures``, ``cancelled_dependents``, ``waiting``), and each kind's p95 run time
+(``kind_run_p95``), for the engine's summaries and the drain's estimate.
 """
 
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.connections import DatabaseHung, Interrupt, Interrupted
 from supervisor.db.database import Database, connection_lost
 from supervisor.db.history_writer import HistoryWriter
+from supervisor.db.kind_run_times import kind_run_p95
 from supervisor.db.leases import (
     LeaseRow,
     Slice,
@@ -29,9 +32,19 @@ from supervisor.db.leases import (
 )
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
 from supervisor.db.refused import Apart, refused, write_apart
+from supervisor.db.refused import reason as refusal_reason
+from supervisor.db.run_outcomes import (
+    RunFailures,
+    Waiting,
+    cancelled_dependents,
+    run_failures,
+    waiting,
+)
 from supervisor.db.store import Completion, Failure, Store
 
 __all__ = ["Apart", "ClaimRequest", "ClaimResult", "Completion", "Database", "DatabaseHung",
            "Failure", "HistoryWriter", "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery",
-           "Prepared", "Slice", "Store", "StoredLimits", "connection_lost", "read_limits",
-           "refused", "renew_lease", "return_leases", "write_apart"]
+           "Prepared", "RunFailures", "Slice", "Store", "StoredLimits", "Waiting",
+           "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
+           "refusal_reason", "refused", "renew_lease", "return_leases", "run_failures", "waiting",
+           "write_apart"]

@@ -40,8 +40,17 @@ from typing import TYPE_CHECKING, Any
 from shared import defaults
 from supervisor.admission import Admission, make_budget
 from supervisor.breaker import Breaker, BreakerSettings
-from supervisor.db import Database, HistoryWriter, Interrupt
-from supervisor.db.kind_run_times import kind_run_p95
+from supervisor.db import (
+    Database,
+    HistoryWriter,
+    Interrupt,
+    RunFailures,
+    Waiting,
+    cancelled_dependents,
+    kind_run_p95,
+    run_failures,
+    waiting,
+)
 from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
 from supervisor.engine.depth import LONG_JOB
@@ -82,6 +91,7 @@ class Engine:
                  ) -> None:
         now = clock()
         self.config = config
+        self.owner = owner
         self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
                                             clock=clock,
                                             statement_timeout=config.statement_timeout,
@@ -213,6 +223,24 @@ class Engine:
             self._check_burst(now, pool)
         if self.drain_ends is not None and pool.busy_count():
             notify_drain(pool, self.reporter.run_times, max(0.0, self.drain_ends - now))
+
+    def run_failures(self, window: float) -> RunFailures | None:
+        """What this supervisor's jobs that ended in the last ``window`` seconds were
+        discarded or cancelled for, from the table (None: it did not answer)."""
+        return self.db.call(lambda s: run_failures(s.connection, self.owner, window), None,
+                            "reading what the burst discarded")
+
+    def cancelled_dependents(self, window: float) -> int | None:
+        """Dependents that this supervisor's discards of the last ``window`` seconds
+        cancelled (None: the table did not answer)."""
+        return self.db.call(lambda s: cancelled_dependents(s.connection, self.owner, window),
+                            None, "counting cancelled dependents")
+
+    def waiting(self) -> Waiting | None:
+        """What waits in the served queues, for a run_at or for dependencies (None: the
+        table did not answer)."""
+        return self.db.call(lambda s: waiting(s.connection, self.queues), None,
+                            "reading what waits")
 
     def next_deadline(self, now: float, pool: Pool) -> float:
         """When ``tick`` must run again at the latest (the loop may wake earlier)."""

@@ -29,7 +29,7 @@ from shared import jobs
 from shared.jobs import ClaimedJob
 from shared.usage import Usage
 from supervisor.db import Completion, Database, Failure, Store, write_apart
-from supervisor.db.refused import reason
+from supervisor.db import refusal_reason as reason
 from supervisor.observe import JobTracer, SupervisorMetrics
 
 log = logging.getLogger("supervisor.outbox")
