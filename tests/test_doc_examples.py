@@ -60,7 +60,8 @@ def test_readme_example(supervisor_dsn, supervisor_drain, supervisor_enqueued,
     assert result_of(supervisor_conn, first) == ("completed", {"ok": True, "width": 64})
     progress = supervisor_conn.execute("SELECT progress FROM supervisor.jobs WHERE id = %s",
                                        (first,)).fetchone()[0]
-    assert progress == {"done": 1, "total": 3, "message": "decoding"}
+    # a completed job's progress is final (issue 47): done = total, its last message kept
+    assert progress == {"done": 3, "total": 3, "message": "decoding"}
     # the Discard branch, and the same handler without a database
     bad = resize.enqueue(path="a.gif", width=1)
     supervisor_conn.execute("DELETE FROM supervisor.jobs WHERE id <> %s", (bad,))
