@@ -55,7 +55,10 @@ def main() -> None:
     parser.add_argument("--code", action="append", help="a checkout's root (default: this one)")
     args = parser.parse_args()
     codes = args.code or [str(common.ROOT)]
-    dsn = common.scratch_database(args.dsn, "bench_fair_drain")
+    # One database per checkout, migrated by that checkout: a checkout refuses a schema
+    # newer than its own.
+    names = {code: f"bench_fair_drain_{i}" for i, code in enumerate(codes)}
+    dsns = {code: common.scratch_database_for(args.dsn, names[code], code) for code in codes}
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write("".join(f"[queues.{q}]\n{body}\n" for q, body in QUEUES.items()))
     try:
@@ -63,13 +66,14 @@ def main() -> None:
             rates: dict[str, list[float]] = {code: [] for code in codes}
             for _ in range(args.runs):
                 for code in codes:
-                    rates[code].append(drain(dsn, args.jobs, prefetch, code, f.name))
+                    rates[code].append(drain(dsns[code], args.jobs, prefetch, code, f.name))
             for code, values in rates.items():
                 print(f"prefetch {prefetch:2d} {code}: median {common.median(values):7.0f} jobs/s "
                       f"({', '.join(f'{v:.0f}' for v in values)})")
     finally:
         os.unlink(f.name)
-        common.drop_database(args.dsn, "bench_fair_drain")
+        for name in names.values():
+            common.drop_database(args.dsn, name)
 
 
 if __name__ == "__main__":
