@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -218,3 +219,22 @@ def test_status_warns_when_dev_shm_is_near_full(dsn, monkeypatch):
     loud = runner.invoke(main, ["status", "--dsn", dsn])
     assert loud.exit_code == 0, loud.output
     assert "warning: /dev/shm on this machine is " in loud.output
+
+
+@pytest.mark.slow
+@needs_joblib
+def test_a_child_whose_supervisor_was_killed_clears_its_pools_entries(dsn, tmp_path):
+    report = tmp_path / "report"
+    sup = Supervisor(dsn, "-n", "1", "--poll-interval", "0.1", app="cost_handlers")
+    try:
+        enqueue("cost_joblib_hang", {"report": str(report)}, dsn=dsn)
+        wait_until(report.exists, timeout=120, what="the job's report")
+        pid, *seen = report.read_text().split()
+        assert any(name.startswith("sem.loky-") for name in seen), seen
+        sup.signal(signal.SIGKILL)
+        sup.wait(30)
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30,
+                   what="the orphaned child's death")
+        assert _named_for({int(pid)}) == []
+    finally:
+        sup.stop()

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from shared.exitcodes import CHILD_PARENT_GONE
 from shared.procfs import children, descendants, has_children
+from workers.shm import remove_for_dead_child
 
 PR_SET_CHILD_SUBREAPER = 36
 DEATH_SIGNAL = signal.SIGRTMIN + 3  # unused by Python and by common libraries
@@ -91,8 +92,14 @@ def _anychildren() -> bool:
 
 
 def _parent_died(signum: int, frame: object) -> None:
-    for pid in descendants(os.getpid()):
+    me = os.getpid()
+    for pid in descendants(me):
         _kill(pid)
+    try:
+        # No parent is left to clear what this child's pools named for it.
+        remove_for_dead_child(me)
+    except Exception:
+        pass
     try:
         os.killpg(0, signal.SIGKILL)
     finally:

@@ -19,7 +19,9 @@ appeared after the child started (``ShmJanitor`` lists ``/dev/shm`` at boot) and
 
 When a job's leftovers are about to be killed (``before_reap``) the janitor notes the
 entries of those processes; after the kill (``after_reap``) it removes them. When the
-child exits (``at_exit``) it removes the entries of the child itself. An entry created
+child exits (``at_exit``) it removes the entries of the child itself. A child the
+parent killed or that crashed is cleared by the parent (``remove_for_dead_child``), and
+one whose parent died clears its own the same way before it dies. An entry created
 before the child started is never removed, nor one only another process's pid names.
 What it cannot see: an entry a killed process created and closed, whose name carries no
 pid (a tracker's own bookkeeping would have removed it), and entries under a directory
