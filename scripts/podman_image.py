@@ -12,23 +12,24 @@ files written to a directory of our own and named by ``CONTAINERS_CONF`` and
 * ``storage.conf``: overlay storage inside that directory, so it can be dropped whole.
 
 With no registry to pull ``python:3.11-slim`` from, a stand-in is made with debootstrap
-(Debian 12's Python 3.11 with ``venv``, ``python`` on PATH, apt's lists cleaned as the
-official images do) and imported under that name, so the Dockerfile builds unchanged
-(``--pull=never``). The stand-in also carries this machine's CA bundle and a pip.conf
-naming it: this machine's egress to PyPI presents certificates of its own CA. The
-tarball is cached (``$XDG_CACHE_HOME/pg-supervisor-podman``, or
+(Debian 12's Python 3.11 with ``pip`` and ``venv``, ``python`` on PATH, no PEP 668
+marker, apt's lists cleaned as the official images do) and imported under that name,
+so the Dockerfile builds unchanged (``--pull=never``). The stand-in also carries this
+machine's CA bundle and a pip.conf naming it: this machine's egress to PyPI presents
+certificates of its own CA. The tarball is cached (``$XDG_CACHE_HOME/pg-supervisor-podman``, or
 ``SUPERVISOR_PODMAN_BASE`` names one); debootstrap took under a minute here.
 
 Usage::
 
     python scripts/podman_image.py base                    # make (or find) the stand-in
-    python scripts/podman_image.py importtime --runs 12    # the figures in docs/benchmarks.md
+    python scripts/podman_image.py importtime --runs 10 --before REV   # docs/benchmarks.md
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -136,12 +137,15 @@ def make_base() -> Path:
         rootfs = Path(tmp) / "rootfs"
         done = subprocess.run(
             ["debootstrap", "--variant=minbase",
-             "--include=python3,python3-venv,python-is-python3,ca-certificates",
+             "--include=python3,python3-pip,python3-venv,python-is-python3,ca-certificates",
              "bookworm", str(rootfs), MIRROR],
             capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             raise RuntimeError(f"debootstrap failed: {done.stdout[-800:]}{done.stderr[-800:]}")
         (rootfs / "etc/apt/apt.conf.d/docker-clean").write_text(APT_CLEAN)
+        # python:3.11-slim's pip installs into the system's site-packages; Debian's
+        # marker (PEP 668) would refuse that.
+        (rootfs / "usr/lib/python3.11/EXTERNALLY-MANAGED").unlink(missing_ok=True)
         for junk in [*(rootfs / "var/lib/apt/lists").glob("*_*"),
                      *(rootfs / "var/cache/apt/archives").glob("*.deb"),
                      *(rootfs / "var/cache/apt").glob("*.bin")]:
@@ -172,38 +176,83 @@ def can_run(podman: Podman) -> str | None:
 
 
 def build(podman: Podman, tag: str, dockerfile: Path = DOCKERFILE,
-          target: str | None = None) -> None:
+          target: str | None = None, context: Path = ROOT) -> None:
     """``podman build --format docker`` from the repository root (the HEALTHCHECK is
-    kept only in the docker format)."""
+    kept only in the docker format). podman 4.3 does not read
+    ``docs/deploy/Dockerfile.dockerignore``: the checkout's ``__pycache__`` folders are
+    in the context, which the two-stage Dockerfile never copies to its final stage."""
     # The host's network for RUN: no bridge, no firewall rules for a build.
     args = ["build", "--format", "docker", "--pull=never", "--network", "host",
             "-f", str(dockerfile), "-t", tag]
     if target:
         args += ["--target", target]
-    podman.run(*args, str(ROOT), timeout=1200, check=True)
+    podman.run(*args, str(context), timeout=1200, check=True)
 
 
-def importtime_us(podman: Podman, image: str, *, workdir: str | None = None) -> int:
-    """``supervisor.cli``'s cumulative import time in one fresh container, in µs."""
-    args = ["run", "--rm", "--network", "none", "--entrypoint", "python"]
+# Run in the container by the image's own interpreter: starts PYTHON ``-X importtime -c
+# "import MODULES"`` N times, one after another, and prints for each the first module's
+# cumulative import (wall) time and the whole process's CPU time (user + system, from
+# wait4), in µs. The CPU time is what a loaded machine inflates least: waiting for a
+# core is not in it.
+TIMER = """
+import os, subprocess, sys
+python, starts, modules = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for _ in range(starts):
+    child = subprocess.Popen([python, "-X", "importtime", "-c", "import " + modules],
+                             stderr=subprocess.PIPE, text=True)
+    err = child.stderr.read()
+    _pid, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        sys.exit(err[-1000:])
+    first = modules.split(",")[0].strip()
+    lines = [l for l in err.splitlines() if l.rstrip().endswith("| " + first)]
+    cumulative = int(lines[-1].split("|")[1])
+    print(cumulative, round((usage.ru_utime + usage.ru_stime) * 1e6))
+"""
+
+
+@dataclass(frozen=True)
+class Start:
+    """One interpreter's start: ``supervisor.cli``'s import (wall) and the process's CPU."""
+
+    import_us: int
+    cpu_us: int
+
+
+def time_starts(podman: Podman, image: str, *, workdir: str | None = None,
+                python: str = "python", starts: int = 5,
+                modules: str = "supervisor.cli") -> list[Start]:
+    """``starts`` fresh interpreters run one after another in one container."""
+    args = ["run", "--rm", "--network", "none", "--entrypoint", python]
     if workdir:
         args += ["-w", workdir]
-    done = podman.run(*args, image, "-X", "importtime", "-c", "import supervisor.cli",
-                      check=True)
-    for line in done.stderr.splitlines():
-        parts = [p.strip() for p in line.removeprefix("import time:").split("|")]
-        if len(parts) == 3 and parts[2] == "supervisor.cli":
-            return int(parts[1])
-    raise RuntimeError(f"no supervisor.cli line in {image}'s -X importtime output")
+    done = podman.run(*args, image, "-c", TIMER, python, str(starts), modules, check=True)
+    found = [Start(*map(int, line.split())) for line in done.stdout.splitlines()]
+    if len(found) != starts:
+        raise RuntimeError(f"{len(found)} timings from {image}, not {starts}")
+    return found
+
+
+@dataclass(frozen=True)
+class Case:
+    """One image to time, and how to start its interpreter."""
+
+    label: str
+    image: str
+    workdir: str | None = None
+    python: str = "python"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("base", help="make (or find) the stand-in base tarball")
-    times = sub.add_parser("importtime", help="import times in the built image and others")
-    times.add_argument("--runs", type=int, default=12)
-    times.add_argument("--before", metavar="REV",
+    measure = sub.add_parser("importtime", help="import times in the built image and others")
+    measure.add_argument("--runs", type=int, default=12,
+                         help="rounds; each starts 5 interpreters per image, images in turn")
+    measure.add_argument("--modules", default="supervisor.cli",
+                         help="what each start imports (the first one's import is timed)")
+    measure.add_argument("--before", metavar="REV",
                        help="also the image of the Dockerfile at this git revision")
     args = parser.parse_args()
     try:
@@ -219,21 +268,36 @@ def main() -> int:
                 raise RuntimeError(f"podman cannot run a container here: {problem}")
             build(podman, "pg-supervisor:now")
             build(podman, "pg-supervisor:plain", target="build")
-            cases = [("the image (installed package in /opt/venv)", "pg-supervisor:now", None),
-                     ("plain `pip install .` (build stage, cwd /)", "pg-supervisor:plain", "/")]
+            cases = [Case("the image (installed package in /opt/venv)", "pg-supervisor:now"),
+                     Case("plain `pip install .` (the build stage's venv, cwd /)",
+                          "pg-supervisor:plain", workdir="/", python="/opt/venv/bin/python")]
             if args.before:
-                old = podman.workdir / "Dockerfile.before"
-                old.write_text(subprocess.run(
-                    ["git", "show", f"{args.before}:docs/deploy/Dockerfile"], cwd=ROOT,
-                    capture_output=True, text=True, check=True).stdout)
-                build(podman, "pg-supervisor:before", dockerfile=old)
-                cases.append((f"the image at {args.before} (PYTHONPATH=/app sources)",
-                              "pg-supervisor:before", None))
-            for label, image, workdir in cases:
-                runs = [importtime_us(podman, image, workdir=workdir) for _ in range(args.runs)]
-                print(f"{label}: median {statistics.median(runs) / 1000:.0f} ms "
-                      f"(min {min(runs) / 1000:.0f}, max {max(runs) / 1000:.0f}, "
-                      f"{args.runs} runs)")
+                # From a clean tree of that revision: that Dockerfile copied the sources,
+                # and this checkout's __pycache__ folders would come with them.
+                tree = podman.workdir / "before"
+                tree.mkdir()
+                archive = subprocess.run(["git", "archive", args.before], cwd=ROOT,
+                                         capture_output=True, check=True).stdout
+                subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+                build(podman, "pg-supervisor:before",
+                      dockerfile=tree / "docs" / "deploy" / "Dockerfile", context=tree)
+                cases.append(Case(f"the image at {args.before} (PYTHONPATH=/app sources)",
+                                  "pg-supervisor:before"))
+            # Round-robin, in a new order each round, so the machine's load drifts over
+            # every case alike.
+            times: dict[str, list[Start]] = {case.label: [] for case in cases}
+            for _ in range(args.runs):
+                for case in random.sample(cases, len(cases)):
+                    times[case.label] += time_starts(
+                        podman, case.image, workdir=case.workdir, python=case.python,
+                        modules=args.modules)
+            for label, runs in times.items():
+                imports = [s.import_us / 1000 for s in runs]
+                cpus = [s.cpu_us / 1000 for s in runs]
+                print(f"{label}: import {args.modules} median {statistics.median(imports):.0f} "
+                      f"ms (min {min(imports):.0f}); process CPU median "
+                      f"{statistics.median(cpus):.0f} ms (min {min(cpus):.0f}); "
+                      f"{len(runs)} starts")
         finally:
             podman.reset()
     except (RuntimeError, subprocess.SubprocessError, OSError) as exc:

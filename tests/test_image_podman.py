@@ -78,7 +78,14 @@ def test_the_image_runs_the_installed_byte_compiled_package_and_keeps_its_health
                       "-c", probe, check=True)
     found = json.loads(done.stdout)
     assert found["file"] == f"{SITE}/supervisor/__init__.py", found
-    assert found["pyc"], found  # compiled at build time: no start compiles it again
+    assert found["pyc"], found
+    # ... and valid: imported from it, not compiled again at each start (uid 10001 could
+    # not write a fresher one), which a .pyc older than its copied source would cause.
+    verbose = podman.run("run", "--rm", "--network", "none", "--entrypoint", "python", TAG,
+                         "-v", "-c", "import supervisor.cli", check=True).stderr
+    assert f"code object from '{SITE}/supervisor/cli/__pycache__/__init__.cpython-311.pyc'" \
+        in verbose, verbose[-2000:]
+    assert "bytecode is stale" not in verbose
     assert found["app"] == ["__pycache__", "example_jobs.py"], found
     # One copy of the sources in the whole image: the installed one.
     copies = podman.run("run", "--rm", "--network", "none", "--user", "0",
