@@ -165,6 +165,8 @@ class ShmJanitor:
         if not new:
             return set()
         mine = {name for name in new if pid_tokens(name) & named}
+        if not using or mine == new:
+            return mine  # nothing else to look for: no /proc/<pid>/maps read
         used = (referenced(using, self._directory) & new) - mine
         if used:
             others = [pid for pid in _live_pids() if pid not in tree]
