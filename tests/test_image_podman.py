@@ -136,7 +136,10 @@ def test_the_container_is_healthy_drains_on_podman_stop_and_exits_0(podman, dsn)
         assert len(child) == 1, child  # the supervisor, tini's only child
         cmdline = podman.run("exec", name, "cat", f"/proc/{child[0]}/cmdline",
                              check=True).stdout
-        assert cmdline.startswith("supervisor: master"), cmdline  # its process title
+        # Its process title once the loop has set one, its argv before.
+        argv = cmdline.split("\0")
+        assert cmdline.startswith("supervisor: master") or \
+            argv[1:3] == ["/opt/venv/bin/supervisor", "run"], argv
 
         # The image's HEALTHCHECK, run as podman runs it on its timer.
         wait_until(lambda: podman.run("healthcheck", "run", name).returncode == 0,
@@ -154,3 +157,37 @@ def test_the_container_is_healthy_drains_on_podman_stop_and_exits_0(podman, dsn)
     assert "SIGTERM: draining" in output, output[-2000:]
     assert "starting 1 children (one per CPU: 1 CPU from cgroup" in output, output[-2000:]
     assert state() == "completed"
+
+
+def test_the_health_check_fails_while_the_database_is_cut_off_and_recovers(
+        podman, dsn, pg_base_dsn):
+    params = conninfo_to_dict(dsn)
+    if params.get("host") not in ("127.0.0.1", "localhost"):
+        pytest.skip(f"the test database is not on the loopback over TCP: {params.get('host')}")
+    dbname = params["dbname"]
+    name = f"pg-supervisor-test-cut-{os.getpid()}"
+    podman.run("run", "--detach", "--name", name, "--cpus", "1",
+               "--network", "slirp4netns:allow_host_loopback=true",
+               "--env", f"SUPERVISOR_DSN={make_conninfo(dsn, host=HOST_LOOPBACK)}", TAG,
+               check=True)
+    admin = psycopg.connect(pg_base_dsn, autocommit=True)
+    try:
+        def healthy() -> bool:
+            return podman.run("healthcheck", "run", name).returncode == 0
+
+        wait_until(healthy, timeout=60, interval=0.5, what="the health check to pass")
+        # Cut off: no new connections to the database, and the open ones ended.
+        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = %s AND pid <> pg_backend_pid()", (dbname,))
+        wait_until(lambda: not healthy(), timeout=60, interval=0.5,
+                   what="the health check to fail with the database cut off")
+        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+        wait_until(healthy, timeout=60, interval=0.5,
+                   what="the health check to pass again once the database is back")
+        assert podman.run("inspect", name, "--format", "{{.State.Running}}",
+                          check=True).stdout.strip() == "true"  # not restarted: recovered
+    finally:
+        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+        admin.close()
+        podman.run("rm", "--force", "--time", "0", name, timeout=60)
