@@ -66,8 +66,8 @@ BEGIN
                         'attempt', j.attempt, 'kind', 'cancelled', 'message', why,
                         'traceback', NULL, 'at', now(), 'supervisor', j.lease_owner)),
                     lease_owner = NULL, lease_expires_at = NULL
-                WHERE j.id IN (SELECT id FROM supervisor.jobs WHERE batch_id = b
-                                 AND state = 'running' ORDER BY id LIMIT cap FOR UPDATE)
+                WHERE j.id = ANY(ARRAY(SELECT id FROM supervisor.jobs WHERE batch_id = b
+                                 AND state = 'running' ORDER BY id LIMIT cap FOR UPDATE))
                   AND j.state = 'running'
                 RETURNING j.id)
             SELECT array_agg(id) INTO told FROM r;
@@ -79,8 +79,8 @@ BEGIN
                         'attempt', j.attempt, 'kind', 'cancelled', 'message', why,
                         'traceback', NULL, 'at', now(), 'supervisor', j.lease_owner)),
                     lease_owner = NULL, lease_expires_at = NULL
-                WHERE j.id IN (SELECT id FROM supervisor.jobs WHERE batch_id = b
-                                 AND state = 'running' LIMIT cap FOR UPDATE SKIP LOCKED)
+                WHERE j.id = ANY(ARRAY(SELECT id FROM supervisor.jobs WHERE batch_id = b
+                                 AND state = 'running' LIMIT cap FOR UPDATE SKIP LOCKED))
                   AND j.state = 'running'
                 RETURNING j.id)
             SELECT array_agg(id) INTO told FROM r;
@@ -94,9 +94,9 @@ BEGIN
             errors = j.errors || jsonb_build_array(jsonb_build_object(
                 'attempt', j.attempt, 'kind', 'cancelled', 'message', why,
                 'traceback', NULL, 'at', now(), 'supervisor', NULL))
-        WHERE j.id IN (SELECT id FROM supervisor.jobs WHERE batch_id = b
+        WHERE j.id = ANY(ARRAY(SELECT id FROM supervisor.jobs WHERE batch_id = b
                          AND state IN ('available', 'scheduled', 'retryable')
-                       LIMIT cap FOR UPDATE SKIP LOCKED)
+                       LIMIT cap FOR UPDATE SKIP LOCKED))
           AND j.state IN ('available', 'scheduled', 'retryable');
         GET DIAGNOSTICS n = ROW_COUNT;
         RETURN changed + n;
@@ -104,11 +104,11 @@ BEGIN
     IF bt.paused_at IS NOT NULL THEN
         UPDATE supervisor.jobs AS j
         SET state = 'scheduled', run_at = '9999-12-30 00:00:00+00'
-        WHERE j.id IN (SELECT id FROM supervisor.jobs WHERE batch_id = b
+        WHERE j.id = ANY(ARRAY(SELECT id FROM supervisor.jobs WHERE batch_id = b
                          AND (state IN ('available', 'retryable')
                               OR (state = 'scheduled'
                                   AND run_at <> '9999-12-30 00:00:00+00'))
-                       LIMIT cap FOR UPDATE SKIP LOCKED)
+                       LIMIT cap FOR UPDATE SKIP LOCKED))
           AND j.state IN ('available', 'retryable', 'scheduled');
         GET DIAGNOSTICS n = ROW_COUNT;
         RETURN n;
