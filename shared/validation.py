@@ -20,7 +20,6 @@ bidirectional overrides and isolates (which reorder what a terminal shows, as in
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 
@@ -56,6 +55,8 @@ def short_name(name: str) -> str:
     200, ``~`` and its md5, so a name stored before the limit still fits their index."""
     if len(name) <= MAX_KIND:
         return name
+    import hashlib  # off the start path: only an over-long name gets here
+
     return name[:200] + "~" + hashlib.md5(name.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
