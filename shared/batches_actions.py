@@ -150,15 +150,22 @@ def pause(conn: psycopg.Connection, batch_id: int) -> ActionResult:
     return ActionResult(batch_id, "pause", changed, time.monotonic() - began)
 
 
+# The next members of the batch in id order, whatever their state, through the batch's
+# (batch_id, id) index; then those of them held by the pause are released. Asking for
+# "held members" directly, or "these ids if held", was planned through the run_at index
+# with statistics taken before the pause (none at 9999-12-30 then): each chunk read every
+# held member, 22 s (58 s) for 100,000.
+_NEXT_MEMBERS = """SELECT id FROM supervisor.jobs WHERE batch_id = %(b)s AND id > %(after)s
+ORDER BY batch_id, id LIMIT %(cap)s"""
 _RESUME_CHUNK = """
-WITH r AS (
-    UPDATE supervisor.jobs SET state = 'available', run_at = now()
-    WHERE id = ANY(ARRAY(SELECT id FROM supervisor.jobs WHERE batch_id = %(b)s
-                   AND state = 'scheduled' AND run_at = %(hold)s
-                 LIMIT %(cap)s FOR UPDATE SKIP LOCKED))
-      AND state = 'scheduled'
-    RETURNING queue)
-SELECT count(*), array_agg(DISTINCT queue) FROM r
+UPDATE supervisor.jobs SET state = 'available', run_at = now()
+WHERE id = ANY(%(ids)s::bigint[])
+  -- state = 'scheduled' AND run_at = HOLD, written so that neither the run_at index nor
+  -- the scheduled jobs' partial index can serve it: the statistics from before the
+  -- pause would choose one and read every held member per chunk (see above).
+  AND coalesce(state, '') = 'scheduled'
+  AND extract(epoch FROM run_at) = extract(epoch FROM %(hold)s::timestamptz)
+RETURNING queue
 """
 
 
@@ -173,16 +180,19 @@ def resume(conn: psycopg.Connection, batch_id: int) -> ActionResult:
             raise BatchActionRefused(f"batch {batch_id} is not paused: nothing to resume")
         conn.execute("UPDATE supervisor.batches SET paused_at = NULL WHERE id = %s",
                      (batch_id,))
-    changed = 0
+    changed, after = 0, 0
     while True:
         with conn.transaction():
-            n, queues = conn.execute(_RESUME_CHUNK, {"b": batch_id, "hold": HOLD,
-                                                     "cap": CHUNK}).fetchone()  # type: ignore[misc]
-            for queue in queues or []:
+            ids = [r[0] for r in conn.execute(_NEXT_MEMBERS, {"b": batch_id, "after": after,
+                                                               "cap": CHUNK})]
+            released = [r[0] for r in conn.execute(_RESUME_CHUNK, {"ids": ids, "hold": HOLD})
+                        ] if ids else []
+            for queue in set(released):
                 conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, queue))
-        changed += n
-        if n == 0:
+        changed += len(released)
+        if not ids:
             return ActionResult(batch_id, "resume", changed, time.monotonic() - began)
+        after = ids[-1]
 
 
 _PRIORITY_CHUNK = """

@@ -93,6 +93,11 @@ def run(dsn: str, jobs: int, warm: int):
     common.reset(dsn)
     batch = enqueue_many("run_noop", [{}] * jobs, queue=QUEUE, dsn=dsn,
                          then=Callback("run_noop", {}, queue=QUEUE))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # As autovacuum would soon after 100,000 inserts; with the statistics of the
+        # empty table, resume's chunks are planned through the run_at index and sorted
+        # (about 20 s for the 100,000 instead of 3, measured).
+        conn.execute("ANALYZE supervisor.jobs")
     batch.dsn = actor
     for label, act in (("reprioritize", lambda: batch.reprioritize(5)),
                        ("pause", batch.pause), ("resume", batch.resume)):
