@@ -44,12 +44,16 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_import_rules.py", "test_inbox_recall_expiry.py", "test_job_policy.py",
     "test_limits_units.py", "test_metrics.py", "test_planner_wakes.py",
     "test_pool_guards.py", "test_pool_killed_usage.py", "test_pool_liveness.py",
-    "test_pool_pipeline.py", "test_pool_policy.py", "test_pool_queue_units.py",
+    "test_pool_free_for.py", "test_pool_pipeline.py", "test_pool_policy.py",
+    "test_pool_queue_units.py",
     "test_pool_rebalance.py", "test_pool_recall_units.py", "test_schedules_slots.py",
+    "test_operator_truth_verdicts.py",
     "test_scheduling.py", "test_stop_notices.py", "test_usage_meter.py", "test_wire.py",
 })
 
 UNIT_TESTS: frozenset[str] = frozenset({
+    "test_horizon.py::test_the_watch_warns_once_per_holder_and_says_when_it_lets_go",
+    "test_horizon.py::test_an_inactive_slot_is_warned_about_without_a_clock",
     "test_admission_input.py::test_a_budget_in_the_config_file_is_checked_too",
     "test_admission_units.py::test_a_job_beyond_the_whole_budget_goes_back_and_later_claims_are_bounded",
     "test_admission_units.py::test_a_multi_cpu_job_keeps_children_free_and_smaller_jobs_overtake_until_patience",

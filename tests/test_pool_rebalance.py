@@ -11,7 +11,7 @@ from pool_fakes import Harness
 from shared import wire
 from shared.jobs import ClaimedJob
 from supervisor.pool import JobReturned
-from supervisor.pool.pool import STEAL_MIN
+from supervisor.pool.recalls import STEAL_MIN
 
 pytestmark = pytest.mark.timeout(10)
 

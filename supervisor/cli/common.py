@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -162,14 +161,22 @@ def release_embedded_on_stop() -> None:
     default runs no atexit hook and left the server running for ever (issue 47)."""
     from supervisor.cli.early import is_supervisor_command
 
-    if threading.current_thread() is not threading.main_thread():
-        return
     if not is_supervisor_command(sys.argv):
         return
     defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
     for sig, default in defaults.items():
         if signal.getsignal(sig) is default:
-            signal.signal(sig, _exit_quietly)
+            _install(sig, _exit_quietly)
+
+
+def _install(sig: int, handler: Any) -> bool:
+    """Set a signal handler; False off the main thread, where Python refuses it (a
+    program that runs a command in a thread keeps its own signals)."""
+    try:
+        signal.signal(sig, handler)
+    except ValueError:
+        return False
+    return True
 
 
 @contextmanager
@@ -178,12 +185,10 @@ def quiet_stop_signals() -> Iterator[None]:
     and Ctrl-C 130 as ``_exit_quietly`` does; the handlers before are put back on a
     normal return. A server library that takes the signals itself and raises them again
     once it has shut down (uvicorn) ends here too."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     saved = {sig: signal.getsignal(sig) for sig in STOP_EXIT_CODES}
-    for sig in STOP_EXIT_CODES:
-        signal.signal(sig, _exit_quietly)
+    if not all(_install(sig, _exit_quietly) for sig in STOP_EXIT_CODES):
+        yield  # off the main thread: nothing was installed
+        return
     try:
         yield
     finally:

@@ -19,7 +19,6 @@ here touches the database.
 from __future__ import annotations
 
 import gc
-import itertools
 import logging
 import os
 import random
@@ -30,7 +29,7 @@ from collections.abc import Callable, Set
 
 from shared import jobs
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
-from supervisor.pool import guards
+from supervisor.pool import guards, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
@@ -67,9 +66,6 @@ from workers.child import child_main
 
 # What ends the job at the head of a child's queue.
 _ANSWERS = (JobDone, JobFailed, JobExpired)
-# Seconds: a queued job whose child should reach it sooner than this (its head's median
-# run time, less how long the head has run) is not worth a recall to an idle child.
-STEAL_MIN = 0.01
 
 
 class Pool:
@@ -394,16 +390,8 @@ class Pool:
 
     def take_back(self, queue: str) -> int:
         """Ask children for the jobs of ``queue`` queued unstarted (a paused queue starts
-        nothing more): each comes back as ``JobReturned(release=True)`` when its child
-        says it dropped it, or runs if it took it first. Returns how many were asked."""
-        asked = 0
-        why = f"queue {queue} paused"
-        for child in list(self._children.values()):
-            if child.state != BUSY:
-                continue
-            for job in [j for j in child.jobs if j.queue == queue]:
-                asked += child.recall(job.id, why)
-        return asked
+        nothing more; ``recalls.take_back``). Returns how many were asked."""
+        return recalls.take_back(self._children.values(), queue)
 
     def _idle_if_empty(self, child: ChildProcess) -> None:
         if not child.jobs:
@@ -411,75 +399,22 @@ class Pool:
             self._idle.append(child)
 
     def rebalance(self, exhausted: Callable[[str], bool]) -> int:
-        """At the end of a queue's work a child stands idle while another holds jobs
-        queued behind the one it runs (issue 31: the last jobs of a batch waited in one
-        pipe while the other child idled). For each idle child, the pipe with the most
-        queued jobs gives back the last half of them (SKIP, as for an overrun: each comes
-        back to be dispatched to an idle child, or runs where it was if its child reached
-        it first, so none runs twice), so the pipes end about together.
-        ``exhausted(queue)``: the queue has nothing more to claim now, so no other job is
-        coming for the idle child. A lone queued job whose child should reach it within
-        ``STEAL_MIN`` seconds stays. Returns how many jobs were asked back."""
+        """At the end of a queue's work an idle child takes the last half of the fullest
+        pipe (``recalls.rebalance``; ``exhausted(queue)``: nothing more of it to claim).
+        Returns how many jobs were asked back."""
         if not self._idle:
             return 0
-        children = self._children.values()
-        coming = sum(1 for child in children
-                     for recall in child.recalling.values() if not recall.release)
-        now = self._clock()
-        asked = 0
-        for _ in range(len(self._idle) - coming):
-            donor: ChildProcess | None = None
-            most: list[jobs.ClaimedJob] = []
-            for child in children:
-                held = child.jobs  # one queue's jobs: a child runs one queue at a time
-                if (child.state != BUSY or not child.started or len(held) - 1 <= len(most)
-                        or not exhausted(held[-1].queue)):
-                    continue
-                queued = [job for job in itertools.islice(held, 1, None)
-                          if job.id not in child.recalling]
-                if len(queued) <= len(most):
-                    continue
-                if len(queued) == 1:
-                    median = self.run_times.median(child.jobs[0].kind)
-                    if median is not None and median - (now - child.job_started) < STEAL_MIN:
-                        continue
-                donor, most = child, queued
-            if donor is None:
-                break
-            for job in most[len(most) // 2:]:
-                if donor.recall(job.id, "an idle child takes it at the end of its queue",
-                                release=False):
-                    asked += 1
-        if asked:
-            self.recalled += asked
+        asked = recalls.rebalance(self._children.values(), len(self._idle), self.run_times,
+                                  exhausted, self._clock())
+        self.recalled += asked
         return asked
 
     def free_for(self, over: Set[str], wanted: int) -> int:
-        """Queues below their allotment have jobs waiting and no child is idle (issue 44:
-        with prefetch, a queue's first job waited behind the jobs already queued in
-        every child's pipe). Up to ``wanted`` children running a queue in ``over`` (one
-        above its allotment) give back every job queued behind the one they run (SKIP,
-        not released: each comes back for dispatch, or runs here if the child reached
-        it first), so each child frees after its current job and the queue owed it
-        takes it. The children running longest go first (their jobs should end
-        soonest); children already giving jobs back count toward ``wanted``. Returns
-        how many jobs were asked back."""
-        children = self._children.values()
-        freeing = sum(1 for child in children
-                      if any(not recall.release for recall in child.recalling.values()))
-        donors = sorted(
-            (child for child in children
-             if child.state == BUSY and child.started and len(child.jobs) > 1
-             and child.jobs[0].queue in over and not child.recalling),
-            key=lambda child: child.job_started)
-        asked = 0
-        for child in donors[:max(0, wanted - freeing)]:
-            why = (f"its child is owed to a queue below its share "
-                   f"(queue {child.jobs[0].queue} is above its own)")
-            for job in list(itertools.islice(child.jobs, 1, None)):
-                asked += child.recall(job.id, why, release=False)
-        if asked:
-            self.recalled += asked
+        """No child is idle and queues below their allotment have jobs waiting: up to
+        ``wanted`` children running a queue in ``over`` give back their pipes
+        (``recalls.free_for``, issue 44). Returns how many jobs were asked back."""
+        asked = recalls.free_for(self._children.values(), over, wanted)
+        self.recalled += asked
         return asked
 
     # -- what the children say ---------------------------------------------------

@@ -1,0 +1,105 @@
+"""Which queued jobs the pool asks back from children's pipes, and from which children.
+
+A job queued behind the one a child runs has not started: asked back (SKIP, through
+``ChildProcess.recall``), it comes back when the child says SKIPPED, or runs where it
+was if the child took it first, so none runs twice. Three policies decide when that is
+worth a round trip to the child; each is a function over the children, returning how
+many jobs it asked back. The overrun's recall (a head past its kind's p95) belongs to
+the pool's deadlines and stays there.
+
+- ``take_back``: a paused queue starts nothing more; its queued jobs go back to the table.
+- ``rebalance``: at the end of a queue's work an idle child takes the last half of the
+  fullest pipe, so the pipes of a batch's last jobs end together (issue 31).
+- ``free_for``: a queue below its allotment has jobs waiting and no child is idle; the
+  children of queues above their own give back their pipes, so the next to finish goes
+  to the queue owed it (issue 44).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Collection, Iterable, Set
+
+from shared import jobs
+from supervisor.pool.process import BUSY, ChildProcess
+from supervisor.pool.runtimes import RunTimes
+
+# Seconds: a queued job whose child should reach it sooner than this (its head's median
+# run time, less how long the head has run) is not worth a recall to an idle child.
+STEAL_MIN = 0.01
+
+
+def _queued(child: ChildProcess) -> list[jobs.ClaimedJob]:
+    """The jobs queued behind the head of a started child, not asked back yet."""
+    return [job for job in itertools.islice(child.jobs, 1, None)
+            if job.id not in child.recalling]
+
+
+def _coming_back(child: ChildProcess) -> int:
+    """Jobs the child was asked to give back for another child (not released)."""
+    return sum(1 for recall in child.recalling.values() if not recall.release)
+
+
+def take_back(children: Iterable[ChildProcess], queue: str) -> int:
+    """Ask for the jobs of ``queue`` queued unstarted (the queue was paused): each comes
+    back as ``JobReturned(release=True)``, or runs if its child took it first."""
+    asked = 0
+    why = f"queue {queue} paused"
+    for child in list(children):
+        if child.state != BUSY:
+            continue
+        for job in [j for j in child.jobs if j.queue == queue]:
+            asked += child.recall(job.id, why)
+    return asked
+
+
+def rebalance(children: Collection[ChildProcess], idle: int, run_times: RunTimes,
+              exhausted: Callable[[str], bool], now: float) -> int:
+    """For each of ``idle`` idle children not already owed a job coming back, the pipe
+    with the most queued jobs gives back the last half of them. ``exhausted(queue)``:
+    the queue has nothing more to claim now, so no other job is coming for an idle
+    child. A lone queued job whose child should reach it within ``STEAL_MIN`` stays."""
+    coming = sum(_coming_back(child) for child in children)
+    asked = 0
+    for _ in range(idle - coming):
+        donor: ChildProcess | None = None
+        most: list[jobs.ClaimedJob] = []
+        for child in children:
+            held = child.jobs  # one queue's jobs: a child runs one queue at a time
+            if (child.state != BUSY or not child.started or len(held) - 1 <= len(most)
+                    or not exhausted(held[-1].queue)):
+                continue
+            queued = _queued(child)
+            if len(queued) <= len(most):
+                continue
+            if len(queued) == 1:
+                median = run_times.median(child.jobs[0].kind)
+                if median is not None and median - (now - child.job_started) < STEAL_MIN:
+                    continue
+            donor, most = child, queued
+        if donor is None:
+            break
+        for job in most[len(most) // 2:]:
+            asked += donor.recall(job.id, "an idle child takes it at the end of its queue",
+                                  release=False)
+    return asked
+
+
+def free_for(children: Collection[ChildProcess], over: Set[str], wanted: int) -> int:
+    """Up to ``wanted`` children running a queue in ``over`` (above its allotment) give
+    back every job queued behind the one they run, so each frees after its current job.
+    The children running longest go first (their jobs should end soonest); children
+    already giving jobs back count toward ``wanted``."""
+    freeing = sum(1 for child in children if _coming_back(child))
+    donors = sorted(
+        (child for child in children
+         if child.state == BUSY and child.started and len(child.jobs) > 1
+         and child.jobs[0].queue in over and not child.recalling),
+        key=lambda child: child.job_started)
+    asked = 0
+    for child in donors[:max(0, wanted - freeing)]:
+        why = (f"its child is owed to a queue below its share "
+               f"(queue {child.jobs[0].queue} is above its own)")
+        for job in _queued(child):
+            asked += child.recall(job.id, why, release=False)
+    return asked
