@@ -32,8 +32,7 @@ DUPLICATE_WINDOW = 1.0
 SIGINT_DUPLICATE_WINDOW = 0.1
 
 # Signals recorded before any SignalInbox was installed (see ``record_early``).
-_early: list[int] = []
-_early_at: list[float] = []
+_early: list[Received] = []
 EARLY_SIGNALS = (signal.SIGTERM, signal.SIGQUIT)
 
 
@@ -48,21 +47,21 @@ class Received:
 def _record_early(signum: int, frame: object) -> None:
     now = time.monotonic()
     if _early:
-        if (signum == signal.SIGTERM == _early[-1]
-                and now - _early_at[-1] < DUPLICATE_WINDOW):
+        last = _early[-1]
+        if (signum == signal.SIGTERM == last.signum and last.at is not None
+                and now - last.at < DUPLICATE_WINDOW):
             return  # the same stop, delivered twice: one request
         # A second stop signal before the loop runs: start-up may be stuck (an app
         # import that hangs), so stop now, as a second TERM does once the loop runs.
         raise SystemExit(128 + signum)
-    _early.append(signum)
-    _early_at.append(now)
+    _early.append(Received(signum, now))
 
 
 def record_early(signals: tuple[int, ...] = EARLY_SIGNALS) -> None:
     """Record ``signals`` from now until a ``SignalInbox`` is installed, which receives
-    them; a second one before then exits at once (code 128 + signal), unless it is a SIGTERM
-within ``DUPLICATE_WINDOW`` of the first (the same stop delivered twice). Only signals left
-    at their default disposition are taken. SIGINT is not among
+    them; a second one before then exits at once (code 128 + signal), unless it is a
+    SIGTERM within ``DUPLICATE_WINDOW`` of the first (the same stop delivered twice).
+    Only signals left at their default disposition are taken. SIGINT is not among
     the defaults: Python already turns it into KeyboardInterrupt, so Ctrl-C during a
     slow start still interrupts at once."""
     for sig in signals:
@@ -76,9 +75,8 @@ def take_early() -> list[int]:
 
 
 def _take_early_received() -> list[Received]:
-    taken = [Received(sig, at) for sig, at in zip(_early, _early_at, strict=False)]
+    taken = _early[:]
     del _early[: len(taken)]
-    del _early_at[: len(taken)]
     return taken
 
 
@@ -88,7 +86,6 @@ class SignalInbox:
     def __init__(self, signals: tuple[int, ...]) -> None:
         self.signals = signals
         self.received: list[Received] = []  # appended by the handler, one list: no race
-        self.pending: list[int] = []  # put here by hand (tests): taken after ``received``
         self._read_fd = self._write_fd = -1
 
     def install(self, selector: selectors.BaseSelector) -> None:
@@ -116,10 +113,10 @@ class SignalInbox:
 
     def has_pending(self) -> bool:
         """Whether a signal waits to be taken."""
-        return bool(self.received or self.pending)
+        return bool(self.received)
 
     def handle_event(self, key: object, mask: int) -> None:
-        """Empty the wakeup pipe (the signals themselves are in ``pending``)."""
+        """Empty the wakeup pipe (the signals themselves are in ``received``)."""
         try:
             while os.read(self._read_fd, 4096):
                 pass
@@ -131,11 +128,9 @@ class SignalInbox:
         return [r.signum for r in self.take_received()]
 
     def take_received(self) -> list[Received]:
-        """Signals received since the last call, in order, with when each arrived (None
-        for one put in ``pending`` by hand, as the state machine's tests do)."""
+        """Signals received since the last call, in order, with when each arrived."""
         taken, self.received = self.received, []
-        by_hand, self.pending = self.pending, []
-        return taken + [Received(sig) for sig in by_hand]
+        return taken
 
     def uninstall(self) -> None:
         """Restore default handlers and close the pipe."""

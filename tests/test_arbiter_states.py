@@ -16,6 +16,7 @@ from supervisor import arbiter as arbiter_module
 from supervisor.arbiter import DRAINING, RUNNING, STOP_TIMEOUT, STOPPING, Arbiter
 from supervisor.config import RunConfig
 from supervisor.pool import PoolHalted
+from supervisor.signals import Received
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -168,7 +169,7 @@ class Rig:
 
     def signal(self, sig: int) -> None:
         """A signal the handler recorded, handled at the next turn."""
-        self.arbiter.inbox.pending.append(sig)
+        self.arbiter.inbox.received.append(Received(sig, self.clock.now))
         self.arbiter.turn()
 
     def advance(self, seconds: float) -> None:

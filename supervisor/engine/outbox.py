@@ -28,7 +28,7 @@ from typing import NamedTuple
 from shared import jobs
 from shared.jobs import ClaimedJob
 from shared.usage import Usage
-from supervisor.db import Completion, Database, Failure, Store, write_apart
+from supervisor.db import Apart, Completion, Database, Failure, Store, write_apart
 from supervisor.db import refusal_reason as reason
 from supervisor.observe import JobTracer, SupervisorMetrics
 
@@ -407,12 +407,17 @@ class Outbox:
         """``write(items)`` with every row PostgreSQL accepts written; a row it refuses
         (a write with no text of its own to cut: a release, a snooze, an expiry, a
         start) is left to its lease and logged. Returns how many were fenced off."""
-        apart = write_apart(items, write)
+        return len(Outbox._left_to_lease(what, write_apart(items, write)).fenced)
+
+    @staticmethod
+    def _left_to_lease(what: str, apart: Apart) -> Apart:
+        """Log each row of ``apart`` that PostgreSQL refused: its job is left for its
+        lease to expire. Returns ``apart``."""
         for item, exc in apart.refused:
             job_id = item[0] if isinstance(item, tuple) else item.id
             log.error("job %d: the database refused its %s write (%s); left for its lease "
                       "to expire", job_id, what, reason(exc))
-        return len(apart.fenced)
+        return apart
 
     def _renew_riders(self, store: Store) -> int:
         """Write progress reports and checkpoints (a fenced renewal of their jobs)."""
@@ -444,10 +449,8 @@ class Outbox:
         return len(fenced & set(states))
 
     def _release(self, store: Store, claimed: list[ClaimedJob]) -> int:
-        apart = write_apart([(job.id, job.attempt) for job in claimed], store.release)
-        for (job_id, _), exc in apart.refused:
-            log.error("job %d: the database refused its release (%s); left for its lease "
-                      "to expire", job_id, reason(exc))
+        apart = self._left_to_lease("release", write_apart(
+            [(job.id, job.attempt) for job in claimed], store.release))
         gone = set(apart.fenced) | {job_id for (job_id, _), _ in apart.refused}
         for queue, n in Counter(j.queue for j in claimed if j.id not in gone).items():
             self.metrics.released(queue, n)
