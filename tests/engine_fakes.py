@@ -14,7 +14,7 @@ from shared.db import DatabaseUnavailable
 from shared.horizon import HorizonReport
 from shared.jobs import ClaimedJob
 from supervisor.config import RunConfig
-from supervisor.db import ClaimResult, Database
+from supervisor.db import ClaimResult, Database, FailuresWritten
 from supervisor.engine import Engine
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.pool import JobDone, JobFailed, JobStarted
@@ -96,8 +96,13 @@ class FakeStore:
         return self._fenced(c.id for c in items)
 
     def fail(self, items):
+        return self.write_failures(items).fenced
+
+    def write_failures(self, items):
         self._record("fail", [(f.id, f.kind) for f in items])
-        return self._fenced(f.id for f in items)
+        fenced = set(self._fenced(f.id for f in items))
+        return FailuresWritten(items, frozenset(f.id for f in items if f.id not in fenced),
+                               frozenset())  # no row here repeats a crash: never poison
 
     def interrupt(self, items):
         self._record("interrupt", [f.id for f in items])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from shared.jobs import FAIL_ERROR, FAIL_TIMEOUT, ClaimedJob
-from supervisor.db.records import Failure
+from supervisor.db import Failure, FailuresWritten
 from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
@@ -50,7 +50,7 @@ def test_a_crash_the_write_finds_poison_is_one_line_discarded_as_poison(caplog):
     job = _job(41, 2)
     reporter.record([_failed(job)], 0.0)
     assert _lines(caplog) == []  # nothing said before the write decides
-    reporter.settle_failures([_written(job)], written={41}, poisoned={41})
+    reporter.settle_failures(FailuresWritten([_written(job)], frozenset({41}), frozenset({41})))
     assert _lines(caplog) == [
         "job 41 chunk attempt 2/3 failed (timeout), discarded as poison (the same crash as "
         "its last attempt): ran past its 8.0 s timeout"]
@@ -65,7 +65,7 @@ def test_a_crash_the_write_retries_is_one_line_will_retry(caplog):
     reporter, metrics = _reporter()
     job = _job(42, 1)
     reporter.record([_failed(job)], 0.0)
-    reporter.settle_failures([_written(job)], written={42}, poisoned=set())
+    reporter.settle_failures(FailuresWritten([_written(job)], frozenset({42}), frozenset()))
     assert _lines(caplog) == [
         "job 42 chunk attempt 1/3 failed (timeout), will retry: ran past its 8.0 s timeout"]
     assert reporter.ledger.finished["discarded"] == 0
@@ -81,8 +81,8 @@ def test_failures_that_are_no_crash_or_final_are_said_at_once_and_only_once(capl
         "job 43 chunk attempt 1/3 failed (error), will retry",
         "job 44 chunk attempt 3/3 failed (timeout), discarded"]
     # The write marks 44 poison too (the same crash as before): no second line.
-    reporter.settle_failures([_written(error, FAIL_ERROR), _written(last)],
-                             written={43, 44}, poisoned={44})
+    reporter.settle_failures(FailuresWritten([_written(error, FAIL_ERROR), _written(last)],
+                                             frozenset({43, 44}), frozenset({44})))
     assert len(_lines(caplog)) == 2
     assert reporter.discard_reasons == {"poison": 1}
 
@@ -92,7 +92,7 @@ def test_a_fenced_crash_gets_no_verdict_of_ours(caplog):
     reporter, _ = _reporter()
     job = _job(45, 1)
     reporter.record([_failed(job)], 0.0)
-    reporter.settle_failures([_written(job)], written=set(), poisoned=set())
+    reporter.settle_failures(FailuresWritten([_written(job)], frozenset(), frozenset()))
     assert _lines(caplog) == []
-    reporter.settle_failures([_written(job)], written={45}, poisoned=set())
+    reporter.settle_failures(FailuresWritten([_written(job)], frozenset({45}), frozenset()))
     assert _lines(caplog) == []  # forgotten, not said late

@@ -31,6 +31,7 @@ from supervisor.db.leases import (
     return_leases,
 )
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
+from supervisor.db.records import FailuresWritten
 from supervisor.db.refused import Apart, refused, write_apart
 from supervisor.db.refused import reason as refusal_reason
 from supervisor.db.run_outcomes import (
@@ -43,8 +44,8 @@ from supervisor.db.run_outcomes import (
 from supervisor.db.store import Completion, Failure, Store
 
 __all__ = ["Apart", "ClaimRequest", "ClaimResult", "Completion", "Database", "DatabaseHung",
-           "Failure", "HistoryWriter", "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery",
-           "Prepared", "RunFailures", "Slice", "Store", "StoredLimits", "Waiting",
-           "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
+           "Failure", "FailuresWritten", "HistoryWriter", "Interrupt", "Interrupted", "LeaseRow",
+           "NonBlockingQuery", "Prepared", "RunFailures", "Slice", "Store", "StoredLimits",
+           "Waiting", "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
            "refusal_reason", "refused", "renew_lease", "return_leases", "run_failures", "waiting",
            "write_apart"]

@@ -7,6 +7,7 @@ for a record.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared.usage import Usage
@@ -44,3 +45,19 @@ class Failure:
     output: str | None = None
     ran: float | None = None  # as Completion.ran
     job_kind: str = ""  # the job's kind, for its poison_after setting
+
+
+@dataclass(slots=True, frozen=True)
+class FailuresWritten:
+    """What one write of failed attempts decided: of ``items``, the ids ``written`` (the
+    rest were fenced off) and those the row discarded as ``poisoned`` (the same crash as
+    its last attempts: only the row knows that)."""
+
+    items: Sequence[Failure]
+    written: frozenset[int]
+    poisoned: frozenset[int]
+
+    @property
+    def fenced(self) -> list[int]:
+        """The ids of ``items`` that were not written (their lease had moved on)."""
+        return [f.id for f in self.items if f.id not in self.written]

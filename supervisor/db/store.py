@@ -26,7 +26,7 @@ from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
-from supervisor.db.records import Completion, Failure
+from supervisor.db.records import Completion, Failure, FailuresWritten
 from supervisor.db.sql import (
     BEAT,
     COMPLETE,
@@ -93,10 +93,6 @@ class Store:
         # Crashes in a row with one signature that discard a job as poison (0: never):
         # each kind's @job(poison_after=...), else this.
         self.poison_after: Mapping[str, int] = {}
-        # Told after each write of failed attempts: (the attempts, the ids written, those
-        # discarded as poison), so the one log line about each is said after the
-        # decision (``OutcomeReporter.settle_failures``). None: poison is logged here.
-        self.on_failed: Callable[[Sequence[Failure], set[int], set[int]], None] | None = None
         self.default_poison_after = defaults.POISON_AFTER
         self._run_once: set[str] = set()  # statements run once: prepared from the next run
 
@@ -179,10 +175,26 @@ class Store:
         return self._fenced("complete", COMPLETE, self._complete_params(items), items)
 
     def fail(self, items: Sequence[Failure]) -> list[int]:
-        """Record failed attempts: retryable after a delay, or discarded when terminal
-        or out of attempts; one errors entry each. Returns the fenced-off ids."""
+        """Record failed attempts (``write_failures``), logging each poison discard
+        here: for callers that say nothing of their own about a failure (the testing
+        helpers). Returns the fenced-off ids."""
+        written = self.write_failures(items)
+        for failure in items:
+            if failure.id in written.poisoned:
+                log.warning("job %d %s attempt %d discarded as poison: the same crash as "
+                            "its last attempt (%s)", failure.id, failure.job_kind,
+                            failure.attempt,
+                            jobs.crash_signature(failure.kind, failure.message))
+        return written.fenced
+
+    def write_failures(self, items: Sequence[Failure]) -> FailuresWritten:
+        """Record failed attempts: retryable after a delay, or discarded when terminal,
+        out of attempts or poison (the same crash as its last ones); one errors entry
+        each. The fenced-off ones are reported (``_report_fenced``); what was written
+        and what the rows discarded as poison comes back, so the caller's one line about
+        each attempt follows the decision."""
         if not items:
-            return []
+            return FailuresWritten(items, frozenset(), frozenset())
         params = self._failure_params(items)
         params["delays"] = [
             f.retry_delay if f.retry_delay is not None else self.backoff.delay(f.attempt)
@@ -198,20 +210,10 @@ class Store:
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}
         rows = self.connection.execute(FAIL, params, prepare=False).fetchall()
-        if self.on_failed is not None:
-            self.on_failed(items, {row[0] for row in rows},
-                           {job_id for job_id, poison in rows if poison})
-        elif any(poison for _, poison in rows):
-            # The engine logged these as retrying: only the row knew the crash repeated.
-            by_id = {f.id: (f, signature) for f, signature in zip(items, params["signatures"],
-                                                                   strict=True)}
-            for job_id, poison in rows:
-                if poison:
-                    failure, signature = by_id[job_id]
-                    log.warning("job %d %s attempt %d discarded as poison: the same crash "
-                                "as its last attempt (%s)", job_id, failure.job_kind,
-                                failure.attempt, signature)
-        return self._report_fenced("fail", items, {row[0] for row in rows}, expected)
+        written = frozenset(row[0] for row in rows)
+        self._report_fenced("fail", items, set(written), expected)
+        return FailuresWritten(items, written,
+                               frozenset(job_id for job_id, poison in rows if poison))
 
     def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
         """Give back claimed jobs that never started: available again, the attempt not

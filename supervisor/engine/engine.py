@@ -133,7 +133,6 @@ class Engine:
         db.store.default_attempts = config.max_attempts
         db.store.poison_after = handler_poison_after(kinds)
         db.store.default_poison_after = config.poison_after
-        db.store.on_failed = self.reporter.settle_failures  # one log line, after the write
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self._claim_before_poll = True  # the start's claim: see _first_claim
@@ -212,7 +211,7 @@ class Engine:
             self._housekeeping(now, pool)
         if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0,
                                      self._claim_coming(pool)):
-            self.outbox.flush(db, now)
+            self._write_outbox(now)
         if self.outbox.acks:
             for job_id, written in self.outbox.take_acks():
                 pool.checkpoint_written(job_id, written)
@@ -439,7 +438,14 @@ class Engine:
 
     def flush(self, now: float, *, last_chance: bool = False) -> None:
         """Write every pending outcome now."""
+        self._write_outbox(now, last_chance=last_chance)
+
+    def _write_outbox(self, now: float, *, last_chance: bool = False) -> None:
+        """Write what the outbox holds, then say what its writes of failed attempts
+        decided (one log line each, after the row's poison verdict)."""
         self.outbox.flush(self.db, now, last_chance=last_chance)
+        for written in self.outbox.take_failures_written():
+            self.reporter.settle_failures(written)
 
     def close(self, pool: Pool, now: float) -> None:
         """Last writes before exit, leave the supervisors' registry, disconnect."""
@@ -619,7 +625,7 @@ class Engine:
     def _renew(self, pool: Pool) -> None:
         if self.outbox.pending.checkpoints:
             # Checkpoints ride on the renewal: written now, with whatever else waits.
-            self.outbox.flush(self.db, self.clock())
+            self._write_outbox(self.clock())
         sent = self.clock()
         held = pool.running() + self.ledger.waiting_jobs()
         if not held:

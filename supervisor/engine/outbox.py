@@ -28,7 +28,15 @@ from typing import NamedTuple
 from shared import jobs
 from shared.jobs import ClaimedJob
 from shared.usage import Usage
-from supervisor.db import Apart, Completion, Database, Failure, Store, write_apart
+from supervisor.db import (
+    Apart,
+    Completion,
+    Database,
+    Failure,
+    FailuresWritten,
+    Store,
+    write_apart,
+)
 from supervisor.db import refusal_reason as reason
 from supervisor.observe import JobTracer, SupervisorMetrics
 
@@ -141,6 +149,9 @@ class Outbox:
         self.carried_start_due: float | None = None
         # Flushed checkpoints written (True) or fenced off (False), for their handlers.
         self.acks: list[tuple[int, bool]] = []
+        # What each write of failed attempts decided (poison is the row's verdict), for
+        # the one log line about each attempt (``OutcomeReporter.settle_failures``).
+        self.failures_written: list[FailuresWritten] = []
 
     # -- recording ----------------------------------------------------------------------
     def started(self, job: ClaimedJob, now: float) -> None:
@@ -223,6 +234,11 @@ class Outbox:
         self._drop_start(job.id, now)
         self.pending.releases.append(job)
         self._touch(now)
+
+    def take_failures_written(self) -> list[FailuresWritten]:
+        """What the writes of failed attempts since the last call decided."""
+        written, self.failures_written = self.failures_written, []
+        return written
 
     def take_acks(self) -> list[tuple[int, bool]]:
         """Flushed checkpoints written since the last call: (job id, written)."""
@@ -476,7 +492,12 @@ class Outbox:
         cut (``reduced``); refused even so, its job is discarded with the reason; only
         if that is refused too is it left to its lease (logged). Never a retry of the
         same batch."""
-        apart = write_apart(failures, store.fail)
+        def write(part: Sequence[Failure]) -> list[int]:
+            written = store.write_failures(part)
+            self.failures_written.append(written)
+            return written.fenced
+
+        apart = write_apart(failures, write)
         fenced = len(apart.fenced)
         if not apart.refused:
             return fenced
@@ -484,14 +505,14 @@ class Outbox:
             log.warning("job %d attempt %d: the database refused its failure (%s); "
                         "written with its error text cut", failure.id, failure.attempt,
                         reason(exc))
-        second = write_apart([reduced(f, exc) for f, exc in apart.refused], store.fail)
+        second = write_apart([reduced(f, exc) for f, exc in apart.refused], write)
         fenced += len(second.fenced)
         if not second.refused:
             return fenced
         third = write_apart([Failure(
             f.id, f.attempt, f.kind, f"its failure could not be stored ({reason(exc)}): "
             "discarded", None, None, True, None, None, f.ran, f.job_kind)
-            for f, exc in second.refused], store.fail)
+            for f, exc in second.refused], write)
         for failure, exc in third.refused:
             log.error("job %d attempt %d: no outcome could be written (%s); left for its "
                       "lease to expire", failure.id, failure.attempt, reason(exc))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shared import jobs
-from supervisor.db.records import Failure
+from supervisor.db import FailuresWritten
 from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
@@ -227,16 +227,15 @@ class OutcomeReporter:
                                     retried=not shutdown and not cancelled and not discarded,
                                     discarded=discarded, duration=outcome.duration)
 
-
-    def settle_failures(self, items: Sequence[Failure], written: Collection[int],
-                        poisoned: Collection[int]) -> None:
-        """The store wrote the failed attempts ``items``: ``written`` the ids it wrote
-        (the rest were fenced off: no verdict of ours, the store warned), ``poisoned``
-        those it discarded as poison. Logs the one line of each crash whose verdict
-        waited for this write, and counts a poison discard with the others."""
+    def settle_failures(self, written: FailuresWritten) -> None:
+        """A write of failed attempts decided (``FailuresWritten``: the ids written, the
+        rest fenced off, and those the rows discarded as poison). Logs the one line of
+        each crash whose verdict waited for this write, and counts a poison discard
+        with the others."""
+        items, poisoned = written.items, written.poisoned
         for failure in items:
             undecided = self._undecided.pop((failure.id, failure.attempt), None)
-            if failure.id not in written:
+            if failure.id not in written.written:
                 if undecided is not None:  # the attempt failed; the row is not ours now
                     self.metrics.job_failed(undecided.job, undecided.failure, retried=False,
                                             discarded=False, duration=undecided.duration)
@@ -265,7 +264,8 @@ class OutcomeReporter:
         if self.discard_reasons[kind] > 0:
             self.discard_reasons[kind] -= 1
             self.discard_reasons["poison"] += 1
-        self.discard_reasons += Counter()  # drops the reasons left at zero
+            if not self.discard_reasons[kind]:
+                del self.discard_reasons[kind]
 
 
 def _ran_for(done: JobDone) -> float:

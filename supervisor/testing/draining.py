@@ -353,4 +353,6 @@ class _Drain:
                                False, now)
         # The cast: _DirectDatabase has what flush uses of a Database (call, up), no more.
         self.outbox.flush(cast(Database, self.database), now)
+        # In-process runs crash no child, so no row judges poison: nothing to say of them.
+        self.outbox.take_failures_written()
 
