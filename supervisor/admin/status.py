@@ -29,7 +29,6 @@ from supervisor.admin.resources import paused_kinds, waiting_for_resources
 # no longer counted as serving its queues. (It counted as alive for 60 s, the time
 # maintenance keeps a silent row: a SIGKILLed supervisor showed "1/2 busy" all along.)
 LIVE_AFTER_SECONDS = 3 * defaults.MAINTENANCE_INTERVAL
-PRESUMED_DEAD_AFTER_SECONDS = LIVE_AFTER_SECONDS
 RATE_WINDOW_SECONDS = 60.0
 # The counts a queue shows, in a job's life order: "claimed" (taken by a supervisor,
 # not started yet) apart from "running" (started), so running never exceeds children.
@@ -256,11 +255,11 @@ def stale_supervisors(conn: psycopg.Connection) -> int:
 
 def silent_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Registered supervisors presumed dead (no heartbeat for
-    ``PRESUMED_DEAD_AFTER_SECONDS``): ``id, host, pid, queues, children, busy`` as they
+    ``LIVE_AFTER_SECONDS``): ``id, host, pid, queues, children, busy`` as they
     last beat, ``heartbeat_age`` (seconds since), ``jobs_held`` (jobs still leased to
     it) and ``leases_expire_in`` (seconds until the last of those leases runs out, after
     which the next maintenance round of a live supervisor rescues them; None: none)."""
-    cur = conn.execute(_SILENT_SUPERVISORS, {"live": PRESUMED_DEAD_AFTER_SECONDS})
+    cur = conn.execute(_SILENT_SUPERVISORS, {"live": LIVE_AFTER_SECONDS})
     assert cur.description is not None  # a SELECT describes its columns
     names = [d.name for d in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur]

@@ -81,11 +81,6 @@ class RunFailures:
     discarded: dict[str, int] = field(default_factory=dict)
     cancelled: int = 0
 
-    @property
-    def jobs(self) -> int:
-        """Jobs that did not complete because of this run's failures."""
-        return sum(self.discarded.values()) + self.cancelled
-
 
 def run_failures(conn: psycopg.Connection, owner: str, window: float) -> RunFailures:
     """What ``owner``'s discards came to over the last ``window`` seconds."""
