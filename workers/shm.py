@@ -138,10 +138,8 @@ def remove(names: Iterable[str], directory: str = SHM_DIR) -> int:
             else:
                 os.unlink(path)
             gone += 1
-        except FileNotFoundError:
-            pass
         except OSError:
-            pass  # not ours to remove after all (another user's, read-only)
+            pass  # gone already, or not ours to remove after all (another user's)
     return gone
 
 
