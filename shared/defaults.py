@@ -27,13 +27,18 @@ BURST_HORIZON = 60.0  # --burst waits for retries and scheduled jobs due within 
 RETENTION = 7 * 24 * 3600.0  # completed and cancelled jobs are pruned after this
 DISCARDED_RETENTION = 30 * 24 * 3600.0  # discarded jobs are the evidence: kept longer
 MAX_ATTEMPTS = 20  # attempts of a job whose row and handler say none
-# Attempts in a row that crash the same way (signal, memory, hung, timeout) before a job
-# is discarded as poison rather than retried; 0 turns it off.
+# Attempts in a row that crash the same way before a job is discarded as poison rather
+# than retried; 0 turns it off.
 POISON_AFTER = 2
+# The crash-like failures that count as crashes (toward poison and the breaker) for a
+# kind whose @job(counts_as_crash=...) says nothing: a child that died (signal, exit)
+# and a hang. A timeout is what a slow downstream gives (a user who set max_attempts=5
+# expects five tries) and a memory kill may be a neighbour's doing: neither counts.
+COUNTS_AS_CRASH = ("crashed", "hung")
 ADMISSION_PATIENCE = 30.0  # a big job waits this long before smaller ones stop overtaking
-# The circuit breaker per kind: more than BREAKER_FAILURES crashes (crashed, memory,
-# hung, timeout) of a kind within BREAKER_WINDOW, across every supervisor, pause the
-# kind for BREAKER_COOLDOWN. 0 failures: off.
+# The circuit breaker per kind: more than BREAKER_FAILURES crashes (as COUNTS_AS_CRASH
+# or the kind's counts_as_crash say) of a kind within BREAKER_WINDOW, across every
+# supervisor, pause the kind for BREAKER_COOLDOWN. 0 failures: off.
 BREAKER_FAILURES = 10
 BREAKER_WINDOW = 60.0
 BREAKER_COOLDOWN = 300.0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from shared import defaults
 
@@ -56,8 +57,9 @@ FAIL_EXPIRED = "expired"
 # entry of this kind added after the last crash's (shared/jobs.crash_signature).
 FAIL_POISON = "poison"
 
-# Failures that say the input may kill its child every time (a crash, a memory blow-up,
-# a hang, a timeout), as opposed to a handler's ordinary exception.
+# Failures that may say the input kills its child every time (a crash, a memory blow-up,
+# a hang, a timeout), as opposed to a handler's ordinary exception. Which of them count
+# as crashes (toward poison and the breaker) is each kind's ``CrashRule``.
 CRASH_FAILURES = frozenset({FAIL_CRASHED, FAIL_MEMORY, FAIL_HUNG, FAIL_TIMEOUT})
 
 _HOW_IT_DIED = re.compile(r"killed by \S+|exited with code -?\d+|exited \(\w+\)")
@@ -65,6 +67,46 @@ _HOW_IT_DIED = re.compile(r"killed by \S+|exited with code -?\d+|exited \(\w+\)"
 # Failures that retrying cannot mend: the job is discarded at once.
 TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_ARGS, FAIL_UNKNOWN_KIND})
 
+
+
+def crash_kinds(value: Iterable[str] | None, where: str) -> frozenset[str] | None:
+    """``value`` (``@job(counts_as_crash=...)``, a config's) checked: a set of names
+    from ``CRASH_FAILURES`` (empty: nothing counts), or None (the default). Raises
+    ``ValueError`` with one line naming what is wrong."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValueError(f"{where} must be a set of failure kinds among "
+                         f"{', '.join(sorted(CRASH_FAILURES))}, not {value!r}")
+    names = frozenset(value)
+    unknown = sorted(str(name) for name in names - CRASH_FAILURES)
+    if unknown:
+        raise ValueError(f"{where} names {', '.join(unknown)}: only "
+                         f"{', '.join(sorted(CRASH_FAILURES))} can count as crashes")
+    return names
+
+
+@dataclass(frozen=True)
+class CrashRule:
+    """Which crash-like failures count as crashes, per job kind: a counted one may make
+    its job poison (``poison_after`` in a row with one signature) and counts toward its
+    kind's circuit breaker; an uncounted one is an ordinary failed attempt, retried until
+    ``max_attempts``. ``by_kind`` holds each handler's ``@job(counts_as_crash=...)``;
+    other kinds get ``default`` (``defaults.COUNTS_AS_CRASH``: a crash and a hang, not
+    a timeout nor a memory kill, see docs/cpu-heavy.md)."""
+
+    by_kind: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    default: frozenset[str] = frozenset(defaults.COUNTS_AS_CRASH)
+
+    def counts(self, job_kind: str, failure: str) -> bool:
+        """Whether a ``failure`` of a ``job_kind`` job counts as a crash."""
+        return failure in self.by_kind.get(job_kind, self.default)
+
+    def signature(self, job_kind: str, failure: str, message: str) -> str | None:
+        """The crash's signature if it counts (``crash_signature``), else None."""
+        if not self.counts(job_kind, failure):
+            return None
+        return crash_signature(failure, message)
 
 
 def crash_signature(kind: str, message: str) -> str | None:

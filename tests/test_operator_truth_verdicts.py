@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from shared.jobs import FAIL_ERROR, FAIL_TIMEOUT, ClaimedJob
+from shared.jobs import FAIL_CRASHED, FAIL_ERROR, ClaimedJob
 from supervisor.db import Failure, FailuresWritten
 from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
@@ -25,12 +25,12 @@ def _reporter() -> tuple[OutcomeReporter, SupervisorMetrics]:
     return OutcomeReporter(Ledger(), Outbox(metrics, 0.02), metrics, PrefetchDepth()), metrics
 
 
-def _failed(job: ClaimedJob, kind: str = FAIL_TIMEOUT) -> JobFailed:
-    return JobFailed(job, kind, "ran past its 8.0 s timeout", None, None, False, 8.0)
+def _failed(job: ClaimedJob, kind: str = FAIL_CRASHED) -> JobFailed:
+    return JobFailed(job, kind, "child 4711 killed by SIGSEGV", None, None, False, 8.0)
 
 
-def _written(job: ClaimedJob, kind: str = FAIL_TIMEOUT) -> Failure:
-    return Failure(job.id, job.attempt, kind, "ran past its 8.0 s timeout", job_kind="chunk")
+def _written(job: ClaimedJob, kind: str = FAIL_CRASHED) -> Failure:
+    return Failure(job.id, job.attempt, kind, "child 4711 killed by SIGSEGV", job_kind="chunk")
 
 
 def _lines(caplog) -> list[str]:
@@ -52,8 +52,8 @@ def test_a_crash_the_write_finds_poison_is_one_line_discarded_as_poison(caplog):
     assert _lines(caplog) == []  # nothing said before the write decides
     reporter.settle_failures(FailuresWritten([_written(job)], frozenset({41}), frozenset({41})))
     assert _lines(caplog) == [
-        "job 41 chunk attempt 2/3 failed (timeout), discarded as poison (the same crash as "
-        "its last attempt): ran past its 8.0 s timeout"]
+        "job 41 chunk attempt 2/3 failed (crashed), discarded as poison (the same crash as "
+        "its last attempt): child 4711 killed by SIGSEGV"]
     assert reporter.ledger.finished["discarded"] == 1
     assert reporter.discard_reasons == {"poison": 1}
     assert _metric(metrics, "supervisor_jobs_discarded_total") == "1"
@@ -67,7 +67,7 @@ def test_a_crash_the_write_retries_is_one_line_will_retry(caplog):
     reporter.record([_failed(job)], 0.0)
     reporter.settle_failures(FailuresWritten([_written(job)], frozenset({42}), frozenset()))
     assert _lines(caplog) == [
-        "job 42 chunk attempt 1/3 failed (timeout), will retry: ran past its 8.0 s timeout"]
+        "job 42 chunk attempt 1/3 failed (crashed), will retry: child 4711 killed by SIGSEGV"]
     assert reporter.ledger.finished["discarded"] == 0
     assert _metric(metrics, "supervisor_jobs_retried_total") == "1"
 
@@ -79,7 +79,7 @@ def test_failures_that_are_no_crash_or_final_are_said_at_once_and_only_once(capl
     reporter.record([_failed(error, FAIL_ERROR), _failed(last)], 0.0)
     assert [line.split(":")[0] for line in _lines(caplog)] == [
         "job 43 chunk attempt 1/3 failed (error), will retry",
-        "job 44 chunk attempt 3/3 failed (timeout), discarded"]
+        "job 44 chunk attempt 3/3 failed (crashed), discarded"]
     # The write marks 44 poison too (the same crash as before): no second line.
     reporter.settle_failures(FailuresWritten([_written(error, FAIL_ERROR), _written(last)],
                                              frozenset({43, 44}), frozenset({44})))

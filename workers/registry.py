@@ -46,6 +46,9 @@ class JobDefaults:
     # only sets current_job().stopping.
     on_stop: str = "flag"
     poison_after: int | None = None  # None: the supervisor's poison_after; 0: never
+    # The crash-like failures that count as crashes for this kind (shared.jobs.CrashRule);
+    # None: defaults.COUNTS_AS_CRASH.
+    counts_as_crash: frozenset[str] | None = None
 
     @property
     def queue(self) -> str:
@@ -261,6 +264,7 @@ def job(
     catch_up: bool = False,
     overlap: bool = True,
     poison_after: int | None = None,
+    counts_as_crash: Iterable[str] | None = None,
     **options: Unpack[JobOptions],
 ) -> Any:
     """Register a handler. Use bare (``@job``) or with options (``@job(queue="images")``).
@@ -289,6 +293,10 @@ def job(
     ``poison_after`` (default: the supervisor's, 2): attempts in a row that crash the
     same way (same signal, memory, hung, timeout) before the job is discarded as
     ``poison`` with its remaining attempts unspent; 0 turns it off for this kind.
+    ``counts_as_crash`` names which crash-like failures count as crashes, toward poison
+    and the kind's circuit breaker: any of ``crashed`` (the child died by a signal or
+    an exit), ``hung`` (heartbeat lost), ``timeout``, ``memory``; default ``{"crashed",
+    "hung"}``: a kind that times out is retried until its ``max_attempts``.
     """
     check_names(options, JOB_OPTIONS, "job")
     row = job_options(options)
@@ -311,7 +319,8 @@ def job(
                                          and poison_after >= 0):
         raise ValueError(f"poison_after must be a whole number >= 0 (0: off), not "
                          f"{poison_after!r}")
-    defaults = JobDefaults(options=row, poison_after=poison_after,
+    counted = jobs.crash_kinds(counts_as_crash, "counts_as_crash")
+    defaults = JobDefaults(options=row, poison_after=poison_after, counts_as_crash=counted,
                            backoff=backoff or jobs.DEFAULT_BACKOFF,
                            soft_timeout=soft_timeout, on_stop=on_stop,
                            heartbeat_timeout=float(heartbeat_timeout) if heartbeat_timeout

@@ -1,8 +1,9 @@
 """The circuit breaker per job kind: when more than ``breaker_failures`` attempts of a
-kind crash, hang, time out or hit the memory cap within ``breaker_window`` seconds,
-counted across every supervisor in the database, the kind is paused for
-``breaker_cooldown``: no supervisor starts it until then (or until ``supervisor kinds
-resume``). Ordinary handler exceptions never count.
+kind fail in a way that counts as a crash (``shared.jobs.CrashRule``: by default a
+child that died or hung; a kind's ``@job(counts_as_crash=...)`` may add timeouts and
+memory kills) within ``breaker_window`` seconds, counted across every supervisor in the
+database, the kind is paused for ``breaker_cooldown``: no supervisor starts it until
+then (or until ``supervisor kinds resume``). Ordinary handler exceptions never count.
 
 Door: ``Breaker`` (what the engine calls: record crashes, learn which kinds are
 paused) and ``admin`` (``list_kinds``, ``pause_kind``, ``resume_kind`` for the CLI).

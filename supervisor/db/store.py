@@ -94,6 +94,7 @@ class Store:
         # each kind's @job(poison_after=...), else this.
         self.poison_after: Mapping[str, int] = {}
         self.default_poison_after = defaults.POISON_AFTER
+        self.crash_rule = jobs.CrashRule()  # which failures may make poison, per kind
         self._run_once: set[str] = set()  # statements run once: prepared from the next run
 
     def _again(self, sql: str) -> bool:
@@ -203,7 +204,8 @@ class Store:
         params["terminal"] = [bool(f.terminal) for f in items]
         params["ran"] = [f.ran for f in items]
         params |= usage_params(items)
-        params["signatures"] = [jobs.crash_signature(f.kind, f.message) for f in items]
+        params["signatures"] = [self.crash_rule.signature(f.job_kind, f.kind, f.message)
+                                for f in items]
         params["poison_after"] = [self.poison_after.get(f.job_kind, self.default_poison_after)
                                   for f in items]
         # A job killed because it was cancelled is fenced off by design: its row is

@@ -60,7 +60,7 @@ from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 from supervisor.engine.notices import notify_drain, notify_fence, notify_pause
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import handler_max_attempts, handler_poison_after
+from supervisor.engine.policy import crash_rule, handler_max_attempts, handler_poison_after
 from supervisor.engine.reporting import OutcomeReporter
 from supervisor.engine.runtimes import MIN_SAMPLES
 from supervisor.observe import JobTracer, SupervisorMetrics
@@ -133,6 +133,7 @@ class Engine:
         db.store.default_attempts = config.max_attempts
         db.store.poison_after = handler_poison_after(kinds)
         db.store.default_poison_after = config.poison_after
+        db.store.crash_rule = self.reporter.crash_rule = crash_rule(kinds)
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self._claim_before_poll = True  # the start's claim: see _first_claim

@@ -4,7 +4,7 @@ from"). Resolved once, at claim, so the pool and the writes see final values."""
 
 from __future__ import annotations
 
-from shared.jobs import ClaimedJob
+from shared.jobs import ClaimedJob, CrashRule
 from workers.registry import get_handler
 
 
@@ -40,6 +40,17 @@ def handler_poison_after(kinds: list[str]) -> dict[str, int]:
         if handle is not None and handle.defaults.poison_after is not None:
             found[kind] = handle.defaults.poison_after
     return found
+
+
+def crash_rule(kinds: list[str]) -> CrashRule:
+    """Which crash-like failures count as crashes for each loaded handler's kind
+    (``@job(counts_as_crash=...)``), the built-in default for the rest."""
+    found = {}
+    for kind in kinds:
+        handle = get_handler(kind)
+        if handle is not None and handle.defaults.counts_as_crash is not None:
+            found[kind] = handle.defaults.counts_as_crash
+    return CrashRule(found)
 
 
 def retry_delay(job: ClaimedJob, asked: float | None) -> float | None:

@@ -66,7 +66,9 @@ class OutcomeReporter:
         # queue whose keys were all at their limit may claim again.
         self.ended_queues: set[str] = set()
         self._native_news = False  # a child went busy in native code since last asked
-        # Kinds of attempts that crashed, hung, timed out or hit the memory cap since the
+        # Which failures count as crashes, per kind (the engine's, from the handlers).
+        self.crash_rule = jobs.CrashRule()
+        # Kinds of attempts whose failure counts as a crash (``crash_rule``) since the
         # engine last asked: what the per-kind circuit breaker counts.
         self.crashes: list[str] = []
         # Discarded jobs by reason: the failure kind of the last attempt, or "poison".
@@ -179,7 +181,8 @@ class OutcomeReporter:
 
     def _failed(self, outcome: JobFailed, now: float) -> None:
         job = outcome.job
-        if outcome.kind in jobs.CRASH_FAILURES:
+        signature = self.crash_rule.signature(job.kind, outcome.kind, outcome.message)
+        if signature is not None:
             self.crashes.append(job.kind)
         self.ended_queues.add(job.queue)
         shutdown = outcome.kind == jobs.FAIL_SHUTDOWN
@@ -203,7 +206,7 @@ class OutcomeReporter:
             verdict = "discarded"
         else:
             verdict = "will retry"
-        if verdict == "will retry" and jobs.crash_signature(outcome.kind, outcome.message):
+        if verdict == "will retry" and signature is not None:
             # Only the row knows whether this crash repeats its last ones (poison): the
             # one line about it waits for the write.
             self._undecided[(job.id, job.attempt)] = _Undecided(
