@@ -180,7 +180,7 @@ def test_supervisor_metrics_record_a_job_lifecycle():
     failed = 'supervisor_jobs_failed_total{queue="images",kind="resize",reason="%s"}'
     assert s[failed % "timeout"] == s[failed % "error"] == s[failed % "shutdown"] == "1"
     assert s['supervisor_jobs_retried_total{queue="images",kind="resize"}'] == "1"
-    assert s['supervisor_jobs_discarded_total{queue="images",kind="resize"}'] == "1"
+    assert s['supervisor_jobs_discarded_total{queue="images",kind="resize",reason="error"}'] == "1"
     assert s['supervisor_jobs_released_total{queue="images"}'] == "3"
     # Three attempts with a known duration: done, timeout, error; shutdown had none.
     assert s['supervisor_job_duration_seconds_count{queue="images",kind="resize"}'] == "3"

@@ -37,9 +37,9 @@ def _lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "supervisor.jobs"]
 
 
-def _metric(metrics: SupervisorMetrics, name: str) -> str | None:
+def _metric(metrics: SupervisorMetrics, name: str, labels: str = "") -> str | None:
     for line in metrics.render().decode().splitlines():
-        if line.startswith(f'{name}{{queue="video",kind="chunk"}}'):
+        if line.startswith(f'{name}{{queue="video",kind="chunk"{labels}}}'):
             return line.rsplit(" ", 1)[1]
     return None
 
@@ -56,7 +56,7 @@ def test_a_crash_the_write_finds_poison_is_one_line_discarded_as_poison(caplog):
         "its last attempt): child 4711 killed by SIGSEGV"]
     assert reporter.ledger.finished["discarded"] == 1
     assert reporter.discard_reasons == {"poison": 1}
-    assert _metric(metrics, "supervisor_jobs_discarded_total") == "1"
+    assert _metric(metrics, "supervisor_jobs_discarded_total", ',reason="poison"') == "1"
     assert _metric(metrics, "supervisor_jobs_retried_total") is None
 
 
@@ -74,7 +74,7 @@ def test_a_crash_the_write_retries_is_one_line_will_retry(caplog):
 
 def test_failures_that_are_no_crash_or_final_are_said_at_once_and_only_once(caplog):
     caplog.set_level(logging.INFO, logger="supervisor")
-    reporter, _ = _reporter()
+    reporter, metrics = _reporter()
     error, last = _job(43, 1), _job(44, 3)
     reporter.record([_failed(error, FAIL_ERROR), _failed(last)], 0.0)
     assert [line.split(":")[0] for line in _lines(caplog)] == [
@@ -85,6 +85,9 @@ def test_failures_that_are_no_crash_or_final_are_said_at_once_and_only_once(capl
                                              frozenset({43, 44}), frozenset({44})))
     assert len(_lines(caplog)) == 2
     assert reporter.discard_reasons == {"poison": 1}
+    # Its metrics waited for the write: discarded as poison, never as crashed.
+    assert _metric(metrics, "supervisor_jobs_discarded_total", ',reason="poison"') == "1"
+    assert _metric(metrics, "supervisor_jobs_discarded_total", ',reason="crashed"') is None
 
 
 def test_a_fenced_crash_gets_no_verdict_of_ours(caplog):

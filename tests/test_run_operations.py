@@ -141,8 +141,8 @@ def test_metrics_endpoint_shows_the_counts(dsn, tmp_path):
         text = body.decode()
         assert re.search(r'supervisor_jobs_completed_total\{queue="default",kind="e2e_noop"\} 5',
                          text), text
-        assert re.search(r'supervisor_jobs_discarded_total\{queue="default",kind="e2e_discard"\} 1',
-                         text)
+        assert re.search(r'supervisor_jobs_discarded_total\{queue="default",kind="e2e_discard",'
+                         r'reason="discard"\} 1', text), text
         assert re.search(r'supervisor_jobs_claimed_total\{queue="default"\} 6', text)
         assert "supervisor_job_duration_seconds_bucket" in text
         sup.signal(signal.SIGTERM)

@@ -42,12 +42,15 @@ _EXITS = {"recycled": "recycle", "exited": "exited", "killed": "killed",
 
 @dataclass(frozen=True, slots=True)
 class _Undecided:
-    """A failed attempt whose verdict (retry or poison) its write decides."""
+    """A failed attempt whose verdict (retry or poison) its write decides. ``final``: its
+    last attempt, said as discarded at once; only the reason its metrics give (its
+    failure, or poison) waits for the write."""
 
     job: jobs.ClaimedJob
     failure: str
     message: str
     duration: float | None
+    final: bool = False
 
 
 class OutcomeReporter:
@@ -84,6 +87,7 @@ class OutcomeReporter:
             if type(outcome) is JobStarted:
                 self.ledger.started(outcome.job)
                 self.outbox.started(outcome.job, now)
+                self.metrics.job_started(outcome.job)
             elif type(outcome) is JobDone:
                 self.ledger.ended(outcome.job, "completed")
                 self.ended_queues.add(outcome.job.queue)
@@ -206,12 +210,13 @@ class OutcomeReporter:
             verdict = "discarded"
         else:
             verdict = "will retry"
-        if verdict == "will retry" and signature is not None:
+        if signature is not None and verdict in ("will retry", "discarded"):
             # Only the row knows whether this crash repeats its last ones (poison): the
-            # one line about it waits for the write.
+            # one line about it waits for the write, and so do its metrics (a counter
+            # cannot take back a discard counted under the wrong reason).
             self._undecided[(job.id, job.attempt)] = _Undecided(
-                job, outcome.kind, outcome.message, outcome.duration)
-        else:
+                job, outcome.kind, outcome.message, outcome.duration, final=discarded)
+        if signature is None or verdict != "will retry":
             log.log(logging.INFO if shutdown else logging.WARNING,
                     "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind,
                     job.attempt, job.max_attempts, outcome.kind, verdict, outcome.message,
@@ -249,6 +254,13 @@ class OutcomeReporter:
                 continue
             job = undecided.job
             poison = failure.id in poisoned
+            if undecided.final:  # said and counted as discarded at once
+                if poison:
+                    self._reason_was_poison(failure.kind)
+                self.metrics.job_failed(job, undecided.failure, retried=False, discarded=True,
+                                        duration=undecided.duration,
+                                        discard_reason="poison" if poison else None)
+                continue
             if poison:
                 verdict = "discarded as poison (the same crash as its last attempt)"
                 self.ledger.finished["discarded"] += 1
@@ -256,7 +268,8 @@ class OutcomeReporter:
             else:
                 verdict = "will retry"
             self.metrics.job_failed(job, undecided.failure, retried=not poison,
-                                    discarded=poison, duration=undecided.duration)
+                                    discarded=poison, duration=undecided.duration,
+                                    discard_reason="poison" if poison else None)
             log.warning("job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind,
                         job.attempt, job.max_attempts, undecided.failure, verdict,
                         undecided.message,

@@ -53,15 +53,27 @@ class SupervisorMetrics:
         self.max_kinds = max_kinds
         self._kinds: set[str] = set()
         r = self.registry = registry if registry is not None else Registry()
+        # What each counter means, so that it equals what supervisor.jobs says
+        # (docs/telemetry.md, "Counters and the table"): a claim takes a lease, which ends
+        # in a start (an attempt, as jobs.attempt counts them), a release unstarted, or
+        # an expiry in a child's pipe; a started attempt completes or fails once.
         self._claimed = r.counter(
-            "supervisor_jobs_claimed_total", "Jobs claimed from the queue.", ["queue"]
-        )
+            "supervisor_jobs_claimed_total",
+            "Leases taken: one per job per claim. A job released unstarted (released_total) "
+            "is claimed again later and counted again; started_total counts attempts.",
+            ["queue"])
+        self._started = r.counter(
+            "supervisor_jobs_started_total",
+            "Attempts started in a child: what supervisor.jobs.attempt counts.",
+            ["queue", "kind"])
         self._completed = r.counter(
             "supervisor_jobs_completed_total", "Jobs whose handler returned.", ["queue", "kind"]
         )
         self._failed = r.counter(
             "supervisor_jobs_failed_total",
-            "Failed job attempts, by kind of failure (error, timeout, hung, crashed, ...).",
+            "Failed job attempts, by kind of failure (error, timeout, hung, crashed, ...): "
+            "one per errors entry of an attempt. A poison discard adds no attempt; it is "
+            "discarded_total's reason.",
             ["queue", "kind", "reason"],
         )
         self._retried = r.counter(
@@ -71,12 +83,14 @@ class SupervisorMetrics:
         )
         self._discarded = r.counter(
             "supervisor_jobs_discarded_total",
-            "Jobs discarded: attempts exhausted or a terminal failure.",
-            ["queue", "kind"],
+            "Jobs discarded, by reason: the kind of the last errors entry (poison, or the "
+            "last attempt's failure: attempts exhausted or a terminal failure).",
+            ["queue", "kind", "reason"],
         )
         self._released = r.counter(
             "supervisor_jobs_released_total",
-            "Claimed jobs given back unstarted (drain), attempt not counted.",
+            "Claimed jobs given back unstarted (a drain, a paused queue or kind, a job "
+            "too big for this supervisor), attempt not counted.",
             ["queue"],
         )
         self._kinds_tripped = r.counter(
@@ -191,6 +205,10 @@ class SupervisorMetrics:
         self._completed.add(key)
         self._duration.record(key, duration)
 
+    def job_started(self, job: Any) -> None:
+        """An attempt of ``job`` started in a child."""
+        self._started.add((job.queue, self._kind(job.kind)))
+
     def job_cpu(self, job: Any, cpu_seconds: float) -> None:
         """An attempt of ``job`` that ran in a child used ``cpu_seconds`` of CPU."""
         self._cpu.record((job.queue, self._kind(job.kind)), cpu_seconds)
@@ -203,13 +221,15 @@ class SupervisorMetrics:
         retried: bool,
         discarded: bool,
         duration: float | None = None,
+        discard_reason: str | None = None,
     ) -> None:
         """An attempt of ``job`` failed with ``reason`` (a ``shared.jobs.FAIL_*`` kind).
 
         The caller says what became of the job: ``retried`` when it goes back for
         another attempt, ``discarded`` when it will never run again; neither when it
         returns to available without counting the attempt (shutdown). ``duration`` is
-        the attempt's run time if known (not for a rescued lease).
+        the attempt's run time if known (not for a rescued lease). ``discard_reason``:
+        why a discarded job was (``poison``), if not for this failure.
         """
         if retried and discarded:
             raise ValueError("a failed job is retried or discarded, not both")
@@ -219,7 +239,7 @@ class SupervisorMetrics:
         if retried:
             self._retried.add(key)
         elif discarded:
-            self._discarded.add(key)
+            self._discarded.add((job.queue, kind, discard_reason or reason))
         if duration is not None:
             self._duration.record(key, duration)
 
