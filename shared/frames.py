@@ -29,7 +29,8 @@ from shared import defaults
 VERSION = 1
 
 # Message types (their bodies: the classes of the same name in ``shared.wire``).
-# Parent to child: RUN, STOP, SKIP, CHECKPOINTED, STOPPING. Child to parent: the rest.
+# Parent to child: RUN, STOP, SKIP, CHECKPOINTED, STOPPING, DISCARDED. Child to parent:
+# the rest.
 READY = 1
 RUN = 2
 HEARTBEAT = 3
@@ -43,6 +44,7 @@ SKIPPED = 10  # the child dropped a queued job it was told to skip: it never ran
 CHECKPOINT = 11  # a running job's handler stored its state (issue 28)
 CHECKPOINTED = 12  # the parent wrote a checkpoint the handler waits for (flush=True)
 STOPPING = 13  # the running job is about to be stopped from outside: save and return
+DISCARDED = 14  # a job the parent discarded (its child died): run the on_discard hooks
 
 TYPE_NAMES = {
     READY: "READY",
@@ -58,6 +60,7 @@ TYPE_NAMES = {
     CHECKPOINT: "CHECKPOINT",
     CHECKPOINTED: "CHECKPOINTED",
     STOPPING: "STOPPING",
+    DISCARDED: "DISCARDED",
 }
 
 # Header flags.

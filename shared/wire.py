@@ -5,10 +5,12 @@ a child's queue stocked), ``Skip`` (a queued job must not run) and ``Stop``. Chi
 parent: ``Ready``, ``Start`` (the child takes the next job of its queue), ``Skipped``
 (it dropped a queued job it was told to skip), ``Heartbeat``, ``Done``, ``Failed`` and
 ``BootError``; and the frames of checkpoints and stop notices (``Checkpoint``, and parent to
-child ``Checkpointed`` and ``Stopping``, in ``shared.notices``). Each class has ``encode()``, which
-returns a whole frame, and ``decode(frame)``, which raises ``ProtocolError`` for a body
-that does not fit the type. The framing itself (header, size cap, readers, writers) is
-``shared.frames``; its names are re-exported here, so ``shared.wire`` is the one door.
+child ``Checkpointed`` and ``Stopping``, in ``shared.notices``), and parent to child
+``Discarded`` (a job the parent discarded, for the on_discard hooks: ``shared.discarded``).
+Each class has ``encode()``, which returns a whole frame, and ``decode(frame)``, which
+raises ``ProtocolError`` for a body that does not fit the type. The framing itself
+(header, size cap, readers, writers) is ``shared.frames``; its names are re-exported
+here, so ``shared.wire`` is the one door.
 
 Two bodies are shaped for the parent's per-job path, where it never parses what it
 only carries:
@@ -34,11 +36,13 @@ from typing import Any, ClassVar, NamedTuple
 
 import orjson
 
+from shared.discarded import Discarded
 from shared.frames import (
     BOOT_ERROR,
     CHECKPOINT,
     CHECKPOINTED,
     DEFAULT_MAX_BODY,
+    DISCARDED,
     DONE,
     FAILED,
     FLAG_FLUSH,
@@ -71,11 +75,13 @@ from shared.usage import PACKED as _USAGE
 from shared.usage import Usage
 
 __all__ = [
-    "BOOT_ERROR", "CHECKPOINT", "CHECKPOINTED", "DEFAULT_MAX_BODY", "DONE", "FAILED",
+    "BOOT_ERROR", "CHECKPOINT", "CHECKPOINTED", "DEFAULT_MAX_BODY", "DISCARDED", "DONE",
+    "FAILED",
     "FLAG_FLUSH", "FLAG_LAST", "FLAG_OUTPUT", "FLAG_USAGE", "HEADER",
     "HEADER_SIZE", "HEARTBEAT", "READY", "RUN", "SKIP", "SKIPPED", "START", "STOP",
     "STOPPING", "TYPE_NAMES",
-    "VERSION", "BlockingReader", "BootError", "Checkpoint", "Checkpointed", "Done",
+    "VERSION", "BlockingReader", "BootError", "Checkpoint", "Checkpointed", "Discarded",
+    "Done",
     "DoneBody", "Failed", "Frame", "FrameReader",
     "FrameWriter", "Heartbeat", "Message", "ProtocolError", "Ready", "Run", "Skip",
     "Skipped", "Start", "Stop", "Stopping",

@@ -202,6 +202,14 @@ class JobRunner:
                     inbox.wait()
             except OSError:
                 return CHILD_PIPE_LOST
+            if inbox.has_discarded:  # between jobs: the last one's answer goes first
+                if answer:
+                    with lock:
+                        heartbeat.end()
+                        wire.write_all(write_fd, answer)
+                    answer = b""
+                for told in inbox.take_discarded():
+                    self.executor.told_discarded(told)
             run = inbox.next_run()
             # The last answer, then any jobs dropped as told, then the next START: in
             # that order, so the parent always reads them about the head of its queue.

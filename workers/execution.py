@@ -115,11 +115,28 @@ class JobExecutor:
     def _discarded(self, run: wire.Run, answer: wire.Failed) -> None:
         context = JobContext(id=run.id, kind=run.kind, queue=run.queue, attempt=run.attempt,
                              args=run.args, max_attempts=run.max_attempts)
-        errors = [{"attempt": run.attempt, "kind": answer.kind, "message": answer.message,
-                   "traceback": answer.traceback}]
+        errors: list[dict[str, Any]] = [{"attempt": run.attempt, "kind": answer.kind,
+                                         "message": answer.message,
+                                         "traceback": answer.traceback}]
+        if answer.usage is not None:
+            errors[0]["usage"] = answer.usage._asdict()
         set_current(context)
         try:
             hooks.run_discard(context, errors, _warn)
+        finally:
+            set_current(None)
+
+    def told_discarded(self, told: wire.Discarded) -> None:
+        """Run the ``@on_discard`` hooks for a job the parent discarded after the child
+        that ran it died (``shared.discarded``)."""
+        if not hooks.DISCARD:
+            return
+        context = JobContext(id=told.id, kind=told.kind, queue=told.queue,
+                             attempt=told.attempt, args=told.args(),
+                             max_attempts=told.max_attempts)
+        set_current(context)
+        try:
+            hooks.run_discard(context, told.errors, _warn)
         finally:
             set_current(None)
 

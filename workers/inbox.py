@@ -11,6 +11,10 @@ block (``wait``).
 The read end is non-blocking for that look: one ``read`` that finds nothing costs
 about a microsecond, a ``poll`` call more than that.
 
+A DISCARDED frame (a job the parent discarded after its own child died) is kept apart
+(``take_discarded``): the child runs its ``on_discard`` hooks between two jobs, and an
+idle child wakes for it.
+
 A job whose ``expires_at`` has passed when its turn comes never starts either: the
 child answers FAILED of kind ``expired`` for it, without a START (issue 28).
 
@@ -41,6 +45,7 @@ _SKIP = wire.SKIP
 _STOP = wire.STOP
 _STOPPING = wire.STOPPING
 _CHECKPOINTED = wire.CHECKPOINTED
+_DISCARDED = wire.DISCARDED
 _decode_run = wire.Run.decode
 _CHUNK = 1 << 16
 
@@ -60,6 +65,7 @@ class JobInbox:
         # Answers for jobs passed over (SKIPPED, or FAILED as expired), in order, not
         # yet written.
         self._dropped: list[bytes] = []
+        self._discarded: list[wire.Frame] = []  # DISCARDED frames, for on_discard hooks
         self.lock = threading.Lock()
         self.on_stopping: Callable[[wire.Stopping], None] | None = None
         self.on_checkpointed: Callable[[wire.Checkpointed], None] | None = None
@@ -90,9 +96,20 @@ class JobInbox:
             if len(data) < _CHUNK:
                 return  # the pipe is empty now; a second read would only say so
 
+    @property
+    def has_discarded(self) -> bool:
+        """Whether DISCARDED frames wait for ``take_discarded``."""
+        return bool(self._discarded)
+
+    def take_discarded(self) -> list[wire.Discarded]:
+        """The jobs the parent told discarded since the last call, in order."""
+        with self.lock:
+            frames, self._discarded = self._discarded, []
+        return [wire.Discarded.decode(frame) for frame in frames]
+
     def wait(self) -> None:
-        """Block until a job, STOP or end of file is there."""
-        while not (self._runs or self.stopped or self.closed):
+        """Block until a job, a DISCARDED, STOP or end of file is there."""
+        while not (self._runs or self._discarded or self.stopped or self.closed):
             try:
                 self._poller.poll()
             except InterruptedError:
@@ -170,6 +187,8 @@ class JobInbox:
             elif mtype == _STOPPING:
                 if self.on_stopping is not None:
                     self.on_stopping(wire.Stopping.decode(frame))
+            elif mtype == _DISCARDED:
+                self._discarded.append(frame)
             elif mtype == _CHECKPOINTED and self.on_checkpointed is not None:
                 self.on_checkpointed(wire.Checkpointed.decode(frame))
 

@@ -216,6 +216,9 @@ class Engine:
         if self.outbox.acks:
             for job_id, written in self.outbox.take_acks():
                 pool.checkpoint_written(job_id, written)
+        if self.reporter.discarded:
+            for told in self.reporter.take_discarded():
+                pool.tell_discarded(told)
         if self.outbox.retries_written:
             self.outbox.retries_written = 0
             self._poll_soon(now)  # learn when the retries are due, and wake then

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared import jobs
+from shared import jobs, wire
+from shared.usage import Usage
 from supervisor.db import FailuresWritten
 from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
@@ -53,6 +54,19 @@ class _Undecided:
     final: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _ParentDiscard:
+    """A failed attempt of a job whose child the parent ended or lost: if its write
+    discards the job (its last attempt, or poison), another child runs the job's
+    ``on_discard`` hooks (``shared.discarded``)."""
+
+    job: jobs.ClaimedJob
+    failure: str
+    message: str
+    usage: Usage | None
+    final: bool
+
+
 class OutcomeReporter:
     """Turns pool outcomes into ledger entries, outbox writes, log lines and metrics."""
 
@@ -79,6 +93,10 @@ class OutcomeReporter:
         # Crashes that would retry unless the row shows the same crash before: logged
         # by ``settle_failures`` once written, keyed by (job id, attempt).
         self._undecided: dict[tuple[int, int], _Undecided] = {}
+        # Attempts whose child is gone, until their write says whether they discarded
+        # their job; then the DISCARDED notices for another child (``take_discarded``).
+        self._parent_discards: dict[tuple[int, int], _ParentDiscard] = {}
+        self.discarded: list[wire.Discarded] = []
 
     def record(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -216,6 +234,9 @@ class OutcomeReporter:
             # cannot take back a discard counted under the wrong reason).
             self._undecided[(job.id, job.attempt)] = _Undecided(
                 job, outcome.kind, outcome.message, outcome.duration, final=discarded)
+        if outcome.kind in jobs.CRASH_FAILURES and (discarded or signature is not None):
+            self._parent_discards[(job.id, job.attempt)] = _ParentDiscard(
+                job, outcome.kind, outcome.message, outcome.usage, discarded)
         if signature is None or verdict != "will retry":
             log.log(logging.INFO if shutdown else logging.WARNING,
                     "job %d %s attempt %d/%d failed (%s), %s: %s", job.id, job.kind,
@@ -242,6 +263,10 @@ class OutcomeReporter:
         with the others."""
         items, poisoned = written.items, written.poisoned
         for failure in items:
+            told = self._parent_discards.pop((failure.id, failure.attempt), None)
+            if told is not None and failure.id in written.written and (
+                    told.final or failure.id in poisoned):
+                self.discarded.append(_discarded(told, failure.id in poisoned))
             undecided = self._undecided.pop((failure.id, failure.attempt), None)
             if failure.id not in written.written:
                 if undecided is not None:  # the attempt failed; the row is not ours now
@@ -275,6 +300,12 @@ class OutcomeReporter:
                         undecided.message,
                         extra=job_fields(job, failure=undecided.failure, verdict=verdict))
 
+    def take_discarded(self) -> list[wire.Discarded]:
+        """The jobs discarded after their child was gone since the last call: each for
+        another child's ``on_discard`` hooks."""
+        told, self.discarded = self.discarded, []
+        return told
+
     def _reason_was_poison(self, kind: str) -> None:
         """A discard counted under its failure kind turned out to be poison too."""
         if self.discard_reasons[kind] > 0:
@@ -282,6 +313,22 @@ class OutcomeReporter:
             self.discard_reasons["poison"] += 1
             if not self.discard_reasons[kind]:
                 del self.discard_reasons[kind]
+
+
+def _discarded(told: _ParentDiscard, poison: bool) -> wire.Discarded:
+    """The DISCARDED notice of a job: its last attempt's errors entries, as stored."""
+    job = told.job
+    entry: dict[str, object] = {"attempt": job.attempt, "kind": told.failure,
+                                "message": told.message, "traceback": None}
+    if told.usage is not None:
+        entry["usage"] = told.usage._asdict()
+    errors = [entry]
+    if poison:
+        errors.append({"attempt": job.attempt, "kind": jobs.FAIL_POISON, "traceback": None,
+                       "message": f"the same crash as its last attempt ({told.failure}): "
+                                  "discarded as poison, attempts left unspent"})
+    return wire.Discarded(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
+                          job.args_json, errors)
 
 
 def _ran_for(done: JobDone) -> float:

@@ -27,7 +27,7 @@ import signal
 from collections import Counter, deque
 from collections.abc import Callable, Set
 
-from shared import jobs
+from shared import jobs, wire
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
 from supervisor.pool import guards, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
@@ -104,6 +104,9 @@ class Pool:
         self._no_procfs = False  # warned once that /proc cannot be read
         self.run_times = RunTimes()  # per kind: when a head job overruns (recall)
         self.recalled = 0  # jobs asked back from behind an overrunning job, ever
+        # Jobs discarded after their child was gone, waiting for a child to run their
+        # on_discard hooks (none was ready when they were told): sent at the next READY.
+        self._discard_notices: list[wire.Discarded] = []
 
     # -- the pool's life ---------------------------------------------------------
 
@@ -374,6 +377,27 @@ class Pool:
         self._arm(deadline)
         return True
 
+    def tell_discarded(self, told: wire.Discarded) -> None:
+        """Have a child run the ``on_discard`` hooks of a job the parent discarded (its
+        own child is gone): an idle one if there is one, else a busy one that is not
+        leaving (it runs them after its current job), else the next child to be ready.
+        """
+        child = self._hook_runner()
+        if child is None:
+            self._discard_notices.append(told)
+            return
+        child.send(told.encode())
+
+    def _hook_runner(self) -> ChildProcess | None:
+        """A child that will read its pipe again before it exits."""
+        for child in self._idle:
+            if child.state == IDLE:
+                return child
+        for child in self._children.values():
+            if child.state == BUSY and not child.retire_after_job and not child.stop_sent:
+                return child
+        return None
+
     def running_since(self) -> list[tuple[jobs.ClaimedJob, float]]:
         """Each job running now (its START came) and for how many seconds."""
         now = self._clock()
@@ -516,6 +540,9 @@ class Pool:
             return
         child.become_idle()
         self._idle.append(child)
+        if self._discard_notices:
+            notices, self._discard_notices = self._discard_notices, []
+            child.send(b"".join(told.encode() for told in notices))
 
     # -- reaping -----------------------------------------------------------------
 
