@@ -1,6 +1,6 @@
 """Metrics equal the table (issue 45): after a run that mixes completions, exceptions,
 timeouts, crashes, poison and a tripped breaker, what ``/metrics`` counts is what
-``supervisor.jobs`` says, counter by counter (definitions: docs/telemetry.md, "Counters
+``supervisor.jobs`` says, counter by counter (definitions: docs/operations.md, "Counters
 and the table"). And the crash rule: timeouts are no crash unless a kind says so."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class SupervisorMetrics:
         self._kinds: set[str] = set()
         r = self.registry = registry if registry is not None else Registry()
         # What each counter means, so that it equals what supervisor.jobs says
-        # (docs/telemetry.md, "Counters and the table"): a claim takes a lease, which ends
+        # (docs/operations.md, "Counters and the table"): a claim takes a lease, which ends
         # in a start (an attempt, as jobs.attempt counts them), a release unstarted, or
         # an expiry in a child's pipe; a started attempt completes or fails once.
         self._claimed = r.counter(
