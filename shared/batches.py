@@ -54,9 +54,10 @@ class Callback:
     def __init__(self, kind: str, args: Mapping[str, Any],
                  **options: Unpack[JobOptions]) -> None:
         check_names(options, JOB_OPTIONS, "Callback")
-        if options.get("cpus") is not None or options.get("memory") is not None:
+        if (options.get("cpus") is not None or options.get("memory") is not None
+                or options.get("resources")):
             # The callback is inserted by the schema's trigger, which writes no reservation.
-            raise ValueError("a batch callback cannot reserve cpus or memory (yet)")
+            raise ValueError("a batch callback cannot reserve cpus, memory or resources (yet)")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "args", args)
         object.__setattr__(self, "options", options)
@@ -181,7 +182,7 @@ def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: A
     common = {"kind": kind, "queue": o["queue"], "priority": o["priority"],
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "trace_context": current_trace_context(), "cpus": needs.cpus,
-              "memory": needs.memory}
+              "memory": needs.memory, "resources": needs.resources_json()}
     # Members may expire (issue 28): an expired member is final for the batch as a
     # discarded one is (schema 0021), so the batch still closes and calls back.
     return _insert_batch(encoded, callback, common, o["run_at"], float(o["delay"] or 0.0),
@@ -247,8 +248,8 @@ def plan_dependent(kind: str, args: Mapping[str, Any] | None,
     plans.check_options(kind, o)
     if o["run_at"] is not None or o["delay"] is not None or o["unique_key"] is not None:
         raise ValueError("depends_on cannot be combined with run_at, delay or unique_key")
-    if reservation(o) != (None, None):
-        raise ValueError("depends_on cannot be combined with cpus or memory (yet)")
+    if reservation(o).declared:
+        raise ValueError("depends_on cannot be combined with cpus, memory or resources (yet)")
     deps = check_depends_on(o["depends_on"])
     params = {"kind": kind, "queue": o["queue"],
               "args": plans.encode_args(kind, args).decode(), "priority": o["priority"],

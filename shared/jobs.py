@@ -186,3 +186,7 @@ class ClaimedJob:
     expires_at: float | None = None
     cpus: int | None = None  # its reservation (shared.reservations); None: undeclared
     memory: int | None = None  # bytes
+    resources: dict[str, int] | None = None  # counted resources it holds running: {"gpu": 1}
+    # The indices of each counted resource admission gave it (``{"gpu": [1]}``), set
+    # when it is dispatched; a GPU job's child sets CUDA_VISIBLE_DEVICES from them.
+    devices: dict[str, list[int]] | None = None

@@ -39,6 +39,7 @@ class JobOptions(TypedDict, total=False):
     timeout: float | None  # seconds of one attempt; None: the handler's, else the config
     cpus: int | None  # children's worth of the budget it takes while running; None: 1
     memory: int | str | None  # bytes (or "6GiB") it reserves; None: its kind's history
+    resources: Mapping[str, int] | None  # counted resources it holds while running: {"gpu": 1}
 
 
 class CallOptions(JobOptions, total=False):
@@ -73,7 +74,8 @@ ENQUEUE_OPTIONS = frozenset(EnqueueOptions.__optional_keys__)
 MANY_OPTIONS = frozenset(ManyOptions.__optional_keys__)
 
 DEFAULTS: JobOptions = {"queue": jobs.DEFAULT_QUEUE, "priority": jobs.DEFAULT_PRIORITY,
-                        "max_attempts": None, "timeout": None, "cpus": None, "memory": None}
+                        "max_attempts": None, "timeout": None, "cpus": None, "memory": None,
+                        "resources": None}
 _EVERY_DEFAULT: dict[str, Any] = {**dict.fromkeys(ENQUEUE_OPTIONS | MANY_OPTIONS), **DEFAULTS}
 
 

@@ -169,15 +169,20 @@ class Run:
     # Threads of the native pools for this job (issue 27: a ``cpus=4`` job gets 4 times
     # the child's share); None: the child's own setting.
     threads: int | None = None
+    # The indices of each counted resource the job holds (issue 45: ``{"gpu": [1]}``);
+    # None: none. The child shows a job its GPUs in CUDA_VISIBLE_DEVICES.
+    devices: dict[str, list[int]] | None = None
 
     @staticmethod
     def pack(job_id: int, kind: str, queue: str, attempt: int, max_attempts: int,
              args_json: str | bytes, trace_context: str | None = None,
              resume: str | None = None, expires_at: float | None = None,
-             threads: int | None = None) -> bytes:
+             threads: int | None = None, devices: dict[str, list[int]] | None = None
+             ) -> bytes:
         """A RUN frame from its fields, without building the object (the parent's
         per-job path)."""
-        if trace_context is None and resume is None and expires_at is None and threads is None:
+        if (trace_context is None and resume is None and expires_at is None and threads is None
+                and devices is None):
             data = _dumps({"id": job_id, "kind": kind, "queue": queue, "attempt": attempt,
                            "max_attempts": max_attempts, "args": _Fragment(args_json)})
         else:
@@ -191,6 +196,8 @@ class Run:
                 body["expires"] = expires_at
             if threads is not None:  # a job that reserved several CPUs
                 body["threads"] = threads
+            if devices is not None:  # a job that holds counted resources
+                body["devices"] = devices
             body["args"] = _Fragment(args_json)  # last: a bad one is split off (_split)
             data = _dumps(body)
         return _pack_header(VERSION, RUN, 0, len(data)) + data
@@ -203,7 +210,8 @@ class Run:
             trace = _dumps(trace).decode()
         resume = None if self.resume is None else _dumps(self.resume).decode()
         return Run.pack(self.id, self.kind, self.queue, self.attempt, self.max_attempts,
-                        args_json, trace, resume, self.expires_at, self.threads)
+                        args_json, trace, resume, self.expires_at, self.threads,
+                        self.devices)
 
     @classmethod
     def decode(cls, frame: Frame) -> Run:
@@ -219,7 +227,7 @@ class Run:
             return cls(body["id"], body["kind"], body["queue"], body["attempt"],
                        body["max_attempts"], None, body.get("args"), args_error,
                        body.get("trace"), body.get("resume"), body.get("expires"),
-                       body.get("threads"))
+                       body.get("threads"), body.get("devices"))
         except KeyError as exc:
             raise _missing(RUN, exc) from None
 

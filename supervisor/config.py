@@ -26,6 +26,7 @@ from typing import Any
 
 from shared import defaults
 from shared.cpus import CpuCount, available_cpus
+from shared.reservations import check_resources, parse_resources
 from shared.units import parse_duration, parse_number, parse_size, parse_whole
 from supervisor.pool import PoolSettings
 from supervisor.queue_policy import QueuePolicy, validate
@@ -68,6 +69,9 @@ class RunConfig:
     memory_budget: int | None = None
     # Seconds a job that does not fit may be overtaken by later, smaller jobs of its queue.
     admission_patience: float = defaults.ADMISSION_PATIENCE
+    # Counted resources this supervisor has, by name (``--resources gpu=2``, or a table
+    # ``resources = {gpu = 2}``): jobs that declare them are admitted against these.
+    resources: dict[str, int] = field(default_factory=dict)
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     flush_interval: float = 0.02  # longest a finished job's outcome waits to be batched
     prefetch: int | None = None  # jobs held per child for queues without their own; auto
@@ -222,6 +226,13 @@ def _coerce(owner: type, key: str, value: Any, where: str = "") -> Any:
     name = f"{where}{key}"
     if key == "native_threads":
         return parse_native_threads(value, name)
+    if key == "resources":
+        try:
+            counted = (parse_resources(value, name) if isinstance(value, str)
+                       else check_resources(value, name))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return counted or {}
     if key in ("prefetch", "otel") and value == "auto":
         return None  # prefetch: measured (engine/depth.py); otel: decided at start
     try:

@@ -14,6 +14,8 @@
 -- Issue 27 (0017): every form also returns the reservation columns cpus and memory (the
 -- keyed form reads its extra columns by primary key through a join instead of scalar
 -- subqueries).
+-- Issue 45 (0027): every form also returns the counted resources (resources::text AS
+-- resources; the keyed form through its join).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -36,7 +38,8 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -82,12 +85,14 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       j.resources::text AS resources
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
@@ -136,12 +141,14 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -209,12 +216,14 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -241,16 +250,18 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       j.resources::text AS resources
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -273,8 +284,9 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 
@@ -322,20 +334,22 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       j.resources::text AS resources
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 
@@ -382,12 +396,14 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -455,12 +471,14 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -487,14 +505,16 @@ WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       j.resources::text AS resources
 FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
                             $9, $16::float8, $17::int[],
                             $18::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       true FROM done
 

@@ -83,3 +83,35 @@ def dis_raise() -> None:
 def dis_ok() -> None:
     """Completes."""
     record("start")
+
+
+@job(resources={"gpu": 1})
+def res_gpu(seconds: float = 0.5, meet: int = 0) -> None:
+    """Holds one GPU: records what CUDA_VISIBLE_DEVICES and ``devices`` say; with
+    ``meet``, waits (at most 60 s) until that many GPU jobs have started, so jobs that
+    may run together are seen to."""
+    from workers import current_job
+
+    record("start", cuda=os.environ.get("CUDA_VISIBLE_DEVICES"),
+           devices=current_job().devices)
+    if meet:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _gpu_starts() < meet:
+            time.sleep(0.05)
+        record("met", met=_gpu_starts() >= meet)
+    time.sleep(seconds)
+    record("end")
+
+
+def _gpu_starts() -> int:
+    path = os.environ.get("E2E_LOG")
+    if not path or not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        return sum(1 for line in f if b'"kind":"res_gpu"' in line and b'"event":"start"' in line)
+
+
+@job
+def res_env(name: str) -> str | None:
+    """The child's value of environment variable ``name``, as a job sees it."""
+    return os.environ.get(name)

@@ -57,7 +57,7 @@ def test_a_job_beyond_the_whole_budget_goes_back_and_later_claims_are_bounded():
     assert [j.id for j in beyond] == [1, 2]
     assert book.too_big[1] == "needs 1024 MiB, budget 256 MiB"
     assert book.too_big[2] == "needs 8 CPUs, budget 2"
-    assert book.bounds() == (2, 256 * MIB)
+    assert book.bounds() == (2, 256 * MIB, {})  # and no counted resources
 
 
 def test_the_kinds_default_memory_applies_only_under_a_memory_budget():

@@ -26,7 +26,7 @@ from shared.exitcodes import (
     CHILD_PIPE_LOST,
     CHILD_RECYCLE,
 )
-from workers import hooks, nativethreads, output, tracing
+from workers import devices, hooks, nativethreads, output, tracing
 from workers.boot import ParentGone, current_rss, prepare_child
 from workers.context import JobContext
 from workers.execution import JobExecutor, one_line
@@ -229,7 +229,14 @@ class JobRunner:
                 continue
             if native is not None:  # a job that reserved several CPUs: their share
                 nativethreads.resize(run.threads or native)
-            result = run_job(run)
+            if run.devices is None:
+                result = run_job(run)
+            else:  # counted resources: a GPU job sees its devices, and only while it runs
+                before = devices.expose(run.devices)
+                try:
+                    result = run_job(run)
+                finally:
+                    devices.restore(before)
             if take_output is not None:
                 result.output = take_output()
             if pipe.detached:

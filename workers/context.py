@@ -35,6 +35,8 @@ class JobContext:
     resume: Any = None
     # Set from the child's heartbeat thread when the parent's stop notice arrives.
     stop_reason: str | None = None
+    # The indices of each counted resource the job holds (``{"gpu": [1]}``); None: none.
+    devices: dict[str, list[int]] | None = None
     # Where checkpoints go: (state as JSON bytes, flush) -> None. None: kept here only
     # (``supervisor.testing`` runs jobs without a parent).
     _send_checkpoint: Callable[[bytes, bool], None] | None = field(default=None, repr=False)

@@ -165,7 +165,7 @@ class JobExecutor:
                                f"args do not fit {kind}{handle.signature}: {exc}")
         context = JobContext(id=job_id, kind=kind, queue=run.queue, attempt=run.attempt,
                              args=args, max_attempts=run.max_attempts, resume=run.resume,
-                             _checkpoint_cap=self.max_result_bytes)
+                             devices=run.devices, _checkpoint_cap=self.max_result_bytes)
         send = self.send_checkpoint
         if send is not None:
             context._send_checkpoint = lambda data, flush: send(job_id, data, flush)

@@ -304,7 +304,9 @@ def job(
         raise ValueError("max_attempts must be at least 1")
     if row["timeout"] is not None and row["timeout"] <= 0:
         raise ValueError("timeout must be positive")
-    row["memory"] = reservation(row).memory  # "6GiB" once, as bytes
+    needs = reservation(row)
+    row["memory"] = needs.memory  # "6GiB" once, as bytes
+    row["resources"] = needs.resources
     if soft_timeout is not None and not 0 <= soft_timeout < float("inf"):
         raise ValueError("soft_timeout must be a number of seconds >= 0 (0: none)")
     if heartbeat_timeout is not None and not (

@@ -36,6 +36,9 @@ def copy_job_rows(ids: list[int], encoded: ArgsBuffer, common: dict, state: str,
         if common.get(reserved) is not None:
             columns += f", {reserved}"
             tail += b"\t%d" % common[reserved]
+    if common.get("resources") is not None:  # counted resources, as JSON text (0027)
+        columns += ", resources"
+        tail += b"\t%s" % copy_text(common["resources"])
     if common.get("trace_context") is not None:  # enqueued under a span (shared.tracing)
         columns += ", trace_context"
         tail += b"\t%s" % copy_text(common["trace_context"])

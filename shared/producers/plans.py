@@ -200,14 +200,14 @@ def _first(plan: Plan) -> Plan:
 _INSERT_ONE = """
 INSERT INTO supervisor.jobs
     (kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context, concurrency_key, expires_at, cpus, memory)
+     trace_context, concurrency_key, expires_at, cpus, memory, resources)
 SELECT %(kind)s, %(queue)s, %(args)s::jsonb,
        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
        %(priority)s, %(max_attempts)s, t.run_at, %(timeout)s, %(unique_key)s,
        %(trace_context)s::jsonb, %(concurrency_key)s,
        COALESCE(%(expires_at)s::timestamptz,
                 now() + %(expires_in)s::float8 * interval '1 second'),
-       %(cpus)s, %(memory)s
+       %(cpus)s, %(memory)s, %(resources)s::jsonb
 FROM (SELECT COALESCE(%(run_at)s::timestamptz,
                       now() + %(delay)s::float8 * interval '1 second') AS run_at) AS t
 ON CONFLICT DO NOTHING
@@ -262,10 +262,11 @@ FROM (SELECT COALESCE(%s::timestamptz, now() + %s::float8 * interval '1 second')
 _INSERT_KEYED = """
 INSERT INTO supervisor.jobs
     (id, kind, queue, args, state, priority, max_attempts, run_at, timeout, unique_key,
-     trace_context, concurrency_key, expires_at, cpus, memory)
+     trace_context, concurrency_key, expires_at, cpus, memory, resources)
 SELECT u.id, %(kind)s, %(queue)s, u.args::jsonb, %(state)s, %(priority)s,
        %(max_attempts)s, %(run_at)s::timestamptz, %(timeout)s, u.unique_key,
-       %(trace_context)s::jsonb, u.ckey, %(expires_at)s::timestamptz, %(cpus)s, %(memory)s
+       %(trace_context)s::jsonb, u.ckey, %(expires_at)s::timestamptz, %(cpus)s, %(memory)s,
+       %(resources)s::jsonb
 FROM unnest(%(ids)s::bigint[], %(args)s::text[], %(keys)s::text[], %(ckeys)s::text[])
      AS u(id, args, unique_key, ckey)
 ON CONFLICT DO NOTHING
@@ -287,7 +288,7 @@ def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) ->
     needs = reservation(o)
     if (unique_key is None and o["run_at"] is None and not o["delay"]
             and concurrency_key is None and expires_at is None and expires_in is None
-            and needs == (None, None)):
+            and not needs.declared):
         return Row(kind, o["queue"], encoded, o["priority"], o["max_attempts"], o["timeout"],
                    trace_context)
     params = {
@@ -297,7 +298,7 @@ def plan_one(kind: str, args: Mapping[str, Any] | None, options: CallOptions) ->
         "trace_context": trace_context,
         "concurrency_key": concurrency_key,
         "expires_at": expires_at, "expires_in": expires_in,
-        "cpus": needs.cpus, "memory": needs.memory,
+        "cpus": needs.cpus, "memory": needs.memory, "resources": needs.resources_json(),
     }
     return _insert_one(params, unique_key)
 
@@ -318,7 +319,8 @@ def plan_many(kind: str, args_list: Sequence[Mapping[str, Any] | None],
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "concurrency_keys": ckeys, "trace_context": current_trace_context()}
     needs = reservation(o)
-    common |= {"cpus": needs.cpus, "memory": needs.memory}
+    common |= {"cpus": needs.cpus, "memory": needs.memory,
+               "resources": needs.resources_json()}
     return _insert_many(encoded, keys, common, o["run_at"], float(o["delay"] or 0.0),
                         expiry(o))
 

@@ -43,6 +43,7 @@ from supervisor.admin.jobs import (
 from supervisor.admin.limits import all_limits, live_slices, parse_rate, parse_whole, set_limits
 from supervisor.admin.refusals import AdminError, check_queue_name
 from supervisor.admin.resources import describe as describe_waiting
+from supervisor.admin.resources import describe_held as describe_resources_held
 from supervisor.admin.resources import waiting_for_resources
 from supervisor.admin.status import (
     COUNTED,
@@ -71,6 +72,7 @@ __all__ = [
     "check_queue_name",
     "check_state",
     "describe_horizon",
+    "describe_resources_held",
     "describe_waiting",
     "finished_counts",
     "get_job",

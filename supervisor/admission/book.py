@@ -15,8 +15,8 @@ does, so a stream of small jobs cannot starve it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from shared.jobs import ClaimedJob
 from shared.units import format_size
@@ -28,18 +28,21 @@ SCAN = 64
 
 @dataclass(frozen=True, slots=True)
 class Need:
-    """What one job reserves: ``cpus`` children's worth, ``memory`` bytes (0: none)."""
+    """What one job reserves: ``cpus`` children's worth, ``memory`` bytes (0: none), and
+    counted ``resources`` by name (``{"gpu": 1}``; empty: none)."""
 
     cpus: int
     memory: int
+    resources: Mapping[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
-        """The need in words (``4 CPUs, 600 MiB``)."""
+        """The need in words (``4 CPUs, 600 MiB, gpu=1``)."""
         parts = []
         if self.cpus > 1:
             parts.append(f"{self.cpus} CPUs")
         if self.memory:
             parts.append(format_size(self.memory))
+        parts.extend(f"{name}={n}" for name, n in sorted(self.resources.items()))
         return ", ".join(parts) or "1 CPU"
 
 
@@ -60,6 +63,11 @@ class Admission:
         self._blocked_since: dict[int, float] = {}  # waiting job id -> first did not fit
         self.waiting_why: dict[int, str] = {}  # held back now, and why (for status)
         self.too_big: dict[int, str] = {}  # left for other supervisors, and why
+        # Counted resources: the indices of each that no started job holds (a job gets
+        # the lowest free ones: its devices), and what each charged job holds.
+        self.free_devices: dict[str, list[int]] = {
+            name: list(range(n)) for name, n in budget.resources.items()}
+        self.devices: dict[int, dict[str, list[int]]] = {}
 
     @property
     def engaged(self) -> bool:
@@ -74,9 +82,10 @@ class Admission:
         if memory is None and self.budget.memory is not None and self.kind_memory:
             memory = self.kind_memory.get(job.kind)
         cpus = job.cpus or 1
-        if cpus == 1 and not memory:
+        resources = job.resources
+        if cpus == 1 and not memory and not resources:
             return None
-        return Need(cpus, memory or 0)
+        return Need(cpus, memory or 0, resources or {})
 
     # -- claimed jobs -----------------------------------------------------------------
     def claimed(self, jobs: Iterable[ClaimedJob]) -> list[ClaimedJob]:
@@ -84,7 +93,7 @@ class Admission:
         supervisor's whole budget (they go back, uncharged, for other supervisors)."""
         beyond = []
         for job in jobs:
-            if job.cpus is None and job.memory is None:
+            if job.cpus is None and job.memory is None and not job.resources:
                 continue
             self.declared = True
             need = self.need(job)
@@ -105,12 +114,20 @@ class Admission:
             return f"needs {need.cpus} CPUs, budget {budget.cpus}"
         if budget.memory is not None and need.memory > budget.memory:
             return f"needs {format_size(need.memory)}, budget {format_size(budget.memory)}"
+        for name, n in sorted(need.resources.items()):
+            have = budget.resources.get(name, 0)
+            if n > have:
+                return (f"needs {name}={n}, this supervisor has "
+                        + (f"{name}={have}" if have else f"no {name} (--resources)"))
         return None
 
-    def bounds(self) -> tuple[int, int | None] | None:
-        """(most CPUs, most memory) a claim may take per job, once a job beyond the
-        budget was seen; None before (the claim stays the measured statement)."""
-        return (self.budget.cpus, self.budget.memory) if self.bounded else None
+    def bounds(self) -> tuple[int, int | None, Mapping[str, int]] | None:
+        """(most CPUs, most memory, most of each counted resource) a claim may take per
+        job, once a job beyond the budget was seen; None before (the claim stays the
+        measured statement)."""
+        if not self.bounded:
+            return None
+        return (self.budget.cpus, self.budget.memory, self.budget.resources)
 
     # -- starting ---------------------------------------------------------------------
     def choose(self, waiting: Sequence[ClaimedJob], free: int, now: float) -> int | None:
@@ -142,6 +159,11 @@ class Admission:
         if need.memory and memory is not None and self.memory_held + need.memory > memory:
             return (f"needs {format_size(need.memory)}, {format_size(self.memory_held)} of "
                     f"{format_size(memory)} held")
+        for name, n in sorted(need.resources.items()):
+            free_now = len(self.free_devices.get(name, ()))
+            if n > free_now:
+                return (f"needs {name}={n}, {free_now} free of "
+                        f"{self.budget.resources.get(name, 0)}")
         return None
 
     def charge(self, job: ClaimedJob) -> None:
@@ -152,6 +174,13 @@ class Admission:
         self.charged[job.id] = need
         self.extra_cpus += need.cpus - 1
         self.memory_held += need.memory
+        if need.resources:
+            held = {}
+            for name, n in need.resources.items():
+                free = self.free_devices[name]
+                held[name], free[:] = free[:n], free[n:]
+            self.devices[job.id] = held
+            job.devices = held
 
     def release(self, job_id: int) -> None:
         """``job_id`` ended or came back unstarted: its charge is freed."""
@@ -159,6 +188,8 @@ class Admission:
         if need is not None:
             self.extra_cpus -= need.cpus - 1
             self.memory_held -= need.memory
+        for name, indices in self.devices.pop(job_id, {}).items():
+            self.free_devices[name] = sorted(self.free_devices[name] + indices)
 
     def prune(self, waiting: set[int]) -> None:
         """Forget held-back jobs that no longer wait here (released, lost, cancelled)."""
@@ -170,6 +201,9 @@ class Admission:
         """What ``status`` shows of this supervisor's admission (its heartbeat's info)."""
         return {"cpus": self.budget.cpus, "memory": self.budget.memory,
                 "source": self.budget.source,
+                "resources": {name: {"total": total,
+                                     "held": total - len(self.free_devices[name])}
+                              for name, total in sorted(self.budget.resources.items())},
                 "waiting": len(self.waiting_why),
                 "why": sorted(set(self.waiting_why.values()))[:5],
                 "too_big": sorted(set(self.too_big.values()))[:5]}

@@ -5,7 +5,8 @@ container)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.memlimit import cgroup_memory_limit
@@ -27,29 +28,35 @@ class Budget:
     cpus: int
     memory: int | None
     source: str
+    # Counted resources this supervisor has (``--resources gpu=2``): none unless declared.
+    resources: Mapping[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         """The budget in words."""
         memory = "no memory admission" if self.memory is None else format_size(self.memory)
-        return f"{self.cpus} CPUs, {memory} ({self.source})"
+        counted = "".join(f", {name}={n}" for name, n in sorted(self.resources.items()))
+        return f"{self.cpus} CPUs, {memory}{counted} ({self.source})"
 
 
 def make_budget(children: int, memory_budget: int | None,
-                cgroup_root: str | None = None, parent_rss: int | None = None) -> Budget:
+                cgroup_root: str | None = None, parent_rss: int | None = None,
+                resources: Mapping[str, int] | None = None) -> Budget:
     """The budget of a supervisor of ``children`` children: ``memory_budget`` when set,
     else the cgroup's memory limit less ``parent_rss`` (read from /proc when None) and
-    ``max(64 MiB, 5%)``, else no memory admission."""
+    ``max(64 MiB, 5%)``, else no memory admission; and the counted ``resources`` it
+    declares."""
+    counted = dict(resources or {})
     if memory_budget is not None:
-        return Budget(children, memory_budget, "memory_budget")
+        return Budget(children, memory_budget, "memory_budget", counted)
     limit = cgroup_memory_limit(cgroup_root)
     if limit is None:
-        return Budget(children, None, "no memory_budget and no cgroup memory limit")
+        return Budget(children, None, "no memory_budget and no cgroup memory limit", counted)
     rss = own_rss() if parent_rss is None else parent_rss
     margin = max(CGROUP_MARGIN_MIN, int(limit.bytes * CGROUP_MARGIN_SHARE))
     memory = max(0, limit.bytes - rss - margin)
     return Budget(children, memory,
                   f"{limit.source} less the parent's RSS {format_size(rss)} and a "
-                  f"{format_size(margin)} margin")
+                  f"{format_size(margin)} margin", counted)
 
 
 def own_rss() -> int:

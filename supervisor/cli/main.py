@@ -93,18 +93,26 @@ def migrate_command(dsn: str | None) -> None:
               help="CPUs (children's worth of a supervisor's budget) the job reserves.")
 @click.option("--memory", default=None, metavar="SIZE",
               help="Memory the job reserves, e.g. 600MiB or 6GiB.")
+@click.option("--resources", "resources_text", default=None, metavar="NAME=N[,...]",
+              help="Counted resources the job holds while it runs, e.g. gpu=1.")
 @dsn_option
 @reports_errors
 def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
-                    concurrency_key, expires_in, expires_at, cpus, memory, dsn) -> None:
+                    concurrency_key, expires_in, expires_at, cpus, memory, resources_text,
+                    dsn) -> None:
     """Add a job of KIND and print its id. The embedded development database is
     migrated on first use; any other database needs `supervisor migrate` first.
     TRACEPARENT (and TRACESTATE) in the environment become the job's trace context."""
     from shared import tracing
     from shared.enqueue import enqueue
+    from shared.reservations import parse_resources
 
     args = _parse_args(args_text)
     expiry = _parse_expiry(expires_in, expires_at)
+    try:
+        resources = parse_resources(resources_text)
+    except ValueError as exc:
+        raise CliError(str(exc), CLI_USAGE) from None
     try:
         carrier = tracing.carrier_from_environment()
     except ValueError as exc:
@@ -116,7 +124,7 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
                              max_attempts=max_attempts, timeout=timeout,
                              unique_key=unique_key, conn=conn,
                              concurrency_key=concurrency_key, cpus=cpus, memory=memory,
-                             **expiry)
+                             resources=resources, **expiry)
     finally:
         tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)

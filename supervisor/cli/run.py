@@ -220,6 +220,11 @@ CHILDREN = _Children()
               help="Memory the jobs running here may reserve together, e.g. 4GiB (default: "
                    "the cgroup's memory.max less this process's RSS and a margin; none "
                    "outside a container). See docs/admission.md.")
+@click.option("--resources", "resources", metavar="NAME=N[,...]",
+              help="Counted resources this supervisor has, e.g. gpu=2: jobs that declare "
+                   "resources={'gpu': 1} are admitted against them, and a GPU job's child "
+                   "gets CUDA_VISIBLE_DEVICES for the devices it holds. See "
+                   "docs/admission.md.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1),
               help="Seconds a busy child may go without a heartbeat and without using "
                    "CPU before it counts as hung (30); one stopped (T) or in "
@@ -254,7 +259,8 @@ CHILDREN = _Children()
 def run_command(children, apps, queues, burst, discards_ok, burst_horizon, grace, lease_ttl,
                 config_path,
                 poll_interval, prefetch, default_timeout, max_jobs_per_child,
-                max_memory_per_child, memory_budget, heartbeat_timeout, native_threads,
+                max_memory_per_child, memory_budget, resources, heartbeat_timeout,
+                native_threads,
                 output_capture, no_listen,
                 metrics_port, metrics_host, otel, queue_settings, dsn, log_level, log_format):
     """Run the supervisor: one parent claiming jobs, N forked children running them."""
@@ -267,7 +273,7 @@ def run_command(children, apps, queues, burst, discards_ok, burst_horizon, grace
         "metrics_host": metrics_host, "burst_horizon": burst_horizon,
         "listen": False if no_listen else None, "otel": otel,
         "native_threads": native_threads, "output_capture": output_capture,
-        "memory_budget": memory_budget,
+        "memory_budget": memory_budget, "resources": resources,
     }
     code = run_supervisor(dsn_option=dsn, apps=list(apps), queues=list(queues),
                           config_path=config_path, overrides=overrides,

@@ -92,9 +92,13 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append("waiting with no handler in any live supervisor: " + ", ".join(
             f"{printable(u['kind'])} (queue {printable(u['queue'])})"
             for u in snapshot["unhandled"]))
-    resources = admin.describe_waiting(snapshot.get("waiting_for_resources") or {})
+    waiting = snapshot.get("waiting_for_resources") or {}
+    resources = admin.describe_waiting(waiting)
     if resources:
         parts.append(resources)
+    counted = admin.describe_resources_held(waiting.get("held") or {})
+    if counted:
+        parts.append(counted)
     for paused in snapshot.get("paused_kinds") or ():
         until = paused["until"] or "resumed by hand"
         parts.append(f"kind {printable(paused['kind'])} paused until {until}: "

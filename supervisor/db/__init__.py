@@ -17,7 +17,7 @@ that the loop never waits for (``supervisor.db.history_writer``). ``write_apart`
 (``kind_run_p95``), for the engine's summaries and the drain's estimate.
 """
 
-from supervisor.db.claim import ClaimRequest, ClaimResult
+from supervisor.db.claim import ClaimBounds, ClaimRequest, ClaimResult
 from supervisor.db.connections import DatabaseHung, Interrupt, Interrupted
 from supervisor.db.database import Database, connection_lost
 from supervisor.db.history_writer import HistoryWriter
@@ -43,8 +43,9 @@ from supervisor.db.run_outcomes import (
 )
 from supervisor.db.store import Completion, Failure, Store
 
-__all__ = ["Apart", "ClaimRequest", "ClaimResult", "Completion", "Database", "DatabaseHung",
-           "Failure", "FailuresWritten", "HistoryWriter", "Interrupt", "Interrupted", "LeaseRow",
+__all__ = ["Apart", "ClaimBounds", "ClaimRequest", "ClaimResult", "Completion", "Database",
+           "DatabaseHung", "Failure", "FailuresWritten", "HistoryWriter", "Interrupt",
+           "Interrupted", "LeaseRow",
            "NonBlockingQuery", "Prepared", "RunFailures", "Slice", "Store", "StoredLimits",
            "Waiting", "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
            "refusal_reason", "refused", "renew_lease", "return_leases", "run_failures", "waiting",

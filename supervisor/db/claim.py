@@ -34,8 +34,10 @@ import enum
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from shared.jobs import ClaimedJob
 from supervisor.db.attempt_cost import usage_params
@@ -51,9 +53,19 @@ CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
 _COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
-            "wait", "trace_context", "checkpoint", "expires_at", "cpus", "memory")
+            "wait", "trace_context", "checkpoint", "expires_at", "cpus", "memory", "resources")
 # The carrying form's extra column: true for a row that is a written completion.
 _DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBounds:
+    """The most a job may reserve for a bounded claim to take it: ``cpus``, ``memory``
+    (None: any) and of each counted resource (``{"gpu": 2}``; a name left out: none)."""
+
+    cpus: int
+    memory: int | None
+    resources: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +82,9 @@ class ClaimRequest:
     per_key: int | None = None
     completions: Sequence[Completion] = ()
     starts: Sequence[tuple[int, int]] = ()
-    # (most cpus, most memory or None) a job may reserve to be taken; None: any job
-    # (the measured statements, no reservation condition).
-    bounds: tuple[int, int | None] | None = None
+    # What a job may reserve to be taken; None: any job (the measured statements, no
+    # reservation condition).
+    bounds: ClaimBounds | None = None
 
     @property
     def writes(self) -> int:
@@ -140,7 +152,8 @@ RULES: tuple[str, ...] = ("(expires_at IS NULL OR expires_at > now())",)
 # The rule of a bounded claim (issue 27): once a supervisor met a job beyond its whole
 # budget, its claims skip such jobs, left for a supervisor that can hold them.
 BOUNDED = ("coalesce(cpus, 1) <= %(max_cpus)s::int "
-           "AND (memory IS NULL OR memory <= %(max_memory)s::bigint)")
+           "AND (memory IS NULL OR memory <= %(max_memory)s::bigint) "
+           "AND supervisor.resources_fit(resources, %(max_resources)s::jsonb)")
 
 
 def _rules(bounded: bool = False) -> str:
@@ -228,7 +241,8 @@ WHERE id = ANY(ARRAY({candidates}
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory"""
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources"""
 
 
 def _keyed(aged: bool, bounded: bool = False) -> str:
@@ -238,18 +252,20 @@ def _keyed(aged: bool, bounded: bool = False) -> str:
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
     function predates the trace_context (0008), checkpoint (0015), expires_at (0016),
     cpus and memory (0017) columns: they are
-    read here, by primary key, for the few rows a claim returns. ``bounded``: the
-    overload of 0024_keyed_claim_bounds.sql, which also skips jobs beyond this
-    supervisor's bounds (aged or not: it takes the aging, 0 for none)."""
+    read here, by primary key, for the few rows a claim returns (and resources, 0027).
+    ``bounded``: the overload of 0027_counted_resources.sql (0024's with resources),
+    which also skips jobs beyond this supervisor's bounds (aged or not: it takes the
+    aging, 0 for none)."""
     if bounded:
         aging = (",\n                            %(aging)s::float8, %(max_cpus)s::int, "
-                 "%(max_memory)s::bigint")
+                 "%(max_memory)s::bigint, %(max_resources)s::jsonb")
     else:
         aging = ",\n                            %(aging)s::float8" if aged else ""
     columns = "k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args"
     return f"""SELECT {columns},
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       j.resources::text AS resources
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int{aging}) AS k
@@ -314,10 +330,11 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         "default_attempts": default_attempts}
     if request.per_key is not None:
         values["per_key"] = request.per_key
-    if request.bounds is not None:
-        values["max_cpus"], values["max_memory"] = request.bounds
-        if values["max_memory"] is None:
-            values["max_memory"] = 1 << 62
+    bounds = request.bounds
+    if bounds is not None:
+        values["max_cpus"] = bounds.cpus
+        values["max_memory"] = 1 << 62 if bounds.memory is None else bounds.memory
+        values["max_resources"] = _json_text(bounds.resources)
     if request.writes:
         completions = request.completions
         values |= {"ids": [c.id for c in completions],
@@ -336,7 +353,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
     its job id. Each column is found by its name, once per answer."""
     at = {name: i for i, name in enumerate(names)}
     (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
-     i_trace_context, i_checkpoint, i_expires_at, i_cpus, i_memory) = (
+     i_trace_context, i_checkpoint, i_expires_at, i_cpus, i_memory, i_resources) = (
         at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
 
@@ -347,8 +364,25 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
                           max_attempts=v[i_max_attempts], priority=v[i_priority],
                           timeout=v[i_timeout], args_json=v[i_args], wait_seconds=v[i_wait],
                           trace_context=v[i_trace_context], checkpoint=v[i_checkpoint],
-                          expires_at=v[i_expires_at], cpus=v[i_cpus], memory=v[i_memory])
+                          expires_at=v[i_expires_at], cpus=v[i_cpus], memory=v[i_memory],
+                          resources=None if v[i_resources] is None
+                          else _resources(v[i_resources]))
     return make
+
+
+def _json_text(resources: Mapping[str, int]) -> str:
+    return "{" + ",".join(f'"{name}":{n}' for name, n in sorted(resources.items())) + "}"
+
+
+def _resources(text: str) -> dict[str, int] | None:
+    """A row's resources column (JSON text) as counts; an entry that is no whole count
+    (written by plain SQL) is kept as a need no supervisor has, so the job is left for
+    none rather than run unreserved."""
+    found = orjson.loads(text)
+    if not isinstance(found, dict):
+        return None
+    return {str(name): n if isinstance(n, int) and not isinstance(n, bool) and n > 0
+            else 1 << 30 for name, n in found.items()} or None
 
 
 def cursor_rows(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob | int]:

@@ -41,9 +41,10 @@ def dispatch_admitted(ledger: Ledger, planner: Scheduler, admission: Admission, 
             blocked.add(chosen)
             continue
         job = ledger.take_waiting_at(chosen, index)
+        admission.charge(job)  # first: the RUN frame carries the devices it holds
         if not pool.dispatch(job, 1):
+            admission.release(job.id)
             ledger.unpop_waiting(job)
             break
-        admission.charge(job)
         ledger.sent(job)
     pool.push()

@@ -19,12 +19,12 @@ import psycopg
 
 from shared.jobs import ClaimedJob
 from supervisor.admission import Admission
-from supervisor.db import ClaimRequest, ClaimResult, Database, connection_lost
+from supervisor.db import ClaimBounds, ClaimRequest, ClaimResult, Database, connection_lost
 from supervisor.db import refused as refused_data
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import resolve_timeout
+from supervisor.engine.policy import resolve_resources, resolve_timeout
 from supervisor.observe import JobTracer, SupervisorMetrics
 
 log = logging.getLogger("supervisor.claimer")
@@ -78,7 +78,7 @@ class Claimer:
         request = ClaimRequest(queue, self.kinds, wanted, self.scheduler.aging(queue),
                                self.scheduler.per_key(queue),
                                self.outbox.take_completions(), self.outbox.take_starts(now),
-                               self.admission.bounds() if self.admission is not None else None)
+                               self._bounds())
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0
@@ -96,6 +96,12 @@ class Claimer:
             self.db.store.send_claim(runner, request, answered)
         except psycopg.Error as exc:
             answered(exc)
+
+    def _bounds(self) -> ClaimBounds | None:
+        """What a job may reserve to be claimed here, once admission met one it can never
+        hold (None before: the claim stays the measured statement)."""
+        bounds = self.admission.bounds() if self.admission is not None else None
+        return None if bounds is None else ClaimBounds(*bounds)
 
     def _answered(self, request: ClaimRequest, started: float,
                   outcome: ClaimResult | Exception) -> list[ClaimedJob]:
@@ -128,6 +134,7 @@ class Claimer:
             return claimed
         for job in claimed:
             job.timeout = resolve_timeout(job, self.default_timeout)
+            job.resources = resolve_resources(job)
         if self.admission is not None:
             beyond = self.admission.claimed(claimed)
             if beyond:  # never fits here: back for a supervisor that can hold it

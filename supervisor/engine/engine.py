@@ -60,7 +60,12 @@ from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 from supervisor.engine.notices import notify_drain, notify_fence, notify_pause
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import crash_rule, handler_max_attempts, handler_poison_after
+from supervisor.engine.policy import (
+    crash_rule,
+    handler_max_attempts,
+    handler_poison_after,
+    served_kinds,
+)
 from supervisor.engine.reporting import OutcomeReporter
 from supervisor.engine.runtimes import MIN_SAMPLES
 from supervisor.observe import JobTracer, SupervisorMetrics
@@ -98,13 +103,15 @@ class Engine:
                                             listen=config.listen,
                                             deadline=config.database_deadline)
         self.queues = queues
-        self.kinds = kinds
+        budget = make_budget(config.children, config.memory_budget, resources=config.resources)
+        # A kind whose handler needs counted resources this supervisor lacks is not
+        # served here (its jobs are left for a supervisor that has them), said once.
+        self.kinds = kinds = served_kinds(kinds, budget.resources)
         self.metrics = metrics
         self.clock = clock
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
                                  owner=owner)
-        self.admission = Admission(
-            make_budget(config.children, config.memory_budget), config.admission_patience)
+        self.admission = Admission(budget, config.admission_patience)
         self.next_kind_memory = now  # when each kind's default memory is read again
         self.breaker = Breaker(BreakerSettings(config.breaker_failures, config.breaker_window,
                                                config.breaker_cooldown))

@@ -4,8 +4,13 @@ from"). Resolved once, at claim, so the pool and the writes see final values."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+
 from shared.jobs import ClaimedJob, CrashRule
 from workers.registry import get_handler
+
+log = logging.getLogger("supervisor.admission")
 
 
 def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
@@ -19,6 +24,38 @@ def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
     if timeout is None:
         timeout = configured
     return timeout or None
+
+
+def resolve_resources(job: ClaimedJob) -> dict[str, int] | None:
+    """The counted resources ``job`` holds while it runs: its row's, else its handler's
+    ``@job(resources=...)`` (a job enqueued by kind name, by SQL or the CLI, gets them
+    as it gets the handler's timeout)."""
+    if job.resources is not None:
+        return job.resources
+    handle = get_handler(job.kind)
+    if handle is None:
+        return None
+    resources = handle.defaults.options.get("resources")
+    return dict(resources) if resources else None
+
+
+def served_kinds(kinds: list[str], have: Mapping[str, int]) -> list[str]:
+    """``kinds`` less those whose handler's ``@job(resources=...)`` this supervisor can
+    never hold (``have``: its ``--resources``); each left out is logged once."""
+    served = []
+    for kind in kinds:
+        handle = get_handler(kind)
+        needs = handle.defaults.options.get("resources") if handle is not None else None
+        lacking = sorted(name for name, n in (needs or {}).items() if n > have.get(name, 0))
+        if not lacking:
+            served.append(kind)
+            continue
+        name = lacking[0]
+        log.warning("kind %s needs %s=%d, this supervisor has %s: not served here "
+                    "(its jobs wait for a supervisor that has them)", kind, name,
+                    (needs or {})[name],
+                    f"{name}={have[name]}" if have.get(name) else f"no {name} (--resources)")
+    return served
 
 
 def handler_max_attempts(kinds: list[str]) -> dict[str, int]:

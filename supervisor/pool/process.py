@@ -425,7 +425,7 @@ class ChildProcess:
                                           and self.threads is not None) else None
         data = _pack_run(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
                          job.args_json, job.trace_context, job.checkpoint, job.expires_at,
-                         threads)
+                         threads, job.devices)
         if len(data) > self._max_frame:
             return False
         jobs = self.jobs
