@@ -20,7 +20,8 @@ UNREACHABLE = "postgresql://nobody:secret@127.0.0.1:1/nowhere"
 
 # The keyword options each form took when each wrote its own signature out.
 JOB = {"queue", "priority", "max_attempts", "timeout",
-       "cpus", "memory"}  # the reservation (issue 27), taken by every form
+       "cpus", "memory",  # the reservation (issue 27), taken by every form
+       "resources"}  # counted resources (issue 45), the same
 CALL = JOB | {"run_at", "delay", "unique_key", "concurrency_key", "conn", "dsn",
               "expires_in", "expires_at"}  # the last two: issue 28
 
@@ -97,7 +98,7 @@ def test_a_kinds_defaults_layer_under_a_calls_options(handle, conn):
     assert (callback.kind, dict(callback.args), callback.options) == (
         "options_test_kind", {"n": 4},
         {"queue": "q-default", "priority": 3, "max_attempts": 2, "timeout": 5,
-         "cpus": None, "memory": None})
+         "cpus": None, "memory": None, "resources": None})
 
 
 def test_depends_on_stays_with_single_enqueue(handle):
