@@ -122,3 +122,35 @@ def test_a_handler_declaring_bad_resources_is_refused_at_import(bad):
 
     with pytest.raises(ValueError, match="resources"):
         job(name=f"res_bad_{bad!r}", resources=bad)(lambda: None)
+
+
+def test_status_and_the_dashboard_show_what_is_held_and_what_waits(conn):
+    from test_admission_status import beat
+
+    from supervisor import admin
+    from supervisor.cli.status import render_text
+    from supervisor.dashboard.render import ENV
+
+    conn.execute("""INSERT INTO supervisor.jobs (kind, resources) VALUES ('k', '{"gpu": 1}'),
+                    ('k', '{"licence": 1}'), ('k', '{"gpu": 3}')""")
+    for sup_id, held in (("a", 1), ("b", 2)):
+        beat(conn, sup_id, 4, {"cpus": 4, "memory": None, "source": "none",
+                               "resources": {"gpu": {"total": 2, "held": held}},
+                               "waiting": 1, "why": ["needs gpu=1, 0 free of 2"],
+                               "too_big": []})
+    snapshot = admin.status(conn)
+    waiting = snapshot["waiting_for_resources"]
+    assert waiting["held"] == {"gpu": {"held": 3, "total": 4}}
+    # Held back by a supervisor (2), beyond every supervisor (licence, gpu=3 of 2 each).
+    assert waiting["count"] == 4
+    assert waiting["why"] == ["needs gpu=1, 0 free of 2",
+                              "needs gpu=3, at most gpu=2 on a supervisor",
+                              "needs licence=1, no supervisor has licence"]
+    text = render_text(snapshot)
+    assert "resources held: gpu 3/4" in text
+    assert "needs licence=1, no supervisor has licence" in text
+    html = ENV.get_template("queues.html").render(
+        nav=[], path="/", read_only=True, refresh=0, notice=None, states=admin.COUNTED,
+        hour_chart="", **(snapshot | {"totals": dict.fromkeys(admin.COUNTED, 0),
+                                      "finished_age": 0}))
+    assert "Resources held: gpu 3/4" in html

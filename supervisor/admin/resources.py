@@ -25,9 +25,9 @@ def waiting_for_resources(conn: psycopg.Connection,
                           supervisors: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"count": n, "why": [...], "held": {...}}``: how many jobs wait for resources
     and the reasons in words (``needs 6 GiB, budget 4 GiB``, ``needs gpu=1, no
-    supervisor has gpu``), at most five distinct ones; and of each counted resource
-    (issue 45), how many the live supervisors hold now of how many they have
-    (``{"gpu": {"held": 1, "total": 2}}``)."""
+    supervisor has gpu``), at most five distinct ones; and, where supervisors declare
+    counted resources (issue 45), how many of each they hold now of how many they have
+    (``"held": {"gpu": {"held": 1, "total": 2}}``)."""
     count = 0
     why: list[str] = []
     budgets = []
@@ -62,9 +62,11 @@ def waiting_for_resources(conn: psycopg.Connection,
                 why.append(f"needs {format_size(memory)}, budget {format_size(most_memory)}")
             elif resources is not None:
                 why.append(_beyond_resources(orjson.loads(resources), most_resources))
-    return {"count": count, "why": sorted(set(why))[:5],
-            "held": {name: {"held": c["held"], "total": c["total"]}
-                     for name, c in sorted(held.items())}}
+    found: dict[str, Any] = {"count": count, "why": sorted(set(why))[:5]}
+    if held:  # only where some supervisor declares counted resources
+        found["held"] = {name: {"held": c["held"], "total": c["total"]}
+                         for name, c in sorted(held.items())}
+    return found
 
 
 def _add_held(held: dict[str, dict[str, int]], reported: Any) -> None:
