@@ -94,6 +94,14 @@ def e2e_too_slow() -> None:
     time.sleep(60)
 
 
+@job(max_attempts=2, timeout=1.0, counts_as_crash={"crashed", "hung", "timeout"})
+def e2e_too_slow_counted() -> None:
+    """Times out, in a kind whose timeouts count as crashes: poison after two (issue 45:
+    by default a timeout is an ordinary failed attempt)."""
+    record("run")
+    time.sleep(60)
+
+
 @job(max_attempts=2)
 def e2e_hang_in_c() -> None:
     """Stuck in C holding the GIL (libc ``sleep`` through ``PyDLL``, which keeps it):
