@@ -24,7 +24,7 @@ from supervisor.db import refused as refused_data
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import resolve_resources, resolve_timeout
+from supervisor.engine.policy import handler_resources, resolve_timeout
 from supervisor.observe import JobTracer, SupervisorMetrics
 
 log = logging.getLogger("supervisor.claimer")
@@ -46,6 +46,8 @@ class Claimer:
         self.metrics = metrics
         self.kinds = kinds
         self.default_timeout = default_timeout
+        # Each loaded handler's @job(resources=...): a job whose row names none holds them.
+        self.kind_resources = handler_resources(kinds)
         self.clock = clock
         self.accepting = True  # False once draining: late answers go straight back
         self.in_flight: tuple[str, int] | None = None  # (queue, jobs asked for)
@@ -134,7 +136,8 @@ class Claimer:
             return claimed
         for job in claimed:
             job.timeout = resolve_timeout(job, self.default_timeout)
-            job.resources = resolve_resources(job)
+            if job.resources is None and self.kind_resources:
+                job.resources = self.kind_resources.get(job.kind)
         if self.admission is not None:
             beyond = self.admission.claimed(claimed)
             if beyond:  # never fits here: back for a supervisor that can hold it

@@ -26,17 +26,17 @@ def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
     return timeout or None
 
 
-def resolve_resources(job: ClaimedJob) -> dict[str, int] | None:
-    """The counted resources ``job`` holds while it runs: its row's, else its handler's
-    ``@job(resources=...)`` (a job enqueued by kind name, by SQL or the CLI, gets them
-    as it gets the handler's timeout)."""
-    if job.resources is not None:
-        return job.resources
-    handle = get_handler(job.kind)
-    if handle is None:
-        return None
-    resources = handle.defaults.options.get("resources")
-    return dict(resources) if resources else None
+def handler_resources(kinds: list[str]) -> dict[str, dict[str, int]]:
+    """Each loaded handler's ``@job(resources=...)``: what a job of its kind holds when
+    its row names none (enqueued by kind name, by SQL or the CLI), as it gets the
+    handler's timeout."""
+    found = {}
+    for kind in kinds:
+        handle = get_handler(kind)
+        resources = handle.defaults.options.get("resources") if handle is not None else None
+        if resources:
+            found[kind] = dict(resources)
+    return found
 
 
 def served_kinds(kinds: list[str], have: Mapping[str, int]) -> list[str]:
