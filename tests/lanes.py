@@ -47,7 +47,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_pool_free_for.py", "test_pool_pipeline.py", "test_pool_policy.py",
     "test_pool_queue_units.py",
     "test_pool_rebalance.py", "test_pool_recall_units.py", "test_schedules_slots.py",
-    "test_operator_truth_verdicts.py",
+    "test_operator_truth_verdicts.py", "test_pool_discard_notices.py", "test_crash_rule.py",
     "test_scheduling.py", "test_stop_notices.py", "test_usage_meter.py", "test_wire.py",
 })
 
@@ -76,6 +76,7 @@ UNIT_TESTS: frozenset[str] = frozenset({
     "test_cost_tree.py::test_cpu_a_process_kept_across_jobs_spends_counts_for_the_job_it_spent_it_in",
     "test_cpu_heavy_input.py::test_a_kinds_heartbeat_timeout_is_kept",
     "test_cpu_heavy_input.py::test_a_kinds_heartbeat_timeout_must_be_positive_seconds",
+    "test_counted_resources.py::test_a_handler_declaring_bad_resources_is_refused_at_import",
     "test_cpus.py::test_the_least_of_cgroup_affinity_and_host_wins",
     "test_cpus.py::test_unreadable_or_garbled_files_are_no_limit",
     "test_cpus.py::test_v1_cfs_quota",
