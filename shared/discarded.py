@@ -8,7 +8,7 @@ memory cap on its last attempt, or its crash made it poison. Its hooks run in an
 child of the same supervisor (the handler modules are the same there), told with this
 frame: the job as the child sees it in ``current_job()``, and the errors entries of its
 last attempt (its failure with the attempt's ``usage``, then ``poison`` if that was the
-reason), as the table stores them.
+reason).
 """
 
 from __future__ import annotations
