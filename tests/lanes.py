@@ -52,6 +52,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
 })
 
 UNIT_TESTS: frozenset[str] = frozenset({
+    "test_child_scope.py::test_a_jobs_pool_size_follows_its_cpus_and_the_childs_share",
     "test_horizon.py::test_the_watch_warns_once_per_holder_and_says_when_it_lets_go",
     "test_horizon.py::test_an_inactive_slot_is_warned_about_without_a_clock",
     "test_admission_input.py::test_a_budget_in_the_config_file_is_checked_too",
