@@ -99,3 +99,14 @@ def sc_joblib(tasks: int = 8, seconds: float = 0.0) -> dict:
     executor = reusable_executor._executor
     return {"child": os.getpid(), "ran_on": sorted(set(pids)), "seconds": took,
             "workers": sorted(executor._processes if executor is not None else [])}
+
+
+@job
+def sc_scope_then_hang(pidfile: str, seconds: float = 120.0) -> None:
+    """Keep a helper in a session of its own (``child_scope``), write its pid, then run
+    until the parent kills the child over its timeout."""
+    with child_scope():
+        SCOPED.append(subprocess.Popen(["sleep", "3600"], start_new_session=True))
+    with open(pidfile, "w") as f:
+        f.write(str(SCOPED[-1].pid))
+    time.sleep(seconds)

@@ -126,6 +126,18 @@ def test_kept_processes_die_when_their_child_is_killed(dsn):
 
 
 @pytest.mark.slow
+def test_a_kept_process_in_its_own_session_dies_when_the_parent_kills_the_child(dsn, tmp_path):
+    pidfile = tmp_path / "helper.pid"
+    hung = enqueue("sc_scope_then_hang", {"pidfile": str(pidfile)}, timeout=3,
+                   max_attempts=1, dsn=dsn)
+    run_burst(dsn, "-n", "1", "--poll-interval", "0.1", app=APP, timeout=120)
+    row = job_row(dsn, hung)
+    assert row["state"] == "discarded" and row["errors"][-1]["kind"] == "timeout", row
+    # Out of the child's process group: the parent SIGKILLed it by pid before the group.
+    wait_gone([int(pidfile.read_text())], "the kept helper in its own session")
+
+
+@pytest.mark.slow
 def test_kept_processes_die_when_their_child_recycles_and_when_the_supervisor_drains(dsn):
     sup = Supervisor(dsn, "-n", "1", "--poll-interval", "0.1", "--max-jobs-per-child", "2",
                      app=APP)
