@@ -91,3 +91,18 @@ def test_a_pool_the_program_dropped_keeps_nothing():
     pool.shutdown()
     del pool
     assert not keeper.holds()
+
+
+def test_a_grandchild_started_in_the_scope_stays_kept_once_re_parented():
+    keeper = ChildKeeper()
+    with keeper.scope():
+        shell = subprocess.Popen(["sh", "-c", "sleep 300 & echo $!; wait"],
+                                 stdout=subprocess.PIPE, text=True)
+        assert shell.stdout is not None
+        grandchild = int(shell.stdout.readline())
+    try:
+        # In a child (a subreaper) the grandchild becomes a child when the shell exits.
+        assert keeper.spare([shell.pid, grandchild]) == {shell.pid, grandchild}
+    finally:
+        os.kill(grandchild, 9)
+        shell.wait()

@@ -14,7 +14,8 @@ workers, a helper server. They belong to the child when they are started inside 
 What a scope adopts, and for how long:
 
 * every process started while it is open (in any thread), found by comparing the
-  child's children as it opens and as it closes, with whatever those processes start;
+  child's descendants as it opens and as it closes, and whatever those processes start
+  later;
 * the worker processes of every process pool *created* while it is open: a
   ``concurrent.futures.ProcessPoolExecutor``, a loky executor, a
   ``multiprocessing.pool.Pool``. Pools start their workers lazily (at the first task,
@@ -44,10 +45,10 @@ import os
 import sys
 import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from shared.procfs import children, start_time
+from shared.procfs import descendants, start_time
 
 # Modules whose pools a scope looks for; none imported, no object is walked.
 _POOL_MODULES = ("concurrent.futures.process", "multiprocessing.pool",
@@ -80,12 +81,14 @@ class ChildKeeper:
     def scope(self) -> Iterator[None]:
         """Adopt what starts while the block runs (see the module's docstring)."""
         me = os.getpid()
-        before = set(children(me))
+        before = set(descendants(me))
         pools_before = weakref.WeakSet(_live_pools())
         try:
             yield
         finally:
-            for pid in children(me):
+            # Descendants too: one whose parent exits later (a daemon's double fork) is
+            # re-parented to the child, and still kept.
+            for pid in descendants(me):
                 if pid not in before:
                     started = start_time(pid)
                     if started is not None:
@@ -97,13 +100,13 @@ class ChildKeeper:
     def spare(self, kids: Iterable[int]) -> set[int]:
         """Of ``kids`` (the child's children now), those it keeps. A kept process that
         exited is forgotten, unless it is a zombie its owner has still to reap."""
-        kids = list(kids)
+        kids = set(kids)
         spared: set[int] = set()
         for pid, started in list(self._processes.items()):
-            if pid in kids and start_time(pid) == started:
+            if start_time(pid) != started:
+                del self._processes[pid]  # gone, or its pid now another process's
+            elif pid in kids:
                 spared.add(pid)
-            else:
-                del self._processes[pid]
         pools = list(self._pools)
         for pool in pools:
             spared.update(pool_workers(pool))
@@ -115,7 +118,7 @@ class ChildKeeper:
                     spared.update(pool_workers(executor))
         if pools or self._loky:
             spared.update(_pool_helpers())
-        return spared & set(kids)
+        return spared & kids
 
 
 def pool_workers(pool: Any) -> set[int]:
@@ -173,7 +176,7 @@ def _pool_helpers() -> set[int]:
 KEEPER = ChildKeeper()  # the child's one record; hooks and handlers are process-wide too
 
 
-def child_scope() -> Any:
+def child_scope() -> AbstractContextManager[None]:
     """A block whose processes, and the workers of the process pools created in it,
     belong to the child: they outlive the job and end with the child.
 
