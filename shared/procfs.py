@@ -99,6 +99,16 @@ def _stat_fields(pid: int) -> list[bytes] | None:
     return data[end + 2:].split() if end >= 0 else None
 
 
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``starttime``, field 22 of
+    stat); with the pid it names one process for good, since a pid is reused but never
+    with the same start. None if it is gone (a zombie still has one)."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    return int(fields[19])
+
+
 def group_sample(pid: int) -> GroupSample | None:
     """CPU time of ``pid`` and of its live descendants (``tree_ticks``), and the state
     of ``pid``; None if ``pid``'s own stat cannot be read (gone, or no ``/proc``)."""

@@ -38,7 +38,8 @@ DATABASE_FIXTURES = frozenset({
 })
 
 UNIT_MODULES: frozenset[str] = frozenset({
-    "test_arbiter_states.py", "test_child_faults.py", "test_child_process.py",
+    "test_arbiter_states.py", "test_child_faults.py", "test_child_keeper.py",
+    "test_child_process.py",
     "test_child_serve.py", "test_config.py", "test_dashboard_units.py", "test_dsn.py",
     "test_engine.py", "test_engine_limits.py", "test_fencing.py", "test_heartbeat_looks.py",
     "test_import_rules.py", "test_inbox_recall_expiry.py", "test_job_policy.py",
@@ -52,6 +53,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
 })
 
 UNIT_TESTS: frozenset[str] = frozenset({
+    "test_child_scope.py::test_a_jobs_pool_size_follows_its_cpus_and_the_childs_share",
     "test_horizon.py::test_the_watch_warns_once_per_holder_and_says_when_it_lets_go",
     "test_horizon.py::test_an_inactive_slot_is_warned_about_without_a_clock",
     "test_admission_input.py::test_a_budget_in_the_config_file_is_checked_too",

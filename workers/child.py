@@ -28,6 +28,7 @@ from shared.exitcodes import (
 )
 from workers import devices, hooks, nativethreads, output, tracing
 from workers.boot import ParentGone, current_rss, prepare_child
+from workers.childscope import KEEPER
 from workers.context import JobContext
 from workers.execution import JobExecutor, one_line
 from workers.heartbeat import Heartbeat
@@ -97,7 +98,8 @@ def _boot_and_serve(config: ChildConfig) -> int:
             _report_boot_error(config, "import", exc)
             return CHILD_IMPORT_ERROR
     try:
-        hooks.run_child_start()  # a model loaded once per child, a reseed, ...
+        with KEEPER.scope():  # what the hooks start is the child's, not its first job's
+            hooks.run_child_start()  # a model loaded once per child, a reseed, ...
     except BaseException as exc:
         _report_boot_error(config, "on_child_start", exc)
         return CHILD_BOOT_ERROR
@@ -241,7 +243,7 @@ class JobRunner:
                 result.output = take_output()
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
-            if reap_leftovers(self.shm.before_reap):  # nothing it started outlives it
+            if self._reap_job_leftovers():  # nothing it started outlives it
                 self.shm.after_reap()  # nor what those processes left in /dev/shm
                 self.meter.rebase()
             self.jobs_done += 1
@@ -257,6 +259,12 @@ class JobRunner:
                     wire.write_all(write_fd, result.encode())
                 return CHILD_RECYCLE if read_ok else CHILD_PIPE_LOST
             answer = result.encode()
+
+    def _reap_job_leftovers(self) -> int:
+        """Kill what the job left running, sparing what belongs to the child."""
+        if not KEEPER.holds():
+            return reap_leftovers(self.shm.before_reap)
+        return reap_leftovers(partial(self.shm.before_reap, keeping=True), KEEPER.spare)
 
     def finish(self) -> None:
         """The child is about to exit: end what ``on_child_exit`` hooks started, and

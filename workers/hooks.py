@@ -62,7 +62,9 @@ def _register(hooks: list, func: Any, what: str) -> Any:
 
 def on_child_start(func: Callable[[], Any]) -> Callable[[], Any]:
     """Run ``func()`` in each child after the fork, before its first job. If it raises,
-    the child dies as a boot failure (repeated, the pool halts as a crash loop)."""
+    the child dies as a boot failure (repeated, the pool halts as a crash loop). It runs
+    inside a child scope: the processes and process pools it starts belong to the child
+    and outlive its jobs (``workers.childscope``)."""
     return _register(CHILD_START, func, "on_child_start")
 
 

@@ -63,6 +63,7 @@ def prepare() -> None:
 # whose variable the user set.
 _ours: Limited | None = None
 _current: int | None = None
+_child: int | None = None  # the share ``limit`` set at boot; ``_current`` is the job's
 
 
 def limit(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ) -> Limited:
@@ -97,9 +98,20 @@ def limit(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ)
     if numexpr is not None and not user_numexpr:
         numexpr.set_num_threads(threads)
         loaded.append("numexpr")
-    global _ours, _current
-    _ours, _current = Limited(tuple(variables), tuple(loaded)), threads
+    global _ours, _current, _child
+    _ours, _current, _child = Limited(tuple(variables), tuple(loaded)), threads, threads
     return _ours
+
+
+def child_threads() -> int | None:
+    """The child's own share of native threads (``native_threads``); None: not sized."""
+    return _child
+
+
+def job_threads() -> int | None:
+    """The native threads of the job running now: the child's share, times the CPUs it
+    reserved (``resize``); None: not sized."""
+    return _current
 
 
 def resize(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ) -> None:

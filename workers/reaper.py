@@ -1,4 +1,5 @@
-"""A child's hold on every process its handlers start, so none outlives its job.
+"""A child's hold on every process its handlers start, so none outlives its job
+(except what belongs to the child itself: ``workers.childscope``).
 
 Two moments matter, and each has its mechanism:
 
@@ -48,16 +49,34 @@ def arm() -> None:
     signal.signal(DEATH_SIGNAL, _parent_died)
 
 
-def reap_leftovers(before_kill: Callable[[list[int]], None] | None = None) -> int:
+def reap_leftovers(before_kill: Callable[[list[int]], None] | None = None,
+                   spare: Callable[[list[int]], set[int]] | None = None) -> int:
     """SIGKILL and reap every process left under this one; return how many there
     were. When there are none (nearly every job) it costs one ``waitid`` call.
-    ``before_kill`` sees the tree first, while it still runs (``workers.shm``)."""
-    if not _anychildren():
+    ``before_kill`` sees the tree first, while it still runs (``workers.shm``).
+
+    ``spare``, given this process's children, names those that belong to the child
+    rather than to the job (``workers.childscope``): they and everything under them are
+    left running, and only the other children are waited for (a kept pool reaps its own
+    workers)."""
+    if spare is None:
+        if not _anychildren():
+            return 0
+    elif not has_children():
         return 0
     me = os.getpid()
     total = 0
-    for _ in range(_MAX_ROUNDS):
-        tree = descendants(me)
+    spared: set[int] = set()
+    for round_no in range(_MAX_ROUNDS):
+        if spare is None:
+            tree = descendants(me)
+            roots = None
+        else:
+            kids = children(me)
+            if round_no == 0:
+                spared = spare(kids)
+            roots = [pid for pid in kids if pid not in spared]
+            tree = [p for root in roots for p in (root, *descendants(root))]
         if not tree:
             break
         if before_kill is not None:
@@ -68,7 +87,7 @@ def reap_leftovers(before_kill: Callable[[list[int]], None] | None = None) -> in
             _kill(pid)
         # Direct children only are ours to wait for; their killed descendants become
         # our zombies as they are re-parented, and the next round reaps them.
-        for pid in children(me):
+        for pid in children(me) if roots is None else roots:
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:

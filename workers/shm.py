@@ -171,15 +171,20 @@ class ShmJanitor:
             used -= referenced(others, self._directory)
         return mine | used
 
-    def before_reap(self, tree: list[int]) -> None:
+    def before_reap(self, tree: list[int], keeping: bool = False) -> None:
         """A job's leftovers ``tree`` (the child's descendants) are about to be killed:
         note the entries they name or use, and those named for the child (the pools it
         ran them for: loky's semaphores, joblib's folders). What the child alone uses
-        waits for ``at_exit``."""
+        waits for ``at_exit``. ``keeping``: the child keeps processes of its own
+        (``workers.childscope``), whose pools' entries are named for the child too and
+        still in use: only what the leftovers name, or they alone use, goes."""
         pids = set(tree)
         if not pids:
             return
-        self._due |= self._claim(pids | {self._me}, pids, pids | {self._me})
+        if keeping:
+            self._due |= self._claim(pids, pids, pids)
+        else:
+            self._due |= self._claim(pids | {self._me}, pids, pids | {self._me})
 
     def after_reap(self) -> int:
         """The leftovers are gone: remove what ``before_reap`` noted; how many went."""
