@@ -37,7 +37,10 @@ FAIL_RESULT = "result"  # result not serializable or too large
 FAIL_CRASHED = "crashed"  # the child died (signal, os._exit, OOM kill)
 FAIL_TIMEOUT = "timeout"  # ran past its hard timeout; child group killed
 FAIL_HUNG = "hung"  # heartbeat silence; child group killed
-FAIL_MEMORY = "memory"  # RSS over max_memory_per_child while running; child group killed
+# Out of memory: over max_memory_per_child, stopped before the container's limit, or
+# killed by the kernel's OOM killer. Never poison nor a breaker's crash (issue 51): how
+# much memory a job may use depends on what runs beside it, so it is retried.
+FAIL_MEMORY = "memory"
 FAIL_SHUTDOWN = "shutdown"  # still running at the end of the drain grace
 FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
 # The handler let workers.Stopping out after a stop notice (issue 28): from a drain or a
@@ -56,9 +59,9 @@ FAIL_EXPIRED = "expired"
 # entry of this kind added after the last crash's (shared/jobs.crash_signature).
 FAIL_POISON = "poison"
 
-# Failures that say the input may kill its child every time (a crash, a memory blow-up,
-# a hang, a timeout), as opposed to a handler's ordinary exception.
-CRASH_FAILURES = frozenset({FAIL_CRASHED, FAIL_MEMORY, FAIL_HUNG, FAIL_TIMEOUT})
+# Failures that say the input may kill its child every time (a crash, a hang, a
+# timeout), as opposed to a handler's ordinary exception or running out of memory.
+CRASH_FAILURES = frozenset({FAIL_CRASHED, FAIL_HUNG, FAIL_TIMEOUT})
 
 _HOW_IT_DIED = re.compile(r"killed by \S+|exited with code -?\d+|exited \(\w+\)")
 
@@ -70,8 +73,8 @@ TERMINAL_FAILURES = frozenset({FAIL_DISCARD, FAIL_BINDING, FAIL_ARGS, FAIL_UNKNO
 def crash_signature(kind: str, message: str) -> str | None:
     """What makes two crashes "the same" for poison detection (None: not a crash).
     ``crashed`` is told apart by how the child died (``killed by SIGSEGV``, ``exited
-    with code 3``; the pid in ``child 4711 killed by SIGSEGV`` is left out); memory,
-    hung and timeout are one signature each."""
+    with code 3``; the pid in ``child 4711 killed by SIGSEGV`` is left out); hung and
+    timeout are one signature each; memory is none (``FAIL_MEMORY``)."""
     if kind not in CRASH_FAILURES:
         return None
     if kind != FAIL_CRASHED:

@@ -8,14 +8,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.memlimit import cgroup_memory_limit
+from shared.memlimit import cgroup_memory_limit, headroom
 from shared.units import format_size
 
 MIN_MEMORY_BUDGET = 64 << 20  # below this a budget is a size written without its unit
-# Kept free of the cgroup's limit besides the parent's RSS: page cache, the children's
-# own interpreters before they run anything, the kernel's slack. 64 MiB or 5%.
-CGROUP_MARGIN_MIN = 64 << 20
-CGROUP_MARGIN_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ def make_budget(children: int, memory_budget: int | None,
     if limit is None:
         return Budget(children, None, "no memory_budget and no cgroup memory limit")
     rss = own_rss() if parent_rss is None else parent_rss
-    margin = max(CGROUP_MARGIN_MIN, int(limit.bytes * CGROUP_MARGIN_SHARE))
+    margin = headroom(limit.bytes)
     memory = max(0, limit.bytes - rss - margin)
     return Budget(children, memory,
                   f"{limit.source} less the parent's RSS {format_size(rss)} and a "

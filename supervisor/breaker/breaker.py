@@ -50,7 +50,7 @@ class Breaker:
         return self.settings.failures > 0
 
     def crashed(self, kind: str) -> None:
-        """An attempt of ``kind`` crashed, hung, timed out or hit the memory cap. Kept
+        """An attempt of ``kind`` crashed, hung or timed out. Kept
         under ``short_name(kind)``: a kind stored before schema 0022's length limit is
         counted and paused too, under a name the breaker's tables can key."""
         if self.on:

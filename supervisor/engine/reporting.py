@@ -66,7 +66,7 @@ class OutcomeReporter:
         # queue whose keys were all at their limit may claim again.
         self.ended_queues: set[str] = set()
         self._native_news = False  # a child went busy in native code since last asked
-        # Kinds of attempts that crashed, hung, timed out or hit the memory cap since the
+        # Kinds of attempts that crashed, hung or timed out (not memory) since the
         # engine last asked: what the per-kind circuit breaker counts.
         self.crashes: list[str] = []
         # Discarded jobs by reason: the failure kind of the last attempt, or "poison".

@@ -1,0 +1,52 @@
+"""Memory in a container (issue 51) through real ``supervisor run`` processes inside a
+memory cgroup the test makes (``memcgroup``; skipped where one cannot be made): kills by
+the kernel's OOM killer told as ``memory``, the supervisor's own kills coming before the
+kernel's, and sizes learned from the first jobs and kept for a fresh supervisor."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from e2e import Supervisor, job_row
+from memcgroup import memory_cgroup
+
+from shared.enqueue import enqueue
+from shared.exitcodes import CLI_JOBS_FAILED
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # real supervisors
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def _paused_kinds(dsn: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [kind for (kind,) in conn.execute("SELECT kind FROM supervisor.kind_pauses")]
+
+
+def test_a_job_the_kernel_kills_is_recorded_as_memory_with_its_rss_never_poison(
+        dsn, tmp_path):
+    with memory_cgroup(2 * GIB) as cgroup:
+        sup = Supervisor(dsn, "--burst", "-n", "1", "--poll-interval", "0.1",
+                         app="memory_handlers", wrapper=cgroup.wrapper)
+        try:
+            sup.wait_for_log("starting 1 children", timeout=60)
+            # Lowered once the supervisor read the limit at its start: its own guard
+            # still thinks 2 GiB, so the kernel is the one that kills (the case of a
+            # container whose limit nobody read, or a job that outran the guard).
+            cgroup.set_limit(300 * MIB)
+            job_id = enqueue("mem_hold", {"megabytes": 600, "pause": 0.05},
+                             max_attempts=2, dsn=dsn)
+            assert sup.wait(180) == CLI_JOBS_FAILED, sup.err
+        finally:
+            sup.stop()
+        kills = cgroup.oom_kills()
+    row = job_row(dsn, job_id)
+    assert row["state"] == "discarded", row
+    kinds = [error["kind"] for error in row["errors"]]
+    assert kinds == ["memory", "memory"], row["errors"]  # attempts spent, no poison entry
+    for error in row["errors"]:
+        assert "OOM killer" in error["message"], error
+        assert error["usage"]["max_rss_bytes"] > 0, error
+    assert kills >= 2
+    assert "mem_hold" not in _paused_kinds(dsn)
