@@ -50,3 +50,25 @@ def test_a_job_the_kernel_kills_is_recorded_as_memory_with_its_rss_never_poison(
         assert error["usage"]["max_rss_bytes"] > 0, error
     assert kills >= 2
     assert "mem_hold" not in _paused_kinds(dsn)
+
+
+def test_two_jobs_growing_past_the_cap_are_stopped_by_the_supervisor_not_the_kernel(
+        dsn, tmp_path):
+    with memory_cgroup(GIB) as cgroup:
+        ids = [enqueue("mem_grow", {"pause": 0.25}, max_attempts=1, dsn=dsn)
+               for _ in range(2)]
+        sup = Supervisor(dsn, "--burst", "-n", "2", "--poll-interval", "0.1",
+                         "--max-memory-per-child", "450MiB",
+                         app="memory_handlers", wrapper=cgroup.wrapper)
+        try:
+            assert sup.wait(180) == CLI_JOBS_FAILED, sup.err
+        finally:
+            sup.stop()
+        kills = cgroup.oom_kills()
+    assert kills == 0, sup.err[-3000:]
+    for job_id in ids:
+        row = job_row(dsn, job_id)
+        assert row["state"] == "discarded", row
+        (error,) = row["errors"]
+        assert error["kind"] == "memory", error
+        assert error["usage"]["max_rss_bytes"] > 400 * MIB, error
