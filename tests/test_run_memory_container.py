@@ -72,3 +72,50 @@ def test_two_jobs_growing_past_the_cap_are_stopped_by_the_supervisor_not_the_ker
         (error,) = row["errors"]
         assert error["kind"] == "memory", error
         assert error["usage"]["max_rss_bytes"] > 400 * MIB, error
+
+
+def _states(dsn: str, ids: list[int]) -> dict[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return dict(conn.execute(
+            "SELECT state, count(*) FROM supervisor.jobs WHERE id = ANY(%s) GROUP BY state",
+            (ids,)).fetchall())
+
+
+def _overlaps(dsn: str, ids: list[int]) -> int:
+    """Pairs of these jobs whose last attempts ran at the same time."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM supervisor.jobs a JOIN supervisor.jobs b ON a.id < b.id "
+            "WHERE a.id = ANY(%s) AND b.id = ANY(%s) "
+            "AND a.attempted_at < b.finished_at AND b.attempted_at < a.finished_at",
+            (ids, ids)).fetchone()[0]
+
+
+def test_undeclared_600_mib_jobs_of_a_new_kind_all_complete_in_a_1_gib_cgroup(dsn, tmp_path):
+    with memory_cgroup(GIB) as cgroup:
+        first = [enqueue("mem_hold", {"megabytes": 600, "seconds": 3}, dsn=dsn)
+                 for _ in range(8)]
+        sup = Supervisor(dsn, "--burst", "-n", "2", "--poll-interval", "0.1",
+                         app="memory_handlers", wrapper=cgroup.wrapper)
+        try:
+            assert sup.wait(240) == 0, sup.err[-3000:]
+        finally:
+            sup.stop()
+        assert _states(dsn, first) == {"completed": 8}
+        assert "mem_hold" not in _paused_kinds(dsn)
+        assert cgroup.oom_kills() <= 1, sup.err[-3000:]
+        before = cgroup.oom_kills()
+        # A fresh supervisor admits its very first jobs by the size the first one learned.
+        second = [enqueue("mem_hold", {"megabytes": 600, "seconds": 3}, dsn=dsn)
+                  for _ in range(4)]
+        fresh = Supervisor(dsn, "--burst", "-n", "2", "--poll-interval", "0.1",
+                           app="memory_handlers", wrapper=cgroup.wrapper)
+        try:
+            assert fresh.wait(240) == 0, fresh.err[-3000:]
+        finally:
+            fresh.stop()
+        assert cgroup.oom_kills() == before, fresh.err[-3000:]
+    assert _states(dsn, second) == {"completed": 4}
+    assert _overlaps(dsn, second) == 0
+    for job_id in first + second:
+        assert job_row(dsn, job_id)["usage"]["max_rss_bytes"] >= 600 * MIB

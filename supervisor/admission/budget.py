@@ -1,6 +1,7 @@
 """A supervisor's budget: CPUs (its children, ``-n``) and memory (``memory_budget``, or
 the container's ``memory.max`` less the parent's own RSS and a margin, or none outside a
-container)."""
+container), and the container itself when there is one: its usage is the budget's ground
+truth beside the reservations (issue 51)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.memlimit import cgroup_memory_limit, headroom
+from shared.memlimit import ContainerMemory, container_memory, headroom
 from shared.units import format_size
 
 MIN_MEMORY_BUDGET = 64 << 20  # below this a budget is a size written without its unit
@@ -23,11 +24,20 @@ class Budget:
     cpus: int
     memory: int | None
     source: str
+    # The cgroup whose memory limit binds the supervisor (None: none), read for its usage.
+    container: ContainerMemory | None = None
 
     def describe(self) -> str:
         """The budget in words."""
         memory = "no memory admission" if self.memory is None else format_size(self.memory)
         return f"{self.cpus} CPUs, {memory} ({self.source})"
+
+    @property
+    def ceiling(self) -> int | None:
+        """The container's usage past which nothing more starts: its limit less the
+        headroom the pool's guard keeps (None: no container limit)."""
+        container = self.container
+        return None if container is None else container.limit - headroom(container.limit)
 
 
 def make_budget(children: int, memory_budget: int | None,
@@ -35,17 +45,17 @@ def make_budget(children: int, memory_budget: int | None,
     """The budget of a supervisor of ``children`` children: ``memory_budget`` when set,
     else the cgroup's memory limit less ``parent_rss`` (read from /proc when None) and
     ``max(64 MiB, 5%)``, else no memory admission."""
+    container = container_memory(cgroup_root)
     if memory_budget is not None:
-        return Budget(children, memory_budget, "memory_budget")
-    limit = cgroup_memory_limit(cgroup_root)
-    if limit is None:
+        return Budget(children, memory_budget, "memory_budget", container)
+    if container is None:
         return Budget(children, None, "no memory_budget and no cgroup memory limit")
     rss = own_rss() if parent_rss is None else parent_rss
-    margin = headroom(limit.bytes)
-    memory = max(0, limit.bytes - rss - margin)
+    margin = headroom(container.limit)
+    memory = max(0, container.limit - rss - margin)
     return Budget(children, memory,
-                  f"{limit.source} less the parent's RSS {format_size(rss)} and a "
-                  f"{format_size(margin)} margin")
+                  f"{container.source} less the parent's RSS {format_size(rss)} and a "
+                  f"{format_size(margin)} margin", container)
 
 
 def own_rss() -> int:

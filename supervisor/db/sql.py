@@ -335,11 +335,15 @@ WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
 LEAVE = "DELETE FROM supervisor.supervisors WHERE id = %(id)s"
 
 # Each kind's default memory reservation (issue 27): the p95 of max_rss_bytes over its
-# last 200 jobs with a usage (0014) finished in the past day, for kinds with at least 20
-# such samples. Read once a minute while a memory budget applies, never per claim; one
-# scan of the finished-jobs index per kind, bounded by the LIMIT.
+# last 200 jobs with a usage (0014) finished in the past day once it has 20 such
+# samples, the largest of them before (issue 51: a new kind's first measured job is what
+# a fresh supervisor admits its first jobs by). Read once a minute while a memory budget
+# applies, never per claim; one scan of the finished-jobs index per kind, bounded by the
+# LIMIT.
 KIND_MEMORY_P95 = """
-SELECT k.kind, percentile_disc(0.95) WITHIN GROUP (ORDER BY r.rss)
+SELECT k.kind, CASE WHEN count(*) >= 20
+                    THEN percentile_disc(0.95) WITHIN GROUP (ORDER BY r.rss)
+                    ELSE max(r.rss) END
 FROM unnest(%(kinds)s::text[]) AS k(kind)
 CROSS JOIN LATERAL (
     SELECT (j.usage->>'max_rss_bytes')::bigint AS rss FROM supervisor.jobs j
@@ -348,7 +352,6 @@ CROSS JOIN LATERAL (
     ORDER BY j.finished_at DESC
     LIMIT 200) AS r
 GROUP BY k.kind
-HAVING count(*) >= 20
 """
 
 # The circuit breaker per kind (issue 27, supervisor/breaker/).

@@ -379,8 +379,9 @@ class Store:
         return read_horizon(self.connection)
 
     def kind_memory_p95(self, kinds: Sequence[str]) -> dict[str, int]:
-        """Each kind's p95 of recent ``max_rss_bytes`` (kinds with 20 samples or more):
-        the default memory reservation of its undeclared jobs."""
+        """Each kind's measured size: the p95 of recent ``max_rss_bytes`` once it has
+        20 samples, the largest before (kinds with none are left out): the default
+        memory reservation of its undeclared jobs."""
         if not kinds:
             return {}
         rows = self.connection.execute(KIND_MEMORY_P95, {"kinds": list(kinds)})

@@ -75,8 +75,9 @@ log = logging.getLogger("supervisor.engine")
 BURST_CHECK_INTERVAL = 0.1
 PROMOTE_AGAIN = 0.005  # a job found due during a poll is promoted this soon after
 MIN_POLL_GAP = 0.05  # polls asked for by events (NOTIFY, retries) come no closer than this
-# Each kind's default memory reservation (p95 of recent max_rss_bytes) is read this
-# often while a memory budget applies: cached, never asked per claim.
+# Each kind's default memory reservation (its measured size: p95 of recent
+# max_rss_bytes, the largest under 20 samples) is read this often while a memory budget
+# applies: cached, never asked per claim; what each attempt here used raises it at once.
 KIND_MEMORY_EVERY = 60.0
 
 
@@ -541,7 +542,7 @@ class Engine:
             found = self.db.call(lambda s: s.kind_memory_p95(self.kinds), None,
                                  "reading each kind's memory use")
             if found is not None:
-                self.admission.kind_memory = found
+                self.admission.measured(found)
         if self.horizon_watch.warn_after and now >= self.next_horizon_look:
             self.next_horizon_look = now + defaults.HORIZON_LOOK_EVERY
             report = self.db.call(lambda s: s.horizon(), None,

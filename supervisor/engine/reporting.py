@@ -74,6 +74,11 @@ class OutcomeReporter:
         # Crashes that would retry unless the row shows the same crash before: logged
         # by ``settle_failures`` once written, keyed by (job id, attempt).
         self._undecided: dict[tuple[int, int], _Undecided] = {}
+        # Each attempt's peak memory teaches admission its kind's size (issue 51), under
+        # a memory budget only.
+        admission = ledger.admission
+        self._learn = (admission.learned if admission is not None
+                       and admission.budget.memory is not None else None)
 
     def record(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -90,6 +95,8 @@ class OutcomeReporter:
                 self.metrics.job_done(outcome.job, outcome.duration)
                 if outcome.usage is not None:
                     self.metrics.job_cpu(outcome.job, outcome.usage.cpu_seconds)
+                    if self._learn is not None:
+                        self._learn(outcome.job, outcome.usage.max_rss_bytes)
                 self.depth.ran(outcome.job.queue, _ran_for(outcome))
                 self.run_times.ran(outcome.job.kind, outcome.duration)
             elif type(outcome) is JobFailed:
@@ -222,6 +229,9 @@ class OutcomeReporter:
                            outcome.usage, outcome.output)
         if outcome.usage is not None:
             self.metrics.job_cpu(job, outcome.usage.cpu_seconds)
+            if self._learn is not None:
+                self._learn(job, outcome.usage.max_rss_bytes,
+                            outcome.kind == jobs.FAIL_MEMORY)
         if (job.id, job.attempt) not in self._undecided:  # else counted once decided
             self.metrics.job_failed(job, outcome.kind,
                                     retried=not shutdown and not cancelled and not discarded,
