@@ -11,10 +11,10 @@ own stays under the limit less its headroom (issue 51: the cgroup is the ground 
 what nobody declared shows there); its charge lasts until the job ends or comes back
 unstarted. A ``cpus=4`` job keeps three more children idle meanwhile.
 
-Caution (issue 51): in a container, a job whose kind has no measured size yet is
-"unmeasured": one such job runs here at a time, so a new kind's first job teaches its
-size before a second one starts beside it. A job that failed for memory here is retried
-alone (it needs the whole memory budget).
+Caution (issue 51): under a memory budget (the flag, or a container's limit), a job
+whose kind has no measured size yet is "unmeasured": one such job runs here at a time,
+so a new kind's first job teaches its size before a second one starts beside it. A job
+that failed for memory here is retried alone (it needs the whole memory budget).
 
 Patience: a job that does not fit may be overtaken by later jobs of its queue that do;
 once it has waited ``patience`` seconds, nothing behind it in its queue starts until it
@@ -86,11 +86,8 @@ class Admission:
     @property
     def engaged(self) -> bool:
         """Whether starts must go through the book. False while nothing is declared and
-        no default memory applies: then the engine's plain dispatch runs, at no cost."""
-        budget = self.budget
-        return self.declared or bool(self.charged) or (
-            budget.memory is not None and (bool(self.kind_memory)
-                                           or budget.container is not None))
+        there is no memory budget: then the engine's plain dispatch runs, at no cost."""
+        return self.declared or bool(self.charged) or self.budget.memory is not None
 
     def need(self, job: ClaimedJob) -> Need | None:
         """``job``'s need, or None when it needs nothing of the book."""
@@ -101,7 +98,7 @@ class Admission:
             if job.id in self.alone:
                 return Need(cpus, budget.memory)
             memory = self.kind_memory.get(job.kind)
-            if memory is None and budget.container is not None:
+            if memory is None:
                 return Need(cpus, 0, measured=False)
         if cpus == 1 and not memory:
             return None
@@ -196,7 +193,7 @@ class Admission:
                     f"{format_size(memory)} held")
         if not need.measured and self.unmeasured_running:
             return ("its kind's memory is not measured yet: one such job at a time under "
-                    "a container memory limit")
+                    "a memory budget")
         # Only beside other jobs: alone, a job starts whatever the baseline (else one
         # that fits the budget but not the baseline would wait forever).
         ceiling, usage = self.budget.ceiling, self.usage
