@@ -5,9 +5,10 @@ kernel's, and sizes learned from the first jobs and kept for a fresh supervisor.
 
 from __future__ import annotations
 
+import orjson
 import psycopg
 import pytest
-from e2e import Supervisor, job_row
+from e2e import Supervisor, job_row, wait_until
 from memcgroup import memory_cgroup
 
 from shared.enqueue import enqueue
@@ -119,3 +120,40 @@ def test_undeclared_600_mib_jobs_of_a_new_kind_all_complete_in_a_1_gib_cgroup(ds
     assert _overlaps(dsn, second) == 0
     for job_id in first + second:
         assert job_row(dsn, job_id)["usage"]["max_rss_bytes"] >= 600 * MIB
+
+
+def test_status_the_dashboard_and_the_start_line_show_the_budget_and_its_source(dsn):
+    from click.testing import CliRunner
+
+    from supervisor import admin
+    from supervisor.cli import main
+    from supervisor.dashboard import render
+
+    with memory_cgroup(GIB) as cgroup:
+        sup = Supervisor(dsn, "-n", "1", "--poll-interval", "0.1", app="memory_handlers",
+                         wrapper=cgroup.wrapper)
+        try:
+            sup.wait_for_log("memory: budget", timeout=60)
+            assert f"cgroup memory.limit_in_bytes {GIB} less the parent's RSS" in sup.err
+            assert "process tree's RSS" in sup.err
+
+            def published():
+                result = CliRunner().invoke(main, ["status", "--json", "--dsn", dsn])
+                assert result.exit_code == 0, result.output
+                (live,) = orjson.loads(result.output)["supervisors"]
+                return live if live["memory"] is not None else None
+
+            live = wait_until(published, timeout=30, what="the supervisor's memory budget")
+            memory = live["memory"]
+            assert memory["source"].startswith("cgroup memory.limit_in_bytes")
+            assert 700 * MIB < memory["budget"] < GIB
+            assert memory["container"]["limit"] == GIB and memory["held"] == 0
+            text = CliRunner().invoke(main, ["status", "--dsn", dsn]).output
+            assert "memory of" in text and "container" in text and "held" in text
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                sups = [admin.public_supervisor(s) for s in admin.live_supervisors(conn)]
+            html = render.ENV.get_template("supervisors.html").render(
+                supervisors=sups, stale=0, nav=[], path="/supervisors", title="t")
+            assert "memory budget" in html and "cgroup memory.limit_in_bytes" in html
+        finally:
+            sup.stop()

@@ -38,6 +38,8 @@ SCAN = 64
 USAGE_EVERY = 0.05
 # Jobs remembered as failed for memory here, to retry alone: a bound on the memory.
 ALONE_KEPT = 1024
+# How a job's memory is measured (issue 45), in words for status and the start-up line.
+MEASURE = "its process tree's RSS, summed and sampled by the parent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +231,18 @@ class Admission:
             self._blocked_since.pop(job_id, None)
             del self.waiting_why[job_id]
 
+    def memory_summary(self) -> str:
+        """The memory budget and what it means, for the start-up log line."""
+        budget = self.budget
+        if budget.memory is None:
+            return f"no memory admission ({budget.source})"
+        words = (f"budget {format_size(budget.memory)} ({budget.source}); each job "
+                 f"measured by {MEASURE}; a kind not measured yet runs one job at a time")
+        if budget.ceiling is not None:
+            words += (f"; nothing starts beside other jobs past "
+                      f"{format_size(budget.ceiling)} of the container's memory in use")
+        return words
+
     def report(self) -> dict:
         """What ``status`` shows of this supervisor's admission (its heartbeat's info)."""
         budget = self.budget
@@ -237,10 +251,10 @@ class Admission:
                 "source": budget.source,
                 "held": self.memory_held,
                 "container": None if container is None else {
-                    "limit": container.limit, "usage": self.usage,
+                    "limit": container.limit, "usage": container.usage(),
                     "source": container.source},
                 "unmeasured_running": self.unmeasured_running,
-                "measure": "process tree RSS, sampled by the parent",
+                "measure": MEASURE,
                 "waiting": len(self.waiting_why),
                 "why": sorted(set(self.waiting_why.values()))[:5],
                 "too_big": sorted(set(self.too_big.values()))[:5]}
