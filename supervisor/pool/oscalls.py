@@ -13,7 +13,7 @@ import time
 from typing import NamedTuple
 
 from shared.memlimit import ContainerMemory
-from shared.procfs import GroupSample, descendants, group_sample
+from shared.procfs import GroupSample, descendants, group_sample, tree_rss
 from workers.shm import remove_for_dead_child
 
 
@@ -104,10 +104,7 @@ class OsCalls:
         (``/proc/<pid>/statm`` of each): a child's whole process tree, so an ffmpeg or
         a pool worker it started counts with it (issue 45). Pages they share are counted
         once per process, so the sum errs high. None if ``pid`` is gone."""
-        own = _statm_rss(pid)
-        if own is None:
-            return None
-        return own + sum(_statm_rss(kid) or 0 for kid in descendants(pid, _TREE_LIMIT))
+        return tree_rss(pid, _TREE_LIMIT)
 
     def memory_limit(self) -> int | None:
         """The container's memory limit in bytes (None: outside a container)."""
@@ -162,14 +159,6 @@ class OsCalls:
     def getpid(self) -> int:
         """This process's pid."""
         return os.getpid()
-
-
-def _statm_rss(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE_SIZE
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
