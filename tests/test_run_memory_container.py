@@ -51,6 +51,10 @@ def test_a_job_the_kernel_kills_is_recorded_as_memory_with_its_rss_never_poison(
         assert error["usage"]["max_rss_bytes"] > 0, error
     assert kills >= 2
     assert "mem_hold" not in _paused_kinds(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # kept for later supervisors
+        (peak,) = conn.execute("SELECT peak_bytes FROM supervisor.kind_memory "
+                               "WHERE kind = 'mem_hold'").fetchone()
+    assert peak > 0
 
 
 def test_two_jobs_growing_past_the_cap_are_stopped_by_the_supervisor_not_the_kernel(

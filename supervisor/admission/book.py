@@ -76,6 +76,7 @@ class Admission:
         # is a memory budget, and raised at once by what each attempt here used.
         self.kind_memory: dict[str, int] = {}
         self.unmeasured_running = 0  # jobs started here before their kind had a size
+        self.unsaved: dict[str, int] = {}  # kinds whose size rose here: to keep (0026)
         self.alone: dict[int, None] = {}  # jobs that failed for memory here: retried alone
         self.usage: int | None = None  # the container's usage, as last read
         self._usage_read = float("-inf")
@@ -112,6 +113,12 @@ class Admission:
         not know yet keep what was learned here."""
         self.kind_memory = {**self.kind_memory, **sizes}
 
+    def take_unsaved(self) -> dict[str, int]:
+        """The kinds whose size rose here since the last call, with their new peak: what
+        the engine keeps in the database for supervisors that start later."""
+        unsaved, self.unsaved = self.unsaved, {}
+        return unsaved
+
     def learned(self, job: ClaimedJob, rss: int, memory_failure: bool = False) -> None:
         """An attempt of ``job`` here used ``rss`` bytes at its peak (for a killed one,
         the last sample): its kind's size is at least that from now on. With
@@ -120,6 +127,7 @@ class Admission:
             return
         if rss > self.kind_memory.get(job.kind, 0):
             self.kind_memory[job.kind] = rss
+            self.unsaved[job.kind] = max(rss, self.unsaved.get(job.kind, 0))
         if memory_failure and job.memory is None:
             self.alone[job.id] = None
             if len(self.alone) > ALONE_KEPT:

@@ -453,12 +453,23 @@ class Engine:
         self.collect(pool, now)
         self.db.reopen_for_exit()
         self.flush(now, last_chance=True)
+        self._save_kind_memory()
         self.db.call(lambda store: self.planner.limits.close(store), None,
                      "giving back global limit slices")
         self.db.call(lambda store: store.leave(), None, "leaving the registry")
         if self.history is not None:
             self.history.close()  # a round under way is dropped, not waited for
         self.db.close()
+
+    def _save_kind_memory(self) -> None:
+        """Keep the kind sizes that rose here (issue 51), so a supervisor that starts
+        later admits its first jobs by them; kept for the next try if the database is
+        away."""
+        unsaved = self.admission.take_unsaved()
+        if unsaved and self.db.call(lambda s: s.save_kind_memory(unsaved), None,
+                                    "keeping each kind's memory use") is None:
+            for kind, peak in unsaved.items():
+                self.admission.unsaved[kind] = max(peak, self.admission.unsaved.get(kind, 0))
 
     def queue_counts(self) -> dict | None:
         """Per-queue counts of live jobs (None while the database is away)."""
@@ -539,6 +550,7 @@ class Engine:
                 self._read_kind_pauses(now)
         if self.admission.budget.memory is not None and now >= self.next_kind_memory:
             self.next_kind_memory = now + KIND_MEMORY_EVERY
+            self._save_kind_memory()
             found = self.db.call(lambda s: s.kind_memory_p95(self.kinds), None,
                                  "reading each kind's memory use")
             if found is not None:
