@@ -1,7 +1,7 @@
 """How much memory this process's container may use and uses now: the cgroup's limit
 (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), the tightest of its own cgroup and its
 ancestors, its usage (v2 ``memory.current``, v1 ``memory.usage_in_bytes``, less the
-inactive page cache the kernel reclaims before it kills anything) and how many times the
+page cache the kernel reclaims before it kills anything) and how many times the
 kernel's OOM killer struck in it (v2 ``memory.events``, v1 ``memory.oom_control``: the
 ``oom_kill`` line). Read under the same injectable cgroup root as ``shared.cpus``
 (``SUPERVISOR_CGROUP_ROOT``, tests use a fake). None outside a container."""
@@ -52,17 +52,18 @@ class ContainerMemory:
         return f"cgroup {name} {self.limit}"
 
     def usage(self) -> int | None:
-        """Bytes charged to the cgroup now, less its inactive file cache (what the
-        kernel takes back before it kills: the working set, as kubelet counts it);
-        None if the cgroup cannot be read."""
+        """Bytes charged to the cgroup now, less its page cache (the file LRU lists,
+        active and inactive: what the kernel reclaims before it kills anything; tmpfs
+        and shared memory stay counted, they live on the anon lists); None if the cgroup
+        cannot be read. A job reading many files fills the cache, not this."""
         current = _read_int(self.directory / ("memory.current" if self.version == 2
                                               else "memory.usage_in_bytes"))
         if current is None:
             return None
-        inactive = _stat_line(self.directory / "memory.stat",
-                              b"inactive_file" if self.version == 2
-                              else b"total_inactive_file")
-        return max(0, current - (inactive or 0))
+        prefix = b"" if self.version == 2 else b"total_"
+        cache = _stat_lines(self.directory / "memory.stat",
+                            (prefix + b"active_file", prefix + b"inactive_file"))
+        return max(0, current - sum(cache))
 
     def oom_kills(self) -> int | None:
         """How many processes the kernel's OOM killer has killed in this cgroup so far
@@ -112,6 +113,23 @@ def _read_int(path: Path) -> int | None:
         return int(path.read_bytes())
     except (OSError, ValueError):
         return None
+
+
+def _stat_lines(path: Path, keys: tuple[bytes, ...]) -> list[int]:
+    """The numbers after ``keys`` in a ``key value`` per line file (those found)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    found = []
+    for line in data.splitlines():
+        name, _, value = line.partition(b" ")
+        if name in keys:
+            try:
+                found.append(int(value))
+            except ValueError:
+                pass
+    return found
 
 
 def _stat_line(path: Path, key: bytes) -> int | None:

@@ -21,12 +21,14 @@ def claimed(job_id: int, kind: str = "k", memory: int | None = None) -> ClaimedJ
 
 
 def v2_cgroup(root: Path, limit: int = GIB, current: int = 100 * MIB,
-              inactive_file: int = 0, oom_kill: int = 0) -> ContainerMemory:
+              inactive_file: int = 0, active_file: int = 0,
+              oom_kill: int = 0) -> ContainerMemory:
     """A cgroup v2 directory with its memory files, as the kernel writes them."""
     (root / "memory.max").write_text(f"{limit}\n")
     (root / "memory.current").write_text(f"{current}\n")
-    (root / "memory.stat").write_text(f"anon {current}\nfile 0\ninactive_file "
-                                      f"{inactive_file}\nactive_file 0\n")
+    (root / "memory.stat").write_text(
+        f"anon {current}\nfile {inactive_file + active_file}\nshmem 0\n"
+        f"active_anon 0\ninactive_file {inactive_file}\nactive_file {active_file}\n")
     (root / "memory.events").write_text(f"low 0\nhigh 0\nmax 3\noom {oom_kill}\n"
                                         f"oom_kill {oom_kill}\noom_group_kill 0\n")
     found = container_memory(str(root))
@@ -39,9 +41,10 @@ def book_in(container: ContainerMemory) -> Admission:
 
 
 def test_the_v2_files_give_the_limit_the_working_set_and_the_oom_kills(tmp_path):
-    container = v2_cgroup(tmp_path, current=500 * MIB, inactive_file=100 * MIB, oom_kill=2)
+    container = v2_cgroup(tmp_path, current=500 * MIB, inactive_file=100 * MIB,
+                          active_file=50 * MIB, oom_kill=2)
     assert (container.version, container.limit) == (2, GIB)
-    assert container.usage() == 400 * MIB  # the inactive page cache is not held
+    assert container.usage() == 350 * MIB  # the page cache is reclaimed before a kill
     assert container.oom_kills() == 2
     assert container.source == f"cgroup memory.max {GIB}"
 
@@ -51,13 +54,15 @@ def test_the_v1_files_give_the_same(tmp_path):
     memory.mkdir()
     (memory / "memory.limit_in_bytes").write_text(f"{GIB}\n")
     (memory / "memory.usage_in_bytes").write_text(f"{300 * MIB}\n")
-    (memory / "memory.stat").write_text(f"cache 0\ntotal_inactive_file {50 * MIB}\n")
+    (memory / "memory.stat").write_text(f"cache 0\ninactive_file {MIB}\n"
+                                        f"total_inactive_file {50 * MIB}\n"
+                                        f"total_active_file {20 * MIB}\n")
     (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\n"
                                                "oom_kill 4\n")
     container = container_memory(str(tmp_path))
     assert container is not None and container.version == 1
     assert (container.limit, container.usage(), container.oom_kills()) == (
-        GIB, 250 * MIB, 4)
+        GIB, 230 * MIB, 4)
 
 
 def test_a_budget_from_the_flag_still_reads_the_container(tmp_path):
