@@ -94,6 +94,8 @@ def test_near_the_limit_the_youngest_job_is_told_then_killed_at_once():
     stopping = [f for f in h.sent(younger) if f.type == wire.STOPPING]
     assert len(stopping) == 1 and h.signals_to(younger) == []
     assert not [f for f in h.sent(older) if f.type == wire.STOPPING]
+    h.advance(0.25)  # still short of the kill line: its notice stands
+    assert h.signals_to(younger) == [] and h.signals_to(older) == []
     h.os.memory_usage_now = 1000 * MIB
     h.advance(0.25)
     assert h.signals_to(younger) == [signal.SIGKILL] and h.signals_to(older) == []

@@ -109,6 +109,7 @@ class Pool:
         self._oom_seen: int | None = None
         # The container's memory limit, read at start (None: no container limit).
         self._guard: pressure.ContainerGuard | None = None
+        self._guard_told: set[int] = set()  # children the guard told to stop, by pid
         self.run_times = RunTimes()  # per kind: when a head job overruns (recall)
         self.recalled = 0  # jobs asked back from behind an overrunning job, ever
 
@@ -556,6 +557,7 @@ class Pool:
         self._pushing.discard(child)
         how = f"child {child.pid} {describe_child_exit(status)}"
         self._oom_killed(child, status)
+        self._guard_told.discard(child.pid)
         self._outcomes += child.close(now, how)
         for job in held:
             if self._in_flight.get(job.id) is child:
@@ -827,7 +829,8 @@ class Pool:
         if any(c.state == KILLED and c.kill_kind == jobs.FAIL_MEMORY for c in children):
             return  # one is being killed for memory: its memory is on its way back
         running = [c for c in children if c.state == BUSY and c.started and c.jobs]
-        told = [c for c in running if c.notice == "memory"]
+        # Told by their cap (not by this guard, whose notice stands until the kill line).
+        told = [c for c in running if c.notice == "memory" and c.pid not in self._guard_told]
         if told or level == pressure.KILL:
             victim = max(told or running, key=lambda c: c.job_started, default=None)
             if victim is None:
@@ -852,6 +855,7 @@ class Pool:
                f"told to stop, killed after {grace:g} s or at once near the limit")
         victim.retire()
         if self.notify(job.id, "memory", jobs.FAIL_MEMORY, why, grace):
+            self._guard_told.add(victim.pid)
             self._log.warning("%s: job %d: %s", victim.describe(), job.id, why)
 
     # -- stopping and killing ----------------------------------------------------

@@ -6,9 +6,10 @@ While jobs run in a container with a memory limit, the pool reads the container'
 every ``CHECK_INTERVAL``, piggybacked on the busy children's memory samples. Past the
 limit less its headroom (``shared.memlimit.headroom``, what admission keeps free) the
 youngest running job is sent the stop notice; within half the headroom of the limit it
-is killed at once. A job already told to stop for memory (over its per-child cap, or
-told here) is killed at once as soon as the container is past the notice line: its
-grace would only give the kernel the time to kill some other job first. One job at a
+is killed at once (the youngest again: the one told, unless a younger one started
+since). A job told to stop by its per-child cap is killed at once as soon as the
+container is past the notice line: its grace would only give the kernel the time to
+kill some other job first. One job at a
 time: while a child killed for memory has not been reaped, its memory is on its way
 back and nothing more is killed.
 
