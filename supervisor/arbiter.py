@@ -149,7 +149,6 @@ class Arbiter:
             log.info("supervisor %s starting %d children (%s) for queues %s", self.owner,
                      self.config.children, self.config.children_origin(),
                      ",".join(self.queues))
-            log.info("memory: %s", self.engine.admission.memory_summary())
             if self.config.metrics_port is not None:
                 self.metrics_server = MetricsServer(
                     self.config.metrics_port, self.metrics.render, self.selector,
