@@ -779,7 +779,9 @@ class Pool:
             self._event(child, "recalled", f"{asked} jobs {why}")
 
     def _check_memory(self, child: ChildProcess, now: float) -> None:
-        """Sample a busy child's RSS. Past the cap with its job running: the stop notice
+        """Sample a busy child's RSS (its whole process tree's), and in a container the
+        container's usage too (``_check_container``, at most every
+        ``pressure.CHECK_INTERVAL``). Past the cap with its job running: the stop notice
         (issue 28), the kill ``kill_grace`` later unless the job ended first, and no
         more jobs for the child; killed at once when its job has not started, when it
         was told to stop already for another reason, or when it is far over the cap
@@ -837,7 +839,9 @@ class Pool:
                 return
             rss = self._os.rss(victim.pid)
             victim.killed_usage.rss_seen(rss)
-            why = (f"{guard.describe(usage)}: the youngest job, RSS "
+            which = ("the youngest job told to stop over its cap" if told
+                     else "the youngest job")
+            why = (f"{guard.describe(usage)}: {which}, RSS "
                    f"{format_size(rss or victim.killed_usage.rss_peak)}, killed at once "
                    f"before the kernel's OOM killer")
             self._log.warning("%s: job %d: %s", victim.describe(), victim.jobs[0].id, why)
