@@ -144,3 +144,14 @@ def test_without_a_memory_budget_nothing_is_learned():
     book = Admission(Budget(2, None, "test"), patience=30)
     book.learned(claimed(1), 600 * MIB, memory_failure=True)
     assert book.kind_memory == {} and not book.engaged and book.need(claimed(1)) is None
+
+
+def test_a_kind_measured_past_the_whole_budget_runs_alone_rather_than_never(tmp_path):
+    book = book_in(v2_cgroup(tmp_path))
+    book.measured({"huge": 1500 * MIB, "small": 10 * MIB})
+    huge = claimed(1, kind="huge")
+    assert book.claimed([huge]) == []  # undeclared: not given back as too big
+    assert book.need(huge).memory == 900 * MIB
+    assert book.choose([huge], free=2, now=0.0) == 0
+    book.charge(huge)
+    assert book.choose([claimed(2, kind="small")], free=1, now=0.1) is None

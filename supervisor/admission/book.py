@@ -103,14 +103,16 @@ class Admission:
             memory = self.kind_memory.get(job.kind)
             if memory is None:
                 return Need(cpus, 0, measured=False)
+            # A kind measured past the whole budget runs alone rather than never.
+            memory = min(memory, budget.memory)
         if cpus == 1 and not memory:
             return None
         return Need(cpus, memory or 0)
 
     # -- what jobs used -----------------------------------------------------------------
     def measured(self, sizes: dict[str, int]) -> None:
-        """Each kind's size as the database says (``Store.kind_memory``); kinds it does
-        not know yet keep what was learned here."""
+        """Each kind's size as the database says (``Store.kind_memory_p95``); kinds it
+        does not know yet keep what was learned here."""
         self.kind_memory = {**self.kind_memory, **sizes}
 
     def take_unsaved(self) -> dict[str, int]:
