@@ -155,3 +155,15 @@ def test_a_kind_measured_past_the_whole_budget_runs_alone_rather_than_never(tmp_
     assert book.choose([huge], free=2, now=0.0) == 0
     book.charge(huge)
     assert book.choose([claimed(2, kind="small")], free=1, now=0.1) is None
+
+
+def test_an_unmeasured_job_reserves_its_childs_share_so_a_big_job_waits_beside_it(tmp_path):
+    book = book_in(v2_cgroup(tmp_path))  # budget 900 MiB over 2 children: 450 each
+    book.measured({"big": 630 * MIB, "small": 10 * MIB})
+    new = claimed(1, kind="new")
+    assert book.need(new).memory == 450 * MIB and not book.need(new).measured
+    assert book.choose([new], free=2, now=0.0) == 0
+    book.charge(new)
+    big, small = claimed(2, kind="big"), claimed(3, kind="small")
+    assert book.choose([big, small], free=1, now=0.1) == 1  # the small one overtakes
+    assert book.waiting_why[2] == "needs 630 MiB, 450 MiB of 900 MiB held"

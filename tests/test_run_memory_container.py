@@ -161,3 +161,33 @@ def test_status_the_dashboard_and_the_start_line_show_the_budget_and_its_source(
             assert "memory budget" in html and "cgroup memory.limit_in_bytes" in html
         finally:
             sup.stop()
+
+
+def test_a_measured_small_kind_runs_side_by_side_here_and_in_a_fresh_supervisor(dsn):
+    with memory_cgroup(GIB) as cgroup:
+        first = [enqueue("mem_hold", {"megabytes": 50, "seconds": 2}, dsn=dsn)
+                 for _ in range(5)]
+        sup = Supervisor(dsn, "--burst", "-n", "2", "--poll-interval", "0.1",
+                         app="memory_handlers", wrapper=cgroup.wrapper)
+        try:
+            assert sup.wait(120) == 0, sup.err[-3000:]
+        finally:
+            sup.stop()
+        # The first job ran alone (its kind unmeasured); what it taught let the rest pair.
+        assert _states(dsn, first) == {"completed": 5}
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            runs = conn.execute("SELECT attempted_at, finished_at FROM supervisor.jobs "
+                                "WHERE id = ANY(%s) ORDER BY attempted_at", (first,)).fetchall()
+        assert all(start >= runs[0][1] for start, _ in runs[1:]), runs
+        assert _overlaps(dsn, first) >= 1
+        second = [enqueue("mem_hold", {"megabytes": 50, "seconds": 2}, dsn=dsn)
+                  for _ in range(2)]
+        fresh = Supervisor(dsn, "--burst", "-n", "2", "--poll-interval", "0.1",
+                           app="memory_handlers", wrapper=cgroup.wrapper)
+        try:
+            assert fresh.wait(120) == 0, fresh.err[-3000:]
+        finally:
+            fresh.stop()
+        assert cgroup.oom_kills() == 0
+    # Measured before it started (the table, the jobs' usage): the two ran together.
+    assert _overlaps(dsn, second) == 1

@@ -12,9 +12,11 @@ what nobody declared shows there); its charge lasts until the job ends or comes 
 unstarted. A ``cpus=4`` job keeps three more children idle meanwhile.
 
 Caution (issue 51): under a memory budget (the flag, or a container's limit), a job
-whose kind has no measured size yet is "unmeasured": one such job runs here at a time,
-so a new kind's first job teaches its size before a second one starts beside it. A job
-that failed for memory here is retried alone (it needs the whole memory budget).
+whose kind has no measured size yet is "unmeasured": it reserves its child's share of
+the budget (the budget over ``-n``, times its ``cpus``) and one such job runs here at a
+time, so a new kind's first job teaches its size before a second one starts beside it,
+and a big measured job does not start beside it either. A job that failed for memory
+here is retried alone (it needs the whole memory budget).
 
 Patience: a job that does not fit may be overtaken by later jobs of its queue that do;
 once it has waited ``patience`` seconds, nothing behind it in its queue starts until it
@@ -102,7 +104,7 @@ class Admission:
                 return Need(cpus, budget.memory)
             memory = self.kind_memory.get(job.kind)
             if memory is None:
-                return Need(cpus, 0, measured=False)
+                return Need(cpus, budget.memory * cpus // budget.cpus, measured=False)
             # A kind measured past the whole budget runs alone rather than never.
             memory = min(memory, budget.memory)
         if cpus == 1 and not memory:
