@@ -144,8 +144,8 @@ def test_status_the_dashboard_and_the_start_line_show_the_budget_and_its_source(
             def published():
                 result = CliRunner().invoke(main, ["status", "--json", "--dsn", dsn])
                 assert result.exit_code == 0, result.output
-                (live,) = orjson.loads(result.output)["supervisors"]
-                return live if live["memory"] is not None else None
+                sups = orjson.loads(result.output)["supervisors"]  # [] until registered
+                return sups[0] if sups and sups[0]["memory"] is not None else None
 
             live = wait_until(published, timeout=30, what="the supervisor's memory budget")
             memory = live["memory"]
