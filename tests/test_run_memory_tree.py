@@ -4,9 +4,11 @@ admitted and capped by the tree's RSS, not by the handler's own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
-from e2e import Supervisor, job_row
+from e2e import Supervisor, job_row, wait_until
 
 from shared.enqueue import enqueue
 from shared.exitcodes import CLI_JOBS_FAILED
@@ -54,3 +56,19 @@ def test_the_memory_cap_kills_a_job_whose_subprocess_grows_past_it(dsn):
     assert error["kind"] == "memory" and "max_memory_per_child" in error["message"], error
     assert error["usage"]["max_rss_bytes"] > 300 * MIB, error
     assert f"job {job_id} mem_tree" in sup.err  # the log line names the job
+
+
+def test_children_are_the_oom_killers_first_pick_not_the_parent(dsn):
+    sup = Supervisor(dsn, "-n", "2", "--poll-interval", "0.1", app="memory_handlers")
+    try:
+        sup.wait_for_log("starting 2 children", timeout=60)
+        kids = wait_until(lambda: sup.children() if len(sup.children()) == 2 else None,
+                          timeout=30, what="two children")
+        parent = int(Path(f"/proc/{sup.pid}/oom_score_adj").read_text())
+        for pid in kids:
+            adj = Path(f"/proc/{pid}/oom_score_adj")
+            wait_until(lambda adj=adj: int(adj.read_text()) >= 500, timeout=30,
+                       what="the child's raised oom_score_adj")
+            assert int(adj.read_text()) == max(500, parent)  # raised, never lowered
+    finally:
+        sup.stop()
