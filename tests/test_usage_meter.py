@@ -58,3 +58,19 @@ def test_stored_usage_reads_back_and_anything_else_is_no_usage():
     usage = Usage(0.25, 0.5, 123)
     assert Usage.from_json(orjson.loads(usage.to_json())) == usage
     assert Usage.from_json({"cpu_seconds": "x"}) is None and Usage.from_json([1]) is None
+
+
+def test_a_process_the_job_ran_and_reaped_counts_in_its_peak_memory():
+    import subprocess
+    import sys
+
+    meter = UsageMeter(lambda why: None)
+    meter.start()
+    subprocess.run([sys.executable, "-c", "b = b'\\x01' * (150 << 20)"], check=True)
+    usage = meter.stop()
+    assert usage.max_rss_bytes >= 150 << 20  # the subprocess's, not the meter's own
+    meter.start()
+    spin(0.01)
+    after = meter.stop().max_rss_bytes
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert after < 150 << 20 or own >= 150 << 20  # the next job is not charged for it
