@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from workers import job
 
@@ -30,12 +31,6 @@ def mem_hold(megabytes: int, seconds: float = 3.0, pause: float = 0.02) -> int:
     return _hold(megabytes, seconds, pause)
 
 
-@job(name="mem_hold_other")
-def mem_hold_other(megabytes: int, seconds: float = 3.0, pause: float = 0.02) -> int:
-    """The same as ``mem_hold``, under another kind (another kind's learned size)."""
-    return _hold(megabytes, seconds, pause)
-
-
 @job(name="mem_grow")
 def mem_grow(pause: float = 0.25) -> int:
     """Grow by ``STEP_MB`` every ``pause`` seconds, without bound."""
@@ -46,7 +41,8 @@ def mem_grow(pause: float = 0.25) -> int:
 def mem_tree(megabytes: int, seconds: float = 3.0) -> int:
     """Run a subprocess (an ffmpeg's stand-in) that takes ``megabytes`` and holds it
     ``seconds``; the handler itself holds nothing."""
-    code = (f"import sys; sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r}); "
+    here = str(Path(__file__).resolve().parent)
+    code = (f"import sys; sys.path.insert(0, {here!r}); "
             f"import memory_handlers as m; m._hold({megabytes}, {seconds}, 0.02)")
     subprocess.run([sys.executable, "-c", code], check=True)
     return megabytes
