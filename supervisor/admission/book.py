@@ -123,6 +123,11 @@ class Admission:
         unsaved, self.unsaved = self.unsaved, {}
         return unsaved
 
+    def not_saved(self, peaks: dict[str, int]) -> None:
+        """``take_unsaved``'s answer could not be written: kept for the next write."""
+        for kind, peak in peaks.items():
+            self.unsaved[kind] = max(peak, self.unsaved.get(kind, 0))
+
     def learned(self, job: ClaimedJob, rss: int, memory_failure: bool = False) -> None:
         """An attempt of ``job`` here used ``rss`` bytes at its peak (for a killed one,
         the last sample): its kind's size is at least that from now on. With

@@ -470,8 +470,7 @@ class Engine:
         unsaved = self.admission.take_unsaved()
         if unsaved and self.db.call(lambda s: s.save_kind_memory(unsaved), None,
                                     "keeping each kind's memory use") is None:
-            for kind, peak in unsaved.items():
-                self.admission.unsaved[kind] = max(peak, self.admission.unsaved.get(kind, 0))
+            self.admission.not_saved(unsaved)
 
     def queue_counts(self) -> dict | None:
         """Per-queue counts of live jobs (None while the database is away)."""
