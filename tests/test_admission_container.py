@@ -167,3 +167,14 @@ def test_an_unmeasured_job_reserves_its_childs_share_so_a_big_job_waits_beside_i
     big, small = claimed(2, kind="big"), claimed(3, kind="small")
     assert book.choose([big, small], free=1, now=0.1) == 1  # the small one overtakes
     assert book.waiting_why[2] == "needs 630 MiB, 450 MiB of 900 MiB held"
+
+
+def test_sizes_that_rose_are_handed_over_once_and_kept_when_not_written(tmp_path):
+    book = book_in(v2_cgroup(tmp_path))
+    book.learned(claimed(1), 300 * MIB)
+    book.learned(claimed(2), 200 * MIB)  # lower: the kind's size did not rise
+    assert book.take_unsaved() == {"k": 300 * MIB}
+    assert book.take_unsaved() == {}
+    book.not_saved({"k": 300 * MIB})  # the database was away
+    book.learned(claimed(3, kind="other"), 50 * MIB)
+    assert book.take_unsaved() == {"k": 300 * MIB, "other": 50 * MIB}
