@@ -38,7 +38,10 @@ FAIL_RESULT = "result"  # result not serializable or too large
 FAIL_CRASHED = "crashed"  # the child died (signal, os._exit, OOM kill)
 FAIL_TIMEOUT = "timeout"  # ran past its hard timeout; child group killed
 FAIL_HUNG = "hung"  # heartbeat silence; child group killed
-FAIL_MEMORY = "memory"  # RSS over max_memory_per_child while running; child group killed
+# Out of memory: over max_memory_per_child, stopped before the container's limit, or
+# killed by the kernel's OOM killer. Never poison nor a breaker's crash (issue 51): how
+# much memory a job may use depends on what runs beside it, so it is retried.
+FAIL_MEMORY = "memory"
 FAIL_SHUTDOWN = "shutdown"  # still running at the end of the drain grace
 FAIL_CANCELLED = "cancelled"  # cancelled by an operator while running
 # The handler let workers.Stopping out after a stop notice (issue 28): from a drain or a
@@ -112,8 +115,8 @@ class CrashRule:
 def crash_signature(kind: str, message: str) -> str | None:
     """What makes two crashes "the same" for poison detection (None: not a crash).
     ``crashed`` is told apart by how the child died (``killed by SIGSEGV``, ``exited
-    with code 3``; the pid in ``child 4711 killed by SIGSEGV`` is left out); memory,
-    hung and timeout are one signature each."""
+    with code 3``; the pid in ``child 4711 killed by SIGSEGV`` is left out); hung and
+    timeout are one signature each; memory is none (``FAIL_MEMORY``)."""
     if kind not in CRASH_FAILURES:
         return None
     if kind != FAIL_CRASHED:

@@ -1,5 +1,5 @@
 """Reading the process tree from /proc (Linux), for the parent and the child alike: who
-descends from whom, and how much CPU a process and its descendants have used."""
+descends from whom, and how much CPU and memory a process and its descendants use."""
 
 from __future__ import annotations
 
@@ -163,6 +163,24 @@ def _sum_ticks(pids: list[int]) -> tuple[int, bool]:
         # utime, stime, cutime, cstime: fields 14-17 of stat, 11-14 after the name.
         ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
     return ticks, whole
+
+
+def rss(pid: int) -> int | None:
+    """The resident set of ``pid`` now in bytes (``/proc/<pid>/statm``); None if gone."""
+    try:
+        return int(_read(f"/proc/{pid}/statm").split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def tree_rss(pid: int, limit: int = 1000) -> int | None:
+    """The resident sets of ``pid`` and its live descendants (at most ``limit``), summed
+    in bytes; None if ``pid`` is gone. Pages they share (a fork's copy-on-write heap)
+    count once per process, so the sum errs high."""
+    own = rss(pid)
+    if own is None:
+        return None
+    return own + sum(rss(kid) or 0 for kid in descendants(pid, limit))
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")

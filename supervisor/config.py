@@ -26,6 +26,7 @@ from typing import Any
 
 from shared import defaults
 from shared.cpus import CpuCount, available_cpus
+from shared.memlimit import container_memory
 from shared.reservations import check_resources, parse_resources
 from shared.units import parse_duration, parse_number, parse_size, parse_whole
 from supervisor.pool import PoolSettings
@@ -122,6 +123,8 @@ class RunConfig:
             default_soft_timeout=self.default_soft_timeout,
             native_threads=self.threads_per_child(),
             output_capture=self.output_capture,
+            watch_memory=self.memory_budget is not None,
+            container=container_memory(),
         )
 
     def threads_per_child(self) -> int | None:

@@ -39,7 +39,8 @@ class Supervisor:
     """A ``supervisor run`` subprocess on a test database."""
 
     def __init__(self, dsn: str, *args: str, log_path: Path | None = None,
-                 env: dict[str, str] | None = None, app: str = "e2e_handlers") -> None:
+                 env: dict[str, str] | None = None, app: str = "e2e_handlers",
+                 wrapper: tuple[str, ...] = ()) -> None:
         self.log_path = log_path
         full_env = dict(os.environ)
         full_env.update({
@@ -50,7 +51,9 @@ class Supervisor:
         if log_path is not None:
             full_env["E2E_LOG"] = str(log_path)
         full_env.update(env or {})
-        self.args = [sys.executable, "-m", "supervisor", "run", "--app", app, *args]
+        # ``wrapper``: a command prefix that execs the rest (it moves the process into a
+        # test's cgroup, say); the pid stays the supervisor's.
+        self.args = [*wrapper, sys.executable, "-m", "supervisor", "run", "--app", app, *args]
         # stderr goes to a file so a test can wait for a log line while the process runs.
         self._err_file = tempfile.NamedTemporaryFile(prefix="sv-", suffix=".err")  # noqa: SIM115
         self.proc = subprocess.Popen(self.args, env=full_env, stdout=subprocess.PIPE,

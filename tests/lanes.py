@@ -38,13 +38,15 @@ DATABASE_FIXTURES = frozenset({
 })
 
 UNIT_MODULES: frozenset[str] = frozenset({
-    "test_arbiter_states.py", "test_child_faults.py", "test_child_keeper.py",
+    "test_admission_container.py", "test_arbiter_states.py", "test_child_faults.py",
+    "test_child_keeper.py",
     "test_child_process.py",
     "test_child_serve.py", "test_config.py", "test_dashboard_units.py", "test_dsn.py",
     "test_engine.py", "test_engine_limits.py", "test_fencing.py", "test_heartbeat_looks.py",
     "test_import_rules.py", "test_inbox_recall_expiry.py", "test_job_policy.py",
     "test_limits_units.py", "test_metrics.py", "test_planner_wakes.py",
-    "test_pool_guards.py", "test_pool_killed_usage.py", "test_pool_liveness.py",
+    "test_pool_container_memory.py", "test_pool_guards.py", "test_pool_killed_usage.py",
+    "test_pool_liveness.py",
     "test_pool_free_for.py", "test_pool_pipeline.py", "test_pool_policy.py",
     "test_pool_queue_units.py",
     "test_pool_rebalance.py", "test_pool_recall_units.py", "test_schedules_slots.py",

@@ -107,6 +107,19 @@ class FakeOs:
     def getpid(self) -> int:
         return 1
 
+    memory_limit_now: int | None = None  # the container's limit; None: no container
+    memory_usage_now: int | None = None
+    oom_kills_now: int | None = None
+
+    def memory_limit(self) -> int | None:
+        return self.memory_limit_now
+
+    def memory_usage(self) -> int | None:
+        return self.memory_usage_now
+
+    def oom_kills(self) -> int | None:
+        return self.oom_kills_now
+
 
 class FakeSelector(selectors.BaseSelector):
     def __init__(self) -> None:

@@ -82,7 +82,8 @@ def test_budget_from_a_fake_cgroup_less_rss_and_margin(tmp_path):
     assert make_budget(4, 1 << 30, cgroup_root=str(tmp_path)).memory == 1 << 30
 
 
-def test_each_kinds_default_memory_is_the_p95_of_recent_usage_once_20_samples(conn):
+def test_each_kinds_default_memory_is_the_p95_of_recent_usage_once_20_samples_the_largest_before(
+        conn):
     def add(kind: str, rss_values: list[int]) -> None:
         conn.execute(
             "INSERT INTO supervisor.jobs (kind, state, finished_at, usage) "
@@ -91,7 +92,31 @@ def test_each_kinds_default_memory_is_the_p95_of_recent_usage_once_20_samples(co
             (kind, rss_values))
 
     add("enough", [(i + 1) * MIB for i in range(100)])
-    add("few", [50 * MIB] * 19)
+    add("few", [50 * MIB] * 18 + [600 * MIB])  # issue 51: one measured job is enough
     store = Store(conn, "test-owner")
     found = store.kind_memory_p95(["enough", "few", "none"])
-    assert found == {"enough": 95 * MIB}
+    assert found == {"enough": 95 * MIB, "few": 600 * MIB}
+
+
+def test_a_kinds_kept_peak_counts_until_it_has_20_samples_and_a_day_old_one_is_replaced(
+        conn):
+    def add(kind: str, rss_values: list[int]) -> None:
+        conn.execute(
+            "INSERT INTO supervisor.jobs (kind, state, finished_at, usage) "
+            "SELECT %s, 'completed', now(), jsonb_build_object('cpu_seconds', 0.1, "
+            "'wall_seconds', 0.2, 'max_rss_bytes', r) FROM unnest(%s::bigint[]) AS r",
+            (kind, rss_values))
+
+    store = Store(conn, "test-owner")
+    add("few", [300 * MIB] * 5)
+    add("many", [(i + 1) * MIB for i in range(100)])
+    assert store.save_kind_memory({"few": 900 * MIB, "many": 900 * MIB,
+                                   "killed_only": 700 * MIB}) == 3
+    found = store.kind_memory_p95(["few", "many", "killed_only", "none"])
+    assert found == {"few": 900 * MIB, "many": 95 * MIB, "killed_only": 700 * MIB}
+    store.save_kind_memory({"killed_only": 500 * MIB})  # a peak within a day only rises
+    assert store.kind_memory_p95(["killed_only"]) == {"killed_only": 700 * MIB}
+    conn.execute("UPDATE supervisor.kind_memory SET updated_at = now() - interval '2 days'")
+    assert store.kind_memory_p95(["killed_only"]) == {}  # too old to count
+    store.save_kind_memory({"killed_only": 500 * MIB})  # and replaced, not raised
+    assert store.kind_memory_p95(["killed_only"]) == {"killed_only": 500 * MIB}

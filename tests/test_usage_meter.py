@@ -58,3 +58,23 @@ def test_stored_usage_reads_back_and_anything_else_is_no_usage():
     usage = Usage(0.25, 0.5, 123)
     assert Usage.from_json(orjson.loads(usage.to_json())) == usage
     assert Usage.from_json({"cpu_seconds": "x"}) is None and Usage.from_json([1]) is None
+
+
+def test_a_process_the_job_ran_and_reaped_counts_in_its_peak_memory():
+    import subprocess
+    import sys
+
+    # The kernel keeps the largest peak of any process reaped so far (this test process
+    # may have reaped big ones before): the job's must pass it to show.
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    size = max(150 << 20, reaped + (64 << 20))
+    meter = UsageMeter(lambda why: None)
+    meter.start()
+    subprocess.run([sys.executable, "-c", f"b = b'\\x01' * {size}"], check=True)
+    usage = meter.stop()
+    assert usage.max_rss_bytes >= size  # the subprocess's, not the meter's own
+    meter.start()
+    spin(0.01)
+    after = meter.stop().max_rss_bytes
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert after < size or own >= size  # the next job is not charged for it

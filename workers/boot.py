@@ -14,6 +14,9 @@ The steps of ``prepare_child`` run in a fixed order, each for a reason:
 4. Signal handlers back to their defaults: the parent's handlers only record signals
    for the parent's loop, which does not run here.
 5. The process title, then a fresh ``random`` seed so siblings do not share one.
+6. ``oom_score_adj`` raised to ``CHILD_OOM_SCORE_ADJ``: when the kernel's OOM killer
+   must act (issue 51), it takes a child, whose job is retried and told as ``memory``,
+   rather than the parent, whose death takes every child with it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ except OSError:  # pragma: no cover - every Linux libc has prctl
     _libc = None
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+# A child's ``/proc/self/oom_score_adj`` (-1000..1000): the OOM killer's first pick.
+CHILD_OOM_SCORE_ADJ = 500
 
 
 class ParentGone(Exception):
@@ -92,9 +97,23 @@ def prepare_child(worker_no: int, parent_pid: int, keep_fds: set[int]) -> None:
     reaper.arm()
     set_title(idle_title(worker_no))
     random.seed()
+    prefer_as_oom_victim()
     # The parent froze its heap before forking so the child shares those pages;
     # collection in the child stays on for what handlers allocate.
     gc.enable()
+
+
+def prefer_as_oom_victim() -> None:
+    """Raise this process's ``oom_score_adj`` to ``CHILD_OOM_SCORE_ADJ`` (never lower
+    it): any process may raise its own. Left as it is where /proc cannot be written."""
+    path = "/proc/self/oom_score_adj"
+    try:
+        with open(path, "r+") as f:
+            if int(f.read().strip() or 0) < CHILD_OOM_SCORE_ADJ:
+                f.seek(0)
+                f.write(str(CHILD_OOM_SCORE_ADJ))
+    except (OSError, ValueError):
+        pass
 
 
 def current_rss() -> int:

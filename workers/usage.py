@@ -30,8 +30,12 @@ job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end: fr
 pays no ``/proc`` read. ``ru_maxrss`` also keeps the peak of threads that exited, so
 after a job whose threads ended at a higher peak a short job can read high. Where
 ``/proc`` cannot be written or read, one warning says so and ``ru_maxrss`` (the peak
-since the child started, if the mark cannot be reset) stands in. Peak memory is the
-child's own, not its descendants'.
+since the child started, if the mark cannot be reset) stands in. A process the job ran
+and reaped (a ``subprocess.run`` of an ffmpeg, issue 45) counts too: when the largest
+peak of the child's reaped descendants (``RUSAGE_CHILDREN``'s ``ru_maxrss``) rose during
+the job, the job's peak is at least that. Descendants still alive at the end are not
+read here: the parent samples the whole tree's RSS while the job runs when it watches
+memory (``supervisor.pool.killedusage.KilledUsage.tree_peak``).
 """
 
 from __future__ import annotations
@@ -80,8 +84,8 @@ def _cpu_now(mine: resource.struct_rusage | None = None) -> tuple[float, bool]:
 class UsageMeter:
     """Measures one job at a time: ``start()`` as it begins, ``stop()`` as it ends."""
 
-    __slots__ = ("_clear_fd", "_cpu", "_kids", "_mark", "_reset_due", "_status_fd",
-                 "_t0", "_warn", "usage")
+    __slots__ = ("_clear_fd", "_cpu", "_kids", "_mark", "_reaped_peak", "_reset_due",
+                 "_status_fd", "_t0", "_warn", "usage")
 
     def __init__(self, warn: Callable[[str], None]) -> None:
         self._warn = warn
@@ -90,6 +94,7 @@ class UsageMeter:
             if self._clear_fd is not None else None
         self._reset_due = True
         self._cpu, self._kids = _cpu_now()  # the first job's CPU counts from here
+        self._reaped_peak = _getrusage(_CHILDREN).ru_maxrss  # KiB, the reaped ones' peak
         self._mark = 0
         self._t0 = 0.0
         self.usage: Usage | None = None  # the last job's, once ``stop`` measured it
@@ -157,13 +162,19 @@ class UsageMeter:
             hwm = self._read_hwm()
             if hwm is not None:
                 peak = hwm
+        reaped = _getrusage(_CHILDREN).ru_maxrss
+        if reaped > self._reaped_peak:  # a process it ran and reaped peaked at that
+            self._reaped_peak = reaped
+            peak = max(peak, reaped * 1024)
         usage = self.usage = Usage(max(cpu, 0.0), wall, peak)
         return usage
 
     def rebase(self) -> None:
         """Count the next job's CPU from now: what the runtime did since the last end
-        (reaping processes the job left behind, and their CPU time) is nobody's."""
+        (reaping processes the job left behind, their CPU time and their peak memory) is
+        nobody's."""
         self._cpu, self._kids = _cpu_now()
+        self._reaped_peak = _getrusage(_CHILDREN).ru_maxrss
 
     def _read_hwm(self) -> int | None:
         fd = self._status_fd

@@ -321,14 +321,33 @@ PUBLIC_SUPERVISOR_FIELDS = ("id", "host", "pid", "started_at", "heartbeat_at", "
 def public_supervisor(sup: dict[str, Any]) -> dict[str, Any]:
     """A live supervisor as shown to people and scripts (without its ``info``), with
     ``native``: its children busy in native code at its last beat (``{pid, worker, job,
-    kind, seconds}`` each; issue 26).
+    kind, seconds}`` each; issue 26); ``memory``: its memory budget (``_memory``).
     ``workers``: one object per child as its heartbeat last published it (see
     ``supervisor.pool.ChildReport``: worker, pid, state, job_id, kind, queue, attempt,
     job_seconds, held, rss_bytes, jobs_done, age_seconds, and any key added later)."""
     info = sup.get("info")
     native = info.get("native") if isinstance(info, dict) else None
     return {**{k: sup[k] for k in PUBLIC_SUPERVISOR_FIELDS}, "workers": _workers(sup),
-            "native": native if isinstance(native, list) else []}
+            "native": native if isinstance(native, list) else [],
+            "memory": _memory(sup)}
+
+
+def _memory(sup: dict[str, Any]) -> dict[str, Any] | None:
+    """Its memory budget as its last beat said (issue 51): ``budget`` bytes (None: no
+    memory admission), its ``source`` (the flag, or the cgroup's limit less the
+    parent's RSS and a margin), ``held`` (reserved by the jobs it runs), ``container``
+    (``{limit, usage, source}``, or None outside one), ``unmeasured_running`` and
+    ``measure`` (how a job's memory is counted). None: it publishes no budget."""
+    info = sup.get("info")
+    admission = info.get("admission") if isinstance(info, dict) else None
+    if not isinstance(admission, dict):
+        return None
+    container = admission.get("container")
+    return {"budget": admission.get("memory"), "source": admission.get("source"),
+            "held": admission.get("held"),
+            "container": container if isinstance(container, dict) else None,
+            "unmeasured_running": admission.get("unmeasured_running"),
+            "measure": admission.get("measure")}
 
 
 def _workers(sup: dict[str, Any]) -> list[dict[str, Any]]:

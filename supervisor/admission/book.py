@@ -1,12 +1,22 @@
 """The book of reservations: what the jobs started here hold, and which waiting job
 fits next.
 
-A job's need is its ``cpus`` (None: 1) and ``memory`` (None: its kind's p95 of recent
-``max_rss_bytes`` when this supervisor has a memory budget and the kind has 20 samples,
-else nothing). A job that needs one CPU and no memory needs nothing of the book: it
-starts as it always did. A job that needs more starts only on an idle child, only while
-the needs charged here plus its own fit the budget; its charge lasts until the job ends
-or comes back unstarted. A ``cpus=4`` job keeps three more children idle meanwhile.
+A job's need is its ``cpus`` (None: 1) and ``memory`` (None: its kind's measured size
+when this supervisor has a memory budget: the p95 of recent ``max_rss_bytes`` once the
+kind has 20 samples, the largest before, killed attempts included, else nothing). A job
+that needs one CPU and no memory needs nothing of the book: it starts as it always did.
+A job that needs more starts only on an idle child, only while the needs charged here
+plus its own fit the budget and, in a container, while the container's usage plus its
+own stays under the limit less its headroom (issue 51: the cgroup is the ground truth:
+what nobody declared shows there); its charge lasts until the job ends or comes back
+unstarted. A ``cpus=4`` job keeps three more children idle meanwhile.
+
+Caution (issue 51): under a memory budget (the flag, or a container's limit), a job
+whose kind has no measured size yet is "unmeasured": it reserves its child's share of
+the budget (the budget over ``-n``, times its ``cpus``) and one such job runs here at a
+time, so a new kind's first job teaches its size before a second one starts beside it,
+and a big measured job does not start beside it either. A job that failed for memory
+here is retried alone (it needs the whole memory budget).
 
 Patience: a job that does not fit may be overtaken by later jobs of its queue that do;
 once it has waited ``patience`` seconds, nothing behind it in its queue starts until it
@@ -26,14 +36,24 @@ from supervisor.admission.budget import Budget
 SCAN = 64
 
 
+# Container usage is read at most this often while jobs wait to start (seconds).
+USAGE_EVERY = 0.05
+# Jobs remembered as failed for memory here, to retry alone: a bound on the memory.
+ALONE_KEPT = 1024
+# How a job's memory is measured (issue 45), in words for status and the start-up line.
+MEASURE = "its process tree's RSS, summed and sampled by the parent"
+
+
 @dataclass(frozen=True, slots=True)
 class Need:
-    """What one job reserves: ``cpus`` children's worth, ``memory`` bytes (0: none), and
-    counted ``resources`` by name (``{"gpu": 1}``; empty: none)."""
+    """What one job reserves: ``cpus`` children's worth, ``memory`` bytes (0: none),
+    counted ``resources`` by name (``{"gpu": 1}``; empty: none). ``measured``: False
+    for a job whose kind's size is not known yet (caution)."""
 
     cpus: int
     memory: int
     resources: Mapping[str, int] = field(default_factory=dict)
+    measured: bool = True
 
     def describe(self) -> str:
         """The need in words (``4 CPUs, 600 MiB, gpu=1``)."""
@@ -43,6 +63,8 @@ class Need:
         if self.memory:
             parts.append(format_size(self.memory))
         parts.extend(f"{name}={n}" for name, n in sorted(self.resources.items()))
+        if not self.measured:
+            parts.append("memory not measured yet")
         return ", ".join(parts) or "1 CPU"
 
 
@@ -55,9 +77,14 @@ class Admission:
         self.charged: dict[int, Need] = {}  # job id -> its charge, from dispatch to end
         self.extra_cpus = 0  # children kept idle for multi-CPU jobs: sum of cpus - 1
         self.memory_held = 0
-        # Each kind's default memory (p95 of recent max_rss_bytes), read every minute
-        # while there is a memory budget.
+        # Each kind's default memory (its measured size): read every minute while there
+        # is a memory budget, and raised at once by what each attempt here used.
         self.kind_memory: dict[str, int] = {}
+        self.unmeasured_running = 0  # jobs started here before their kind had a size
+        self.unsaved: dict[str, int] = {}  # kinds whose size rose here: to keep (0026)
+        self.alone: dict[int, None] = {}  # jobs that failed for memory here: retried alone
+        self.usage: int | None = None  # the container's usage, as last read
+        self._usage_read = float("-inf")
         self.declared = False  # a claimed job declared a reservation
         self.bounded = False  # a job beyond the whole budget was seen: claims skip such
         self._blocked_since: dict[int, float] = {}  # waiting job id -> first did not fit
@@ -72,20 +99,58 @@ class Admission:
     @property
     def engaged(self) -> bool:
         """Whether starts must go through the book. False while nothing is declared and
-        no default memory applies: then the engine's plain dispatch runs, at no cost."""
-        return self.declared or bool(self.charged) or (
-            self.budget.memory is not None and bool(self.kind_memory))
+        there is no memory budget: then the engine's plain dispatch runs, at no cost."""
+        return self.declared or bool(self.charged) or self.budget.memory is not None
 
     def need(self, job: ClaimedJob) -> Need | None:
         """``job``'s need, or None when it needs nothing of the book."""
         memory = job.memory
-        if memory is None and self.budget.memory is not None and self.kind_memory:
-            memory = self.kind_memory.get(job.kind)
         cpus = job.cpus or 1
-        resources = job.resources
+        resources = job.resources or {}
+        budget = self.budget
+        if memory is None and budget.memory is not None:
+            if job.id in self.alone:
+                return Need(cpus, budget.memory, resources)
+            memory = self.kind_memory.get(job.kind)
+            if memory is None:
+                return Need(cpus, budget.memory * cpus // budget.cpus, resources,
+                            measured=False)
+            # A kind measured past the whole budget runs alone rather than never.
+            memory = min(memory, budget.memory)
         if cpus == 1 and not memory and not resources:
             return None
-        return Need(cpus, memory or 0, resources or {})
+        return Need(cpus, memory or 0, resources)
+
+    # -- what jobs used -----------------------------------------------------------------
+    def measured(self, sizes: dict[str, int]) -> None:
+        """Each kind's size as the database says (``Store.kind_memory_p95``); kinds it
+        does not know yet keep what was learned here."""
+        self.kind_memory = {**self.kind_memory, **sizes}
+
+    def take_unsaved(self) -> dict[str, int]:
+        """The kinds whose size rose here since the last call, with their new peak: what
+        the engine keeps in the database for supervisors that start later."""
+        unsaved, self.unsaved = self.unsaved, {}
+        return unsaved
+
+    def not_saved(self, peaks: dict[str, int]) -> None:
+        """``take_unsaved``'s answer could not be written: kept for the next write."""
+        for kind, peak in peaks.items():
+            self.unsaved[kind] = max(peak, self.unsaved.get(kind, 0))
+
+    def learned(self, job: ClaimedJob, rss: int, memory_failure: bool = False) -> None:
+        """An attempt of ``job`` here used ``rss`` bytes at its peak (for a killed one,
+        the last sample): its kind's size is at least that from now on. With
+        ``memory_failure`` the job itself is retried alone."""
+        if self.budget.memory is None:
+            return
+        if rss > self.kind_memory.get(job.kind, 0):
+            self.kind_memory[job.kind] = rss
+            self.unsaved[job.kind] = max(rss, self.unsaved.get(job.kind, 0))
+        if memory_failure and job.memory is None:
+            self.alone[job.id] = None
+            if len(self.alone) > ALONE_KEPT:
+                del self.alone[next(iter(self.alone))]
 
     # -- claimed jobs -----------------------------------------------------------------
     def claimed(self, jobs: Iterable[ClaimedJob]) -> list[ClaimedJob]:
@@ -136,6 +201,10 @@ class Admission:
         when none may start (none fits, or one that waited past patience is first)."""
         if free <= 0:
             return None
+        container = self.budget.container
+        if container is not None and now - self._usage_read >= USAGE_EVERY:
+            self._usage_read = now
+            self.usage = container.usage()
         for index, job in enumerate(waiting):
             if index >= SCAN:
                 return None
@@ -164,6 +233,16 @@ class Admission:
             if n > free_now:
                 return (f"needs {name}={n}, {free_now} free of "
                         f"{self.budget.resources.get(name, 0)}")
+        if not need.measured and self.unmeasured_running:
+            return ("its kind's memory is not measured yet: one such job at a time under "
+                    "a memory budget")
+        # Only beside other jobs: alone, a job starts whatever the baseline (else one
+        # that fits the budget but not the baseline would wait forever).
+        ceiling, usage = self.budget.ceiling, self.usage
+        if need.memory and self.charged and ceiling is not None and usage is not None and (
+                usage + need.memory > ceiling):
+            return (f"needs {format_size(need.memory)}, the container uses "
+                    f"{format_size(usage)} of {format_size(ceiling)} it may")
         return None
 
     def charge(self, job: ClaimedJob) -> None:
@@ -181,6 +260,8 @@ class Admission:
                 held[name], free[:] = free[:n], free[n:]
             self.devices[job.id] = held
             job.devices = held
+        if not need.measured:
+            self.unmeasured_running += 1
 
     def release(self, job_id: int) -> None:
         """``job_id`` ended or came back unstarted: its charge is freed."""
@@ -188,6 +269,8 @@ class Admission:
         if need is not None:
             self.extra_cpus -= need.cpus - 1
             self.memory_held -= need.memory
+            if not need.measured:
+                self.unmeasured_running -= 1
         for name, indices in self.devices.pop(job_id, {}).items():
             self.free_devices[name] = sorted(self.free_devices[name] + indices)
 
@@ -197,13 +280,33 @@ class Admission:
             self._blocked_since.pop(job_id, None)
             del self.waiting_why[job_id]
 
+    def memory_summary(self) -> str:
+        """The memory budget and what it means, for the start-up log line."""
+        budget = self.budget
+        if budget.memory is None:
+            return f"no memory admission ({budget.source})"
+        words = (f"budget {format_size(budget.memory)} ({budget.source}); each job "
+                 f"measured by {MEASURE}; a kind not measured yet runs one job at a time")
+        if budget.ceiling is not None:
+            words += (f"; nothing starts beside other jobs past "
+                      f"{format_size(budget.ceiling)} of the container's memory in use")
+        return words
+
     def report(self) -> dict:
         """What ``status`` shows of this supervisor's admission (its heartbeat's info)."""
-        return {"cpus": self.budget.cpus, "memory": self.budget.memory,
-                "source": self.budget.source,
+        budget = self.budget
+        container = budget.container
+        return {"cpus": budget.cpus, "memory": budget.memory,
+                "source": budget.source,
                 "resources": {name: {"total": total,
                                      "held": total - len(self.free_devices[name])}
-                              for name, total in sorted(self.budget.resources.items())},
+                              for name, total in sorted(budget.resources.items())},
+                "held": self.memory_held,
+                "container": None if container is None else {
+                    "limit": container.limit, "usage": container.usage(),
+                    "source": container.source},
+                "unmeasured_running": self.unmeasured_running,
+                "measure": MEASURE,
                 "waiting": len(self.waiting_why),
                 "why": sorted(set(self.waiting_why.values()))[:5],
                 "too_big": sorted(set(self.too_big.values()))[:5]}

@@ -113,6 +113,9 @@ def render_text(snapshot: dict[str, Any]) -> str:
     native = native_lines(snapshot["supervisors"])
     if native:
         parts.append("\n".join(native))
+    memory = memory_lines(snapshot["supervisors"])
+    if memory:
+        parts.append("\n".join(memory))
     if "kinds" in snapshot:
         parts.append(kinds_table(snapshot["kinds"]))
     if snapshot.get("next_fires"):
@@ -181,6 +184,27 @@ def native_lines(sups: list[dict[str, Any]]) -> list[str]:
             f"{n['worker']} (pid {n['pid']}) of {printable(s['host'])}:{s['pid']}, "
             f"silent for {age(n['seconds'])}"
             for s in sups for n in s.get("native") or ()]
+
+
+def memory_lines(sups: list[dict[str, Any]]) -> list[str]:
+    """One line per supervisor with a memory budget: the budget, its source, what its
+    jobs hold, the container's usage, and how a job's memory is measured."""
+    lines = []
+    for s in sups:
+        memory = s.get("memory")
+        if not memory or memory.get("budget") is None:
+            continue
+        line = (f"memory of {printable(s['host'])}:{s['pid']}: budget "
+                f"{format_size(memory['budget'])} ({printable(str(memory['source']))}), "
+                f"{format_size(memory.get('held') or 0)} held")
+        container = memory.get("container")
+        if container and container.get("usage") is not None:
+            line += (f"; container {format_size(container['usage'])} in use of "
+                     f"{format_size(container['limit'])}")
+        if memory.get("measure"):
+            line += f"; a job's memory: {printable(str(memory['measure']))}"
+        lines.append(line)
+    return lines
 
 
 def kinds_table(kinds: list[dict[str, Any]]) -> str:

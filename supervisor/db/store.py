@@ -39,6 +39,7 @@ from supervisor.db.sql import (
     KIND_CRASHES,
     KIND_CRASHES_CLEAR,
     KIND_MEMORY_P95,
+    KIND_MEMORY_SAVE,
     LEAVE,
     LEFT_FOR_LATER,
     NEXT_DUE,
@@ -381,12 +382,21 @@ class Store:
         return read_horizon(self.connection)
 
     def kind_memory_p95(self, kinds: Sequence[str]) -> dict[str, int]:
-        """Each kind's p95 of recent ``max_rss_bytes`` (kinds with 20 samples or more):
-        the default memory reservation of its undeclared jobs."""
+        """Each kind's measured size: the p95 of recent ``max_rss_bytes`` once it has
+        20 samples, before the largest of them and of its kept peak (0026); kinds with
+        none are left out: the default memory reservation of its undeclared jobs."""
         if not kinds:
             return {}
         rows = self.connection.execute(KIND_MEMORY_P95, {"kinds": list(kinds)})
         return {kind: int(rss) for kind, rss in rows if rss is not None and rss > 0}
+
+    def save_kind_memory(self, peaks: Mapping[str, int]) -> int:
+        """Keep each kind's peak memory learned here (``supervisor.kind_memory``, 0026),
+        for supervisors that start later. Returns how many kinds were written."""
+        if not peaks:
+            return 0
+        return self.connection.execute(KIND_MEMORY_SAVE, {
+            "kinds": list(peaks), "peaks": list(peaks.values())}).rowcount
 
     def record_crashes(self, kinds: Sequence[str], window: float, cooldown: float,
                        failures: int) -> list[tuple[str, int]]:

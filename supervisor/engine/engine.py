@@ -80,8 +80,9 @@ log = logging.getLogger("supervisor.engine")
 BURST_CHECK_INTERVAL = 0.1
 PROMOTE_AGAIN = 0.005  # a job found due during a poll is promoted this soon after
 MIN_POLL_GAP = 0.05  # polls asked for by events (NOTIFY, retries) come no closer than this
-# Each kind's default memory reservation (p95 of recent max_rss_bytes) is read this
-# often while a memory budget applies: cached, never asked per claim.
+# Each kind's default memory reservation (its measured size: p95 of recent
+# max_rss_bytes, the largest under 20 samples) is read this often while a memory budget
+# applies: cached, never asked per claim; what each attempt here used raises it at once.
 KIND_MEMORY_EVERY = 60.0
 
 
@@ -161,8 +162,10 @@ class Engine:
     # -- the loop's calls ---------------------------------------------------------------
     def open(self, check_schema: bool = False) -> None:
         """Connect to the database; raises ``DatabaseUnavailable`` if it cannot, and
-        with ``check_schema`` ``SchemaMissing`` unless the schema is this code's."""
+        with ``check_schema`` ``SchemaMissing`` unless the schema is this code's. Says
+        which memory budget applies and where it comes from (issue 51)."""
         self.db.open(check_schema=check_schema)
+        log.info("memory: %s", self.admission.memory_summary())
 
     @property
     def database_up(self) -> bool:
@@ -463,12 +466,22 @@ class Engine:
         self.collect(pool, now)
         self.db.reopen_for_exit()
         self.flush(now, last_chance=True)
+        self._save_kind_memory()
         self.db.call(lambda store: self.planner.limits.close(store), None,
                      "giving back global limit slices")
         self.db.call(lambda store: store.leave(), None, "leaving the registry")
         if self.history is not None:
             self.history.close()  # a round under way is dropped, not waited for
         self.db.close()
+
+    def _save_kind_memory(self) -> None:
+        """Keep the kind sizes that rose here (issue 51), so a supervisor that starts
+        later admits its first jobs by them; kept for the next try if the database is
+        away."""
+        unsaved = self.admission.take_unsaved()
+        if unsaved and self.db.call(lambda s: s.save_kind_memory(unsaved), None,
+                                    "keeping each kind's memory use") is None:
+            self.admission.not_saved(unsaved)
 
     def queue_counts(self) -> dict | None:
         """Per-queue counts of live jobs (None while the database is away)."""
@@ -549,10 +562,11 @@ class Engine:
                 self._read_kind_pauses(now)
         if self.admission.budget.memory is not None and now >= self.next_kind_memory:
             self.next_kind_memory = now + KIND_MEMORY_EVERY
+            self._save_kind_memory()
             found = self.db.call(lambda s: s.kind_memory_p95(self.kinds), None,
                                  "reading each kind's memory use")
             if found is not None:
-                self.admission.kind_memory = found
+                self.admission.measured(found)
         if self.horizon_watch.warn_after and now >= self.next_horizon_look:
             self.next_horizon_look = now + defaults.HORIZON_LOOK_EVERY
             report = self.db.call(lambda s: s.horizon(), None,

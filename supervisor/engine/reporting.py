@@ -97,6 +97,11 @@ class OutcomeReporter:
         # their job; then the DISCARDED notices for another child (``take_discarded``).
         self._parent_discards: dict[tuple[int, int], _ParentDiscard] = {}
         self.discarded: list[wire.Discarded] = []
+        # Each attempt's peak memory teaches admission its kind's size (issue 51), under
+        # a memory budget only.
+        admission = ledger.admission
+        self._learn = (admission.learned if admission is not None
+                       and admission.budget.memory is not None else None)
 
     def record(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Book every outcome, in the order the pool reported them."""
@@ -114,6 +119,8 @@ class OutcomeReporter:
                 self.metrics.job_done(outcome.job, outcome.duration)
                 if outcome.usage is not None:
                     self.metrics.job_cpu(outcome.job, outcome.usage.cpu_seconds)
+                    if self._learn is not None:
+                        self._learn(outcome.job, outcome.usage.max_rss_bytes)
                 self.depth.ran(outcome.job.queue, _ran_for(outcome))
                 self.run_times.ran(outcome.job.kind, outcome.duration)
             elif type(outcome) is JobFailed:
@@ -251,6 +258,9 @@ class OutcomeReporter:
                            outcome.usage, outcome.output)
         if outcome.usage is not None:
             self.metrics.job_cpu(job, outcome.usage.cpu_seconds)
+            if self._learn is not None:
+                self._learn(job, outcome.usage.max_rss_bytes,
+                            outcome.kind == jobs.FAIL_MEMORY)
         if (job.id, job.attempt) not in self._undecided:  # else counted once decided
             self.metrics.job_failed(job, outcome.kind,
                                     retried=not shutdown and not cancelled and not discarded,

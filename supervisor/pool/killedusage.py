@@ -18,9 +18,11 @@ path where children answer:
   child's descendants spent outside any job (a pool idling between jobs, leftovers
   between a job's end and the runtime's kill) is in no answer, so it lands here.
 - ``max_rss_bytes``: the highest RSS the parent read for the child during the job
-  (memory guard samples, liveness samples, the sample at the kill): for a job killed
-  over the memory cap, at least the RSS that passed it. A lower bound: a peak between
-  two samples is not seen.
+  (memory guard samples of its whole process tree, liveness samples, the sample at the
+  kill): for a job killed over the memory cap, at least the RSS that passed it; for one
+  the kernel's OOM killer took, the last sample before it. A lower bound: a peak between
+  two samples is not seen. The same samples raise the ``max_rss_bytes`` a child
+  reports (its own peak) to its tree's (``tree_peak``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,15 @@ class KilledUsage:
         """The memory guard read the child's RSS during the job."""
         if rss is not None and rss > self.rss_peak:
             self.rss_peak = rss
+
+    def tree_peak(self, usage: Usage | None) -> Usage | None:
+        """``usage`` as the child measured it (its own peak RSS), with the highest RSS
+        of its whole process tree the parent sampled during the job when that is more:
+        what a subprocess held counts as the job's (issue 45)."""
+        peak = self.rss_peak
+        if usage is None or peak <= usage.max_rss_bytes:
+            return usage
+        return usage._replace(max_rss_bytes=peak)
 
     def usage(self, wall_seconds: float) -> Usage:
         """The attempt's usage as seen from here (each figure a lower bound)."""

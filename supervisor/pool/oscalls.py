@@ -12,7 +12,8 @@ import os
 import time
 from typing import NamedTuple
 
-from shared.procfs import GroupSample, descendants, group_sample
+from shared.memlimit import ContainerMemory
+from shared.procfs import GroupSample, descendants, group_sample, tree_rss
 from workers.shm import remove_for_dead_child
 
 
@@ -27,7 +28,12 @@ class Reaped(NamedTuple):
 
 
 class OsCalls:
-    """Process and pipe calls as the pool uses them."""
+    """Process and pipe calls as the pool uses them. ``container``: the cgroup whose
+    memory limit binds this process (``shared.memlimit.container_memory``), read for its
+    usage and its OOM kills; None outside a container."""
+
+    def __init__(self, container: ContainerMemory | None = None) -> None:
+        self.container = container
 
     def fork(self) -> int:
         """``os.fork()``: 0 in the child, the child's pid in the parent."""
@@ -94,13 +100,25 @@ class OsCalls:
         return Reaped(pid, status, usage.ru_utime + usage.ru_stime if pid else None)
 
     def rss(self, pid: int) -> int | None:
-        """Resident set size of ``pid`` now, in bytes (``/proc/<pid>/statm``); None if
-        it is gone."""
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                return int(f.read().split()[1]) * _PAGE_SIZE
-        except (OSError, IndexError, ValueError):
-            return None
+        """Resident set size of ``pid`` and its live descendants now, summed, in bytes
+        (``/proc/<pid>/statm`` of each): a child's whole process tree, so an ffmpeg or
+        a pool worker it started counts with it (issue 45). Pages they share are counted
+        once per process, so the sum errs high. None if ``pid`` is gone."""
+        return tree_rss(pid, _TREE_LIMIT)
+
+    def memory_limit(self) -> int | None:
+        """The container's memory limit in bytes (None: outside a container)."""
+        return self.container.limit if self.container is not None else None
+
+    def memory_usage(self) -> int | None:
+        """The container's memory in use now, less its inactive file cache (None:
+        outside a container, or unreadable)."""
+        return self.container.usage() if self.container is not None else None
+
+    def oom_kills(self) -> int | None:
+        """How many processes the kernel's OOM killer has killed in the container so
+        far (None: outside a container, or the kernel does not say)."""
+        return self.container.oom_kills() if self.container is not None else None
 
     def peak_rss(self, pid: int) -> int | None:
         """The highest RSS ``pid`` has had (``VmHWM``), in bytes; None if it is gone."""
@@ -144,6 +162,9 @@ class OsCalls:
 
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+# The most processes of one child's tree summed per memory sample (a fork bomb must not
+# keep the parent walking).
+_TREE_LIMIT = 1000
 
 
 # The pool's clock: monotonic seconds, never wall time (the function itself: a wrapper

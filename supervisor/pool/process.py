@@ -463,7 +463,7 @@ class ChildProcess:
         self.cpu_seen = None
         self.native = False
         self.killed_usage.armed()
-        if self._settings.max_memory_per_child:
+        if self._settings.samples_memory:
             self.mem_deadline = now + self._settings.memory_sample_interval()
 
     def skip(self, job_id: int, now: float) -> ClaimedJob | None:
@@ -693,7 +693,8 @@ class ChildProcess:
                 return
             if not self.started:  # an answer says it ran, START or not
                 news.append(JobStarted(job))
-            news.append(JobDone(job, done.result, duration, done.usage, done.output))
+            news.append(JobDone(job, done.result, duration,
+                                self.killed_usage.tree_peak(done.usage), done.output))
             self.killed_usage.answered(done.usage)
         else:
             answer = _decode_failed(frame)
@@ -716,7 +717,8 @@ class ChildProcess:
                         message = f"{self.notice_message}; it stopped itself first"
                 news.append(JobFailed(job, kind, message, answer.traceback,
                                       answer.retry_delay, kind in TERMINAL_FAILURES, duration,
-                                      answer.usage, answer.output))
+                                      self.killed_usage.tree_peak(answer.usage),
+                                      answer.output))
             self.killed_usage.answered(answer.usage)
         jobs.popleft()
         self.started = False

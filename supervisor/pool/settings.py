@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass
 
 from shared import defaults
+from shared.memlimit import ContainerMemory
 
 
 @dataclass
@@ -25,6 +26,13 @@ class PoolSettings:
     max_jobs_jitter: float = 0.1  # each child's limit drawn in [n*(1-j), n*(1+j)]
     max_memory_per_child: int | None = None  # RSS cap: sampled by the parent while busy
     memory_sample: float = 0.25  # seconds between RSS samples of a busy child
+    # Sample busy children's RSS without a cap too (a memory budget applies, or
+    # ``container``): kills by the kernel and by the container guard then say what the
+    # job held, and each attempt's max_rss_bytes counts its whole process tree.
+    watch_memory: bool = False
+    # The cgroup whose memory limit binds the supervisor (None: none): the pool reads
+    # its usage (``supervisor.pool.pressure``) and its OOM kills.
+    container: ContainerMemory | None = None
     max_result_bytes: int = defaults.MAX_RESULT_BYTES
     max_frame_bytes: int = defaults.MAX_FRAME_BYTES
     crash_loop_limit: int = 5  # boot failures in a row, or within the window, halt
@@ -33,6 +41,12 @@ class PoolSettings:
     default_soft_timeout: float | None = None  # SoftTimeout for kinds whose @job sets none
     native_threads: int | None = None  # each child's BLAS/OpenMP/numexpr pools; None: as is
     output_capture: int = defaults.OUTPUT_CAPTURE  # bytes of each attempt's output kept
+
+    @property
+    def samples_memory(self) -> bool:
+        """Whether the parent samples each busy child's RSS (a cap, or ``watch_memory``)."""
+        return (bool(self.max_memory_per_child) or self.watch_memory
+                or self.container is not None)
 
     def memory_sample_interval(self) -> float:
         """How often the parent samples a busy child's RSS when a memory limit is set:

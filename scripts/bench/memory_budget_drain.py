@@ -1,0 +1,57 @@
+"""What a memory budget costs the no-op drain (issue 51): under a memory budget (the
+flag here; a container's limit does the same) every start goes through the admission
+book, one job per child, no prefetch, so a kind's first job runs alone and every job is
+admitted by its kind's measured size. Side by side with no budget, rounds alternating.
+
+Usage: python scripts/bench/memory_budget_drain.py [--jobs 5000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+from shared.enqueue import enqueue_many
+
+DATABASE = "supervisor_bench_memory_budget"
+CASES = {"no budget": (), "--memory-budget 4GiB": ("--memory-budget", "4GiB")}
+
+
+def drain(dsn: str, jobs: int, flags: tuple[str, ...]) -> float:
+    """No-op jobs per second of ``supervisor run -n 2 --burst``, start-up included."""
+    common.reset(dsn)
+    enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
+    return jobs / common.run_burst(dsn, "-q", "bench", "-n", "2", *flags)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    dsn = common.scratch_database(args.dsn, DATABASE)
+    rates: dict[str, list[float]] = {case: [] for case in CASES}
+    try:
+        for i in range(args.rounds):
+            order = list(CASES) if i % 2 == 0 else list(CASES)[::-1]
+            for case in order:
+                rates[case].append(drain(dsn, args.jobs, CASES[case]))
+            print(f"round {i + 1}: " + "; ".join(f"{c} {rates[c][-1]:,.0f}/s" for c in CASES),
+                  flush=True)
+    finally:
+        common.drop_database(args.dsn, DATABASE)
+    for case in CASES:
+        print(f"{case}: {common.median(rates[case]):,.0f} jobs/s (median of {args.rounds}; "
+              f"{sorted(round(r) for r in rates[case])})")
+    print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
