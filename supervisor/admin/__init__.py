@@ -20,11 +20,12 @@ Door:
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
 - ``history``: the charts' finished jobs and queue depth per bucket of time;
+- ``batch_actions``: a batch's actions for the dashboard, counted and confirmed;
 - ``bulk``: retry, cancel or delete the jobs matching a filter, counted, capped and
   batched.
 """
 
-from supervisor.admin import bulk, history, pages
+from supervisor.admin import batch_actions, bulk, history, pages
 from supervisor.admin.horizon import describe_horizon, horizon
 from supervisor.admin.jobs import (
     CANCEL_STATES,
@@ -65,6 +66,7 @@ __all__ = [
     "AdminError",
     "BulkRetry",
     "all_limits",
+    "batch_actions",
     "bulk",
     "cancel_job",
     "cancelled_dependents",
