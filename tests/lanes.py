@@ -102,7 +102,7 @@ UNIT_TESTS: frozenset[str] = frozenset({
     "test_enqueue_memory.py::test_the_buffer_gives_back_each_job_as_it_was_encoded",
     "test_enqueue_options.py::test_an_option_a_form_does_not_take_is_a_type_error_naming_it",
     "test_enqueue_options.py::test_bad_values_get_the_same_error_from_every_form",
-    "test_enqueue_options.py::test_depends_on_stays_with_single_enqueue",
+    "test_enqueue_options.py::test_depends_on_reaches_enqueue_many_and_is_checked_before_the_database",
     "test_enqueue_options.py::test_each_form_takes_the_options_it_took_before",
     "test_fairshare.py::test_a_capped_heavy_queue_leaves_the_rest_to_the_others_by_weight",
     "test_fairshare.py::test_a_child_kept_for_a_claim_is_lent_once_the_claim_is_late",
