@@ -19,6 +19,8 @@
 --    pause no longer takes a member held for its dependencies (run_at 9999-12-31) into
 --    the pause's hold (9999-12-30), from where a resume would have released it early.
 --
+--  * Batch rows are pruned with their members: an index on finished_at for it.
+--
 -- jobs_after_update is 0025's with the two changes marked; settle_dependents is 0021's
 -- with allow_failure; batch_drain is 0025's with the pause's condition narrowed.
 
@@ -30,6 +32,10 @@ ALTER TABLE supervisor.batches
     ADD COLUMN on_failure jsonb CHECK (on_failure IS NULL OR (
         jsonb_typeof(on_failure) = 'object' AND on_failure ? 'kind' AND on_failure ? 'queue')),
     ADD COLUMN called_on_failure boolean NOT NULL DEFAULT false;
+-- Maintenance prunes finished batches whose members and callback were pruned
+-- (supervisor.db.sql.PRUNE_BATCHES): found by when they finished.
+CREATE INDEX batches_finished_idx ON supervisor.batches (finished_at)
+    WHERE finished_at IS NOT NULL;
 COMMENT ON COLUMN supervisor.batches.on_failure IS
     'The error callback (kind, queue, args, priority, max_attempts, timeout): enqueued instead of the callback when a member did not complete or the batch was stopped.';
 
