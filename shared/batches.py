@@ -13,7 +13,7 @@ stopped, else ``then``. Members may wait for dependencies like any job
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
 import orjson
@@ -22,6 +22,7 @@ from shared import batches_actions
 from shared.batches_actions import ActionResult, BatchActionRefused, check_budget
 from shared.batcheta import forecast
 from shared.batchstate import BatchSummary, Member, iter_results, summary
+from shared.costs import batch_cost
 from shared.dependencies import HOLD, Edges, check_depends_on
 from shared.options import (
     JOB_OPTIONS,
@@ -76,12 +77,13 @@ class Batch:
         return f"<Batch {self.id} of {len(self.ids)} jobs>"
 
     def summary(self) -> BatchSummary:
-        """The counts now."""
+        """The counts now, and what its members cost so far (``.cost``: CPU-seconds,
+        wall-seconds, peak memory p95 and max, attempts, retries; ``shared.costs``)."""
         with connect(self.dsn) as conn:
             found = summary(conn, self.id)
-        if found is None:
-            raise LookupError(f"batch {self.id} does not exist")
-        return found
+            if found is None:
+                raise LookupError(f"batch {self.id} does not exist")
+            return replace(found, cost=batch_cost(conn, self.id))
 
     def eta(self) -> float | None:
         """Seconds until every member is done, forecast from measured run times and the

@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from shared.costs import CostRollup
+
 
 @dataclass(frozen=True)
 class BatchSummary:
@@ -30,6 +32,7 @@ class BatchSummary:
     paused: bool = False
     failures: int = 0  # failed attempts, counted when the batch has a failure budget
     called_on_failure: bool = False  # its error callback ran instead of `then` (0028)
+    cost: CostRollup | None = None  # every attempt of its members (Batch.summary() reads it)
 
     @property
     def aborted(self) -> bool:

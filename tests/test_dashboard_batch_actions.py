@@ -39,6 +39,9 @@ def test_the_page_counts_then_cancels_the_whole_batch_once(server, dsn, conn):
     batch = a_batch(dsn)
     status, _, body = call(f"{server.url}/batches/{batch.id}")
     assert status == 200 and f"/batches/{batch.id}/cancel" in body.decode()
+    assert "no attempt measured yet; 0 attempts (0 retries)" in body.decode()  # its cost
+    status, data = api(server, f"/api/batches/{batch.id}")
+    assert status == 200 and data["cost"]["attempts"] == 0 and data["total"] == 30
     status, _, body = call(f"{server.url}/batches/{batch.id}/cancel")
     assert status == 200 and "<b>30</b> members of 30" in body.decode()
     # Without the token nothing happens.

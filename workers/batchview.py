@@ -9,10 +9,12 @@ in chunks instead of loading them whole.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import psycopg
 
 from shared import batchstate
+from shared.costs import batch_cost
 from shared.dsn import resolve_dsn
 
 _FIND = """
@@ -42,12 +44,13 @@ class BatchView:
 
     @property
     def summary(self) -> batchstate.BatchSummary:
-        """Counts by final state, the total and the callback's id, read now."""
+        """Counts by final state, the total, the callback's id and what the members cost
+        (``.cost``), read now."""
         with connect() as conn:
             found = batchstate.summary(conn, self.id)
-        if found is None:
-            raise LookupError(f"batch {self.id} does not exist")
-        return found
+            if found is None:
+                raise LookupError(f"batch {self.id} does not exist")
+            return replace(found, cost=batch_cost(conn, self.id))
 
     def member(self, job_id: int) -> batchstate.Member:
         """One member by id (``id``, ``state``, ``result``, ``errors``); ``KeyError``

@@ -16,6 +16,8 @@ Door:
   ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
 - ``kind_usage``: what each kind cost over recent finished jobs (``status --kinds``);
+  ``key_usage``: what each concurrency key's jobs cost over the last day, every
+  attempt counted (``status --keys``);
 - ``horizon``, ``describe_horizon``: who holds the MVCC horizon back, and its cost;
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
@@ -56,7 +58,7 @@ from supervisor.admin.status import (
     stale_supervisors,
     status,
 )
-from supervisor.admin.usage import kind_usage
+from supervisor.admin.usage import key_usage, kind_usage
 
 __all__ = [
     "CANCEL_STATES",
@@ -78,6 +80,7 @@ __all__ = [
     "get_job",
     "history",
     "horizon",
+    "key_usage",
     "kind_usage",
     "list_jobs",
     "live_slices",

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from shared.costs import batch_cost
 from shared.jobs import STATES
 from supervisor import admin
 from supervisor.admin import CANCEL_STATES, RETRY_STATES, batch_actions, parse_job_id
@@ -216,7 +217,8 @@ async def _batch(request: Request) -> dict[str, Any]:
     found = await _db(request).run(admin.pages.batches, 1, batch_id)
     if not found:
         raise batch_actions.UnknownBatch(f"batch {batch_id} does not exist")
-    return found[0]
+    spent = await _db(request).run(batch_cost, batch_id)
+    return found[0] | {"cost": spent.as_dict(), "cost_text": spent.describe()}
 
 
 async def batch_page(request: Request) -> Response:
