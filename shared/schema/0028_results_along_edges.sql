@@ -20,6 +20,7 @@
 --    the pause's hold (9999-12-30), from where a resume would have released it early.
 --
 --  * Batch rows are pruned with their members: an index on finished_at for it.
+--  * A queue may serve its batches round-robin: an index of waiting batch members.
 --
 -- jobs_after_update is 0025's with the two changes marked; settle_dependents is 0021's
 -- with allow_failure; batch_drain is 0025's with the pause's condition narrowed.
@@ -32,6 +33,13 @@ ALTER TABLE supervisor.batches
     ADD COLUMN on_failure jsonb CHECK (on_failure IS NULL OR (
         jsonb_typeof(on_failure) = 'object' AND on_failure ? 'kind' AND on_failure ? 'queue')),
     ADD COLUMN called_on_failure boolean NOT NULL DEFAULT false;
+-- A fair queue's claim (a queue's `fair = "batch"`, supervisor/db/claim.py) finds the
+-- batches with waiting jobs in the queue by a loose scan, one probe per batch, and
+-- each one's next jobs in priority order. Partial: only waiting batch members are in
+-- it, so jobs of no batch pay nothing, and a member pays one entry while it waits.
+CREATE INDEX jobs_fair_idx ON supervisor.jobs (queue, batch_id, priority, run_at, id)
+    WHERE state = 'available' AND batch_id IS NOT NULL;
+
 -- Maintenance prunes finished batches whose members and callback were pruned
 -- (supervisor.db.sql.PRUNE_BATCHES): found by when they finished.
 CREATE INDEX batches_finished_idx ON supervisor.batches (finished_at)
