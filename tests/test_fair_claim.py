@@ -50,12 +50,12 @@ def test_over_many_claims_each_batch_gets_its_share(conn):
     seen = Counter()
     for _ in range(100):  # one job a claim: the draw decides the turn
         [job] = claim(conn, 1)
-        seen["first" if job in first else "second"] += 1
+        seen["first" if job in first else "second" if job in second else "?"] += 1
     assert 30 <= seen["first"] <= 70, seen
 
 
 def test_priority_comes_before_the_turn_and_loose_jobs_are_a_group(conn):
-    low = a_batch(conn, 10, priority=5)
+    a_batch(conn, 10, priority=5)
     urgent = a_batch(conn, 3, priority=0)
     got = claim(conn, 4)
     assert set(urgent) <= set(got) and len(got) == 4  # all of the urgent batch first
