@@ -205,3 +205,25 @@ def test_bad_edges_are_refused_before_the_database(depends_on, error):
     with pytest.raises((TypeError, ValueError), match=error):
         enqueue("e_step", {}, depends_on=depends_on,
                 dsn="postgresql://nobody@127.0.0.1:1/nowhere")
+
+
+def test_the_command_line_enqueues_with_edges(conn, dsn):
+    from click.testing import CliRunner
+
+    from supervisor.cli.main import main
+
+    a = enqueue("e_step", {}, dsn=dsn)
+    run = CliRunner().invoke(main, ["enqueue", "e_merge", "--depends-on", f"split={a}",
+                                    "--allow-failure", "--dsn", dsn])
+    assert run.exit_code == 0, run.output
+    held = int(run.output.strip())
+    assert state(conn, held) == "scheduled"
+    finish(conn, [a], "discarded")
+    assert state(conn, held) == "available"
+    assert [d.name for d in read_dependencies(conn, held)] == ["split"]
+    for bad, says in ((["--depends-on", "x"], "takes a job id"),
+                      (["--allow-failure"], "needs --depends-on"),
+                      (["--depends-on", "999999"], "no job 999999")):
+        refused = CliRunner().invoke(main, ["enqueue", "e_step", *bad, "--dsn", dsn])
+        assert refused.exit_code != 0 and says in refused.output, refused.output
+        assert "Traceback" not in refused.output
