@@ -1,4 +1,5 @@
-"""Fair sharing inside a queue through a real supervisor (issue 42): batch B enqueued
+"""Fair sharing inside a queue through real supervisors (issue 42; one, or two sharing
+the queue with no row between them): batch B enqueued
 while batch A runs starts at once and the two take turns in a queue set
 ``fair = "batch"``; the same queue without the setting runs A to the end first (which is
 what makes the first half able to fail). Shares are counted, not timed: how fast is
@@ -21,12 +22,13 @@ def runs(log):
     return [r for r in read_log(log) if r["event"] == "run"]
 
 
-def two_batches(dsn, tmp_path, *settings):
+def two_batches(dsn, tmp_path, *settings, supervisors=1):
     log = tmp_path / f"runs{len(settings)}.log"
     first = enqueue_many("fair_member", [{"batch": "A"}] * MEMBERS, queue="fair", dsn=dsn,
                          then=Callback("fair_done", {}, queue="fair"))
-    sup = Supervisor(dsn, "-n", "2", "--prefetch", "1", "-q", "fair", *settings,
-                     log_path=log, app="fair_handlers")
+    children = str(2 // supervisors)
+    sups = [Supervisor(dsn, "-n", children, "--prefetch", "1", "-q", "fair", *settings,
+                       log_path=log, app="fair_handlers") for _ in range(supervisors)]
     try:
         wait_until(lambda: len(runs(log)) >= 10, timeout=120, what="A running")
         second = enqueue_many("fair_member", [{"batch": "B"}] * MEMBERS, queue="fair",
@@ -34,12 +36,16 @@ def two_batches(dsn, tmp_path, *settings):
         first.wait(timeout=180)
         second.wait(timeout=180)
     finally:
-        sup.stop()
+        for sup in sups:
+            sup.stop()
     return [r["batch"] for r in sorted(runs(log), key=lambda r: r["t"])]
 
 
-def test_a_fair_queue_serves_a_second_batch_at_once_and_in_turns(dsn, tmp_path):
-    order = two_batches(dsn, tmp_path, "--queue-setting", "fair.fair=batch")
+@pytest.mark.parametrize("supervisors", [1, 2])  # two: one child each, no shared turn
+def test_a_fair_queue_serves_a_second_batch_at_once_and_in_turns(dsn, tmp_path,
+                                                                 supervisors):
+    order = two_batches(dsn, tmp_path, "--queue-setting", "fair.fair=batch",
+                        supervisors=supervisors)
     b_first = order.index("B")
     # B's first job started within the few A jobs already in the children's hands.
     assert b_first <= 10 + 2 * 2, order[:40]
