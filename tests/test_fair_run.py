@@ -1,8 +1,9 @@
 """Fair sharing inside a queue through real supervisors (issue 42; one, or two sharing
 the queue with no row between them): batch B enqueued while batch A runs starts at once
-and the two take turns in a queue set ``fair = "batch"``; the same queue without the setting runs A to the end first (which is
-what makes the first half able to fail). Shares are counted, not timed: how fast is
-measured by scripts/bench/fair_batches.py (docs/benchmarks.md)."""
+and the two take turns in a queue set ``fair = "batch"``; the same queue without the
+setting runs A to the end first (which is what makes the first half able to fail).
+Shares are counted, not timed: how fast is measured by scripts/bench/fair_batches.py
+(docs/benchmarks.md)."""
 
 from collections import Counter
 
