@@ -4,42 +4,45 @@
 members (with ``batch_id``) in one transaction. The database closes the batch: a trigger
 on ``supervisor.jobs`` (schema 0006) enqueues the callback in the transaction that makes
 the last member final, under a per-batch lock, so it happens exactly once whatever the
-supervisors do. ``depends_on`` holds a job back ('scheduled' at ``HOLD``, with one row
-per unfinished dependency in ``supervisor.job_dependencies``, schema 0009) until the same
-trigger has counted every dependency completed, or cancels it when one did not.
+supervisors do. With an error callback (``on_failure=``, schema 0028) the batch's
+outcome picks one: ``on_failure`` when a member did not complete or the batch was
+stopped, else ``then``. Members may wait for dependencies like any job
+(``shared.dependencies``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
-from shared import batches_actions, jobs
+import orjson
+
+from shared import batches_actions
 from shared.batches_actions import ActionResult, BatchActionRefused, check_budget
 from shared.batcheta import forecast
 from shared.batchstate import BatchSummary, Member, iter_results, summary
+from shared.costs import batch_cost
+from shared.dependencies import HOLD, Edges, check_depends_on
 from shared.options import (
     JOB_OPTIONS,
-    EnqueueOptions,
     JobOptions,
     ManyOptions,
     check_names,
     resolved,
 )
 from shared.producers import plans
+from shared.producers.held import plan_dependent, plan_held_many
 from shared.producers.plans import Execute, Plan
 from shared.reservations import reservation
 from shared.tracing import current_trace_context
 from shared.waiting import connect, wait_batch
 
+# HOLD, check_depends_on and plan_dependent live in shared.dependencies; they are
+# named here too for the callers that found them here before.
 __all__ = ["HOLD", "ActionResult", "Batch", "BatchActionRefused", "BatchSummary",
            "Callback", "Member", "check_callback", "check_depends_on", "find_batch",
            "iter_results", "plan_batch", "plan_dependent", "summary"]
-
-# Where a held-back dependent waits: far, but finite (the parent subtracts now() from
-# the earliest run_at, which PostgreSQL refuses for 'infinity').
-HOLD = "9999-12-31 00:00:00+00"
 
 
 @dataclass(frozen=True, init=False)
@@ -75,12 +78,13 @@ class Batch:
         return f"<Batch {self.id} of {len(self.ids)} jobs>"
 
     def summary(self) -> BatchSummary:
-        """The counts now."""
+        """The counts now, and what its members cost so far (``.cost``: CPU-seconds,
+        wall-seconds, peak memory p95 and max, attempts, retries; ``shared.costs``)."""
         with connect(self.dsn) as conn:
             found = summary(conn, self.id)
-        if found is None:
-            raise LookupError(f"batch {self.id} does not exist")
-        return found
+            if found is None:
+                raise LookupError(f"batch {self.id} does not exist")
+            return replace(found, cost=batch_cost(conn, self.id))
 
     def eta(self) -> float | None:
         """Seconds until every member is done, forecast from measured run times and the
@@ -147,16 +151,17 @@ def find_batch(batch_id: int, dsn: str | None = None) -> Batch:
 _INSERT_BATCH = """
 INSERT INTO supervisor.batches (total, callback_kind, callback_queue, callback_args,
                                 callback_priority, callback_max_attempts, callback_timeout,
-                                max_failures, max_failure_rate)
-VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)
+                                max_failures, max_failure_rate, on_failure)
+VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb)
 RETURNING id
 """
 
 
-def check_callback(then: Any) -> Callback:
-    """``then`` checked like any enqueue, before the database is touched."""
+def check_callback(then: Any, what: str = "then") -> Callback:
+    """``then`` (or ``on_failure``) checked like any enqueue, before the database is
+    touched."""
     if not isinstance(then, Callback):
-        raise TypeError(f"then= must be a job's bind(...) (a Callback), not {then!r}")
+        raise TypeError(f"{what}= must be a job's bind(...) (a Callback), not {then!r}")
     plans.check_options(then.kind, resolved(then.options))
     plans.encode_args(then.kind, then.args)
     return then
@@ -164,128 +169,70 @@ def check_callback(then: Any) -> Callback:
 
 def plan_batch(kind: str, args_list: Sequence[Mapping[str, Any] | None], then: Any,
                options: ManyOptions, budget: tuple[int | None, float | None] = (None, None),
-               ) -> Plan:
+               on_failure: Any = None) -> Plan:
     """Check everything, then the plan storing the batch and its members (run it in one
     transaction); it returns ``(batch_id, ids)``. ``budget``: (max_failures,
-    max_failure_rate), past which the batch is aborted (schema 0025)."""
+    max_failure_rate), past which the batch is aborted (schema 0025). ``on_failure``:
+    the error callback, enqueued instead of ``then`` when a member did not complete or
+    the batch was stopped (schema 0028). ``options["depends_on"]``: every member waits
+    for those jobs (``shared.dependencies``)."""
     check_budget(*budget)
     o = resolved(options)
     plans.check_options(kind, o)
     if o["unique_keys"] is not None or o["unique_key"] is not None:
         raise ValueError("a batch cannot use unique keys: every member must be its own job")
+    edges = None
+    if o["depends_on"] is not None:
+        if o["run_at"] is not None or o["delay"] is not None:
+            raise ValueError("depends_on cannot be combined with run_at or delay")
+        edges = check_depends_on(o["depends_on"])
     plans.check_batch(args_list, None, None)
     if not args_list:
         raise ValueError("a batch needs at least one job")
     callback = check_callback(then) if then is not None else None
+    failure = check_callback(on_failure, "on_failure") if on_failure is not None else None
+    if callback is None and failure is None:
+        raise ValueError("a batch needs then= or on_failure= (a handle's bind(...))")
     encoded = plans.encode_all(kind, args_list)
     needs = reservation(o)
+    if edges is not None and needs.declared:
+        raise ValueError("depends_on cannot be combined with cpus, memory or resources (yet)")
     common = {"kind": kind, "queue": o["queue"], "priority": o["priority"],
               "max_attempts": o["max_attempts"], "timeout": o["timeout"],
               "trace_context": current_trace_context(), "cpus": needs.cpus,
               "memory": needs.memory, "resources": needs.resources_json()}
     # Members may expire (issue 28): an expired member is final for the batch as a
     # discarded one is (schema 0021), so the batch still closes and calls back.
-    return _insert_batch(encoded, callback, common, o["run_at"], float(o["delay"] or 0.0),
-                         plans.expiry(o), budget)
+    return _insert_batch(encoded, (callback, failure), common, o["run_at"],
+                         float(o["delay"] or 0.0), plans.expiry(o), budget, edges)
 
 
-def _insert_batch(encoded: plans.ArgsBuffer, callback: Callback | None, common: dict[str, Any],
+def _callback_json(callback: Callback) -> str:
+    """The error callback as ``batches.on_failure`` stores it (schema 0028)."""
+    o = resolved(callback.options)
+    return orjson.dumps({"kind": callback.kind, "queue": o["queue"],
+                         "args": orjson.loads(plans.encode_args(callback.kind, callback.args)),
+                         "priority": o["priority"], "max_attempts": o["max_attempts"],
+                         "timeout": o["timeout"]}).decode()
+
+
+def _insert_batch(encoded: plans.ArgsBuffer,
+                  callbacks: tuple[Callback | None, Callback | None], common: dict[str, Any],
                   run_at: Any, delay: float,
                   expiry: tuple[Any, float | None] = (None, None),
-                  budget: tuple[int | None, float | None] = (None, None)) -> Plan:
+                  budget: tuple[int | None, float | None] = (None, None),
+                  edges: Edges | None = None) -> Plan:
+    callback, failure = callbacks
     cb = resolved(callback.options) if callback else None
     cb_args = plans.encode_args(callback.kind, callback.args).decode() if callback else None
     [(batch_id,)] = yield Execute(_INSERT_BATCH, (
         len(encoded), callback and callback.kind, cb and cb["queue"], cb_args,
         cb["priority"] if cb else 0, cb and cb["max_attempts"], cb and cb["timeout"],
-        budget[0], None if budget[1] is None else float(budget[1])))
-    ids = yield from plans._insert_many(encoded, None, dict(common, batch_id=batch_id),
-                                        run_at, delay, expiry)
-    return batch_id, ids
-
-
-# Read without a lock: a producer's transaction may stay open for minutes, and a lock on
-# a dependency's row would stop its supervisor from completing it or renewing its lease
-# meanwhile. A dependency that becomes final before our commit is settled by the
-# deferred trigger of schema 0009, under a lock held only while we commit.
-_DEPENDENCY_STATES = "SELECT id, state FROM supervisor.jobs WHERE id = ANY(%s::bigint[])"
-
-_INSERT_DEPENDENT = """
-INSERT INTO supervisor.jobs (kind, queue, args, state, priority, max_attempts, timeout,
-                             depends_on, run_at, finished_at, errors, trace_context,
-                             expires_at)
-VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s, %(priority)s, %(max_attempts)s,
-        %(timeout)s, %(deps)s::bigint[],
-        CASE WHEN %(state)s = 'scheduled' THEN %(hold)s::timestamptz ELSE now() END,
-        CASE WHEN %(state)s = 'cancelled' THEN now() END,
-        CASE WHEN %(message)s::text IS NULL THEN '[]'::jsonb
-             ELSE jsonb_build_array(jsonb_build_object('attempt', 0, 'kind', 'dependency',
-                  'message', %(message)s::text, 'traceback', NULL, 'at', now(),
-                  'supervisor', NULL)) END,
-        %(trace_context)s::jsonb,
-        COALESCE(%(expires_at)s::timestamptz,
-                 now() + %(expires_in)s::float8 * interval '1 second'))
-RETURNING id
-"""
-
-
-def check_depends_on(depends_on: Any) -> list[int]:
-    """A non-empty list of job ids."""
-    if isinstance(depends_on, int | str | bytes) or not isinstance(depends_on, Sequence):
-        raise TypeError(f"depends_on must be a list of job ids, not {depends_on!r}")
-    ids = list(depends_on)
-    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i > 0
-                          for i in ids):
-        raise ValueError(f"depends_on must be a non-empty list of job ids, not {depends_on!r}")
-    return sorted(set(ids))
-
-
-def plan_dependent(kind: str, args: Mapping[str, Any] | None,
-                   options: EnqueueOptions) -> Plan:
-    """Check everything, then the plan inserting a job held until every job of
-    ``options["depends_on"]`` completed (run it in one transaction); it returns the id."""
-    o = resolved(options)
-    plans.check_options(kind, o)
-    if o["run_at"] is not None or o["delay"] is not None or o["unique_key"] is not None:
-        raise ValueError("depends_on cannot be combined with run_at, delay or unique_key")
-    if reservation(o).declared:
-        raise ValueError("depends_on cannot be combined with cpus, memory or resources (yet)")
-    deps = check_depends_on(o["depends_on"])
-    params = {"kind": kind, "queue": o["queue"],
-              "args": plans.encode_args(kind, args).decode(), "priority": o["priority"],
-              "max_attempts": o["max_attempts"], "timeout": o["timeout"],
-              "deps": deps, "hold": HOLD, "trace_context": current_trace_context()}
-    # A held job may expire (issue 28): not started by then, even if its dependencies
-    # are still running, it ends expired and its own dependents are cancelled (0021).
-    params["expires_at"], params["expires_in"] = plans.expiry(o)
-    return _insert_dependent(params)
-
-
-_HOLD_DEPENDENT = """
-WITH edges AS (
-    INSERT INTO supervisor.job_dependencies (dependency_id, dependent_id)
-    SELECT unnest(%(pending)s::bigint[]), %(id)s)
-INSERT INTO supervisor.dependents (id, pending) VALUES (%(id)s, cardinality(%(pending)s))
-RETURNING id
-"""
-
-
-def _insert_dependent(params: dict[str, Any]) -> Plan:
-    states = dict((yield Execute(_DEPENDENCY_STATES, (params["deps"],))))
-    missing = [i for i in params["deps"] if i not in states]
-    if missing:
-        raise ValueError(f"depends_on: no job {missing[0]}")
-    failed = [(i, s) for i, s in sorted(states.items()) if s in jobs.FAILED_FINAL_STATES]
-    pending = [i for i, s in sorted(states.items()) if s != jobs.COMPLETED]
-    if failed:
-        state, message = jobs.CANCELLED, f"dependency {failed[0][0]} ended {failed[0][1]}"
-    elif not pending:
-        state, message = jobs.AVAILABLE, None
+        budget[0], None if budget[1] is None else float(budget[1]),
+        failure and _callback_json(failure)))
+    members = dict(common, batch_id=batch_id)
+    if edges is not None:
+        ids = yield from plan_held_many(encoded, members, edges, expiry)
     else:
-        state, message = jobs.SCHEDULED, None
-    [(job_id,)] = yield Execute(_INSERT_DEPENDENT, dict(params, state=state, message=message))
-    if state == jobs.SCHEDULED:
-        # One edge per dependency still to complete; the deferred trigger settles them
-        # at our commit (see above).
-        yield Execute(_HOLD_DEPENDENT, {"id": job_id, "pending": pending})
-    return job_id
+        ids = yield from plans._insert_many(encoded, None, members, run_at, delay, expiry)
+    return batch_id, ids

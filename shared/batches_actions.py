@@ -116,7 +116,7 @@ def _left_to_settle(conn: psycopg.Connection, batch_id: int) -> bool:
                           AND j.state IN ('available', 'scheduled', 'running', 'retryable'))
                          OR (b.stopped_at IS NULL AND b.paused_at IS NOT NULL
                              AND (j.state IN ('available', 'retryable')
-                                  OR (j.state = 'scheduled' AND j.run_at <> %(hold)s)))))
+                                  OR (j.state = 'scheduled' AND j.run_at < %(hold)s)))))
         """, {"b": batch_id, "hold": HOLD}).fetchone()
     return bool(row and row[0])
 
@@ -242,7 +242,7 @@ RETURNING queue
 # final; the stop and the budget's counters start afresh.
 _REOPEN = """UPDATE supervisor.batches SET finished_at = NULL, callback_id = NULL,
     stopped_at = NULL, stop_kind = NULL, stop_reason = NULL, paused_at = NULL,
-    failures = 0, successes = 0 WHERE id = %s"""
+    failures = 0, successes = 0, called_on_failure = false WHERE id = %s"""
 
 
 def retry_failed(conn: psycopg.Connection, batch_id: int) -> ActionResult:

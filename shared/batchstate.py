@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from shared.costs import CostRollup
+
 
 @dataclass(frozen=True)
 class BatchSummary:
@@ -29,6 +31,8 @@ class BatchSummary:
     reason: str | None = None  # why it was stopped
     paused: bool = False
     failures: int = 0  # failed attempts, counted when the batch has a failure budget
+    called_on_failure: bool = False  # its error callback ran instead of `then` (0028)
+    cost: CostRollup | None = None  # every attempt of its members (Batch.summary() reads it)
 
     @property
     def aborted(self) -> bool:
@@ -57,7 +61,8 @@ SELECT b.id, b.total,
        count(*) FILTER (WHERE j.state = 'cancelled'),
        b.callback_id, b.finished_at IS NOT NULL,
        count(*) FILTER (WHERE j.state = 'expired'),
-       b.stop_kind, b.stop_reason, b.paused_at IS NOT NULL, b.failures
+       b.stop_kind, b.stop_reason, b.paused_at IS NOT NULL, b.failures,
+       b.called_on_failure
 FROM supervisor.batches b LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
 WHERE b.id = %s
 GROUP BY b.id

@@ -26,7 +26,7 @@ from shared import batches
 from shared.db import SchemaMissing
 from shared.dsn import dsn_source, resolve_dsn
 from shared.options import ENQUEUE_OPTIONS, MANY_OPTIONS, EnqueueOptions, ManyOptions, check_names
-from shared.producers import plans
+from shared.producers import held, plans
 from shared.producers.combine import combiner
 from shared.producers.connections import drive, sync_connection
 from shared.producers.plans import MAX_QUEUE_NAME, Plan, Row, as_plan, plan_many, plan_one
@@ -45,8 +45,10 @@ def enqueue(kind: str, args: Mapping[str, Any] | None = None,
     the id of the live job (available, scheduled, running or retryable) with the same key
     instead of inserting another. ``conn`` inserts in the caller's transaction; ``dsn``
     picks the database otherwise (see ``shared.dsn``).
-    ``depends_on`` (job ids) holds the job back until every one of them completed, and
-    cancels it if one ends discarded or cancelled (``shared.batches``).
+    ``depends_on`` (job ids, ``Dep``s, or names -> ids) holds the job back until every
+    one of them completed, and cancels it if one ends discarded, cancelled or expired,
+    unless its edge says ``Dep(id, allow_failure=True)`` (``shared.dependencies``); an id
+    naming no job is a ``ValueError`` and nothing is written.
     ``concurrency_key``: jobs sharing it run at most their queue's per-key limit at once
     (``supervisor queues limit QUEUE --per-key-max-running K``).
     """
@@ -54,8 +56,8 @@ def enqueue(kind: str, args: Mapping[str, Any] | None = None,
     conn, dsn = options.get("conn"), options.get("dsn")
     plan: Row | Plan
     if options.get("depends_on") is not None:
-        _no_key_with("depends_on", options.get("concurrency_key"))
-        plan = batches.plan_dependent(kind, args, options)
+        plans.no_concurrency_key_with("depends_on", options.get("concurrency_key"))
+        plan = held.plan_dependent(kind, args, options)
         with _dsn_named(dsn):
             return run_plan(plan, conn, dsn, atomic=True)
     plan = plan_one(kind, args, options)
@@ -69,6 +71,7 @@ def enqueue(kind: str, args: Mapping[str, Any] | None = None,
 
 def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
                  then: batches.Callback | None = None,
+                 on_failure: batches.Callback | None = None,
                  max_failures: int | None = None, max_failure_rate: float | None = None,
                  **options: Unpack[ManyOptions]) -> Any:
     """Insert one job of ``kind`` per element of ``args_list``; returns ids in order.
@@ -80,8 +83,12 @@ def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
 
     With ``then`` (a handle's ``bind(...)``) the jobs form a batch: this returns a
     ``Batch`` (``id``, ``ids``, ``wait()``) and the callback is enqueued once, when the
-    last of them is final. ``max_failures`` / ``max_failure_rate`` (with ``then``): a
-    failure budget past which the batch is aborted (docs/batches.md).
+    last of them is final. ``on_failure`` (also a ``bind(...)``) makes it a batch too:
+    it is enqueued instead of ``then`` when a member did not complete or the batch was
+    stopped. ``max_failures`` / ``max_failure_rate`` (with a callback): a failure budget
+    past which the batch is aborted (docs/batches.md).
+
+    ``depends_on``: every job waits for those jobs, as with ``enqueue``.
 
     ``concurrency_key`` gives every job that key, ``concurrency_keys`` one per job (None:
     no key); the rows still travel by COPY.
@@ -89,17 +96,23 @@ def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
     check_names(options, MANY_OPTIONS, "enqueue_many")
     conn, dsn = options.get("conn"), options.get("dsn")
     plan: Plan | None
-    if then is None and (max_failures is not None or max_failure_rate is not None):
+    keys = options.get("concurrency_keys")
+    keys = options.get("concurrency_key") if keys is None else keys
+    if then is None and on_failure is None and (max_failures is not None
+                                                or max_failure_rate is not None):
         raise ValueError("a failure budget needs a batch: pass then=callback.bind(...)")
-    if then is not None:
-        keys = options.get("concurrency_keys")
-        _no_key_with("then", options.get("concurrency_key") if keys is None else keys)
+    if then is not None or on_failure is not None:
+        plans.no_concurrency_key_with("then", keys)
         plan = batches.plan_batch(kind, args_list, then, options,
-                                  (max_failures, max_failure_rate))
+                                  (max_failures, max_failure_rate), on_failure)
         with _dsn_named(dsn):
             batch_id, ids = run_plan(plan, conn, dsn, atomic=True)
         return batches.Batch(batch_id, ids, dsn)
-    plan = plan_many(kind, args_list, options)
+    if options.get("depends_on") is not None:
+        plans.no_concurrency_key_with("depends_on", keys)
+        plan = held.plan_many_dependents(kind, args_list, options)
+    else:
+        plan = plan_many(kind, args_list, options)
     if plan is None:
         if conn is not None:
             sync_connection(conn)  # a bad conn is refused even for an empty batch
@@ -108,11 +121,6 @@ def enqueue_many(kind: str, args_list: Sequence[Mapping[str, Any] | None], *,
         return run_plan(plan, conn, dsn, atomic=True)
     with _dsn_named(dsn):
         return run_plan(plan, conn, dsn, atomic=True)
-
-
-def _no_key_with(option: str, keys: object) -> None:
-    if keys is not None:
-        raise ValueError(f"concurrency keys cannot be combined with {option} yet")
 
 
 def encode_args(kind: str, args: Mapping[str, Any] | None) -> str:

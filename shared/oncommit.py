@@ -22,6 +22,7 @@ from typing import Any, Unpack
 
 from shared.enqueue import enqueue
 from shared.options import CALL_OPTIONS, CallOptions, check_names
+from shared.producers.held import plan_dependent
 from shared.producers.plans import plan_one
 from shared.tracing import keep_current_context
 
@@ -30,12 +31,16 @@ def enqueue_on_commit(kind: str, args: Mapping[str, Any] | None = None, *,
                       using: str | None = None, **options: Unpack[CallOptions]) -> None:
     """Enqueue ``kind`` with ``args`` when the Django transaction on database ``using``
     (default: ``"default"``) commits; at once when no transaction is open; never if it
-    rolls back. ``options`` as for ``shared.enqueue.enqueue`` but ``depends_on``
-    (``conn``/``dsn`` choose where the job is written). Bad input raises here, not
-    after the commit."""
+    rolls back. ``options`` as for ``shared.enqueue.enqueue`` (``conn``/``dsn`` choose
+    where the job is written; a ``depends_on`` id naming no job is refused when the
+    enqueue runs, after the commit). Bad input raises here, not after the commit."""
     from django.db import transaction
 
     check_names(options, CALL_OPTIONS, "enqueue_on_commit")
-    plan_one(kind, args, options)  # checks everything; the plan itself is dropped
+    # Checks everything; the plan itself is dropped.
+    if options.get("depends_on") is not None:
+        plan_dependent(kind, args, options)
+    else:
+        plan_one(kind, args, options)
     transaction.on_commit(keep_current_context(partial(enqueue, kind, args, **options)),
                           using=using)

@@ -4,10 +4,10 @@
   timeout). ``@job(...)`` sets them as its kind's defaults, a batch's callback
   (``handle.bind``) carries them, and any call may override them.
 - ``CallOptions``: what one call may add (run_at or delay, unique_key, concurrency_key,
-  expires_in or expires_at)
-  and where the rows go (conn, dsn): every form of enqueue takes these.
-- ``EnqueueOptions``: enqueuing one job may also wait for others (depends_on);
-  ``handle.options(...)`` takes these.
+  expires_in or expires_at, depends_on: the jobs to wait for) and where the rows go
+  (conn, dsn): every form of enqueue takes these.
+- ``EnqueueOptions``: the options of enqueuing one job; ``handle.options(...)`` takes
+  these.
 - ``ManyOptions``: enqueuing many may give a key per job (unique_keys,
   concurrency_keys).
 
@@ -24,10 +24,23 @@ setting, resolved when the job is claimed).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
 from shared import jobs
+
+
+@dataclass(frozen=True)
+class Dep:
+    """One edge of ``depends_on``: the job ``id`` to wait for; ``allow_failure`` runs the
+    dependent even if that job ends discarded, cancelled or expired (as RQ's
+    ``Dependency(allow_failure=True)``); ``name`` lets the dependent find it by name
+    (``current_job().dependency(name)``). Checked by ``shared.dependencies``."""
+
+    id: int
+    allow_failure: bool = False
+    name: str | None = None
 
 
 class JobOptions(TypedDict, total=False):
@@ -51,14 +64,14 @@ class CallOptions(JobOptions, total=False):
     concurrency_key: str | None  # see `supervisor queues limit --per-key-max-running`
     expires_in: float | None  # seconds from now: not started by then, it ends 'expired'
     expires_at: datetime | None  # timezone-aware; the same at a moment (give one of two)
+    # jobs that must end first: ids or Deps, or names -> them (shared.dependencies)
+    depends_on: Sequence[int | Dep] | Mapping[str, int | Dep] | None
     conn: Any  # the caller's connection: the job is written in its transaction
     dsn: str | None  # the database, when no conn is given (see shared.dsn)
 
 
 class EnqueueOptions(CallOptions, total=False):
     """The options of enqueuing one job (``enqueue``, ``handle.options``)."""
-
-    depends_on: Sequence[int] | None  # job ids that must complete first (shared.batches)
 
 
 class ManyOptions(CallOptions, total=False):

@@ -8,7 +8,8 @@ Producers without handler code use ``supervisor.enqueue`` and ``supervisor.enque
 ``enqueue_many_async``, and ``enqueue_on_commit`` (after a Django transaction commits).
 Fan-in: ``supervisor.wait(job_id, timeout)`` and ``await supervisor.wait_async(...)`` (a
 job's result, or ``JobFailed``/``JobNotFound``/``TimeoutError``) and
-``supervisor.batch(id)`` (a ``Batch`` found from any process).
+``supervisor.batch(id)`` (a ``Batch`` found from any process). ``supervisor.Dep(id,
+allow_failure=..., name=...)`` is one edge of ``depends_on``.
 
 supervisord's import name is ``supervisor`` too: with both installed in one environment,
 importing this package refuses with one line (``supervisor.namesake``)."""
@@ -32,6 +33,8 @@ _PRODUCERS = {
     "JobNotFound": "shared.waiting",
     "Batch": "shared.batches",
     "BatchSummary": "shared.batches",
+    "Dep": "shared.dependencies",
+    "Dependency": "shared.dependencies",
 }
 _RENAMED = {"batch": ("shared.batches", "find_batch")}
 __all__ = [*_PRODUCERS, *_RENAMED]

@@ -23,6 +23,10 @@ class QueuePolicy:
     # priorities. Off by default: an ordering the user asked for is kept exactly, and
     # the claim stays one ordered index scan (aging adds a probe per priority level).
     aging: float = 0.0
+    # "batch": waiting jobs are served round-robin by batch (each batch with work, and
+    # the jobs of no batch, one job each in turn at equal priority), so a second batch
+    # does not wait behind the first; None: one order for the whole queue.
+    fair: str | None = None
 
     def cap(self, total: int) -> int:
         """The most children this queue may hold in a pool of ``total``."""
@@ -33,6 +37,10 @@ class QueuePolicy:
 # and timestamp arithmetic overflows and every claim of the queue would fail, so a
 # larger setting is refused when the config is read.
 MAX_AGING = 100 * 365 * 86400.0  # a century: aging that large never changes an order
+
+
+# What a queue may be fair by (``fair = "batch"``); None: not fair.
+FAIR_BY = (None, "batch")
 
 
 def _number(value: object, whole: bool = False) -> bool:
@@ -53,6 +61,11 @@ def validate(policy: QueuePolicy) -> QueuePolicy:
          f">= 0 seconds (0: off) and at most {MAX_AGING:.0f} (a century)"),
     ]
     problems = []
+    if policy.fair not in FAIR_BY:
+        problems.append(f"fair must be one of {', '.join(map(repr, FAIR_BY[1:]))} (or left "
+                        f"out), not {policy.fair!r}")
+    elif policy.fair is not None and policy.aging:
+        problems.append("fair and aging cannot be combined yet: choose one")
     for name, value, whole, allowed, rule in checks:
         if value is None and name in ("max_workers", "max_rate", "burst", "prefetch"):
             continue

@@ -16,6 +16,8 @@
 -- subqueries).
 -- Issue 45 (0027): every form also returns the counted resources (resources::text AS
 -- resources; the keyed form through its join).
+-- Issue 42 (0028): a fair queue's claim (fair = "batch"), three forms recorded when it
+-- was added at the end; the recordings above are unchanged by it.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -147,8 +149,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -222,8 +223,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -260,8 +260,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -402,8 +401,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -477,8 +475,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -515,6 +512,190 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
+-- @@ claim_fair
+UPDATE supervisor.jobs
+SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
+    lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
+    heartbeat_at = now(),
+    -- A producer that left max_attempts out gets the handler's (or the config's) now.
+    max_attempts = coalesce(max_attempts, (
+        SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
+        (SELECT batch_id FROM supervisor.jobs
+         WHERE state = 'available' AND queue = %(queue)s AND batch_id IS NOT NULL
+         ORDER BY batch_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.batch_id FROM supervisor.jobs j
+                WHERE j.state = 'available' AND j.queue = %(queue)s
+                  AND j.batch_id > s.b
+                ORDER BY j.batch_id LIMIT 1)
+        FROM batches s WHERE s.b IS NOT NULL)
+    SELECT turn.id FROM (
+        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+            SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
+            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+                  WHERE state = 'available' AND queue = %(queue)s AND batch_id = batches.b
+                    AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
+                  ORDER BY priority, run_at, id
+                  LIMIT %(limit)s) AS due) AS m
+        WHERE batches.b IS NOT NULL
+        UNION ALL
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = %(queue)s
+                AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
+              ORDER BY priority, run_at, id
+              LIMIT %(limit)s) AS head
+        WHERE head.batch_id IS NULL) AS turn
+    ORDER BY turn.priority, turn.n, random()
+    LIMIT %(limit)s))
+      AND state = 'available' AND queue = %(queue)s
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
+          extract(epoch FROM now() - run_at)::float8 AS wait,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources
+
+-- @@ claim_fair_alone_prepared
+WITH claimed AS (UPDATE supervisor.jobs
+SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
+    lease_owner = $1, lease_expires_at = now() + $2 * interval '1 second',
+    heartbeat_at = now(),
+    -- A producer that left max_attempts out gets the handler's (or the config's) now.
+    max_attempts = coalesce(max_attempts, (
+        SELECT a.n FROM unnest($3::text[], $4::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $5)
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
+        (SELECT batch_id FROM supervisor.jobs
+         WHERE state = 'available' AND queue = $6 AND batch_id IS NOT NULL
+         ORDER BY batch_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.batch_id FROM supervisor.jobs j
+                WHERE j.state = 'available' AND j.queue = $6
+                  AND j.batch_id > s.b
+                ORDER BY j.batch_id LIMIT 1)
+        FROM batches s WHERE s.b IS NOT NULL)
+    SELECT turn.id FROM (
+        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+            SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
+            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+                  WHERE state = 'available' AND queue = $6 AND batch_id = batches.b
+                    AND kind = ANY($3::text[]) AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
+                  ORDER BY priority, run_at, id
+                  LIMIT $7) AS due) AS m
+        WHERE batches.b IS NOT NULL
+        UNION ALL
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = $6
+                AND kind = ANY($3::text[]) AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
+              ORDER BY priority, run_at, id
+              LIMIT $7) AS head
+        WHERE head.batch_id IS NULL) AS turn
+    ORDER BY turn.priority, turn.n, random()
+    LIMIT $7))
+      AND state = 'available' AND queue = $6
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
+    LIMIT $7
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
+          extract(epoch FROM now() - run_at)::float8 AS wait,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+       false AS done
+FROM claimed
+
+-- @@ complete_and_claim_fair_prepared
+WITH done AS (UPDATE supervisor.jobs AS j
+SET state = 'completed', finished_at = now(), result = u.result::jsonb,
+    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
+    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+    -- a completed job's progress is final: done = total (not the last report's 0.05)
+    progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
+                    THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
+                    ELSE j.progress END,
+    lease_owner = NULL, lease_expires_at = NULL,
+    -- a job done before its start was written (starts are held back so that a short
+    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
+            $5::float8[], $6::float8[], $7::float8[], $8::text[])
+     AS u(id, attempt, result, ran, cpu, wall, rss, output)
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+RETURNING j.id),
+started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
+WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+  AND NOT (j.id = ANY($1::bigint[]))),
+claimed AS (UPDATE supervisor.jobs
+SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
+    lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
+    heartbeat_at = now(),
+    -- A producer that left max_attempts out gets the handler's (or the config's) now.
+    max_attempts = coalesce(max_attempts, (
+        SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $15)
+WHERE id = ANY(ARRAY(
+    SELECT id FROM supervisor.jobs
+    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
+        (SELECT batch_id FROM supervisor.jobs
+         WHERE state = 'available' AND queue = $16 AND batch_id IS NOT NULL
+         ORDER BY batch_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.batch_id FROM supervisor.jobs j
+                WHERE j.state = 'available' AND j.queue = $16
+                  AND j.batch_id > s.b
+                ORDER BY j.batch_id LIMIT 1)
+        FROM batches s WHERE s.b IS NOT NULL)
+    SELECT turn.id FROM (
+        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+            SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
+            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+                  WHERE state = 'available' AND queue = $16 AND batch_id = batches.b
+                    AND kind = ANY($13::text[]) AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
+                  ORDER BY priority, run_at, id
+                  LIMIT $17) AS due) AS m
+        WHERE batches.b IS NOT NULL
+        UNION ALL
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = $16
+                AND kind = ANY($13::text[]) AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
+              ORDER BY priority, run_at, id
+              LIMIT $17) AS head
+        WHERE head.batch_id IS NULL) AS turn
+    ORDER BY turn.priority, turn.n, random()
+    LIMIT $17))
+      AND state = 'available' AND queue = $16
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
+    LIMIT $17
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
+          extract(epoch FROM now() - run_at)::float8 AS wait,
+          trace_context::text AS trace_context, checkpoint::text AS checkpoint,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          resources::text AS resources)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+       false AS done
+FROM claimed
+UNION ALL
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

@@ -167,6 +167,9 @@ class FakeStore:
     def prune(self, retention, discarded, batch) -> int:
         return 0
 
+    def prune_batches(self, retention, batch) -> int:
+        return 0
+
     def read_limits(self, queues):  # no global limits here (tests/test_limits_*.py)
         return {}
 

@@ -1,12 +1,20 @@
 """A simulated supervisor for the scheduling tests: the real ``Scheduler`` driven by a
 fake clock, children that run jobs of given lengths, and a database that always holds
 more work. It follows the arbiter's turn: outcomes, dispatch, one claim in flight at a
-time (answered after ``rtt`` seconds), dispatch again when the claim is answered."""
+time (answered after ``rtt`` seconds), dispatch again when the claim is answered.
+
+With ``batches`` a queue's jobs belong to batches that arrive at given times, and each
+claim's answer is made of them as the claim statement would make it: round-robin (whole
+rounds, the last round's batches drawn at random) when the queue is ``fair = "batch"``,
+else all of the oldest batch (the plain claim's order; the database always has more of
+every batch). Within one answer the older batches' jobs come first, as
+``supervisor.db.claim.decode`` orders a claim's rows."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections import Counter, deque
 from collections.abc import Callable
 
@@ -31,7 +39,8 @@ class Simulation:
 
     def __init__(self, policies: dict[str, dict], children: int,
                  length: Callable[[str, int], float], rtt: float = 0.002,
-                 arrives: dict[str, float] | None = None) -> None:
+                 arrives: dict[str, float] | None = None,
+                 batches: dict[str, dict[str, float]] | None = None, seed: int = 0) -> None:
         self.clock = Clock()
         config = RunConfig(children=children, queue_policies={
             name: QueuePolicy(name=name, **settings) for name, settings in policies.items()})
@@ -58,6 +67,14 @@ class Simulation:
         for queue, at in arrives.items():
             if at > 0:
                 heapq.heappush(self.events, (at, next(self.seq), "arrive", queue))
+        self.fair = {q for q, settings in policies.items() if settings.get("fair") == "batch"}
+        self.arrived: dict[str, list[str]] = {q: [] for q in (batches or {})}
+        self.batch_starts: dict[str, list[float]] = {}
+        self.rng = random.Random(seed)
+        for queue, members in (batches or {}).items():
+            for name, at in members.items():
+                self.batch_starts[name] = []
+                heapq.heappush(self.events, (at, next(self.seq), "batch:" + name, queue))
 
     def run(self, until: float, measure_from: float = 0.0) -> dict[str, float]:
         """Simulate until ``until``; returns each queue's part of the child-seconds used
@@ -72,6 +89,10 @@ class Simulation:
                 self.idle += 1
                 self.turn()
             elif kind == "arrive":  # work appears and NOTIFY names the queue
+                self.scheduler.wake([queue])
+                self.turn()
+            elif kind.startswith("batch:"):  # a batch is enqueued into the queue
+                self.arrived[queue].append(kind.removeprefix("batch:"))
                 self.scheduler.wake([queue])
                 self.turn()
             else:
@@ -110,8 +131,22 @@ class Simulation:
         _, wanted = self.in_flight
         self.in_flight = None
         self.scheduler.claimed(queue, wanted, wanted)  # the database always has more
-        self.waiting[queue].extend(range(wanted))
+        if queue in self.arrived:
+            self.waiting[queue].extend(self.batch_jobs(queue, wanted))
+        else:
+            self.waiting[queue].extend(range(wanted))
         self.turn()
+
+    def batch_jobs(self, queue: str, wanted: int) -> list:
+        """The batches of a claim's ``wanted`` jobs, in the order the claim returns them."""
+        groups = self.arrived[queue]
+        if not groups:
+            return list(range(wanted))
+        if queue not in self.fair:
+            return [groups[0]] * wanted
+        rounds, rest = divmod(wanted, len(groups))
+        taken = [g for _ in range(rounds) for g in groups] + self.rng.sample(groups, rest)
+        return sorted(taken, key=groups.index)
 
     def dispatch(self) -> None:
         while self.idle > 0:
@@ -121,8 +156,10 @@ class Simulation:
             queue = self.scheduler.next_queue(self.children, waiting, self.running)
             if queue is None:
                 return
-            self.waiting[queue].popleft()
+            job = self.waiting[queue].popleft()
             self.start(queue)
+            if isinstance(job, str):
+                self.batch_starts[job].append(self.clock.now)
 
     def start(self, queue: str) -> None:
         now = self.clock.now

@@ -1,5 +1,6 @@
-"""Per-batch actions through real supervisors (issue 42): a 20,000-member batch
-cancelled mid-run, and retry_failed re-running exactly the failed members."""
+"""Per-batch actions through real supervisors (issue 42): a 100,000-member batch
+cancelled mid-run (the issue's size: how long the cancel took is measured, in
+docs/reliability.md, not asserted), and retry_failed re-running exactly the failed members."""
 
 import time
 
@@ -23,16 +24,19 @@ def events(log, event):
 def test_cancelling_a_large_batch_mid_run_starts_nothing_after_and_calls_back_once(
         dsn, tmp_path):
     log = tmp_path / "runs.log"
-    batch = enqueue_many("ba_member", [{"n": i} for i in range(20_000)], queue="ba",
+    batch = enqueue_many("ba_member", [{"n": i} for i in range(100_000)], queue="ba",
                          then=Callback("ba_callback", {}, queue="ba"), dsn=dsn)
     sup = Supervisor(dsn, "-n", "2", "-q", "ba", log_path=log, app=APP)
     try:
         wait_until(lambda: len(events(log, "run")) >= 50, timeout=120, what="members running")
+        began = time.time()
         result = CliRunner().invoke(main, ["batches", "cancel", str(batch.id), "--dsn", dsn])
         cancelled_at = time.time()
         assert result.exit_code == 0, result.output
         assert f"batch {batch.id}: " in result.output and "cancelled" in result.output
         wait_until(lambda: events(log, "callback"), timeout=120, what="the callback")
+        print(f"cancel took {cancelled_at - began:.1f}s, callback "
+              f"{events(log, 'callback')[0]['t'] - began:.1f}s after it began")
         time.sleep(1.0)  # a second callback, or a late member, would show by now
     finally:
         sup.stop()
@@ -40,9 +44,9 @@ def test_cancelling_a_large_batch_mid_run_starts_nothing_after_and_calls_back_on
     assert [r for r in runs if r["t"] > cancelled_at] == []
     [callback] = events(log, "callback")
     assert callback["stopped"] == "cancelled" and not callback["aborted"]
-    assert callback["total"] == 20_000
-    assert callback["completed"] + callback["cancelled"] == 20_000
-    assert callback["cancelled"] >= 20_000 - len(runs)
+    assert callback["total"] == 100_000
+    assert callback["completed"] + callback["cancelled"] == 100_000
+    assert callback["cancelled"] >= 100_000 - len(runs)
     # Finished: a second cancel says so and changes nothing.
     again = CliRunner().invoke(main, ["batches", "cancel", str(batch.id), "--dsn", dsn])
     assert again.exit_code != 0 and "is finished (cancelled)" in again.output

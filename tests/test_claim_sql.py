@@ -24,7 +24,7 @@ def _recorded() -> dict[str, str]:
     return {name: _normal(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
-_VARIANTS = {  # name in the recording -> (aged, keyed, shape, prepared form?)
+_VARIANTS = {  # name in the recording -> (aged, keyed, shape, prepared form?, fair?)
     "claim": (False, False, Shape.BARE, False),
     "claim_aged": (True, False, Shape.BARE, False),
     "claim_keyed": (False, True, Shape.BARE, False),
@@ -37,13 +37,17 @@ _VARIANTS = {  # name in the recording -> (aged, keyed, shape, prepared form?)
     "complete_and_claim_prepared": (False, False, Shape.CARRYING, True),
     "complete_and_claim_aged_prepared": (True, False, Shape.CARRYING, True),
     "complete_and_claim_keyed_prepared": (False, True, Shape.CARRYING, True),
+    # a fair queue's claim (issue 42): recorded when it was added
+    "claim_fair": (False, False, Shape.BARE, False, True),
+    "claim_fair_alone_prepared": (False, False, Shape.ALONE, True, True),
+    "complete_and_claim_fair_prepared": (False, False, Shape.CARRYING, True, True),
 }
 
 
 def _produced() -> dict[str, str]:
     produced = {}
-    for name, (aged, keyed, shape, prepared) in _VARIANTS.items():
-        v = ClaimVariant(aged, keyed, shape)
+    for name, (aged, keyed, shape, prepared, *fair) in _VARIANTS.items():
+        v = ClaimVariant(aged, keyed, shape, fair=bool(fair and fair[0]))
         produced[name] = claim_prepared(v).sql.decode() if prepared else claim_sql(v)
     return produced
 
@@ -54,7 +58,7 @@ def test_the_builder_produces_the_recorded_statement(name):
 
 
 def test_every_recorded_variant_is_checked():
-    assert len(_recorded()) == 12 and set(_recorded()) == set(_produced())
+    assert len(_recorded()) == 15 and set(_recorded()) == set(_produced())
 
 
 @pytest.fixture

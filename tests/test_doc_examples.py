@@ -8,7 +8,11 @@ process, and that module owns them)."""
 from __future__ import annotations
 
 import asyncio
+import sys
+import textwrap
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import mypipeline
 import psycopg
@@ -147,6 +151,31 @@ def test_readme_and_batches_fan_out_fan_in(supervisor_dsn, supervisor_drain, sup
     assert supervisor.wait(done.callback_id, timeout=5) == "out.png: 18"
     assert supervisor.wait(later, timeout=5) == "published monday"
     assert asyncio.run(supervisor.wait_async(a, 5)) == "published sunday"
+
+
+def test_readme_second_example_is_tests_wordcount_as_written():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Second example", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert block == (Path(__file__).resolve().parent / "wordcount.py").read_text()
+
+
+def test_readme_second_example_split_map_merge(supervisor_dsn, supervisor_drain, tmp_path,
+                                               monkeypatch):
+    import wordcount
+
+    book = tmp_path / "book.txt"
+    book.write_text("the cat saw the other cat and the dog")
+    monkeypatch.setattr(sys, "argv", ["wordcount.py", str(book)])
+    # The script's main block as written, run over the module already imported (running
+    # the file again would register its handlers a second time).
+    source = Path(wordcount.__file__).read_text().split('if __name__ == "__main__":\n')[1]
+    main = dict(vars(wordcount))
+    exec(textwrap.dedent(source), main)
+    summary = supervisor_drain()
+    assert (summary.by_kind["split"].completed, summary.by_kind["count"].completed,
+            summary.by_kind["merge"].completed) == (1, 4, 1)
+    assert supervisor.wait(main["last"], timeout=5) == dict(Counter(book.read_text().split()))
 
 
 def test_readme_soft_timeouts_and_snoozing(supervisor_dsn, supervisor_drain, supervisor_conn):

@@ -23,11 +23,12 @@ JOB = {"queue", "priority", "max_attempts", "timeout",
        "cpus", "memory",  # the reservation (issue 27), taken by every form
        "resources"}  # counted resources (issue 45), the same
 CALL = JOB | {"run_at", "delay", "unique_key", "concurrency_key", "conn", "dsn",
-              "expires_in", "expires_at"}  # the last two: issue 28
+              "expires_in", "expires_at",  # the last two: issue 28
+              "depends_on"}  # every form waits for other jobs (issue 42)
 
 
 def test_each_form_takes_the_options_it_took_before():
-    one, many = CALL | {"depends_on"}, CALL | {"unique_keys", "concurrency_keys"}
+    one, many = CALL, CALL | {"unique_keys", "concurrency_keys"}
     assert JOB_OPTIONS == JOB  # @job, a batch's callback
     assert CALL_OPTIONS == CALL  # enqueue_async, enqueue_on_commit
     assert one == ENQUEUE_OPTIONS  # enqueue, handle.options
@@ -46,8 +47,8 @@ def handle():
 @pytest.mark.parametrize("call, name", [
     (lambda h: enqueue("k", {}, bogus=1), "bogus"),
     (lambda h: enqueue("k", {}, unique_keys=["a"]), "unique_keys"),
-    (lambda h: enqueue_many("k", [{}], depends_on=[1]), "depends_on"),
-    (lambda h: asyncio.run(enqueue_async("k", {}, depends_on=[1])), "depends_on"),
+    (lambda h: enqueue_many("k", [{}], depends_on=[1], bogus=1), "bogus"),
+    (lambda h: asyncio.run(enqueue_async("k", {}, depends_on=[1], bogus=1)), "bogus"),
     (lambda h: asyncio.run(enqueue_many_async("k", [{}], bogus=1)), "bogus"),
     (lambda h: h.options(bogus=1), "bogus"),
     (lambda h: h.options(queue="q").options(then=None), "then"),
@@ -101,6 +102,9 @@ def test_a_kinds_defaults_layer_under_a_calls_options(handle, conn):
          "cpus": None, "memory": None, "resources": None})
 
 
-def test_depends_on_stays_with_single_enqueue(handle):
-    with pytest.raises(ValueError, match=r"only supported by enqueue\(\), not enqueue_many"):
-        handle.options(depends_on=[1]).enqueue_many([{}])
+def test_depends_on_reaches_enqueue_many_and_is_checked_before_the_database(handle):
+    # Every form takes depends_on now (issue 42); its checks run before any connection.
+    with pytest.raises(ValueError, match=r"depends_on cannot be combined with run_at, delay"):
+        handle.options(depends_on=[1], delay=5).enqueue_many([{}])
+    with pytest.raises(ValueError, match=r"non-empty list of job ids"):
+        handle.options(depends_on=[0]).enqueue_many([{}])

@@ -10,9 +10,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from shared.dependencies import Dependency
 
 
 @dataclass
@@ -42,6 +45,7 @@ class JobContext:
     _send_checkpoint: Callable[[bytes, bool], None] | None = field(default=None, repr=False)
     _checkpoint_cap: int = 1 << 20
     last_checkpoint: Any = field(default=None, repr=False)  # as stored by checkpoint()
+    _dependencies: list[Dependency] | None = field(default=None, repr=False)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress (``done`` of ``total``, with an optional message). It reaches
@@ -105,6 +109,28 @@ class JobContext:
         from workers.batchview import batch_of
 
         return batch_of(self.id)
+
+    def dependencies(self) -> list[Dependency]:
+        """The jobs this one waited for (``depends_on``), in id order, each with how it
+        ended and what it returned: ``id``, ``name`` (as its edge was named), ``kind``,
+        ``state``, ``result``, ``error`` (its last error entry), ``ok``. Read from the
+        database once per run; an empty list for a job without dependencies (a batch's
+        callback reads its members with ``batch.results()``)."""
+        if self._dependencies is None:
+            from shared.dependencies import read_dependencies
+            from workers.batchview import connect
+
+            with connect() as conn:
+                self._dependencies = read_dependencies(conn, self.id)
+        return self._dependencies
+
+    def dependency(self, key: int | str) -> Dependency:
+        """One of ``dependencies()`` by job id, or by the name its edge was given
+        (``Dep(id, name=...)`` or ``depends_on={name: id}``); ``KeyError`` if none."""
+        for dep in self.dependencies():
+            if dep.id == key or (isinstance(key, str) and dep.name == key):
+                return dep
+        raise KeyError(f"job {self.id} has no dependency {key!r}")
 
     def take_progress(self, seen_seq: int) -> tuple[int, dict[str, Any] | None]:
         """The latest progress if it changed since ``seen_seq`` (for the heartbeat)."""

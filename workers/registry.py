@@ -131,14 +131,16 @@ class JobHandle:
         return enqueue(self.kind, args, **self.defaults.options)
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None, *,
+                     on_failure: Any = None,
                      concurrency_keys: Sequence[str | None] | None = None,
                      max_failures: int | None = None,
                      max_failure_rate: float | None = None) -> Any:
         """Insert many jobs of this kind in one COPY; returns their ids in order, or with
-        ``then=other.bind(...)`` a ``Batch`` whose last final member enqueues ``then``.
+        ``then=other.bind(...)`` a ``Batch`` whose last final member enqueues ``then``
+        (``on_failure=``: enqueued instead when a member did not complete).
         ``concurrency_keys``: one per job (None for none), for per-key limits.
         ``max_failures``/``max_failure_rate``: the batch's failure budget."""
-        return BoundJob(self, {}).enqueue_many(args_list, then=then,
+        return BoundJob(self, {}).enqueue_many(args_list, then=then, on_failure=on_failure,
                                                concurrency_keys=concurrency_keys,
                                                max_failures=max_failures,
                                                max_failure_rate=max_failure_rate)
@@ -171,12 +173,6 @@ class BoundJob:
     def _resolved(self) -> dict[str, Any]:
         return over_defaults(self.handle.defaults.options, self.opts)
 
-    def _plain(self, what: str) -> dict[str, Any]:
-        """The options of a call that cannot wait for other jobs."""
-        resolved = self._resolved()
-        if resolved.pop("depends_on", None) is not None:
-            raise ValueError(f"depends_on is only supported by enqueue(), not {what}()")
-        return resolved
 
     def _check_each(self, args_list: list[Any]) -> None:
         """``check_args`` for every mapping of ``args_list``, naming the index of the first
@@ -204,20 +200,21 @@ class BoundJob:
         return Callback(self.handle.kind, args, **job_options(self._resolved()))
 
     def enqueue_many(self, args_list: Iterable[Mapping[str, Any]], then: Any = None, *,
+                     on_failure: Any = None,
                      concurrency_keys: Sequence[str | None] | None = None,
                      max_failures: int | None = None,
                      max_failure_rate: float | None = None) -> Any:
         """Insert many jobs in one statement; returns their ids in order (a ``Batch``
-        with ``then``). ``concurrency_keys``: one per job (None for none).
-        ``max_failures``/``max_failure_rate``: the batch's failure budget."""
+        with ``then`` or ``on_failure``). ``concurrency_keys``: one per job (None for
+        none). ``max_failures``/``max_failure_rate``: the batch's failure budget."""
         from shared.enqueue import enqueue_many
 
         args_list = list(args_list)
         self._check_each(args_list)
-        options = self._plain("enqueue_many")
+        options = self._resolved()
         if concurrency_keys is not None:
             options["concurrency_keys"] = concurrency_keys
-        return enqueue_many(self.handle.kind, args_list, then=then,
+        return enqueue_many(self.handle.kind, args_list, then=then, on_failure=on_failure,
                             max_failures=max_failures, max_failure_rate=max_failure_rate,
                             **options)
 
@@ -226,7 +223,7 @@ class BoundJob:
         from shared.producers.aio import enqueue_async
 
         self.handle.check_args(args)
-        return await enqueue_async(self.handle.kind, args, **self._plain("enqueue_async"))
+        return await enqueue_async(self.handle.kind, args, **self._resolved())
 
     async def enqueue_many_async(self, args_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """``enqueue_many`` for asyncio."""
@@ -234,8 +231,7 @@ class BoundJob:
 
         args_list = list(args_list)
         self._check_each(args_list)
-        return await enqueue_many_async(self.handle.kind, args_list,
-                                        **self._plain("enqueue_many_async"))
+        return await enqueue_many_async(self.handle.kind, args_list, **self._resolved())
 
     def enqueue_on_commit(self, **args: Any) -> None:
         """Enqueue once Django's current transaction on its default database commits (at
@@ -244,7 +240,7 @@ class BoundJob:
         from shared.oncommit import enqueue_on_commit
 
         self.handle.check_args(args)
-        enqueue_on_commit(self.handle.kind, args, **self._plain("enqueue_on_commit"))
+        enqueue_on_commit(self.handle.kind, args, **self._resolved())
 
 
 REGISTRY: dict[str, JobHandle] = {}

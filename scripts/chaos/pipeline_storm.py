@@ -33,12 +33,17 @@ it was cut off, and its outcome could not reach the database before the lease ra
 (at-least-once delivery; no fence can stop what already ended). Two runs at once are
 always a problem.
 
+With ``--batches`` (issue 42) the jobs are enqueued as four batches with a callback, in
+a queue set ``fair = "batch"`` (their claims take turns), and the end also checks that
+every batch closed with exactly one callback and that no other job was enqueued.
+
 With ``--heavy-tail`` the stream is one heavy-tailed kind instead (issue 28): sleeps of
 2 ms with one in 200 taking 3 s, so the jobs queued behind a long one are recalled (SKIP,
 SKIPPED) and given to the other child while the kills go on.
 
 Usage: python scripts/chaos/pipeline_storm.py [--dsn DSN] [--jobs 20000] [--seed 1]
-       [--drains] [--pauses] [--hangs] [--partition] [--heavy-tail] [--timeout 300]
+       [--drains] [--pauses] [--hangs] [--partition] [--heavy-tail] [--batches]
+       [--timeout 300]
        [--database NAME]
 """
 
@@ -59,6 +64,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from scripts.chaos import procs
 from scripts.chaos.runlog import read_runs
+from shared.batches import Callback
 from shared.enqueue import enqueue_many
 from supervisor.admin import set_paused
 
@@ -124,11 +130,13 @@ FAULT_SETTINGS = ("database_deadline = 1.5\nstatement_timeout = 1.0\n"
 # rightly stop such jobs, so both are off here, as in soak.py. With the breaker on, the
 # storm paused its kind within a second and ran 420 of 5,000 jobs in 90 s.
 STORM_SETTINGS = "breaker_failures = 0\npoison_after = 0\n"
+# --batches: the queue's claims take turns between the batches (issue 42).
+FAIR_SETTINGS = '[queues.default]\nfair = "batch"\n'
 
 
 def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: float,
           workdir: Path, hangs: bool = False, partition: bool = False,
-          heavy_tail: bool = False, loops: int = 20_000):
+          heavy_tail: bool = False, loops: int = 20_000, batches: bool = False):
     rng = random.Random(seed)
     kinds = [("chaos_cpu", {"loops": loops}), ("chaos_noop", {})]
     ids = []
@@ -139,8 +147,14 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
                                 conn=conn, max_attempts=1)
         else:
             for kind, args in kinds:
-                ids += enqueue_many(kind, [args] * (jobs // len(kinds)), conn=conn,
-                                    max_attempts=1)
+                if not batches:
+                    ids += enqueue_many(kind, [args] * (jobs // len(kinds)), conn=conn,
+                                        max_attempts=1)
+                    continue
+                for _ in range(2):  # two batches of each kind, taking turns
+                    ids += enqueue_many(kind, [args] * (jobs // len(kinds) // 2), conn=conn,
+                                        max_attempts=1,
+                                        then=Callback("chaos_noop", {})).ids
     runlog = workdir / "runs.log"
     kills = drained = paused = 0
     started = time.monotonic()
@@ -148,13 +162,14 @@ def storm(dsn: str, jobs: int, seed: int, drains: bool, pauses: bool, timeout: f
     faults = None
     cut_side: set[int] = set()  # pids of the supervisors behind the proxy
     settings = workdir / "storm.toml"
-    settings.write_text(STORM_SETTINGS)
+    settings.write_text(STORM_SETTINGS + (FAIR_SETTINGS if batches else ""))
     extra: list[str] = ["--config", str(settings)]
     sup_dsn = dsn
     if hangs or partition:
         proxy, sup_dsn = proxy_for(dsn)
         faults = Faults(rng, proxy, partition)
-        settings.write_text(STORM_SETTINGS + FAULT_SETTINGS)
+        settings.write_text(STORM_SETTINGS + FAULT_SETTINGS
+                            + (FAIR_SETTINGS if batches else ""))
         extra = ["--lease-ttl", "5", "--config", str(settings)]
 
     def launch(through: str = sup_dsn) -> procs.SupervisorProc:
@@ -322,6 +337,28 @@ def check(dsn: str, ids: list[int], runlog: Path, kills: int,
     return problems
 
 
+def check_batches(dsn: str) -> list[str]:
+    """--batches: every batch closed, with exactly one callback, and no other job than
+    the members and their callbacks exists."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        open_ = conn.execute("SELECT count(*) FROM supervisor.batches "
+                             "WHERE finished_at IS NULL OR callback_id IS NULL").fetchone()[0]
+        total = conn.execute("SELECT count(*) FROM supervisor.batches").fetchone()[0]
+        strays = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE batch_id IS NULL "
+                              "AND id NOT IN (SELECT callback_id FROM supervisor.batches)"
+                              ).fetchone()[0]
+        callbacks = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id IN "
+                                 "(SELECT callback_id FROM supervisor.batches)").fetchone()[0]
+    problems = []
+    if open_:
+        problems.append(f"{open_} of {total} batches did not close with a callback")
+    if strays:
+        problems.append(f"{strays} jobs that are neither a member nor a batch's callback "
+                        "(a second callback?)")
+    print(f"batches {total}: {callbacks} callbacks, {open_} open")
+    return problems
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=os.environ.get(
@@ -340,6 +377,8 @@ def main() -> None:
                         help="iterations of each CPU job's loop (200000: about 10-20 ms, "
                              "jobs held 0.1 s deep per child, and the end-of-queue "
                              "rebalance of issue 31)")
+    parser.add_argument("--batches", action="store_true",
+                        help="the jobs as four batches with callbacks in a fair queue")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--database", default=DATABASE,
                         help="the scratch database's name (dropped and created)")
@@ -348,10 +387,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pipeline-storm-") as tmp:
         ids, runlog, kills, drained, paused, took, cut_side = storm(
             dsn, args.jobs, args.seed, args.drains, args.pauses, args.timeout, Path(tmp),
-            args.hangs, args.partition, args.heavy_tail, args.loops)
+            args.hangs, args.partition, args.heavy_tail, args.loops, args.batches)
         print(f"{took:.1f} s, {kills} children SIGKILLed, {drained} drains, {paused} pauses")
         problems = check(dsn, ids, runlog, kills, args.hangs or args.partition,
                          cut_side if args.partition else None)
+        if args.batches:
+            problems += check_batches(dsn)
     for problem in problems:
         print("PROBLEM:", problem)
     raise SystemExit(1 if problems else 0)

@@ -31,6 +31,7 @@ from shared.options import CALL_OPTIONS, MANY_OPTIONS, CallOptions, ManyOptions,
 from shared.producers.aio_pool import async_producer_pool
 from shared.producers.combine import MAX_LEADERS, Pending
 from shared.producers.connections import async_connection, lost_connection, missing_schema
+from shared.producers.held import plan_dependent, plan_many_dependents
 from shared.producers.plans import (
     INSERT_NOW,
     Copy,
@@ -38,6 +39,7 @@ from shared.producers.plans import (
     Row,
     as_plan,
     insert_rows,
+    no_concurrency_key_with,
     plan_many,
     plan_one,
 )
@@ -48,9 +50,13 @@ __all__ = ["enqueue_async", "enqueue_many_async"]
 async def enqueue_async(kind: str, args: Mapping[str, Any] | None = None,
                         **options: Unpack[CallOptions]) -> int:
     """``shared.enqueue.enqueue`` for asyncio: insert one job, return its id. Options:
-    ``shared.options.CallOptions`` (all of ``enqueue``'s but ``depends_on``)."""
+    ``shared.options.CallOptions`` (all of ``enqueue``'s, ``depends_on`` included)."""
     check_names(options, CALL_OPTIONS, "enqueue_async")
     conn, dsn = options.get("conn"), options.get("dsn")
+    if options.get("depends_on") is not None:
+        no_concurrency_key_with("depends_on", options.get("concurrency_key"))
+        return await run_plan_async(plan_dependent(kind, args, options), conn, dsn,
+                                    atomic=True)
     plan = plan_one(kind, args, options)
     if conn is None and type(plan) is Row:
         pool = async_producer_pool(resolve_dsn(dsn))
@@ -62,11 +68,19 @@ async def enqueue_async(kind: str, args: Mapping[str, Any] | None = None,
 
 async def enqueue_many_async(kind: str, args_list: Sequence[Mapping[str, Any] | None],
                              **options: Unpack[ManyOptions]) -> list[int]:
-    """``shared.enqueue.enqueue_many`` for asyncio: insert a batch (COPY), return ids.
-    Options: ``shared.options.ManyOptions`` (no ``then``)."""
+    """``shared.enqueue.enqueue_many`` for asyncio: insert many jobs (COPY), return their
+    ids. Options: ``shared.options.ManyOptions``, ``depends_on`` included (no ``then``:
+    a batch's handle, its wait and its actions, are blocking calls)."""
     check_names(options, MANY_OPTIONS, "enqueue_many_async")
     conn, dsn = options.get("conn"), options.get("dsn")
-    plan = plan_many(kind, args_list, options)
+    keys = options.get("concurrency_keys")
+    keys = options.get("concurrency_key") if keys is None else keys
+    plan: Plan | None
+    if options.get("depends_on") is not None:
+        no_concurrency_key_with("depends_on", keys)
+        plan = plan_many_dependents(kind, args_list, options)
+    else:
+        plan = plan_many(kind, args_list, options)
     if plan is None:
         if conn is not None:
             await async_connection(conn)  # a bad conn is refused even for an empty batch

@@ -15,8 +15,9 @@ def copy_job_rows(ids: list[int], encoded: ArgsBuffer, common: dict, state: str,
                   due: str | None) -> tuple[str, Iterator[bytes]]:
     """The COPY statement and its buffer, ``COPY_CHUNK`` rows per piece. ``common``
     holds what every row shares (kind, queue, priority, max_attempts, timeout, and when
-    set batch_id, trace_context), plus ``concurrency_keys``: one key (or None) per row,
-    or None when no row has one. ``due``: the rows' run_at, or None for now()."""
+    set batch_id, trace_context, depends_on and dependency_names), plus
+    ``concurrency_keys``: one key (or None) per row, or None when no row has one.
+    ``due``: the rows' run_at, or None for now()."""
     columns = "id, kind, queue, args, priority, max_attempts, timeout"
     timeout = common["timeout"]
     attempts = common["max_attempts"]
@@ -39,6 +40,12 @@ def copy_job_rows(ids: list[int], encoded: ArgsBuffer, common: dict, state: str,
     if common.get("resources") is not None:  # counted resources, as JSON text (0027)
         columns += ", resources"
         tail += b"\t%s" % copy_text(common["resources"])
+    if common.get("depends_on") is not None:  # held for dependencies (shared.dependencies)
+        columns += ", depends_on"
+        tail += b"\t{%s}" % b",".join(b"%d" % i for i in common["depends_on"])
+    if common.get("dependency_names") is not None:  # their names, JSON text
+        columns += ", dependency_names"
+        tail += b"\t%s" % copy_text(common["dependency_names"])
     if common.get("trace_context") is not None:  # enqueued under a span (shared.tracing)
         columns += ", trace_context"
         tail += b"\t%s" % copy_text(common["trace_context"])

@@ -85,6 +85,13 @@ def expiry(options: Mapping[str, Any]) -> tuple[datetime | None, float | None]:
     return options.get("expires_at"), None if expires_in is None else float(expires_in)
 
 
+def no_concurrency_key_with(option: str, keys: object) -> None:
+    """Refuse concurrency keys beside ``option`` (``then``, ``depends_on``), which the
+    held and batch paths do not write yet."""
+    if keys is not None:
+        raise ValueError(f"concurrency keys cannot be combined with {option} yet")
+
+
 def check_unique_key(key: Any) -> None:
     """A unique key is a non-empty str of at most ``MAX_UNIQUE_KEY`` characters, or None."""
     if key is not None and (not isinstance(key, str) or not key):
@@ -252,7 +259,7 @@ WHERE unique_key = ANY(%s::text[])
 # server's clock decides whether a delayed job is scheduled, and the due time travels
 # back as text in the session's own DateStyle, so no client-side datetime loader (an
 # ORM's) can change it on the way.
-_RESERVE_IDS = """
+RESERVE_IDS = """
 SELECT t.due::text, t.due > now(),
        ARRAY(SELECT nextval('supervisor.jobs_id_seq') FROM generate_series(1, %s)),
        COALESCE(%s::timestamptz, now() + %s::float8 * interval '1 second')::text
@@ -359,7 +366,7 @@ def _insert_many(encoded: ArgsBuffer, keys: list[str | None] | None, common: dic
                  run_at: datetime | None, delay: float,
                  expiry: tuple[datetime | None, float | None]) -> Plan:
     when = (*expiry, run_at, delay)
-    [(due, scheduled, ids, expires)] = yield Execute(_RESERVE_IDS, (len(encoded), *when))
+    [(due, scheduled, ids, expires)] = yield Execute(RESERVE_IDS, (len(encoded), *when))
     explicit_time = run_at is not None or delay > 0
     state = jobs.SCHEDULED if scheduled else jobs.AVAILABLE
     common = dict(common, expires_at=expires)  # one moment for the whole batch
@@ -395,7 +402,7 @@ def _insert_keyed(ids: list[int], encoded: ArgsBuffer, keys: list[str | None],
         pending = [i for i in losers if result[i] is None]
         if not pending:
             return result
-        [(_, _, fresh, _)] = yield Execute(_RESERVE_IDS, (len(pending), *when))
+        [(_, _, fresh, _)] = yield Execute(RESERVE_IDS, (len(pending), *when))
         for i, new_id in zip(pending, fresh, strict=True):
             ids[i] = new_id
     raise RuntimeError("unique keys kept changing hands; giving up")

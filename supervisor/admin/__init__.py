@@ -16,15 +16,18 @@ Door:
   ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
 - ``kind_usage``: what each kind cost over recent finished jobs (``status --kinds``);
+  ``key_usage``: what each concurrency key's jobs cost over the last day, every
+  attempt counted (``status --keys``);
 - ``horizon``, ``describe_horizon``: who holds the MVCC horizon back, and its cost;
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
 - ``history``: the charts' finished jobs and queue depth per bucket of time;
+- ``batch_actions``: a batch's actions for the dashboard, counted and confirmed;
 - ``bulk``: retry, cancel or delete the jobs matching a filter, counted, capped and
   batched.
 """
 
-from supervisor.admin import bulk, history, pages
+from supervisor.admin import batch_actions, bulk, history, pages
 from supervisor.admin.horizon import describe_horizon, horizon
 from supervisor.admin.jobs import (
     CANCEL_STATES,
@@ -56,7 +59,7 @@ from supervisor.admin.status import (
     stale_supervisors,
     status,
 )
-from supervisor.admin.usage import kind_usage
+from supervisor.admin.usage import key_usage, kind_usage
 
 __all__ = [
     "CANCEL_STATES",
@@ -66,6 +69,7 @@ __all__ = [
     "AdminError",
     "BulkRetry",
     "all_limits",
+    "batch_actions",
     "bulk",
     "cancel_job",
     "cancelled_dependents",
@@ -78,6 +82,7 @@ __all__ = [
     "get_job",
     "history",
     "horizon",
+    "key_usage",
     "kind_usage",
     "list_jobs",
     "live_slices",

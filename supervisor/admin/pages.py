@@ -27,9 +27,12 @@ BATCH_PAGE = 50
 # one's forecast (shared.batcheta: measured run times and the children serving it).
 _BATCHES = f"""
 SELECT b.id, b.total, b.callback_kind, b.callback_queue, b.callback_id, b.created_at,
-       b.finished_at, cb.state AS callback_state,
+       b.finished_at, cb.state AS callback_state, b.stop_kind, b.stop_reason,
+       b.paused_at IS NOT NULL AS paused,
        m.counts, f.mean_run, f.workers, f.eta
-FROM (SELECT * FROM supervisor.batches ORDER BY id DESC LIMIT %(limit)s) AS b
+FROM (SELECT * FROM supervisor.batches
+      WHERE %(id)s::bigint IS NULL OR id = %(id)s::bigint
+      ORDER BY id DESC LIMIT %(limit)s) AS b
 LEFT JOIN supervisor.jobs cb ON cb.id = b.callback_id
 CROSS JOIN LATERAL (
     SELECT coalesce(jsonb_object_agg(s.state, s.n), '{{}}'::jsonb) AS counts
@@ -98,12 +101,15 @@ def schedule_action(conn: psycopg.Connection, name: str, action: str) -> dict[st
     raise AdminError(f"unknown schedule action {action!r}", usage=True)
 
 
-def batches(conn: psycopg.Connection, limit: int = BATCH_PAGE) -> list[dict[str, Any]]:
-    """The newest batches: ``total``, members by state (``counts``), ``done`` (finished
-    members), ``percent``, the callback (kind, job id, state), ``mean_run`` (seconds),
-    ``workers`` (children serving it) and ``eta`` (seconds; see ``shared.batcheta``:
-    None when unknown)."""
-    cur = conn.execute(_BATCHES, {"limit": limit, "live": LIVE_AFTER_SECONDS})
+def batches(conn: psycopg.Connection, limit: int = BATCH_PAGE,
+            batch_id: int | None = None) -> list[dict[str, Any]]:
+    """The newest batches (or the one ``batch_id``): ``total``, members by state
+    (``counts``), ``done`` (finished members), ``percent``, the callback (kind, job id,
+    state), ``stop_kind`` and ``stop_reason`` (cancelled or aborted), ``paused``,
+    ``mean_run`` (seconds), ``workers`` (children serving it) and ``eta`` (seconds; see
+    ``shared.batcheta``: None when unknown)."""
+    cur = conn.execute(_BATCHES, {"limit": limit, "id": batch_id,
+                                  "live": LIVE_AFTER_SECONDS})
     assert cur.description is not None  # a SELECT describes its columns
     names = [d.name for d in cur.description]
     out = []

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from shared.costs import key_costs
 from shared.usage_sql import in_range, usage_figure, usage_number
 
 RECENT_WINDOW = 3600.0  # seconds of finished jobs looked at
@@ -68,6 +69,18 @@ def kind_usage(conn: psycopg.Connection, window: float = RECENT_WINDOW,
                     "wall_seconds": percentile_pair(wall), "cpu_seconds": percentile_pair(cpu),
                     "max_rss_bytes": percentile_pair(rss, whole=True)})
     return out
+
+
+KEY_WINDOW = 86400.0  # seconds of finished jobs rolled up per concurrency key
+
+
+def key_usage(conn: psycopg.Connection, window: float = KEY_WINDOW) -> list[dict[str, Any]]:
+    """Per concurrency key, what its jobs finished in the last ``window`` seconds cost
+    over all their attempts (``shared.costs``): ``key``, ``jobs``, ``attempts``,
+    ``retries``, ``measured``, ``cpu_seconds``, ``wall_seconds``, ``peak_rss_p95``,
+    ``peak_rss_max``; keys in order."""
+    return [{"key": key, **rollup.as_dict()}
+            for key, rollup in key_costs(conn, window).items()]
 
 
 def percentile_pair(values: list[float] | None, whole: bool = False) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ import click
 from shared import batches_actions
 from shared.batches_actions import ActionResult, BatchActionRefused
 from shared.batcheta import forecast
+from shared.costs import batch_cost
 from shared.exitcodes import CLI_USAGE
 from shared.validation import printable
 from supervisor.cli.common import CliError, dsn_option, open_database, reports_errors
@@ -21,6 +22,7 @@ _LIST = """
 SELECT b.id, b.total, b.callback_kind, b.callback_id, b.created_at, b.finished_at,
        b.stop_kind AS stopped, b.stop_reason AS reason, b.paused_at IS NOT NULL AS paused,
        b.max_failures, b.max_failure_rate, b.failures,
+       b.on_failure ->> 'kind' AS on_failure_kind, b.called_on_failure,
        count(j.id) FILTER (WHERE j.state = 'completed') AS completed,
        count(j.id) FILTER (WHERE j.state = 'discarded') AS discarded,
        count(j.id) FILTER (WHERE j.state = 'cancelled') AS cancelled,
@@ -29,7 +31,7 @@ FROM (SELECT * FROM supervisor.batches {where} ORDER BY id DESC LIMIT %(limit)s)
 LEFT JOIN supervisor.jobs j ON j.batch_id = b.id
 GROUP BY b.id, b.total, b.callback_kind, b.callback_id, b.created_at, b.finished_at,
          b.stop_kind, b.stop_reason, b.paused_at, b.max_failures, b.max_failure_rate,
-         b.failures
+         b.failures, b.on_failure, b.called_on_failure
 ORDER BY b.id DESC
 """
 _CALLBACK = "SELECT state FROM supervisor.jobs WHERE id = %s"
@@ -94,11 +96,13 @@ def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
     with open_database(dsn) as conn:
         rows = _rows(conn, ident, 1)
         ahead = forecast(conn, ident) if rows else None
+        spent = batch_cost(conn, ident) if rows else None
     if not rows:
         raise CliError(f"no batch {ident} (see `supervisor batches list`)", CLI_USAGE)
     row = rows[0]
     row["aborted"] = row["stopped"] == "aborted"
     row["eta"] = ahead.eta if ahead else None
+    row["cost"] = spent.as_dict() if spent else None
     if as_json:
         click.echo(to_json(row))
         return
@@ -113,6 +117,9 @@ def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
         lines.append(f"  finished: {row['finished_at'].isoformat(timespec='seconds')} "
                      f"({since(row['finished_at'], now)})")
     lines.append(f"  callback: {_callback(row)}")
+    if row["on_failure_kind"] is not None:
+        ran = " (ran instead of the callback)" if row["called_on_failure"] else ""
+        lines.append(f"  on failure: {printable(row['on_failure_kind'])}{ran}")
     if row["stopped"] == "aborted":
         lines.append(f"  aborted:  {printable(row['reason'] or '')}")
     elif row["stopped"]:
@@ -128,13 +135,16 @@ def show_command(batch_id: str, as_json: bool, dsn: str | None) -> None:
                      "attempts so far)")
     if row["pending"]:
         lines.append(f"  eta:      {_eta(ahead)}")
+    if spent is not None:
+        lines.append(f"  cost:     {spent.describe()}")
     click.echo("\n".join(lines))
 
 
 def _callback(row: dict) -> str:
-    if row["callback_kind"] is None:
+    enqueued = row["on_failure_kind"] if row["called_on_failure"] else row["callback_kind"]
+    if enqueued is None:
         return "-"
-    kind = printable(row["callback_kind"])
+    kind = printable(enqueued)
     if row["callback_id"] is None:
         return f"{kind} (when the last job is final)"
     return f"{kind} job {row['callback_id']} ({row['callback_state']})"

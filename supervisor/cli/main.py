@@ -95,11 +95,17 @@ def migrate_command(dsn: str | None) -> None:
               help="Memory the job reserves, e.g. 600MiB or 6GiB.")
 @click.option("--resources", "resources_text", default=None, metavar="NAME=N[,...]",
               help="Counted resources the job holds while it runs, e.g. gpu=1.")
+@click.option("--depends-on", "depends_on", multiple=True, metavar="[NAME=]ID",
+              help="Hold the job until job ID completed (repeat for several; NAME lets "
+                   "the handler find it with current_job().dependency(NAME)).")
+@click.option("--allow-failure", is_flag=True,
+              help="With --depends-on: run even if a dependency ends discarded, cancelled "
+                   "or expired.")
 @dsn_option
 @reports_errors
 def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeout, unique_key,
                     concurrency_key, expires_in, expires_at, cpus, memory, resources_text,
-                    dsn) -> None:
+                    depends_on, allow_failure, dsn) -> None:
     """Add a job of KIND and print its id. The embedded development database is
     migrated on first use; any other database needs `supervisor migrate` first.
     TRACEPARENT (and TRACESTATE) in the environment become the job's trace context."""
@@ -109,6 +115,9 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
 
     args = _parse_args(args_text)
     expiry = _parse_expiry(expires_in, expires_at)
+    if allow_failure and not depends_on:
+        raise CliError("--allow-failure needs --depends-on", CLI_USAGE)
+    edges = _parse_edges(depends_on, allow_failure) if depends_on else None
     try:
         resources = parse_resources(resources_text)
     except ValueError as exc:
@@ -124,10 +133,25 @@ def enqueue_command(kind, args_text, queue, priority, delay, max_attempts, timeo
                              max_attempts=max_attempts, timeout=timeout,
                              unique_key=unique_key, conn=conn,
                              concurrency_key=concurrency_key, cpus=cpus, memory=memory,
-                             resources=resources, **expiry)
+                             resources=resources, depends_on=edges, **expiry)
     finally:
         tracing.use_process_context(None)  # the command may run inside a longer process
     click.echo(job_id)
+
+
+def _parse_edges(texts: tuple[str, ...], allow_failure: bool) -> list:
+    """--depends-on [NAME=]ID values as enqueue's ``depends_on`` (``Dep``s), refused in
+    one line before the database is touched."""
+    from shared.dependencies import Dep
+
+    edges = []
+    for text in texts:
+        name, _, ident = text.rpartition("=")
+        if not ident.strip().isdigit() or not 0 < int(ident) < 2**63:
+            raise CliError(f"--depends-on takes a job id (or NAME=ID), not {text!r}",
+                           CLI_USAGE)
+        edges.append(Dep(int(ident), allow_failure, name or None))
+    return edges
 
 
 def _parse_expiry(expires_in: float | None, expires_at: str | None) -> dict:

@@ -34,9 +34,13 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
               help="Also what each kind costs over the last hour's finished jobs (at most "
                    "the newest 10,000): count, failure rate, p50/p95 of wall time, CPU "
                    "time and peak memory.")
+@click.option("--keys", is_flag=True,
+              help="Also what each concurrency key's jobs cost over the last day's "
+                   "finished jobs, every attempt counted: CPU-seconds, wall-seconds, "
+                   "peak memory p95, attempts and retries.")
 @dsn_option
 @reports_errors
-def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
+def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, keys: bool,
                    dsn: str | None) -> None:
     """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
     started yet; completed per second over the last minute; age of the oldest available
@@ -46,11 +50,11 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
     with when they were last seen and when the jobs they held are rescued)."""
     with open_database(dsn) as conn:
         if not watch:
-            click.echo(_render(_snapshot(conn, kinds), as_json))
+            click.echo(_render(_snapshot(conn, kinds, keys), as_json))
             return
         try:
             while True:
-                text = _render(_snapshot(conn, kinds), as_json)
+                text = _render(_snapshot(conn, kinds, keys), as_json)
                 # JSON watchers get one object per line (a stream); people get a redraw.
                 click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
                            "Ctrl-C to stop")
@@ -59,15 +63,17 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
             return
 
 
-def _snapshot(conn, kinds: bool = False) -> dict[str, Any]:
+def _snapshot(conn, kinds: bool = False, keys: bool = False) -> dict[str, Any]:
     """The queue's status and the next schedule fires (empty without schedules); with
-    ``kinds``, what each kind cost recently."""
+    ``kinds``, what each kind cost recently; with ``keys``, each concurrency key."""
     from supervisor.schedules import admin as schedules_admin
 
     snapshot = admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5),
                                      "horizon": admin.horizon(conn)}
     if kinds:
         snapshot["kinds"] = admin.kind_usage(conn)
+    if keys:
+        snapshot["keys"] = admin.key_usage(conn)
     return snapshot
 
 
@@ -118,6 +124,8 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append("\n".join(memory))
     if "kinds" in snapshot:
         parts.append(kinds_table(snapshot["kinds"]))
+    if "keys" in snapshot:
+        parts.append(keys_table(snapshot["keys"]))
     if snapshot.get("next_fires"):
         rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]
                 for f in snapshot["next_fires"]]
@@ -205,6 +213,22 @@ def memory_lines(sups: list[dict[str, Any]]) -> list[str]:
             line += f"; a job's memory: {printable(str(memory['measure']))}"
         lines.append(line)
     return lines
+
+
+def keys_table(keys: list[dict[str, Any]]) -> str:
+    """What each concurrency key's jobs cost over the last day, every attempt counted."""
+    if not keys:
+        return "no job with a concurrency key finished in the last day"
+
+    def size(value: int | None) -> str:
+        return "-" if value is None else format_size(value)
+
+    rows = [[printable(k["key"]), k["jobs"], k["attempts"], k["retries"],
+             f"{k['cpu_seconds']:.1f}", f"{k['wall_seconds']:.1f}", size(k["peak_rss_p95"]),
+             size(k["peak_rss_max"])] for k in keys]
+    return "concurrency keys, last day's finished jobs (every attempt)\n" + table(
+        ["KEY", "JOBS", "ATTEMPTS", "RETRIES", "CPU-s", "WALL-s", "MEM p95", "MAX"],
+        rows, right=range(1, 8))
 
 
 def kinds_table(kinds: list[dict[str, Any]]) -> str:

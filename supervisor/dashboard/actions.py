@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from supervisor import admin
-from supervisor.admin import AdminError, parse_job_id
+from supervisor.admin import AdminError, batch_actions, parse_job_id
 from supervisor.dashboard import auth, queries, search
 from supervisor.dashboard.render import JSONResponse
 
@@ -122,6 +122,21 @@ async def schedule_action(request: Request) -> Response:
     return _done(request, done, f"/schedules?done={word[action]}")
 
 
+async def batch_action(request: Request) -> Response:
+    """``POST /batches/<id>/<action>[?priority=N]``: cancel, retry (the failed members),
+    pause, resume or priority, on the whole batch, in chunks
+    (``supervisor.admin.batch_actions``): ``{batch_id, action, changed, seconds}``; a
+    form gets a 303 back to the batch's page. An unknown batch is a 404; a finished
+    one, or an action that does not apply, a 409 with nothing changed."""
+    batch_id = batch_actions.parse_batch_id(request.path_params["batch_id"])
+    action = batch_actions.check_action(request.path_params["action"])
+    priority = None
+    if action == "priority":
+        priority = batch_actions.parse_priority(request.query_params.get("priority"))
+    done = await _act(request, batch_actions.act, batch_id, action, priority)
+    return _done(request, done, f"/batches/{batch_id}?done=batch-{action}")
+
+
 def bulk_filter(params: dict[str, str]) -> tuple[dict[str, Any], admin.bulk.BulkFilter]:
     """The job list's filters (as ``/jobs`` reads them) and the bulk action's filter
     made of them; ``AdminError`` (usage) when a search is given: a bulk action takes
@@ -195,5 +210,8 @@ ROUTES = [
     for prefix in ("", "/api")
 ] + [
     Route(f"{prefix}/schedules/{{name:path}}/{{action}}", schedule_action, methods=["POST"])
+    for prefix in ("", "/api")
+] + [
+    Route(f"{prefix}/batches/{{batch_id}}/{{action}}", batch_action, methods=["POST"])
     for prefix in ("", "/api")
 ]

@@ -33,7 +33,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from supervisor.admin import AdminError
+from supervisor.admin import AdminError, batch_actions
 from supervisor.dashboard import actions, metrics, views
 from supervisor.dashboard.auth import ReadGate, Refused
 from supervisor.dashboard.counts import FinishedCounts
@@ -94,7 +94,7 @@ def _error(request: Request, status: int, message: str,
 
 
 async def _admin_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, NotFound):
+    if isinstance(exc, NotFound | batch_actions.UnknownBatch):
         return _error(request, 404, str(exc))
     return _error(request, 400 if getattr(exc, "usage", False) else 409, str(exc))
 

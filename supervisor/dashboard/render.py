@@ -42,6 +42,11 @@ NOTICES = {
     "schedule-paused": "Schedule paused: it fires no more until resumed.",
     "schedule-resumed": "Schedule resumed: it fires from its next slot.",
     "schedule-run": "Schedule run now: its job was enqueued.",
+    "batch-cancel": "Batch cancelled: no member starts; running ones were told to stop.",
+    "batch-retry": "The batch's failed members run again with a full set of attempts.",
+    "batch-pause": "Batch paused: no member starts until it is resumed.",
+    "batch-resume": "Batch resumed: its held members are available again.",
+    "batch-priority": "The members not started yet have the new priority.",
 }
 
 

@@ -15,9 +15,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from shared.costs import batch_cost
 from shared.jobs import STATES
 from supervisor import admin
-from supervisor.admin import CANCEL_STATES, RETRY_STATES, parse_job_id
+from supervisor.admin import CANCEL_STATES, RETRY_STATES, batch_actions, parse_job_id
 from supervisor.dashboard import charts, detail, queries
 from supervisor.dashboard.render import JSONResponse, page
 
@@ -211,6 +212,46 @@ async def api_schedules(request: Request) -> Response:
     return JSONResponse({"schedules": await _db(request).run(admin.pages.schedules)})
 
 
+async def _batch(request: Request) -> dict[str, Any]:
+    batch_id = batch_actions.parse_batch_id(request.path_params["batch_id"])
+    found = await _db(request).run(admin.pages.batches, 1, batch_id)
+    if not found:
+        raise batch_actions.UnknownBatch(f"batch {batch_id} does not exist")
+    spent = await _db(request).run(batch_cost, batch_id)
+    return found[0] | {"cost": spent.as_dict(), "cost_text": spent.describe()}
+
+
+async def batch_page(request: Request) -> Response:
+    """``/batches/<id>``: one batch, members by state, and its actions (cancel, retry
+    the failed, pause, resume, priority), each counted and confirmed on a page of its
+    own."""
+    batch = await _batch(request)
+    return page(request, "batch.html", title=f"Batch {batch['id']}", states=STATES,
+                batch=batch, actions=batch_actions.ACTION_STATES)
+
+
+async def batch_confirm_page(request: Request) -> Response:
+    """``/batches/<id>/<action>[?priority=N]``: how many members the action would
+    touch, and a button to do it."""
+    batch = await _batch(request)
+    action = batch_actions.check_action(request.path_params["action"])
+    priority = None
+    if action == "priority":
+        priority = batch_actions.parse_priority(request.query_params.get("priority"))
+    matching = await _db(request).run(batch_actions.count, batch["id"], action)
+    target = f"/batches/{batch['id']}/{action}"
+    if priority is not None:
+        target += "?" + urlencode({"priority": priority})
+    return page(request, "batch_confirm.html", title=f"Batch {batch['id']}: {action}",
+                batch=batch, action=action, priority=priority, matching=matching,
+                states=batch_actions.ACTION_STATES[action], target=target)
+
+
+async def api_batch(request: Request) -> Response:
+    """``/api/batches/<id>``: one batch, as the batches page shows it."""
+    return JSONResponse(await _batch(request))
+
+
 async def api_batches(request: Request) -> Response:
     """``/api/batches``: the batches page's data."""
     return JSONResponse({"batches": await _db(request).run(admin.pages.batches)})
@@ -274,6 +315,8 @@ ROUTES = [
     Route("/supervisors", supervisors_page, name="supervisors"),
     Route("/schedules", schedules_page, name="schedules"),
     Route("/batches", batches_page, name="batches"),
+    Route("/batches/{batch_id}", batch_page, name="batch"),
+    Route("/batches/{batch_id}/{action}", batch_confirm_page, methods=["GET"]),
     Route("/kinds", kinds_page, name="kinds"),
     Route("/limits", limits_page, name="limits"),
     Route("/queues/{name:path}", queue_page, name="queue"),
@@ -283,6 +326,7 @@ ROUTES = [
     Route("/api/schedules", api_schedules),
     Route("/api/history", api_history),
     Route("/api/batches", api_batches),
+    Route("/api/batches/{batch_id}", api_batch),
     Route("/api/kinds", api_kinds),
     Route("/api/limits", api_limits),
     Route("/api/status", api_overview),

@@ -85,6 +85,8 @@ class ClaimRequest:
     # What a job may reserve to be taken; None: any job (the measured statements, no
     # reservation condition).
     bounds: ClaimBounds | None = None
+    # Round-robin by batch (a queue's ``fair = "batch"``); a per-key limit wins over it.
+    fair: bool = False
 
     @property
     def writes(self) -> int:
@@ -122,13 +124,16 @@ class ClaimVariant:
     keyed: bool
     shape: Shape
     bounded: bool = False
+    fair: bool = False
 
 
 def variant(request: ClaimRequest, blocking: bool) -> ClaimVariant:
     """The statement ``request`` needs, run blocking or not."""
     shape = Shape.CARRYING if request.writes else Shape.BARE if blocking else Shape.ALONE
     bounded = request.bounds is not None
-    return ClaimVariant(request.aging > 0, request.per_key is not None, shape, bounded)
+    keyed = request.per_key is not None
+    fair = request.fair and not keyed
+    return ClaimVariant(request.aging > 0 and not fair, keyed, shape, bounded, fair)
 
 
 def prepare(request: ClaimRequest) -> bool:
@@ -190,6 +195,59 @@ def _candidates(aged: bool, bounded: bool = False) -> str:
       AND {_NOT_PAUSED}
     ORDER BY priority - floor(extract(epoch FROM now() - run_at) / %(aging)s::float8),
              run_at, id
+    LIMIT %(limit)s"""
+
+
+def _fair_candidates(bounded: bool = False) -> str:
+    """The ids a fair claim may take (a queue's ``fair = "batch"``): round-robin by
+    batch. Each batch with due jobs in the queue is found by a loose scan of
+    ``jobs_fair_idx`` (one probe per batch), and its first LIMIT jobs in priority order
+    are numbered 1, 2, ...; the jobs of no batch are one more group, those among the
+    first LIMIT of the claim index's order (a bounded look: a job of no batch waits
+    behind the batch members enqueued before it; one that looked further would read
+    every waiting member when none is loose). The LIMIT best by (priority, number, a
+    random draw) are taken: at equal
+    priority every batch gets a job before any gets a second, and when the LIMIT ends a
+    round the draw picks which batches. No row says whose turn it is, so claims of
+    several supervisors never queue on one; each claim is fair on its own and in
+    expectation across claims. A batch alone takes the whole LIMIT (work-conserving).
+    Its own statement: queues that are not fair run the plain claim unchanged."""
+    rules = _rules(bounded)
+    # FOR UPDATE (added by _lock_and_update) takes no UNION or window: the turn is
+    # chosen inside the ARRAY, and the outer select only locks what it chose.
+    return f"""
+    SELECT id FROM supervisor.jobs
+    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
+        (SELECT batch_id FROM supervisor.jobs
+         WHERE state = 'available' AND queue = %(queue)s AND batch_id IS NOT NULL
+         ORDER BY batch_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.batch_id FROM supervisor.jobs j
+                WHERE j.state = 'available' AND j.queue = %(queue)s
+                  AND j.batch_id > s.b
+                ORDER BY j.batch_id LIMIT 1)
+        FROM batches s WHERE s.b IS NOT NULL)
+    SELECT turn.id FROM (
+        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+            SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
+            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+                  WHERE state = 'available' AND queue = %(queue)s AND batch_id = batches.b
+                    AND kind = ANY(%(kinds)s::text[]) AND run_at <= now(){rules}
+                  ORDER BY priority, run_at, id
+                  LIMIT %(limit)s) AS due) AS m
+        WHERE batches.b IS NOT NULL
+        UNION ALL
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = %(queue)s
+                AND kind = ANY(%(kinds)s::text[]) AND run_at <= now(){rules}
+              ORDER BY priority, run_at, id
+              LIMIT %(limit)s) AS head
+        WHERE head.batch_id IS NULL) AS turn
+    ORDER BY turn.priority, turn.n, random()
+    LIMIT %(limit)s))
+      AND state = 'available' AND queue = %(queue)s
+      AND {_NOT_PAUSED}
     LIMIT %(limit)s"""
 
 
@@ -302,8 +360,12 @@ FROM claimed"""
 @functools.cache
 def claim_sql(v: ClaimVariant) -> str:
     """The text of variant ``v`` (``%(name)s`` placeholders), built once."""
-    claim = (_keyed(v.aged, v.bounded) if v.keyed
-             else _lock_and_update(_candidates(v.aged, v.bounded)))
+    if v.keyed:
+        claim = _keyed(v.aged, v.bounded)
+    elif v.fair:
+        claim = _lock_and_update(_fair_candidates(v.bounded))
+    else:
+        claim = _lock_and_update(_candidates(v.aged, v.bounded))
     if v.shape is Shape.CARRYING:
         return _carrying(claim)
     if v.shape is Shape.ALONE:

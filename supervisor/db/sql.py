@@ -314,6 +314,22 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 """
 
+# Finished batches past the retention whose members and callback are all gone (pruned
+# by PRUNE at their own retention), in bounded rounds like PRUNE; an open batch stays,
+# whatever happened to its members. Schema 0028's index on finished_at finds them.
+PRUNE_BATCHES = """
+DELETE FROM supervisor.batches
+WHERE id = ANY(ARRAY(
+    SELECT b.id FROM supervisor.batches b
+    WHERE b.finished_at < now() - %(retention)s * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM supervisor.jobs j WHERE j.batch_id = b.id)
+      AND (b.callback_id IS NULL
+           OR NOT EXISTS (SELECT 1 FROM supervisor.jobs c WHERE c.id = b.callback_id))
+    ORDER BY b.finished_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED))
+"""
+
 # Waiting jobs whose expires_at has passed end as 'expired' (never run), in batches, by
 # the maintenance leader (schema 0016's partial index finds them). The claim already
 # passes over them; this makes them final, counted and shown.

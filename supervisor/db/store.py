@@ -47,6 +47,7 @@ from supervisor.db.sql import (
     PAUSED_KINDS,
     PROMOTE,
     PRUNE,
+    PRUNE_BATCHES,
     QUEUE_COUNTS,
     QUEUES_WITH_WORK,
     RECONCILE,
@@ -351,6 +352,12 @@ class Store:
         ones: older than ``discarded`` s); how many."""
         cur = self.connection.execute(PRUNE, {"retention": min(retention, discarded),
                                               "discarded": discarded, "batch": batch})
+        return max(cur.rowcount, 0)
+
+    def prune_batches(self, retention: float, batch: int) -> int:
+        """Delete up to ``batch`` finished batches older than ``retention`` s whose
+        members and callback were all pruned; how many."""
+        cur = self.connection.execute(PRUNE_BATCHES, {"retention": retention, "batch": batch})
         return max(cur.rowcount, 0)
 
     def expire(self, batch: int) -> int:

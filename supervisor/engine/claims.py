@@ -80,7 +80,8 @@ class Claimer:
         request = ClaimRequest(queue, self.kinds, wanted, self.scheduler.aging(queue),
                                self.scheduler.per_key(queue),
                                self.outbox.take_completions(), self.outbox.take_starts(now),
-                               self._bounds())
+                               self._bounds(),
+                               fair=self.scheduler.fair(queue))
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0

@@ -113,3 +113,13 @@ class Maintenance:
                 break
         if pruned:
             log.info("pruned %d finished jobs older than the retention", pruned)
+        # A batch row goes once its members and its callback have gone (issue 42): it
+        # is pruned with them, never before a member or its callback.
+        batches = 0
+        while True:
+            deleted = store.prune_batches(self.settings.retention, self.settings.prune_batch)
+            batches += deleted
+            if deleted < self.settings.prune_batch or self.clock() >= deadline:
+                break
+        if batches:
+            log.info("pruned %d finished batches whose members were pruned", batches)

@@ -299,6 +299,11 @@ class Scheduler:
         self._short_since = short_since
         return coming
 
+    def fair(self, queue: str) -> bool:
+        """Whether ``queue``'s claims serve its batches round-robin (``fair = "batch"``)."""
+        policy = self.policies.get(queue)
+        return policy is not None and policy.fair == "batch"
+
     def aging(self, queue: str) -> float:
         """Seconds of waiting per priority step of ``queue``'s jobs (0: no aging), for
         its claims."""

@@ -1,0 +1,62 @@
+"""Fair sharing inside a queue through real supervisors (issue 42; one, or two sharing
+the queue with no row between them): batch B enqueued while batch A runs starts at once
+and the two take turns in a queue set ``fair = "batch"``; the same queue without the
+setting runs A to the end first (which is what makes the first half able to fail).
+Shares are counted, not timed: how fast is measured by scripts/bench/fair_batches.py
+(docs/benchmarks.md)."""
+
+from collections import Counter
+
+import pytest
+from e2e import Supervisor, read_log, wait_until
+
+from shared.batches import Callback
+from shared.enqueue import enqueue_many
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+MEMBERS = 150
+
+
+def runs(log):
+    return [r for r in read_log(log) if r["event"] == "run"]
+
+
+def two_batches(dsn, tmp_path, *settings, supervisors=1):
+    log = tmp_path / f"runs{len(settings)}.log"
+    first = enqueue_many("fair_member", [{"batch": "A"}] * MEMBERS, queue="fair", dsn=dsn,
+                         then=Callback("fair_done", {}, queue="fair"))
+    children = str(2 // supervisors)
+    sups = [Supervisor(dsn, "-n", children, "--prefetch", "1", "-q", "fair", *settings,
+                       log_path=log, app="fair_handlers") for _ in range(supervisors)]
+    try:
+        wait_until(lambda: len(runs(log)) >= 10, timeout=120, what="A running")
+        second = enqueue_many("fair_member", [{"batch": "B"}] * MEMBERS, queue="fair",
+                              dsn=dsn, then=Callback("fair_done", {}, queue="fair"))
+        first.wait(timeout=180)
+        second.wait(timeout=180)
+    finally:
+        for sup in sups:
+            sup.stop()
+    return [r["batch"] for r in sorted(runs(log), key=lambda r: r["t"])]
+
+
+@pytest.mark.parametrize("supervisors", [1, 2])  # two: one child each, no shared turn
+def test_a_fair_queue_serves_a_second_batch_at_once_and_in_turns(dsn, tmp_path,
+                                                                 supervisors):
+    order = two_batches(dsn, tmp_path, "--queue-setting", "fair.fair=batch",
+                        supervisors=supervisors)
+    b_first = order.index("B")
+    # B's first job started within the few A jobs already in the children's hands.
+    assert b_first <= 10 + 2 * 2, order[:40]
+    # While both had jobs waiting (until one of them ran its last), they took turns.
+    both = order[b_first:min(len(order) - order[::-1].index("A"),
+                             len(order) - order[::-1].index("B"))]
+    share = Counter(both)
+    assert len(both) >= MEMBERS // 2
+    assert 0.35 <= share["B"] / len(both) <= 0.65, share
+
+
+def test_without_the_setting_the_second_batch_waits_for_the_first(dsn, tmp_path):
+    order = two_batches(dsn, tmp_path)
+    assert order.index("B") >= MEMBERS - 5  # A (nearly) to its end first
