@@ -103,3 +103,9 @@ def adm_threads() -> None:
     """Records the native pool size its child gave it (OMP_NUM_THREADS)."""
     record("start", threads=os.environ.get("OMP_NUM_THREADS"))
     record("end")
+
+
+@job(cpus=2)
+def ad_two_cpus() -> int:
+    """Declares two CPUs on its handler only: a job enqueued by kind name gets them."""
+    return os.getpid()

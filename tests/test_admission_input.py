@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from e2e import ROOT, TESTS_DIR
+from e2e import ROOT, TESTS_DIR, job_row, run_burst
 
 from shared.enqueue import enqueue, enqueue_many
 from supervisor.config import ConfigError, build_config
@@ -106,3 +106,15 @@ def test_a_budget_in_the_config_file_is_checked_too():
         build_config({"memory_budget": "32MiB"})
     assert build_config({"memory_budget": "1GiB"}).memory_budget == 1 << 30
     assert build_config({"admission_patience": "2m"}).admission_patience == 120.0
+
+
+def test_a_handlers_reservation_binds_jobs_enqueued_by_kind_name(dsn):
+    """``@job(cpus=2)`` holds for a job whose row leaves cpus out (the CLI, SQL, a kind
+    name): a one-child supervisor does not serve the kind (says so, leaves the job
+    waiting, exits its burst), a two-child one runs it."""
+    job_id = enqueue("ad_two_cpus", dsn=dsn)
+    small = run_burst(dsn, "-n", "1", app="admission_handlers")
+    assert "kind ad_two_cpus needs 2 CPUs, this supervisor has 1 (-n)" in small.err, small.err
+    assert job_row(dsn, job_id)["state"] == "available"
+    run_burst(dsn, "-n", "2", app="admission_handlers")
+    assert job_row(dsn, job_id)["state"] == "completed"

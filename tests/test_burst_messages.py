@@ -1,4 +1,4 @@
-"""What a burst run says: jobs of kinds no loaded handler runs are counted and named as
+"""What a burst run says: jobs of kinds this supervisor does not serve are counted and named as
 it ends (not "no more work" alone); the summary counts failed attempts and discarded
 jobs apart; the progress line gives no ETA for jobs waiting for their run_at but says
 when the next is due; a completed job always says when it was attempted."""
@@ -59,9 +59,9 @@ def test_burst_names_unhandled_kinds_and_counts_discarded_apart(dsn):
     enqueue_many("nu_unknown_a", [{}, {}, {}], dsn=dsn)
     enqueue("nu_unknown_b", dsn=dsn)
     sup = run_burst(dsn, "-n", "2", "-q", "default")
-    assert ("burst: 4 jobs in default wait for kinds no loaded handler runs: "
+    assert ("burst: 4 jobs in default wait for kinds this supervisor does not serve: "
             "nu_unknown_a (3), nu_unknown_b (1); they stay queued for a supervisor whose "
-            "--app defines them") in sup.err
+            "--app defines them and that can hold what they declare") in sup.err
     assert ("(2 completed, 3 jobs discarded [2 error, 1 discard], 5 failed attempts)"
             in sup.err), sup.err
 

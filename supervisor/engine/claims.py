@@ -24,7 +24,7 @@ from supervisor.db import refused as refused_data
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import handler_resources, resolve_timeout
+from supervisor.engine.policy import fill_reservation, handler_reservations, resolve_timeout
 from supervisor.observe import JobTracer, SupervisorMetrics
 
 log = logging.getLogger("supervisor.claimer")
@@ -46,8 +46,9 @@ class Claimer:
         self.metrics = metrics
         self.kinds = kinds
         self.default_timeout = default_timeout
-        # Each loaded handler's @job(resources=...): a job whose row names none holds them.
-        self.kind_resources = handler_resources(kinds)
+        # Each loaded handler's @job(cpus, memory, resources): what a job whose row
+        # leaves them out reserves.
+        self.kind_reservations = handler_reservations(kinds)
         self.clock = clock
         self.accepting = True  # False once draining: late answers go straight back
         self.in_flight: tuple[str, int] | None = None  # (queue, jobs asked for)
@@ -137,8 +138,8 @@ class Claimer:
             return claimed
         for job in claimed:
             job.timeout = resolve_timeout(job, self.default_timeout)
-            if job.resources is None and self.kind_resources:
-                job.resources = self.kind_resources.get(job.kind)
+            if self.kind_reservations:
+                fill_reservation(job, self.kind_reservations.get(job.kind))
         if self.admission is not None:
             beyond = self.admission.claimed(claimed)
             if beyond:  # never fits here: back for a supervisor that can hold it

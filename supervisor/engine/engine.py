@@ -105,9 +105,9 @@ class Engine:
                                             deadline=config.database_deadline)
         self.queues = queues
         budget = make_budget(config.children, config.memory_budget, resources=config.resources)
-        # A kind whose handler needs counted resources this supervisor lacks is not
-        # served here (its jobs are left for a supervisor that has them), said once.
-        self.kinds = kinds = served_kinds(kinds, budget.resources)
+        # A kind whose handler declares more than this supervisor's whole budget (CPUs,
+        # memory, counted resources) is not served here, said once.
+        self.kinds = kinds = served_kinds(kinds, budget)
         self.metrics = metrics
         self.clock = clock
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
@@ -783,8 +783,9 @@ class Engine:
         if unhandled:
             shown = ", ".join(f"{kind} ({n})" for kind, n in list(unhandled.items())[:10])
             more_kinds = f" and {len(unhandled) - 10} more kinds" if len(unhandled) > 10 else ""
-            log.warning("burst: %d jobs in %s wait for kinds no loaded handler runs: %s%s; "
-                        "they stay queued for a supervisor whose --app defines them",
+            log.warning("burst: %d jobs in %s wait for kinds this supervisor does not "
+                        "serve: %s%s; they stay queued for a supervisor whose --app defines "
+                        "them and that can hold what they declare",
                         sum(unhandled.values()), ",".join(self.queues), shown, more_kinds)
         log.info("burst: no more work in %s%s; exiting", ",".join(self.queues), later)
         self.burst_finished = True

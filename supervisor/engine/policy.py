@@ -5,9 +5,11 @@ from"). Resolved once, at claim, so the pool and the writes see final values."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 from shared.jobs import ClaimedJob, CrashRule
+from shared.reservations import Reservation, reservation
+from shared.units import format_size
+from supervisor.admission import Budget
 from workers.registry import get_handler
 
 log = logging.getLogger("supervisor.admission")
@@ -26,36 +28,62 @@ def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
     return timeout or None
 
 
-def handler_resources(kinds: list[str]) -> dict[str, dict[str, int]]:
-    """Each loaded handler's ``@job(resources=...)``: what a job of its kind holds when
-    its row names none (enqueued by kind name, by SQL or the CLI), as it gets the
-    handler's timeout."""
+def handler_reservations(kinds: list[str]) -> dict[str, Reservation]:
+    """Each loaded handler's ``@job(cpus=..., memory=..., resources=...)``: what a job of
+    its kind reserves when its row leaves them out (enqueued by kind name, by SQL or the
+    CLI), as it gets the handler's timeout."""
     found = {}
     for kind in kinds:
         handle = get_handler(kind)
-        resources = handle.defaults.options.get("resources") if handle is not None else None
-        if resources:
-            found[kind] = dict(resources)
+        if handle is None:
+            continue
+        declared = reservation(handle.defaults.options)
+        if declared.declared:
+            found[kind] = declared
     return found
 
 
-def served_kinds(kinds: list[str], have: Mapping[str, int]) -> list[str]:
-    """``kinds`` less those whose handler's ``@job(resources=...)`` this supervisor can
-    never hold (``have``: its ``--resources``); each left out is logged once."""
+def fill_reservation(job: ClaimedJob, declared: Reservation | None) -> None:
+    """Give ``job`` its handler's reservation (``declared``) where its row has none."""
+    if declared is None:
+        return
+    if job.cpus is None:
+        job.cpus = declared.cpus
+    if job.memory is None:
+        job.memory = declared.memory
+    if job.resources is None and declared.resources:
+        job.resources = dict(declared.resources)
+
+
+def served_kinds(kinds: list[str], budget: Budget) -> list[str]:
+    """``kinds`` less those whose handler declares more than this supervisor's whole
+    ``budget`` (CPUs past ``-n``, memory past the budget, counted resources it lacks):
+    their jobs could never start here and are left for a supervisor that can hold them;
+    each left out is logged once."""
     served = []
-    for kind in kinds:
-        handle = get_handler(kind)
-        needs = handle.defaults.options.get("resources") if handle is not None else None
-        lacking = sorted(name for name, n in (needs or {}).items() if n > have.get(name, 0))
-        if not lacking:
+    for kind, declared in ((k, handler_reservations([k]).get(k)) for k in kinds):
+        why = None if declared is None else _beyond(declared, budget)
+        if why is None:
             served.append(kind)
-            continue
-        name = lacking[0]
-        log.warning("kind %s needs %s=%d, this supervisor has %s: not served here "
-                    "(its jobs wait for a supervisor that has them)", kind, name,
-                    (needs or {})[name],
-                    f"{name}={have[name]}" if have.get(name) else f"no {name} (--resources)")
+        else:
+            log.warning("kind %s %s: not served here (its jobs wait for a supervisor "
+                        "that can hold them)", kind, why)
     return served
+
+
+def _beyond(declared: Reservation, budget: Budget) -> str | None:
+    if declared.cpus is not None and declared.cpus > budget.cpus:
+        return f"needs {declared.cpus} CPUs, this supervisor has {budget.cpus} (-n)"
+    if (declared.memory is not None and budget.memory is not None
+            and declared.memory > budget.memory):
+        return (f"needs {format_size(declared.memory)}, this supervisor's memory budget "
+                f"is {format_size(budget.memory)}")
+    have = budget.resources
+    for name, n in sorted((declared.resources or {}).items()):
+        if n > have.get(name, 0):
+            return (f"needs {name}={n}, this supervisor has "
+                    + (f"{name}={have[name]}" if have.get(name) else f"no {name} (--resources)"))
+    return None
 
 
 def handler_max_attempts(kinds: list[str]) -> dict[str, int]:
