@@ -62,8 +62,8 @@ from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import handler_max_attempts, handler_poison_after
 from supervisor.engine.reporting import OutcomeReporter
-from supervisor.engine.runtimes import MIN_SAMPLES
 from supervisor.observe import JobTracer, SupervisorMetrics
+from supervisor.pool import RunTimes
 
 if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each tick
     from supervisor.config import RunConfig
@@ -87,8 +87,8 @@ class Engine:
                  kinds: list[str], metrics: SupervisorMetrics,
                  selector: selectors.BaseSelector, *, clock=time.monotonic,
                  database: Database | None = None, schedules: Schedules | None = None,
-                 tracer: JobTracer | None = None, history: HistoryWriter | None = None
-                 ) -> None:
+                 tracer: JobTracer | None = None, history: HistoryWriter | None = None,
+                 run_times: RunTimes | None = None) -> None:
         now = clock()
         self.config = config
         self.owner = owner
@@ -101,8 +101,11 @@ class Engine:
         self.kinds = kinds
         self.metrics = metrics
         self.clock = clock
+        # How long jobs run here: the pool feeds it (the arbiter hands both the same),
+        # the depth, the claim's carry and a drain's notices read it.
+        self.run_times = run_times if run_times is not None else RunTimes()
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
-                                 owner=owner)
+                                 owner=owner, run_times=self.run_times)
         self.admission = Admission(
             make_budget(config.children, config.memory_budget), config.admission_patience)
         self.next_kind_memory = now  # when each kind's default memory is read again
@@ -112,7 +115,7 @@ class Engine:
         self.outbox = Outbox(metrics, config.flush_interval, tracer)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
                                config.default_timeout, clock, tracer, self.admission)
-        self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics, self.planner.depth)
+        self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
         # The leader's per-minute history, on a connection of its own (opened when first
         # needed), so its statements never hold this loop. An engine given its database
         # (tests over fakes) writes none unless given a writer too.
@@ -221,7 +224,7 @@ class Engine:
         if self.config.burst and self.claimer.accepting:
             self._check_burst(now, pool)
         if self.drain_ends is not None and pool.busy_count():
-            notify_drain(pool, self.reporter.run_times, max(0.0, self.drain_ends - now))
+            notify_drain(pool, self.run_times, max(0.0, self.drain_ends - now))
 
     def run_failures(self, window: float) -> RunFailures | None:
         """What this supervisor's jobs that ended in the last ``window`` seconds were
@@ -294,8 +297,9 @@ class Engine:
         if not (self.claimer.accepting and planner.demand and not self.fenced
                 and pool.busy_count() > 0):
             return False
-        run_time = planner.depth.run_time
-        return all(run_time.get(queue, LONG_JOB) < LONG_JOB for queue in planner.demand)
+        average = self.run_times.queue_average
+        return all((run_time := average(queue)) is not None and run_time < LONG_JOB
+                   for queue in planner.demand)
 
     @property
     def claim_in_flight(self) -> bool:
@@ -422,11 +426,11 @@ class Engine:
         grace to checkpoint and stop (``engine.notices``); each tick after, the jobs
         that started late or overran their estimate. Returns how many were told now."""
         self.drain_ends = self.clock() + grace
-        run_times = self.reporter.run_times
+        run_times = self.run_times
         unknown = run_times.unknown({job.kind for job, _ in pool.running_since()})
         if unknown:  # none completed here yet: the table's run times say (issue 47)
             run_times.adopt(self.db.call(
-                lambda s: kind_run_p95(s.connection, sorted(unknown), MIN_SAMPLES), {},
+                lambda s: kind_run_p95(s.connection, sorted(unknown), RunTimes.MIN_SAMPLES), {},
                 "reading run times"))
         return notify_drain(pool, run_times, grace)
 

@@ -20,6 +20,7 @@ from supervisor.engine.allotment import Deficits, apportion, claim_allowance, pi
 from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.limits import GlobalLimits
 from supervisor.engine.ratelimit import TokenBucket
+from supervisor.pool import RunTimes
 
 if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
     from supervisor.config import RunConfig
@@ -37,7 +38,8 @@ class Scheduler:
 
     def __init__(self, config: RunConfig, queues: Sequence[str], now: float,
                  clock: Callable[[], float] = time.monotonic,
-                 metrics: SupervisorMetrics | None = None, owner: str = "") -> None:
+                 metrics: SupervisorMetrics | None = None, owner: str = "",
+                 run_times: RunTimes | None = None) -> None:
         self.config = config
         self.metrics = metrics  # records rate-limited plans and refunded permits
         self.clock = clock
@@ -47,7 +49,8 @@ class Scheduler:
         # to by NOTIFY, and cleared per queue when a claim comes back short.
         self.demand: set[str] = set()
         self.deficits = Deficits(now)
-        self.depth = PrefetchDepth()  # jobs held per child where prefetch is "auto"
+        # Jobs held per child where prefetch is "auto", from the pool's run times.
+        self.depth = PrefetchDepth(run_times if run_times is not None else RunTimes())
         self._short_since: dict[str, float] = {}  # queues below their allotment, since
         self._claiming: set[str] = set()  # planned claims not yet answered
         # Queues woken while their claim was out: that claim's snapshot may predate the

@@ -58,7 +58,7 @@ from supervisor.pool.process import (
     Readied,
 )
 from supervisor.pool.report import ChildReport
-from supervisor.pool.runtimes import RunTimes
+from supervisor.pool.runtimes import RunTimes, ran_for
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
 from workers import nativethreads
@@ -74,7 +74,8 @@ class Pool:
     def __init__(self, settings: PoolSettings, selector: selectors.BaseSelector, *,
                  oscalls: OsCalls | None = None, clock: Callable[[], float] | None = None,
                  log: logging.Logger | None = None, rng: random.Random | None = None,
-                 entry: Callable[..., object] = child_main) -> None:
+                 entry: Callable[..., object] = child_main,
+                 run_times: RunTimes | None = None) -> None:
         self.settings = settings
         self._sel = selector
         self._os = oscalls or OsCalls()
@@ -102,7 +103,9 @@ class Pool:
         self._size_dirty = True  # a child left the active states: recount in tick
         self._nap = guards.nap_threshold(settings)
         self._no_procfs = False  # warned once that /proc cannot be read
-        self.run_times = RunTimes()  # per kind: when a head job overruns (recall)
+        # How long jobs run here: fed at each answer, read by the recall, the pipe cap
+        # and the rebalance here and by the engine's depth and drain notices.
+        self.run_times = run_times if run_times is not None else RunTimes()
         self.recalled = 0  # jobs asked back from behind an overrunning job, ever
 
     # -- the pool's life ---------------------------------------------------------
@@ -450,7 +453,7 @@ class Pool:
                 in_flight.pop(said.job.id, None)
                 answered = True
                 if not isinstance(said, JobExpired):
-                    self.run_times.ran(said.job.kind, said.duration)
+                    self.run_times.ran(said.job.kind, said.job.queue, ran_for(said))
             elif isinstance(said, JobReturned):
                 in_flight.pop(said.job.id, None)
                 gave_back = True
