@@ -10,8 +10,10 @@ import pytest
 from engine_fakes import make_engine
 
 from shared.usage import Usage
-from supervisor.engine.outbox import CLAIM_CARRY_WAIT, START_HOLD
 from supervisor.pool import JobDone
+from supervisor.tuning import DEFAULT
+
+CLAIM_CARRY_WAIT, START_HOLD = DEFAULT.claim_carry_wait, DEFAULT.start_hold
 
 
 def running_two():
@@ -427,7 +429,7 @@ def test_a_short_jobs_start_is_never_written_its_completion_carries_it():
 
 
 def test_a_long_jobs_start_rides_on_a_claim_once_old_or_is_written_within_the_hold():
-    from supervisor.engine.outbox import START_CARRY_AGE, START_HOLD
+    START_CARRY_AGE = DEFAULT.start_carry_age
 
     engine, db, store, pool, clock = make_engine(children=2)
     store.add(n=3)
@@ -456,7 +458,8 @@ def test_a_long_jobs_start_rides_on_a_claim_once_old_or_is_written_within_the_ho
 
 
 def test_prefetch_depth_follows_run_times():
-    from supervisor.engine.depth import MAX_DEPTH, MAX_PIPELINE, PrefetchDepth
+    from supervisor.engine.depth import PrefetchDepth
+    MAX_DEPTH, MAX_PIPELINE = DEFAULT.max_depth, DEFAULT.max_pipeline
     from supervisor.pool import RunTimes
 
     depth = PrefetchDepth(RunTimes())

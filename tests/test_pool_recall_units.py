@@ -10,8 +10,10 @@ from pool_fakes import Harness
 
 from shared import wire
 from shared.jobs import FAIL_EXPIRED, ClaimedJob
-from supervisor.pool import JobDone, JobExpired, JobReturned, JobStarted
-from supervisor.pool.runtimes import MIN_OVERRUN, TAIL_SHARE, TAIL_WINDOW, RunTimes
+from supervisor.pool import JobDone, JobExpired, JobReturned, JobStarted, RunTimes
+from supervisor.tuning import DEFAULT
+
+MIN_OVERRUN, TAIL_SHARE, TAIL_WINDOW = DEFAULT.min_overrun, DEFAULT.tail_share, DEFAULT.tail_window
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -53,7 +53,6 @@ from supervisor.db import (
 )
 from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
-from supervisor.engine.depth import LONG_JOB
 from supervisor.engine.horizon import HorizonWatch
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
@@ -103,7 +102,7 @@ class Engine:
         self.clock = clock
         # How long jobs run here: the pool feeds it (the arbiter hands both the same),
         # the depth, the claim's carry and a drain's notices read it.
-        self.run_times = run_times if run_times is not None else RunTimes()
+        self.run_times = run_times if run_times is not None else RunTimes(config.tuning)
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
                                  owner=owner, run_times=self.run_times)
         self.admission = Admission(
@@ -112,7 +111,7 @@ class Engine:
         self.breaker = Breaker(BreakerSettings(config.breaker_failures, config.breaker_window,
                                                config.breaker_cooldown))
         self.ledger = Ledger(self.admission)
-        self.outbox = Outbox(metrics, config.flush_interval, tracer)
+        self.outbox = Outbox(metrics, config.flush_interval, tracer, config.tuning)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
                                config.default_timeout, clock, tracer, self.admission)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
@@ -288,17 +287,17 @@ class Engine:
     def _claim_coming(self, pool: Pool) -> bool:
         """A claim will be sent as the running jobs end: some queue has work and a
         child is busy (each job that ends frees a place the claim fills), and its jobs
-        are short. Completions wait for it a little (``outbox.CLAIM_CARRY_WAIT``)
+        are short. Completions wait for it a little (``tuning.claim_carry_wait``)
         rather than force a claim of one or two jobs, or a write of their own. Not for
-        jobs of ``LONG_JOB`` or more: one claim per job is little beside them, and the
+        jobs of ``tuning.long_job`` or more: one claim per job is little beside them, and the
         claims it saved let a child that ends while the next claim is still out (slow
         on a loaded machine) wait for it: 100 ms runs were slower in 3 of 4 runs."""
         planner = self.planner
         if not (self.claimer.accepting and planner.demand and not self.fenced
                 and pool.busy_count() > 0):
             return False
-        average = self.run_times.queue_average
-        return all((run_time := average(queue)) is not None and run_time < LONG_JOB
+        average, long_job = self.run_times.queue_average, self.config.tuning.long_job
+        return all((run_time := average(queue)) is not None and run_time < long_job
                    for queue in planner.demand)
 
     @property
@@ -361,7 +360,7 @@ class Engine:
             targets = planner.targets(size, waiting)
             for queue in waiting:
                 depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
-                if depth < 2 or held[queue] > targets.get(queue, 0):
+                if depth < planner.tuning.min_top_up_pipe or held[queue] > targets.get(queue, 0):
                     continue
                 while (job := ledger.pop_waiting(queue)) is not None:
                     if not pool.dispatch(job, depth, own_queue=True):
@@ -429,8 +428,9 @@ class Engine:
         run_times = self.run_times
         unknown = run_times.unknown({job.kind for job, _ in pool.running_since()})
         if unknown:  # none completed here yet: the table's run times say (issue 47)
+            fewest = self.config.tuning.drain_min_samples
             run_times.adopt(self.db.call(
-                lambda s: kind_run_p95(s.connection, sorted(unknown), RunTimes.MIN_SAMPLES), {},
+                lambda s: kind_run_p95(s.connection, sorted(unknown), fewest), {},
                 "reading run times"))
         return notify_drain(pool, run_times, grace)
 

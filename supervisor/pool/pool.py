@@ -61,6 +61,7 @@ from supervisor.pool.report import ChildReport
 from supervisor.pool.runtimes import RunTimes, ran_for
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
+from supervisor.tuning import DEFAULT, Tuning
 from workers import nativethreads
 from workers.child import child_main
 
@@ -75,7 +76,7 @@ class Pool:
                  oscalls: OsCalls | None = None, clock: Callable[[], float] | None = None,
                  log: logging.Logger | None = None, rng: random.Random | None = None,
                  entry: Callable[..., object] = child_main,
-                 run_times: RunTimes | None = None) -> None:
+                 run_times: RunTimes | None = None, tuning: Tuning = DEFAULT) -> None:
         self.settings = settings
         self._sel = selector
         self._os = oscalls or OsCalls()
@@ -105,7 +106,8 @@ class Pool:
         self._no_procfs = False  # warned once that /proc cannot be read
         # How long jobs run here: fed at each answer, read by the recall, the pipe cap
         # and the rebalance here and by the engine's depth and drain notices.
-        self.run_times = run_times if run_times is not None else RunTimes()
+        self.tuning = tuning  # the dispatch path's numbers (supervisor.tuning)
+        self.run_times = run_times if run_times is not None else RunTimes(tuning)
         self.recalled = 0  # jobs asked back from behind an overrunning job, ever
 
     # -- the pool's life ---------------------------------------------------------
@@ -408,7 +410,7 @@ class Pool:
         if not self._idle:
             return 0
         asked = recalls.rebalance(self._children.values(), len(self._idle), self.run_times,
-                                  exhausted, self._clock())
+                                  exhausted, self._clock(), self.tuning)
         self.recalled += asked
         return asked
 

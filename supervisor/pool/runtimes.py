@@ -1,42 +1,43 @@
-"""How long jobs run here: the one run-time estimator of a supervisor (issue 41).
+"""How long jobs run here: the one run-time estimator of a supervisor (issue 41). Its
+numbers are fields of the tuning table (``supervisor.tuning``).
 
 The pool feeds it once per answer (a job done or failed; an expired one never ran), with
 the larger of the parent's reading (START to answer) and the child's own measure of its
 handler: the parent's is near zero whenever it reads both in one turn, which a loaded
 machine makes common (issue 31). Everything that asks how long a job runs reads it:
 
-- per kind, the last ``WINDOW`` run times, their median and 95th percentile (nearest
+- per kind, the last ``run_window`` run times, their median and 95th percentile (nearest
   rank, the rule of the table's ``percentile_disc`` in ``db.kind_run_times``): when the
   head of a child's pipe overruns and the jobs queued behind it are recalled (issue 28),
   whether a lone queued job is worth moving to an idle child, and whether a running job
   can finish within a drain's grace (issue 47, with the table's figure for kinds too few
   of which completed here);
-- per kind, which of the last ``TAIL_WINDOW`` runs were tail runs: how many jobs a kind
+- per kind, which of the last ``tail_window`` runs were tail runs: how many jobs a kind
   with a heavy tail may hold in one pipe;
-- per queue, a smoothed average and a typical run time (each sample cut to ``TAIL_CLIP``
+- per queue, a smoothed average and a typical run time (each sample cut to ``tail_clip``
   times it): what the prefetch depth (``engine.depth``) is sized by.
 
 A kind of mostly short jobs with a rare long one (2 ms, one in 200 taking 3 s) gets a
 deep pipe from its average run time; when the long one comes, the jobs queued behind it
 would wait for it while other children idle. The head overruns once it has run
-``OVERRUN_FACTOR`` times its kind's 95th percentile, and never sooner than
-``MIN_OVERRUN`` (a recall costs a round trip to the child and back). Not at the 95th
+``overrun_factor`` times its kind's 95th percentile, and never sooner than
+``min_overrun`` (a recall costs a round trip to the child and back). Not at the 95th
 percentile itself, as issue 28 first put it: one run in twenty passes that by
 definition, and for a kind of even run times (100 ms, give or take a few) both children
 then crossed it together often enough to count as stuck, which sent their claimed jobs
 back to the table and claimed them again for nothing. A kind not measured yet overruns
-at ``MIN_OVERRUN``: nothing says it is long, and a recall is cheap.
+at ``min_overrun``: nothing says it is long, and a recall is cheap.
 
-A recall still comes ``MIN_OVERRUN`` late for every job queued behind the long head: with
+A recall still comes ``min_overrun`` late for every job queued behind the long head: with
 a pipe of 8 and one job in 200 long, 3.5% of the short jobs waited at least that (the
 benchmark's p99 was the recall's delay). So a kind whose recent runs include a tail
-(runs of at least ``TAIL_FACTOR`` times its median and at least ``MIN_OVERRUN``) holds
+(runs of at least ``tail_factor`` times its median and at least ``min_overrun``) holds
 at most ``pipe_cap`` jobs per pipe (never fewer than two): few enough that the jobs
-that can sit behind one of its tail runs stay under ``TAIL_SHARE`` of its jobs. The rest
+that can sit behind one of its tail runs stay under ``tail_share`` of its jobs. The rest
 wait in the parent, where whichever child frees first takes them. Such a kind's wall
 time is its tail's, so a pipe shorter than its queue's depth costs it next to nothing.
 
-The percentiles are sorted again every ``RECOMPUTE_EVERY`` runs (a sort of the window
+The percentiles are sorted again every ``sort_every`` runs (a sort of the window
 costs ~10 us), and at every run while a kind has fewer than that; ``p95`` sorts what
 came since when asked (a drain asks once).
 """
@@ -44,20 +45,13 @@ came since when asked (a drain asks once).
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 
 from supervisor.pool.outcomes import JobDone, JobFailed
+from supervisor.tuning import DEFAULT, Tuning
 
-WINDOW = 200  # run times kept per kind: enough for a stable 95th percentile
-RECOMPUTE_EVERY = 20  # new samples between two sorts of the window (a sort: ~10 us)
-MIN_SAMPLES = 3  # fewer completions here and a drain takes the table's p95 instead
-MIN_OVERRUN = 0.05  # seconds: no recall sooner into a job
-OVERRUN_FACTOR = 2.0  # a head overruns at this multiple of its kind's p95
-TAIL_WINDOW = 1000  # runs per kind over which the tail's share is counted
-TAIL_FACTOR = 10.0  # a run this many times its kind's median (and >= MIN_OVERRUN) is a tail
-TAIL_SHARE = 0.005  # at most this share of a kind's jobs should queue behind a tail run
-SMOOTHING = 0.2  # weight of the newest sample in each queue's averages
-TAIL_CLIP = 4.0  # a sample counts for at most this many times the queue's typical run time
+_ROUNDING = 1e-9  # a float's error, not a rule
 
 
 def nearest_rank(ordered: list[float], quantile: float) -> float:
@@ -72,7 +66,7 @@ def ran_for(answer: JobDone | JobFailed) -> float:
     reads both in one turn, which a loaded machine makes common: a first sample of zero
     set the depth to its maximum, so the second claim took up to 512 jobs and every
     later completion was written on its own (issue 31). The larger of the two, not the
-    child's alone: that would also move jobs near ``LONG_JOB`` into the pipe, where the
+    child's alone: that would also move jobs near ``long_job`` into the pipe, where the
     recall of issue 28 takes them back whenever the head runs late."""
     usage = answer.usage
     return answer.duration if usage is None else max(answer.duration, usage.wall_seconds)
@@ -83,61 +77,65 @@ class _Kind:
 
     __slots__ = ("fresh", "p50", "p95", "samples", "tail", "tails")
 
-    def __init__(self) -> None:
-        self.samples: deque[float] = deque(maxlen=WINDOW)
+    def __init__(self, tuning: Tuning) -> None:
+        self.samples: deque[float] = deque(maxlen=tuning.run_window)
         self.fresh = 0  # samples since the percentiles were computed
         self.p50: float | None = None
         self.p95: float | None = None
-        self.tail: deque[bool] = deque(maxlen=TAIL_WINDOW)  # per run: was it a tail run
+        # Per run, in order: was it a tail run.
+        self.tail: deque[bool] = deque(maxlen=tuning.tail_window)
         self.tails = 0  # how many True in ``tail``
 
-    def sort(self) -> None:
+    def sort(self, percentile: float) -> None:
         ordered = sorted(self.samples)
-        self.p50 = nearest_rank(ordered, 0.5)
-        self.p95 = nearest_rank(ordered, 0.95)
+        self.p50 = statistics.median_low(ordered)  # the nearest rank's median
+        self.p95 = nearest_rank(ordered, percentile)
         self.fresh = 0
 
 
 class RunTimes:
-    """Per kind, the last ``WINDOW`` run times, their median and 95th percentile, and
-    which of the last ``TAIL_WINDOW`` runs were tail runs; per queue, the smoothed and
+    """Per kind, the last ``run_window`` run times, their median and 95th percentile, and
+    which of the last ``tail_window`` runs were tail runs; per queue, the smoothed and
     the typical run time."""
 
-    __slots__ = ("_kinds", "_stored", "average", "typical")
-    MIN_SAMPLES = MIN_SAMPLES  # what a drain asks the table for below this
+    __slots__ = ("_kinds", "_stored", "average", "tuning", "typical")
 
-    def __init__(self) -> None:
+    def __init__(self, tuning: Tuning = DEFAULT) -> None:
+        self.tuning = tuning
         self._kinds: dict[str, _Kind] = {}
         # The table's p95 of kinds too few of which completed here (issue 47).
         self._stored: dict[str, float] = {}
         self.average: dict[str, float] = {}  # per queue, smoothed
-        # The same average with each sample cut to TAIL_CLIP times it: what the queue's
+        # The same average with each sample cut to tail_clip times it: what the queue's
         # jobs usually take, which its rare long runs do not pull up.
         self.typical: dict[str, float] = {}
 
     def ran(self, kind: str, queue: str, seconds: float) -> None:
         """A job of ``kind`` in ``queue`` ran ``seconds``."""
+        tuning = self.tuning
         runs = self._kinds.get(kind)
         if runs is None:
-            runs = self._kinds[kind] = _Kind()
+            runs = self._kinds[kind] = _Kind(tuning)
         # Judged against the median before this run; the first run of a kind has none
-        # to be a tail of (a kind of 60 ms jobs would be capped for TAIL_WINDOW runs).
+        # to be a tail of (a kind of 60 ms jobs would be capped for tail_window runs).
         median = runs.p50
-        tail = median is not None and seconds >= max(MIN_OVERRUN, TAIL_FACTOR * median)
-        if len(runs.tail) == TAIL_WINDOW and runs.tail[0]:
+        tail = median is not None and seconds >= max(tuning.min_overrun,
+                                                     tuning.tail_factor * median)
+        if len(runs.tail) == tuning.tail_window and runs.tail[0]:
             runs.tails -= 1
         runs.tail.append(tail)
         if tail:
             runs.tails += 1
         runs.samples.append(seconds)
         runs.fresh += 1
-        if runs.fresh >= RECOMPUTE_EVERY or len(runs.samples) < RECOMPUTE_EVERY:
-            runs.sort()
+        if runs.fresh >= tuning.sort_every or len(runs.samples) < tuning.sort_every:
+            runs.sort(tuning.percentile)
+        smoothing = tuning.smoothing
         old = self.average.get(queue)
-        self.average[queue] = seconds if old is None else old + SMOOTHING * (seconds - old)
+        self.average[queue] = seconds if old is None else old + smoothing * (seconds - old)
         usual = self.typical.get(queue)
-        self.typical[queue] = seconds if usual is None else usual + SMOOTHING * (
-            min(seconds, TAIL_CLIP * usual) - usual)
+        self.typical[queue] = seconds if usual is None else usual + smoothing * (
+            min(seconds, tuning.tail_clip * usual) - usual)
 
     # -- per kind --------------------------------------------------------------------
     def median(self, kind: str) -> float | None:
@@ -146,13 +144,13 @@ class RunTimes:
         return None if runs is None else runs.p50
 
     def p95(self, kind: str) -> float | None:
-        """The 95th percentile of ``kind``'s recent run times once ``MIN_SAMPLES``
+        """The 95th percentile of ``kind``'s recent run times once ``drain_min_samples``
         completed here; until then the table's (``adopt``), else None."""
         runs = self._kinds.get(kind)
-        if runs is None or len(runs.samples) < MIN_SAMPLES:
+        if runs is None or len(runs.samples) < self.tuning.drain_min_samples:
             return self._stored.get(kind)
         if runs.fresh:
-            runs.sort()
+            runs.sort(self.tuning.percentile)
         return runs.p95
 
     def unknown(self, kinds: set[str]) -> set[str]:
@@ -161,7 +159,7 @@ class RunTimes:
 
     def adopt(self, stored: dict[str, float]) -> None:
         """Take the table's p95 for kinds too few of which completed here; the run
-        times measured here take over once there are ``MIN_SAMPLES`` of them."""
+        times measured here take over once there are ``drain_min_samples`` of them."""
         self._stored.update(stored)
 
     def overrun_after(self, kind: str) -> float:
@@ -169,14 +167,14 @@ class RunTimes:
         a recall is cheap)."""
         runs = self._kinds.get(kind)
         p95 = 0.0 if runs is None or runs.p95 is None else runs.p95
-        return max(MIN_OVERRUN, OVERRUN_FACTOR * p95)
+        return max(self.tuning.min_overrun, self.tuning.overrun_factor * p95)
 
     def pipe_cap(self, kind: str) -> int | None:
         """How many jobs one child's pipe may hold while it holds a job of ``kind``
-        (the running one included), or None: no tail among its last ``TAIL_WINDOW``
+        (the running one included), or None: no tail among its last ``tail_window``
         runs, the queue's depth alone decides. With ``k`` tail runs in ``n``, at most
-        ``1 + TAIL_SHARE * n / k``: a pipe of ``c`` leaves about ``(c - 1) * k / n`` of
-        the jobs behind a tail run, so that share stays at most ``TAIL_SHARE``. Never
+        ``1 + tail_share * n / k``: a pipe of ``c`` leaves about ``(c - 1) * k / n`` of
+        the jobs behind a tail run, so that share stays at most ``tail_share``. Never
         less than two: with a pipe of one the child waits for the parent after every
         job, a round trip that a loaded parent (waiting for a CPU) stretches to
         milliseconds, paid by every short job rather than by the few behind tail runs
@@ -184,8 +182,10 @@ class RunTimes:
         runs = self._kinds.get(kind)
         if runs is None or not runs.tails:
             return None
+        tuning = self.tuning
+        behind = tuning.tail_share * len(runs.tail) / runs.tails
         # The small epsilon: 0.005 * 200 / 1 is 1.0, not 0.999...
-        return max(2, 1 + int(TAIL_SHARE * len(runs.tail) / runs.tails + 1e-9))
+        return max(tuning.min_tail_pipe, 1 + int(behind + _ROUNDING))
 
     # -- per queue -------------------------------------------------------------------
     def queue_average(self, queue: str) -> float | None:
