@@ -39,7 +39,8 @@ DATABASE_FIXTURES = frozenset({
 
 UNIT_MODULES: frozenset[str] = frozenset({
     "test_arbiter_states.py", "test_child_faults.py", "test_child_process.py",
-    "test_child_serve.py", "test_config.py", "test_dashboard_units.py", "test_dsn.py",
+    "test_child_serve.py", "test_config.py", "test_dashboard_units.py", "test_depth_curve.py",
+    "test_dsn.py",
     "test_engine.py", "test_engine_limits.py", "test_fencing.py", "test_heartbeat_looks.py",
     "test_import_rules.py", "test_inbox_recall_expiry.py", "test_job_policy.py",
     "test_limits_units.py", "test_metrics.py", "test_planner_wakes.py",
