@@ -16,6 +16,8 @@ Door:
   ``RETRY_STATES``, ``CANCEL_STATES``;
 - ``all_limits``, ``live_slices``, ``set_limits``, ``parse_whole``, ``parse_rate``;
 - ``kind_usage``: what each kind cost over recent finished jobs (``status --kinds``);
+- ``explain``: what each live supervisor's tuning rules decide per queue
+  (``status --explain``);
 - ``horizon``, ``describe_horizon``: who holds the MVCC horizon back, and its cost;
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
@@ -25,6 +27,7 @@ Door:
 """
 
 from supervisor.admin import bulk, history, pages
+from supervisor.admin.explain import explain
 from supervisor.admin.horizon import describe_horizon, horizon
 from supervisor.admin.jobs import (
     CANCEL_STATES,
@@ -72,6 +75,7 @@ __all__ = [
     "check_state",
     "describe_horizon",
     "describe_waiting",
+    "explain",
     "finished_counts",
     "get_job",
     "history",

@@ -34,9 +34,14 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
               help="Also what each kind costs over the last hour's finished jobs (at most "
                    "the newest 10,000): count, failure rate, p50/p95 of wall time, CPU "
                    "time and peak memory.")
+@click.option("--explain", is_flag=True,
+              help="Also, per live supervisor and queue it serves, what its tuning rules "
+                   "decide now (claim, depth, pipe, its cap, overrun threshold, carry "
+                   "waits) and which rule of supervisor/tuning.py set each, as of its "
+                   "last heartbeat.")
 @dsn_option
 @reports_errors
-def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
+def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, explain: bool,
                    dsn: str | None) -> None:
     """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
     started yet; completed per second over the last minute; age of the oldest available
@@ -46,11 +51,11 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
     with when they were last seen and when the jobs they held are rescued)."""
     with open_database(dsn) as conn:
         if not watch:
-            click.echo(_render(_snapshot(conn, kinds), as_json))
+            click.echo(_render(_snapshot(conn, kinds, explain), as_json))
             return
         try:
             while True:
-                text = _render(_snapshot(conn, kinds), as_json)
+                text = _render(_snapshot(conn, kinds, explain), as_json)
                 # JSON watchers get one object per line (a stream); people get a redraw.
                 click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
                            "Ctrl-C to stop")
@@ -59,15 +64,18 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool,
             return
 
 
-def _snapshot(conn, kinds: bool = False) -> dict[str, Any]:
+def _snapshot(conn, kinds: bool = False, explain: bool = False) -> dict[str, Any]:
     """The queue's status and the next schedule fires (empty without schedules); with
-    ``kinds``, what each kind cost recently."""
+    ``kinds``, what each kind cost recently; with ``explain``, what each supervisor's
+    tuning rules decide."""
     from supervisor.schedules import admin as schedules_admin
 
     snapshot = admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5),
                                      "horizon": admin.horizon(conn)}
     if kinds:
         snapshot["kinds"] = admin.kind_usage(conn)
+    if explain:
+        snapshot["explain"] = admin.explain(conn)
     return snapshot
 
 
@@ -111,11 +119,57 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append("\n".join(native))
     if "kinds" in snapshot:
         parts.append(kinds_table(snapshot["kinds"]))
+    if "explain" in snapshot:
+        parts.append(explain_text(snapshot["explain"]))
     if snapshot.get("next_fires"):
         rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]
                 for f in snapshot["next_fires"]]
         parts.append("next schedule fires\n" + table(["SCHEDULE", "EVERY", "NEXT"], rows))
     parts.extend(filter(None, [shm_warning()]))  # this machine's /dev/shm near full
+    return "\n\n".join(parts)
+
+
+def _decided(said: Any) -> str:
+    """``{"value", "rule"}`` as ``value (rule)``; ``-`` for no value."""
+    if not isinstance(said, dict):
+        return "?"
+    value = said.get("value")
+    shown = "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{shown} ({printable(str(said.get('rule')))})"
+
+
+def _ms(seconds: Any) -> str:
+    return "-" if not isinstance(seconds, int | float) else f"{seconds * 1000:.1f}ms"
+
+
+def explain_text(supervisors: list[dict[str, Any]]) -> str:
+    """``status --explain``: per live supervisor, what its tuning rules decide for each
+    queue it serves and, per kind seen there, its overrun threshold and pipe cap."""
+    if not supervisors:
+        return "tuning: no live supervisor"
+    parts = []
+    for sup in supervisors:
+        head = (f"tuning of {printable(sup['id'])} (pid {sup['pid']}, as of its heartbeat "
+                f"{age(sup['heartbeat_age'])} ago; rules: supervisor/tuning.py)")
+        queues = sup["queues"]
+        if not queues:
+            parts.append(head + "\n  publishes no tuning (an older version)")
+            continue
+        rows = [[printable(name), str(q.get("children", "?")), _decided(q.get("claim")),
+                 _decided(q.get("depth")), _decided(q.get("pipe")), _ms(q.get("run_time")),
+                 _ms(q.get("claim_latency")),
+                 _decided((q.get("carry") or {}).get("claim_coming"))]
+                for name, q in sorted(queues.items())]
+        text = head + "\n" + table(["QUEUE", "CHILDREN", "CLAIM", "DEPTH/CHILD", "PIPE",
+                                     "RUN TIME", "CLAIM RTT", "CARRY WAIT"], rows)
+        kinds = [[printable(kind), printable(name), _ms(k.get("p95")),
+                  _decided(k.get("overrun_after")), _decided(k.get("pipe_cap"))]
+                 for name, q in sorted(queues.items())
+                 for kind, k in sorted((q.get("kinds") or {}).items())
+                 if isinstance(k, dict)]
+        if kinds:
+            text += "\n" + table(["KIND", "QUEUE", "P95", "OVERRUN AFTER", "PIPE CAP"], kinds)
+        parts.append(text)
     return "\n\n".join(parts)
 
 

@@ -53,6 +53,7 @@ from supervisor.db import (
 )
 from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
+from supervisor.engine.explain import Explainer
 from supervisor.engine.horizon import HorizonWatch
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
@@ -115,6 +116,7 @@ class Engine:
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
                                config.default_timeout, clock, tracer, self.admission)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
+        self.explainer = Explainer(self.planner, self.run_times)  # status --explain
         # The leader's per-minute history, on a connection of its own (opened when first
         # needed), so its statements never hold this loop. An engine given its database
         # (tests over fakes) writes none unless given a writer too.
@@ -516,7 +518,8 @@ class Engine:
         if self.maintenance.due(now):
             # Each child's job, its age and memory ride on the heartbeat (once a round).
             info: dict[str, Any] = {"kinds": self.kinds,
-                                    "children": [r.as_json() for r in pool.child_reports()]}
+                                    "children": [r.as_json() for r in pool.child_reports()],
+                                    "explain": self.explainer.publish(pool.size())}
             native = pool.native_jobs(now)
             if native:
                 info["native"] = [n.as_info() for n in native]

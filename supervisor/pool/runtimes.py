@@ -98,11 +98,12 @@ class RunTimes:
     which of the last ``tail_window`` runs were tail runs; per queue, the smoothed and
     the typical run time."""
 
-    __slots__ = ("_kinds", "_stored", "average", "tuning", "typical")
+    __slots__ = ("_kinds", "_queue_kinds", "_stored", "average", "tuning", "typical")
 
     def __init__(self, tuning: Tuning = DEFAULT) -> None:
         self.tuning = tuning
         self._kinds: dict[str, _Kind] = {}
+        self._queue_kinds: dict[str, set[str]] = {}  # the kinds seen in each queue
         # The table's p95 of kinds too few of which completed here (issue 47).
         self._stored: dict[str, float] = {}
         self.average: dict[str, float] = {}  # per queue, smoothed
@@ -116,6 +117,9 @@ class RunTimes:
         runs = self._kinds.get(kind)
         if runs is None:
             runs = self._kinds[kind] = _Kind(tuning)
+        seen = self._queue_kinds.get(queue)
+        if seen is None or kind not in seen:
+            self._queue_kinds.setdefault(queue, set()).add(kind)
         # Judged against the median before this run; the first run of a kind has none
         # to be a tail of (a kind of 60 ms jobs would be capped for tail_window runs).
         median = runs.p50
@@ -191,6 +195,10 @@ class RunTimes:
     def queue_average(self, queue: str) -> float | None:
         """The queue's smoothed run time, or None before its first job ended."""
         return self.average.get(queue)
+
+    def kinds_of(self, queue: str) -> list[str]:
+        """The kinds of which a job of ``queue`` ran here, sorted."""
+        return sorted(self._queue_kinds.get(queue, ()))
 
     def queue_typical(self, queue: str) -> float | None:
         """The queue's typical run time (rare long runs cut), or None before its first."""
