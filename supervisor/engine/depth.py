@@ -48,7 +48,7 @@ from supervisor.pool import RunTimes
 from supervisor.tuning import DEFAULT, Tuning
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made at every claim and dispatch, frozen costs more
 class Decided:
     """A number the depth chose, and the rule that chose it: a field of the tuning
     table, ``prefetch`` (the queue's own setting) or ``unmeasured`` (no run time yet)."""

@@ -75,21 +75,25 @@ def ran_for(answer: JobDone | JobFailed) -> float:
 class _Kind:
     """One kind's recent runs and the figures computed from them."""
 
-    __slots__ = ("fresh", "p50", "p95", "samples", "tail", "tails")
+    __slots__ = ("fresh", "p50", "p95", "queues", "samples", "tail", "tail_from", "tails")
 
     def __init__(self, tuning: Tuning) -> None:
         self.samples: deque[float] = deque(maxlen=tuning.run_window)
         self.fresh = 0  # samples since the percentiles were computed
         self.p50: float | None = None
         self.p95: float | None = None
+        # A run this long is a tail run: none before the first median.
+        self.tail_from = math.inf
         # Per run, in order: was it a tail run.
         self.tail: deque[bool] = deque(maxlen=tuning.tail_window)
         self.tails = 0  # how many True in ``tail``
+        self.queues: set[str] = set()  # the queues its jobs ran in here
 
-    def sort(self, percentile: float) -> None:
+    def sort(self, tuning: Tuning) -> None:
         ordered = sorted(self.samples)
-        self.p50 = statistics.median_low(ordered)  # the nearest rank's median
-        self.p95 = nearest_rank(ordered, percentile)
+        self.p50 = median = statistics.median_low(ordered)  # the nearest rank's median
+        self.p95 = nearest_rank(ordered, tuning.percentile)
+        self.tail_from = max(tuning.min_overrun, tuning.tail_factor * median)
         self.fresh = 0
 
 
@@ -98,12 +102,11 @@ class RunTimes:
     which of the last ``tail_window`` runs were tail runs; per queue, the smoothed and
     the typical run time."""
 
-    __slots__ = ("_kinds", "_queue_kinds", "_stored", "average", "tuning", "typical")
+    __slots__ = ("_kinds", "_stored", "average", "tuning", "typical")
 
     def __init__(self, tuning: Tuning = DEFAULT) -> None:
         self.tuning = tuning
         self._kinds: dict[str, _Kind] = {}
-        self._queue_kinds: dict[str, set[str]] = {}  # the kinds seen in each queue
         # The table's p95 of kinds too few of which completed here (issue 47).
         self._stored: dict[str, float] = {}
         self.average: dict[str, float] = {}  # per queue, smoothed
@@ -113,32 +116,34 @@ class RunTimes:
 
     def ran(self, kind: str, queue: str, seconds: float) -> None:
         """A job of ``kind`` in ``queue`` ran ``seconds``."""
+        # Once per job in the parent: few lookups, no allocation.
         tuning = self.tuning
         runs = self._kinds.get(kind)
         if runs is None:
             runs = self._kinds[kind] = _Kind(tuning)
-        seen = self._queue_kinds.get(queue)
-        if seen is None or kind not in seen:
-            self._queue_kinds.setdefault(queue, set()).add(kind)
+        if queue not in runs.queues:
+            runs.queues.add(queue)
         # Judged against the median before this run; the first run of a kind has none
         # to be a tail of (a kind of 60 ms jobs would be capped for tail_window runs).
-        median = runs.p50
-        tail = median is not None and seconds >= max(tuning.min_overrun,
-                                                     tuning.tail_factor * median)
-        if len(runs.tail) == tuning.tail_window and runs.tail[0]:
+        tail = seconds >= runs.tail_from
+        history = runs.tail
+        if len(history) == history.maxlen and history[0]:
             runs.tails -= 1
-        runs.tail.append(tail)
+        history.append(tail)
         if tail:
             runs.tails += 1
-        runs.samples.append(seconds)
+        samples = runs.samples
+        samples.append(seconds)
         runs.fresh += 1
-        if runs.fresh >= tuning.sort_every or len(runs.samples) < tuning.sort_every:
-            runs.sort(tuning.percentile)
+        if runs.fresh >= tuning.sort_every or len(samples) < tuning.sort_every:
+            runs.sort(tuning)
         smoothing = tuning.smoothing
-        old = self.average.get(queue)
-        self.average[queue] = seconds if old is None else old + smoothing * (seconds - old)
-        usual = self.typical.get(queue)
-        self.typical[queue] = seconds if usual is None else usual + smoothing * (
+        average = self.average
+        old = average.get(queue)
+        average[queue] = seconds if old is None else old + smoothing * (seconds - old)
+        typical = self.typical
+        usual = typical.get(queue)
+        typical[queue] = seconds if usual is None else usual + smoothing * (
             min(seconds, tuning.tail_clip * usual) - usual)
 
     # -- per kind --------------------------------------------------------------------
@@ -154,7 +159,7 @@ class RunTimes:
         if runs is None or len(runs.samples) < self.tuning.drain_min_samples:
             return self._stored.get(kind)
         if runs.fresh:
-            runs.sort(self.tuning.percentile)
+            runs.sort(self.tuning)
         return runs.p95
 
     def unknown(self, kinds: set[str]) -> set[str]:
@@ -198,7 +203,7 @@ class RunTimes:
 
     def kinds_of(self, queue: str) -> list[str]:
         """The kinds of which a job of ``queue`` ran here, sorted."""
-        return sorted(self._queue_kinds.get(queue, ()))
+        return sorted(kind for kind, runs in self._kinds.items() if queue in runs.queues)
 
     def queue_typical(self, queue: str) -> float | None:
         """The queue's typical run time (rare long runs cut), or None before its first."""
