@@ -236,3 +236,15 @@ def test_dispatch_holds_no_more_than_the_cap_in_a_pipe():
     # Each pipe holds 2 now, against the queue's depth of 8: the rest wait in the parent.
     assert not h.pool.dispatch(job(5), 8)
     assert sorted(len(h.child(pid).jobs) for pid in (first, second)) == [2, 2]
+
+
+def test_one_p95_for_the_overrun_and_the_drain_whenever_asked():
+    """Issue 41: one estimator, one percentile rule: what a drain reads as a kind's p95
+    is what its overrun threshold is twice of, after any number of runs."""
+    times = RunTimes()
+    for i in range(1, 260):
+        times.ran("k", "q", 0.01 * (i % 37 + 1))
+        if i >= DEFAULT.drain_min_samples:
+            p95 = times.p95("k")
+            assert p95 is not None
+            assert times.overrun_after("k") == max(MIN_OVERRUN, DEFAULT.overrun_factor * p95)

@@ -38,8 +38,8 @@ wait in the parent, where whichever child frees first takes them. Such a kind's 
 time is its tail's, so a pipe shorter than its queue's depth costs it next to nothing.
 
 The percentiles are sorted again every ``sort_every`` runs (a sort of the window
-costs ~10 us), and at every run while a kind has fewer than that; ``p95`` sorts what
-came since when asked (a drain asks once).
+costs ~10 us), and at every run up to that many: every reader sees the same figures,
+the overrun threshold and a drain's notices alike.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class RunTimes:
         samples = runs.samples
         samples.append(seconds)
         runs.fresh += 1
-        if runs.fresh >= tuning.sort_every or len(samples) < tuning.sort_every:
+        if runs.fresh >= tuning.sort_every or len(samples) <= tuning.sort_every:
             runs.sort(tuning)
         smoothing = tuning.smoothing
         average = self.average
@@ -158,8 +158,6 @@ class RunTimes:
         runs = self._kinds.get(kind)
         if runs is None or len(runs.samples) < self.tuning.drain_min_samples:
             return self._stored.get(kind)
-        if runs.fresh:
-            runs.sort(self.tuning)
         return runs.p95
 
     def unknown(self, kinds: set[str]) -> set[str]:
