@@ -38,7 +38,7 @@ from supervisor.observe import (
     run_summary,
     wants_tracing,
 )
-from supervisor.pool import NativeJob, Pool, PoolHalted
+from supervisor.pool import NativeJob, Pool, PoolHalted, RunTimes
 from supervisor.schedules import ScheduleSpec
 from supervisor.signals import (
     DUPLICATE_WINDOW,
@@ -106,11 +106,14 @@ class Arbiter:
         if self.tracer is not None:
             child_tracing.enable()
             log.info("OpenTelemetry tracing on: claim, settle and per-job process spans")
+        # One estimate of how long jobs run: the pool feeds it, the engine reads it.
+        run_times = RunTimes(config.tuning)
         self.engine = engine if engine is not None else Engine(
             config, dsn, self.owner, queues, kinds, self.metrics, self.selector, clock=clock,
-            schedules=fires, tracer=self.tracer)
+            schedules=fires, tracer=self.tracer, run_times=run_times)
         self.pool = pool if pool is not None else Pool(config.pool_settings(), self.selector,
-                                                       clock=clock)
+                                                       clock=clock, run_times=run_times,
+                                                       tuning=config.tuning)
         self.metrics_server: MetricsServer | None = None
         self.progress = progress
         self._progress_read_at: float | None = None  # when the table was last read for it

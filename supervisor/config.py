@@ -31,6 +31,7 @@ from shared.reservations import check_resources, parse_resources
 from shared.units import parse_duration, parse_number, parse_size, parse_whole
 from supervisor.pool import PoolSettings
 from supervisor.queue_policy import QueuePolicy, validate
+from supervisor.tuning import DEFAULT, Tuning
 
 
 class ConfigError(ValueError):
@@ -104,6 +105,9 @@ class RunConfig:
     # whether ``children`` is that default rather than set by flag or file.
     cpus: CpuCount = field(default_factory=available_cpus)
     children_from_cpus: bool = True
+    # Not a setting either: the dispatch path's numbers (supervisor.tuning), one record
+    # handed to the depth, the planner, the outbox, the run times and the pool.
+    tuning: Tuning = DEFAULT
 
     def children_origin(self) -> str:
         """Where the number of children came from, for the start-up line."""
@@ -145,7 +149,7 @@ class RunConfig:
 
 _SCALAR_KEYS = {f.name for f in fields(RunConfig)} - {"queue_policies", "queues", "burst",
                                                       "schedules", "cpus",
-                                                      "children_from_cpus"}
+                                                      "children_from_cpus", "tuning"}
 _QUEUE_KEYS = {f.name for f in fields(QueuePolicy)} - {"name"}
 def _norm(key: str) -> str:
     return key.replace("-", "_")

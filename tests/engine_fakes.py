@@ -17,7 +17,8 @@ from supervisor.config import RunConfig
 from supervisor.db import ClaimResult, Database, FailuresWritten
 from supervisor.engine import Engine
 from supervisor.observe.metrics import SupervisorMetrics
-from supervisor.pool import JobDone, JobFailed, JobStarted
+from supervisor.pool import JobDone, JobFailed, JobStarted, RunTimes
+from supervisor.pool.runtimes import ran_for
 
 
 class Clock:
@@ -250,8 +251,10 @@ class FakeDatabase(Database):
 class FakePool:
     """Children as counters; the test finishes their jobs."""
 
-    def __init__(self, size: int = 2) -> None:
+    def __init__(self, size: int = 2, run_times: RunTimes | None = None) -> None:
         self._size = size
+        # Fed at each answer taken, as the pool feeds the engine's at each it reads.
+        self.run_times = run_times if run_times is not None else RunTimes()
         self.idle = size
         self.jobs: dict[int, ClaimedJob] = {}
         self.outcomes: list = []
@@ -339,6 +342,9 @@ class FakePool:
 
     def take_outcomes(self) -> list:
         taken, self.outcomes = self.outcomes, []
+        for outcome in taken:
+            if isinstance(outcome, JobDone | JobFailed):
+                self.run_times.ran(outcome.job.kind, outcome.job.queue, ran_for(outcome))
         return taken
 
     def finish(self, job_id: int, result: str = '{"ok": true}') -> None:
@@ -361,4 +367,4 @@ def make_engine(*, children: int = 2, queues=("default",), burst: bool = False, 
     engine = Engine(config, db.dsn, "me", list(queues), ["k"], SupervisorMetrics("me"),
                     db.selector, clock=clock, database=db)
     engine.open()
-    return engine, db, store, FakePool(children), clock
+    return engine, db, store, FakePool(children, engine.run_times), clock

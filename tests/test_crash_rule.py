@@ -53,7 +53,6 @@ def test_the_handlers_rule_is_what_the_engine_builds():
 
 def test_an_uncounted_timeout_is_said_at_once_and_not_counted_by_the_breaker(caplog):
     from shared.jobs import ClaimedJob
-    from supervisor.engine.depth import PrefetchDepth
     from supervisor.engine.ledger import Ledger
     from supervisor.engine.outbox import Outbox
     from supervisor.engine.reporting import OutcomeReporter
@@ -61,7 +60,7 @@ def test_an_uncounted_timeout_is_said_at_once_and_not_counted_by_the_breaker(cap
     from supervisor.pool import JobFailed
 
     metrics = SupervisorMetrics("o", version="1")
-    reporter = OutcomeReporter(Ledger(), Outbox(metrics, 0.02), metrics, PrefetchDepth())
+    reporter = OutcomeReporter(Ledger(), Outbox(metrics, 0.02), metrics)
     slow = ClaimedJob(1, "chunk", "video", 1, 5, 0, 8.0, "{}")
     caplog.set_level("INFO", logger="supervisor")
     reporter.record([JobFailed(slow, "timeout", "ran past its 8 s timeout", None, None,

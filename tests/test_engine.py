@@ -10,8 +10,10 @@ import pytest
 from engine_fakes import make_engine
 
 from shared.usage import Usage
-from supervisor.engine.outbox import CLAIM_CARRY_WAIT, START_HOLD
 from supervisor.pool import JobDone
+from supervisor.tuning import DEFAULT
+
+CLAIM_CARRY_WAIT, START_HOLD = DEFAULT.claim_carry_wait, DEFAULT.start_hold
 
 
 def running_two():
@@ -160,7 +162,7 @@ def test_the_depth_counts_the_childs_run_time_not_the_parents_reading_of_it():
     pool.idle += 1
     pool.outcomes.append(JobDone(job, '{"ok": true}', 0.0, Usage(0.03, 0.03, 1 << 20)))
     engine.tick(clock.now, pool)
-    assert engine.planner.depth.run_time["default"] == pytest.approx(0.03)
+    assert engine.run_times.queue_average("default") == pytest.approx(0.03)
     assert engine.planner.depth.depth("default", None) < 10
 
 
@@ -427,7 +429,7 @@ def test_a_short_jobs_start_is_never_written_its_completion_carries_it():
 
 
 def test_a_long_jobs_start_rides_on_a_claim_once_old_or_is_written_within_the_hold():
-    from supervisor.engine.outbox import START_CARRY_AGE, START_HOLD
+    START_CARRY_AGE = DEFAULT.start_carry_age
 
     engine, db, store, pool, clock = make_engine(children=2)
     store.add(n=3)
@@ -456,16 +458,18 @@ def test_a_long_jobs_start_rides_on_a_claim_once_old_or_is_written_within_the_ho
 
 
 def test_prefetch_depth_follows_run_times():
-    from supervisor.engine.depth import MAX_DEPTH, MAX_PIPELINE, PrefetchDepth
+    from supervisor.engine.depth import PrefetchDepth
+    MAX_DEPTH, MAX_PIPELINE = DEFAULT.max_depth, DEFAULT.max_pipeline
+    from supervisor.pool import RunTimes
 
-    depth = PrefetchDepth()
+    depth = PrefetchDepth(RunTimes())
     assert depth.depth("q", None) == 1  # nothing measured: one per child
     assert depth.depth("q", 8) == 8  # a configured prefetch wins
     for _ in range(50):
         depth.claimed(0.004)
-        depth.ran("q", 0.001)
-        depth.ran("noop", 0.00002)
-        depth.ran("long", 2.0)
+        depth.run_times.ran("q", "q", 0.001)
+        depth.run_times.ran("noop", "noop", 0.00002)
+        depth.run_times.ran("long", "long", 2.0)
     # 2 x 4 ms of 1 ms jobs, the one in hand and a spare
     assert depth.depth("q", None) in (10, 11)
     assert depth.depth("noop", None) == MAX_DEPTH
@@ -590,18 +594,19 @@ def test_jobs_of_5_to_100_ms_are_held_a_tenth_of_a_second_deep_but_not_a_heavy_t
     three; a queue of 2 ms jobs with a rare 3 s one keeps the latency's depth after its
     long run, as its typical job is still 2 ms."""
     from supervisor.engine.depth import PrefetchDepth
+    from supervisor.pool import RunTimes
 
-    even = PrefetchDepth()
+    even = PrefetchDepth(RunTimes())
     for _ in range(20):
-        even.ran("q", 0.02)
+        even.run_times.ran("k", "q", 0.02)
     assert even.depth("q", None) == 5
-    tailed = PrefetchDepth()
+    tailed = PrefetchDepth(RunTimes())
     for _ in range(199):
-        tailed.ran("q", 0.002)
+        tailed.run_times.ran("k", "q", 0.002)
     plain = tailed.depth("q", None)
-    tailed.ran("q", 3.0)
+    tailed.run_times.ran("k", "q", 3.0)
     depths = []
     for _ in range(30):
-        tailed.ran("q", 0.002)
+        tailed.run_times.ran("k", "q", 0.002)
         depths.append(tailed.depth("q", None))
     assert max(depths) <= plain, (plain, depths)

@@ -19,8 +19,11 @@ from supervisor.engine.allotment import (
     pick_queue,
     shares,
 )
-from supervisor.engine.planner import CLAIM_HOLD, Scheduler
+from supervisor.engine.planner import Scheduler
 from supervisor.queue_policy import QueuePolicy, validate
+from supervisor.tuning import DEFAULT
+
+CLAIM_HOLD = DEFAULT.claim_hold
 
 EQUAL = {"a": 0.25, "b": 0.25, "c": 0.25, "d": 0.25, "e": 0.25}
 UNEQUAL = {"a": 0.1, "b": 0.5, "c": 0.3, "d": 0.2, "e": 1.0}

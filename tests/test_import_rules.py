@@ -36,10 +36,11 @@ ALLOWED: dict[str, set[str]] = {
     "namesake": set(),
     "cli": {"arbiter", "config", "apps", "signals", "observe", "schedules", "admin",
             "dashboard", "namesake", "breaker"},
-    "arbiter": {"engine", "pool", "observe", "schedules", "signals", "config", "apps"},
-    "config": {"pool", "queue_policy"},
+    "arbiter": {"engine", "pool", "observe", "schedules", "signals", "config", "apps",
+                "tuning"},
+    "config": {"pool", "queue_policy", "tuning"},
     "engine": {"db", "pool", "observe", "schedules", "config", "queue_policy", "admission",
-               "breaker"},
+               "breaker", "tuning"},
     # The circuit breaker per kind: its own tables and statements (0017).
     "breaker": set(),
     # Which claimed job may start, by what it reserves (issue 27): pure bookkeeping.
@@ -50,7 +51,9 @@ ALLOWED: dict[str, set[str]] = {
     # The dashboard's schedules page lists and switches schedules as the CLI does.
     "admin": {"schedules"},
     "db": set(),
-    "pool": set(),
+    "pool": {"tuning"},
+    # The dispatch path's numbers, one frozen record (issue 41): imports nothing.
+    "tuning": set(),
     "observe": set(),
     "schedules": set(),
     "signals": set(),

@@ -222,14 +222,13 @@ def test_kinds_past_the_cap_share_one_label_value_and_the_scrape_stays_small():
 
 
 def test_a_child_killed_for_a_timeout_is_one_exit_not_two():
-    from supervisor.engine.depth import PrefetchDepth
     from supervisor.engine.ledger import Ledger
     from supervisor.engine.outbox import Outbox
     from supervisor.engine.reporting import OutcomeReporter
     from supervisor.pool import ChildEvent
 
     m = SupervisorMetrics("o", version="1")
-    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m, PrefetchDepth())
+    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m)
     reporter.record([ChildEvent(7, 1, "killed", "ran past its 1 s timeout"),
                      ChildEvent(7, 1, "exited", "killed by SIGTERM"),
                      ChildEvent(8, 2, "exited", "exited with code 3")], 0.0)
@@ -240,14 +239,13 @@ def test_a_child_killed_for_a_timeout_is_one_exit_not_two():
 
 def test_job_cpu_seconds_counts_each_attempt_a_child_measured():
     from shared.usage import Usage
-    from supervisor.engine.depth import PrefetchDepth
     from supervisor.engine.ledger import Ledger
     from supervisor.engine.outbox import Outbox
     from supervisor.engine.reporting import OutcomeReporter
     from supervisor.pool import JobDone, JobFailed
 
     m = SupervisorMetrics("o", version="1")
-    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m, PrefetchDepth())
+    reporter = OutcomeReporter(Ledger(), Outbox(m, 0.02), m)
     reporter.record([
         JobDone(job(), "null", 0.3, Usage(0.2, 0.3, 1 << 20)),
         JobFailed(job(), FAIL_ERROR, "boom", None, None, False, 2.0, Usage(1.5, 2.0, 1)),

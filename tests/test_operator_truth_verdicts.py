@@ -8,7 +8,6 @@ import logging
 
 from shared.jobs import FAIL_CRASHED, FAIL_ERROR, ClaimedJob
 from supervisor.db import Failure, FailuresWritten
-from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.reporting import OutcomeReporter
@@ -22,7 +21,7 @@ def _job(job_id: int, attempt: int, max_attempts: int = 3) -> ClaimedJob:
 
 def _reporter() -> tuple[OutcomeReporter, SupervisorMetrics]:
     metrics = SupervisorMetrics("o", version="1")
-    return OutcomeReporter(Ledger(), Outbox(metrics, 0.02), metrics, PrefetchDepth()), metrics
+    return OutcomeReporter(Ledger(), Outbox(metrics, 0.02), metrics), metrics
 
 
 def _failed(job: ClaimedJob, kind: str = FAIL_CRASHED) -> JobFailed:

@@ -12,7 +12,9 @@ from pool_fakes import Harness
 from shared import wire
 from shared.jobs import ClaimedJob
 from supervisor.pool import JobReturned
-from supervisor.pool.runtimes import MIN_OVERRUN
+from supervisor.tuning import DEFAULT
+
+MIN_OVERRUN = DEFAULT.min_overrun
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -11,7 +11,7 @@ from pool_fakes import Harness
 from shared import wire
 from shared.jobs import ClaimedJob
 from supervisor.pool import JobReturned
-from supervisor.pool.recalls import STEAL_MIN
+from supervisor.tuning import DEFAULT
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -67,7 +67,7 @@ def test_a_single_queued_job_its_child_is_about_to_reach_stays():
     h, a, _ = one_child_holding()
     # Job 2 is answered as soon as it was recalled and job 3 is the only one left...
     for _ in range(20):  # ...of a kind measured at 5 ms a run
-        h.pool.run_times.ran("pool_noop", STEAL_MIN / 2)
+        h.pool.run_times.ran("pool_noop", "default", DEFAULT.steal_min / 2)
     h.says(a, wire.Done(1, b"null").encode() + wire.Start(2).encode())
     h.take()
     assert [j.id for j in h.child(a).jobs] == [2, 3]

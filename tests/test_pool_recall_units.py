@@ -10,8 +10,10 @@ from pool_fakes import Harness
 
 from shared import wire
 from shared.jobs import FAIL_EXPIRED, ClaimedJob
-from supervisor.pool import JobDone, JobExpired, JobReturned, JobStarted
-from supervisor.pool.runtimes import MIN_OVERRUN, TAIL_SHARE, TAIL_WINDOW, RunTimes
+from supervisor.pool import JobDone, JobExpired, JobReturned, JobStarted, RunTimes
+from supervisor.tuning import DEFAULT
+
+MIN_OVERRUN, TAIL_SHARE, TAIL_WINDOW = DEFAULT.min_overrun, DEFAULT.tail_share, DEFAULT.tail_window
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -171,29 +173,29 @@ def test_run_times_p95_per_kind_and_the_50_ms_floor():
     times = RunTimes()
     assert times.overrun_after("k") == MIN_OVERRUN  # not measured yet
     for i in range(200):
-        times.ran("k", 3.0 if i % 200 == 199 else 0.002)
+        times.ran("k", "q", 3.0 if i % 200 == 199 else 0.002)
     assert times.p95("k") == pytest.approx(0.002)
     assert times.overrun_after("k") == MIN_OVERRUN
     for i in range(200):
-        times.ran("even", 0.1 + 0.001 * (i % 5))  # 100-104 ms: its p95 is 104 ms
+        times.ran("even", "q", 0.1 + 0.001 * (i % 5))  # 100-104 ms: its p95 is 104 ms
     # Twice the p95: one run in twenty passes the p95 itself, an ordinary run.
     assert times.overrun_after("even") == pytest.approx(2 * 0.104)
 
 
 def heavy_tailed(times: RunTimes, kind: str, runs: int, every: int) -> None:
     for i in range(runs):
-        times.ran(kind, 3.0 if i % every == every - 1 else 0.002)
+        times.ran(kind, "q", 3.0 if i % every == every - 1 else 0.002)
 
 
 def test_a_kind_without_a_tail_has_no_pipe_cap():
     times = RunTimes()
     assert times.pipe_cap("k") is None  # not measured
     for _ in range(1000):
-        times.ran("k", 0.002)
+        times.ran("k", "q", 0.002)
     assert times.pipe_cap("k") is None
     # A uniformly slow kind jitters past its p95 by a hair, never by ten times its median.
     for i in range(1000):
-        times.ran("slow", 0.06 + (i % 7) * 0.001)
+        times.ran("slow", "q", 0.06 + (i % 7) * 0.001)
     assert times.pipe_cap("slow") is None
 
 
@@ -209,19 +211,19 @@ def test_the_pipe_cap_keeps_the_jobs_behind_tail_runs_under_the_share():
     assert times.pipe_cap("one_in_20") == 2
     # The tail leaves the window: the cap goes.
     for _ in range(TAIL_WINDOW):
-        times.ran("one_in_200", 0.002)
+        times.ran("one_in_200", "q", 0.002)
     assert times.pipe_cap("one_in_200") is None
 
 
 def test_a_tail_is_judged_against_the_median_before_it():
     times = RunTimes()
-    times.ran("k", 3.0)  # the first run: no median to be a tail of
+    times.ran("k", "q", 3.0)  # the first run: no median to be a tail of
     assert times.pipe_cap("k") is None
     times = RunTimes()
-    times.ran("k", 0.001)
-    times.ran("k", MIN_OVERRUN * 0.9)  # ten times the median, short of the floor
+    times.ran("k", "q", 0.001)
+    times.ran("k", "q", MIN_OVERRUN * 0.9)  # ten times the median, short of the floor
     assert times.pipe_cap("k") is None
-    times.ran("k", MIN_OVERRUN)
+    times.ran("k", "q", MIN_OVERRUN)
     assert times.pipe_cap("k") == 2  # one tail in three runs
 
 
@@ -234,3 +236,15 @@ def test_dispatch_holds_no_more_than_the_cap_in_a_pipe():
     # Each pipe holds 2 now, against the queue's depth of 8: the rest wait in the parent.
     assert not h.pool.dispatch(job(5), 8)
     assert sorted(len(h.child(pid).jobs) for pid in (first, second)) == [2, 2]
+
+
+def test_one_p95_for_the_overrun_and_the_drain_whenever_asked():
+    """Issue 41: one estimator, one percentile rule: what a drain reads as a kind's p95
+    is what its overrun threshold is twice of, after any number of runs."""
+    times = RunTimes()
+    for i in range(1, 260):
+        times.ran("k", "q", 0.01 * (i % 37 + 1))
+        if i >= DEFAULT.drain_min_samples:
+            p95 = times.p95("k")
+            assert p95 is not None
+            assert times.overrun_after("k") == max(MIN_OVERRUN, DEFAULT.overrun_factor * p95)

@@ -8,7 +8,7 @@ import pytest
 
 from shared.jobs import ClaimedJob
 from supervisor.engine.notices import notify_drain
-from supervisor.engine.runtimes import RunTimes
+from supervisor.pool import RunTimes
 
 
 def claimed(job_id: int, kind: str) -> ClaimedJob:
@@ -35,21 +35,21 @@ def test_the_95th_percentile_is_the_nearest_rank_of_the_recent_runs():
     times = RunTimes()
     assert times.p95("k") is None
     for seconds in (1.0, 2.0):
-        times.ran("k", seconds)
+        times.ran("k", "q", seconds)
     assert times.p95("k") is None  # too few to say
     for i in range(3, 101):
-        times.ran("k", float(i))
+        times.ran("k", "q", float(i))
     assert times.p95("k") == 95.0
     for _ in range(200):  # only the last runs count
-        times.ran("k", 0.5)
+        times.ran("k", "q", 0.5)
     assert times.p95("k") == 0.5
 
 
 def test_a_drain_tells_the_jobs_that_cannot_finish_in_the_grace_and_the_unmeasured():
     times = RunTimes()
     for _ in range(20):
-        times.ran("short", 1.0)
-        times.ran("long", 60.0)
+        times.ran("short", "q", 1.0)
+        times.ran("long", "q", 60.0)
     pool = Running((claimed(1, "short"), 0.5), (claimed(2, "long"), 50.0),
                    (claimed(3, "long"), 5.0), (claimed(4, "new"), 0.1),
                    (claimed(5, "short"), 2.0))

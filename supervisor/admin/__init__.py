@@ -18,6 +18,8 @@ Door:
 - ``kind_usage``: what each kind cost over recent finished jobs (``status --kinds``);
   ``key_usage``: what each concurrency key's jobs cost over the last day, every
   attempt counted (``status --keys``);
+- ``explain``: what each live supervisor's tuning rules decide per queue
+  (``status --explain``);
 - ``horizon``, ``describe_horizon``: who holds the MVCC horizon back, and its cost;
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
@@ -28,6 +30,7 @@ Door:
 """
 
 from supervisor.admin import batch_actions, bulk, history, pages
+from supervisor.admin.explain import explain
 from supervisor.admin.horizon import describe_horizon, horizon
 from supervisor.admin.jobs import (
     CANCEL_STATES,
@@ -78,6 +81,7 @@ __all__ = [
     "describe_horizon",
     "describe_resources_held",
     "describe_waiting",
+    "explain",
     "finished_counts",
     "get_job",
     "history",

@@ -38,9 +38,15 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
               help="Also what each concurrency key's jobs cost over the last day's "
                    "finished jobs, every attempt counted: CPU-seconds, wall-seconds, "
                    "peak memory p95, attempts and retries.")
+@click.option("--explain", is_flag=True,
+              help="Also, per live supervisor and queue it serves, what its tuning rules "
+                   "decide now (claim, depth, pipe, its cap, overrun threshold, carry "
+                   "waits) and which rule of supervisor/tuning.py set each, as of its "
+                   "last heartbeat.")
 @dsn_option
 @reports_errors
 def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, keys: bool,
+                   explain: bool,
                    dsn: str | None) -> None:
     """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
     started yet; completed per second over the last minute; age of the oldest available
@@ -50,11 +56,11 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, key
     with when they were last seen and when the jobs they held are rescued)."""
     with open_database(dsn) as conn:
         if not watch:
-            click.echo(_render(_snapshot(conn, kinds, keys), as_json))
+            click.echo(_render(_snapshot(conn, kinds, keys, explain), as_json))
             return
         try:
             while True:
-                text = _render(_snapshot(conn, kinds, keys), as_json)
+                text = _render(_snapshot(conn, kinds, keys, explain), as_json)
                 # JSON watchers get one object per line (a stream); people get a redraw.
                 click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
                            "Ctrl-C to stop")
@@ -63,9 +69,11 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, key
             return
 
 
-def _snapshot(conn, kinds: bool = False, keys: bool = False) -> dict[str, Any]:
+def _snapshot(conn, kinds: bool = False, keys: bool = False,
+              explain: bool = False) -> dict[str, Any]:
     """The queue's status and the next schedule fires (empty without schedules); with
-    ``kinds``, what each kind cost recently; with ``keys``, each concurrency key."""
+    ``kinds``, what each kind cost recently; with ``keys``, each concurrency key; with
+    ``explain``, what each supervisor's tuning rules decide."""
     from supervisor.schedules import admin as schedules_admin
 
     snapshot = admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5),
@@ -74,6 +82,8 @@ def _snapshot(conn, kinds: bool = False, keys: bool = False) -> dict[str, Any]:
         snapshot["kinds"] = admin.kind_usage(conn)
     if keys:
         snapshot["keys"] = admin.key_usage(conn)
+    if explain:
+        snapshot["explain"] = admin.explain(conn)
     return snapshot
 
 
@@ -126,11 +136,57 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append(kinds_table(snapshot["kinds"]))
     if "keys" in snapshot:
         parts.append(keys_table(snapshot["keys"]))
+    if "explain" in snapshot:
+        parts.append(explain_text(snapshot["explain"]))
     if snapshot.get("next_fires"):
         rows = [[printable(f["name"]), printable(f["expression"]), str(f["next_fire"])]
                 for f in snapshot["next_fires"]]
         parts.append("next schedule fires\n" + table(["SCHEDULE", "EVERY", "NEXT"], rows))
     parts.extend(filter(None, [shm_warning()]))  # this machine's /dev/shm near full
+    return "\n\n".join(parts)
+
+
+def _decided(said: Any) -> str:
+    """``{"value", "rule"}`` as ``value (rule)``; ``-`` for no value."""
+    if not isinstance(said, dict):
+        return "?"
+    value = said.get("value")
+    shown = "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{shown} ({printable(str(said.get('rule')))})"
+
+
+def _ms(seconds: Any) -> str:
+    return "-" if not isinstance(seconds, int | float) else f"{seconds * 1000:.1f}ms"
+
+
+def explain_text(supervisors: list[dict[str, Any]]) -> str:
+    """``status --explain``: per live supervisor, what its tuning rules decide for each
+    queue it serves and, per kind seen there, its overrun threshold and pipe cap."""
+    if not supervisors:
+        return "tuning: no live supervisor"
+    parts = []
+    for sup in supervisors:
+        head = (f"tuning of {printable(sup['id'])} (pid {sup['pid']}, as of its heartbeat "
+                f"{age(sup['heartbeat_age'])} ago; rules: supervisor/tuning.py)")
+        queues = sup["queues"]
+        if not queues:
+            parts.append(head + "\n  publishes no tuning (an older version)")
+            continue
+        rows = [[printable(name), str(q.get("children", "?")), _decided(q.get("claim")),
+                 _decided(q.get("depth")), _decided(q.get("pipe")), _ms(q.get("run_time")),
+                 _ms(q.get("claim_latency")),
+                 _decided((q.get("carry") or {}).get("claim_coming"))]
+                for name, q in sorted(queues.items())]
+        text = head + "\n" + table(["QUEUE", "CHILDREN", "CLAIM", "DEPTH/CHILD", "PIPE",
+                                     "RUN TIME", "CLAIM RTT", "CARRY WAIT"], rows)
+        kinds = [[printable(kind), printable(name), _ms(k.get("p95")),
+                  _decided(k.get("overrun_after")), _decided(k.get("pipe_cap"))]
+                 for name, q in sorted(queues.items())
+                 for kind, k in sorted((q.get("kinds") or {}).items())
+                 if isinstance(k, dict)]
+        if kinds:
+            text += "\n" + table(["KIND", "QUEUE", "P95", "OVERRUN AFTER", "PIPE CAP"], kinds)
+        parts.append(text)
     return "\n\n".join(parts)
 
 

@@ -19,14 +19,9 @@ import math
 from collections.abc import Mapping, Set
 
 from supervisor.queue_policy import QueuePolicy
+from supervisor.tuning import DEFAULT, Tuning
 
-_EPS = 1e-9
-# How much a queue may be owed (or owe), in job lengths: enough memory to give a queue
-# with a tiny share its turn, bounded so a queue that could not use its share for a
-# while (rate limit, unhandled kinds) does not then take the pool for long.
-HORIZON_JOBS = 8.0
-MIN_HORIZON = 1.0  # child-seconds, until job lengths have been seen
-LENGTH_HALF_LIFE = 60.0  # seconds over which the mean job length is averaged
+_EPS = 1e-9  # a float's error, not a rule
 
 
 def shares(policies: Mapping[str, QueuePolicy], demand: Set[str], total: int) -> dict[str, float]:
@@ -93,10 +88,14 @@ class Deficits:
     Entitlements are scaled to the children the queues with demand actually held, so the
     book stays zero-sum (children idle for lack of claimed work, or held by a queue
     finishing its last jobs, are nobody's debt). A queue that loses its demand forgets
-    its balance, as in deficit round robin: idle time is not banked.
+    its balance, as in deficit round robin: idle time is not banked. How much a queue
+    may be owed (or owe) is ``tuning.horizon_jobs`` job lengths: enough memory to give a
+    queue with a tiny share its turn, bounded so a queue that could not use its share
+    for a while (rate limit, unhandled kinds) does not then take the pool for long.
     """
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, tuning: Tuning = DEFAULT) -> None:
+        self.tuning = tuning
         self.owed: dict[str, float] = {}
         self._at = now
         self._share: dict[str, float] = {}
@@ -127,13 +126,13 @@ class Deficits:
         """The balances rounded to a sixteenth of the horizon, for ordering queues: a
         queue is not preferred for being owed a millisecond more, which would swap the
         spare child back and forth between claims."""
-        step = self.horizon() / 16
+        step = self.horizon() / self.tuning.rank_steps
         return {q: round(v / step) for q, v in self.owed.items()}
 
     def horizon(self) -> float:
         """The largest balance kept, in child-seconds: a few mean job lengths."""
         length = self._busy / self._starts if self._starts >= 1 else 0.0
-        return max(MIN_HORIZON, HORIZON_JOBS * length)
+        return max(self.tuning.min_horizon, self.tuning.horizon_jobs * length)
 
     def _account(self, dt: float) -> None:
         held = sum(self._running.get(q, 0) for q in self._share)
@@ -143,7 +142,7 @@ class Deficits:
         for q, s in self._share.items():
             balance = self.owed.get(q, 0.0) + (s * scale - self._running.get(q, 0)) * dt
             self.owed[q] = min(max(balance, -bound), bound)
-        decay = 0.5 ** (dt / LENGTH_HALF_LIFE)
+        decay = math.exp2(-dt / self.tuning.length_half_life)
         self._busy = self._busy * decay + sum(self._running.values()) * dt
         self._starts *= decay
 
@@ -173,6 +172,7 @@ def pick_queue(
     """
     owed = owed or {}
     best: tuple | None = None
+    chosen: str | None = None  # the best key's queue, if it has jobs waiting
     for name in set(waiting).union(coming):
         held = running.get(name, 0)
         if held >= caps.get(name, 0):
@@ -187,4 +187,5 @@ def pick_queue(
         key = (held >= target, -owed.get(name, 0.0), load, name, has_jobs)
         if best is None or key < best:
             best = key
-    return None if best is None or not best[4] else best[3]
+            chosen = name if has_jobs else None
+    return chosen

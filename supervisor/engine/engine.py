@@ -53,7 +53,7 @@ from supervisor.db import (
 )
 from supervisor.engine.admitted import dispatch_admitted
 from supervisor.engine.claims import Claimer
-from supervisor.engine.depth import LONG_JOB
+from supervisor.engine.explain import Explainer
 from supervisor.engine.horizon import HorizonWatch
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
@@ -67,8 +67,8 @@ from supervisor.engine.policy import (
     served_kinds,
 )
 from supervisor.engine.reporting import OutcomeReporter
-from supervisor.engine.runtimes import MIN_SAMPLES
 from supervisor.observe import JobTracer, SupervisorMetrics
+from supervisor.pool import RunTimes
 
 if TYPE_CHECKING:  # config imports the allotment, and the pool comes in each tick
     from supervisor.config import RunConfig
@@ -93,8 +93,8 @@ class Engine:
                  kinds: list[str], metrics: SupervisorMetrics,
                  selector: selectors.BaseSelector, *, clock=time.monotonic,
                  database: Database | None = None, schedules: Schedules | None = None,
-                 tracer: JobTracer | None = None, history: HistoryWriter | None = None
-                 ) -> None:
+                 tracer: JobTracer | None = None, history: HistoryWriter | None = None,
+                 run_times: RunTimes | None = None) -> None:
         now = clock()
         self.config = config
         self.owner = owner
@@ -110,17 +110,21 @@ class Engine:
         self.kinds = kinds = served_kinds(kinds, budget)
         self.metrics = metrics
         self.clock = clock
+        # How long jobs run here: the pool feeds it (the arbiter hands both the same),
+        # the depth, the claim's carry and a drain's notices read it.
+        self.run_times = run_times if run_times is not None else RunTimes(config.tuning)
         self.planner = Scheduler(config, queues, now, clock=clock, metrics=metrics,
-                                 owner=owner)
+                                 owner=owner, run_times=self.run_times)
         self.admission = Admission(budget, config.admission_patience)
         self.next_kind_memory = now  # when each kind's default memory is read again
         self.breaker = Breaker(BreakerSettings(config.breaker_failures, config.breaker_window,
                                                config.breaker_cooldown))
         self.ledger = Ledger(self.admission)
-        self.outbox = Outbox(metrics, config.flush_interval, tracer)
+        self.outbox = Outbox(metrics, config.flush_interval, tracer, config.tuning)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
                                config.default_timeout, clock, tracer, self.admission)
-        self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics, self.planner.depth)
+        self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
+        self.explainer = Explainer(self.planner, self.run_times)  # status --explain
         # The leader's per-minute history, on a connection of its own (opened when first
         # needed), so its statements never hold this loop. An engine given its database
         # (tests over fakes) writes none unless given a writer too.
@@ -235,7 +239,7 @@ class Engine:
         if self.config.burst and self.claimer.accepting:
             self._check_burst(now, pool)
         if self.drain_ends is not None and pool.busy_count():
-            notify_drain(pool, self.reporter.run_times, max(0.0, self.drain_ends - now))
+            notify_drain(pool, self.run_times, max(0.0, self.drain_ends - now))
 
     def run_failures(self, window: float) -> RunFailures | None:
         """What this supervisor's jobs that ended in the last ``window`` seconds were
@@ -299,17 +303,18 @@ class Engine:
     def _claim_coming(self, pool: Pool) -> bool:
         """A claim will be sent as the running jobs end: some queue has work and a
         child is busy (each job that ends frees a place the claim fills), and its jobs
-        are short. Completions wait for it a little (``outbox.CLAIM_CARRY_WAIT``)
+        are short. Completions wait for it a little (``tuning.claim_carry_wait``)
         rather than force a claim of one or two jobs, or a write of their own. Not for
-        jobs of ``LONG_JOB`` or more: one claim per job is little beside them, and the
+        jobs of ``tuning.long_job`` or more: one claim per job is little beside them, and the
         claims it saved let a child that ends while the next claim is still out (slow
         on a loaded machine) wait for it: 100 ms runs were slower in 3 of 4 runs."""
         planner = self.planner
         if not (self.claimer.accepting and planner.demand and not self.fenced
                 and pool.busy_count() > 0):
             return False
-        run_time = planner.depth.run_time
-        return all(run_time.get(queue, LONG_JOB) < LONG_JOB for queue in planner.demand)
+        average, long_job = self.run_times.queue_average, self.config.tuning.long_job
+        return all((run_time := average(queue)) is not None and run_time < long_job
+                   for queue in planner.demand)
 
     @property
     def claim_in_flight(self) -> bool:
@@ -371,7 +376,7 @@ class Engine:
             targets = planner.targets(size, waiting)
             for queue in waiting:
                 depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
-                if depth < 2 or held[queue] > targets.get(queue, 0):
+                if depth < planner.tuning.min_top_up_pipe or held[queue] > targets.get(queue, 0):
                     continue
                 while (job := ledger.pop_waiting(queue)) is not None:
                     if not pool.dispatch(job, depth, own_queue=True):
@@ -436,11 +441,12 @@ class Engine:
         grace to checkpoint and stop (``engine.notices``); each tick after, the jobs
         that started late or overran their estimate. Returns how many were told now."""
         self.drain_ends = self.clock() + grace
-        run_times = self.reporter.run_times
+        run_times = self.run_times
         unknown = run_times.unknown({job.kind for job, _ in pool.running_since()})
         if unknown:  # none completed here yet: the table's run times say (issue 47)
+            fewest = self.config.tuning.drain_min_samples
             run_times.adopt(self.db.call(
-                lambda s: kind_run_p95(s.connection, sorted(unknown), MIN_SAMPLES), {},
+                lambda s: kind_run_p95(s.connection, sorted(unknown), fewest), {},
                 "reading run times"))
         return notify_drain(pool, run_times, grace)
 
@@ -536,7 +542,8 @@ class Engine:
         if self.maintenance.due(now):
             # Each child's job, its age and memory ride on the heartbeat (once a round).
             info: dict[str, Any] = {"kinds": self.kinds,
-                                    "children": [r.as_json() for r in pool.child_reports()]}
+                                    "children": [r.as_json() for r in pool.child_reports()],
+                                    "explain": self.explainer.publish(pool.size())}
             native = pool.native_jobs(now)
             if native:
                 info["native"] = [n.as_info() for n in native]

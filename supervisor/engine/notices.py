@@ -25,7 +25,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from shared import jobs
-from supervisor.engine.runtimes import RunTimes
+from supervisor.pool import RunTimes
 
 if TYPE_CHECKING:
     from supervisor.pool import Pool

@@ -1,4 +1,7 @@
-"""The outbox: the one owner of every outcome not yet written to the database.
+"""The outbox: the one owner of every outcome not yet written to the database. Its
+numbers (``write_batch``, ``carry_limit``, ``claim_carry_wait``, ``start_hold``,
+``start_carry_age``, ``write_retry_after``) are fields of the tuning table
+(``supervisor.tuning``).
 
 Completions, failures, releases (claimed, never started, or stopped after a notice),
 interrupts (cut off at the end of the drain), progress reports and checkpoints wait
@@ -8,12 +11,18 @@ statement per kind. Completions usually ride on the next claim instead
 its data (a result PostgreSQL will not store) marks them to be written on their own,
 where the bad one is found job by job and becomes that job's failure.
 
-Starts are held back (``START_HOLD``): a job that ends within it never has its start
+Completions wait at most ``claim_carry_wait`` for a claim not sent yet that is sure to
+come (the queue has work, children are busy: it goes out once half its window is free).
+Without the wait every completion 20 ms old forced a claim for the one or two free
+places, one claim and commit per job or two for 20 ms jobs; with it a claim takes half a
+window and carries as many completions (issue 31).
+
+Starts are held back (``start_hold``): a job that ends within it never has its start
 written at all, since its completion or failure carries it (``ran``: the attempt's
 start is set from it). So a short job's row is written twice per attempt (claim,
-outcome) instead of three times. A start older than ``START_CARRY_AGE`` rides on the
-next claim; one that reaches ``START_HOLD`` is written on its own. The price is a
-window: a supervisor that dies within ``START_HOLD`` of a start leaves a job that rescue
+outcome) instead of three times. A start older than ``start_carry_age`` rides on the
+next claim; one that reaches ``start_hold`` is written on its own. The price is a
+window: a supervisor that dies within ``start_hold`` of a start leaves a job that rescue
 gives back without charging its attempt, as if it had never started.
 """
 
@@ -39,24 +48,11 @@ from supervisor.db import (
 )
 from supervisor.db import refusal_reason as reason
 from supervisor.observe import JobTracer, SupervisorMetrics
+from supervisor.tuning import DEFAULT, Tuning
 
 log = logging.getLogger("supervisor.outbox")
 
-BATCH = 512  # this many waiting outcomes are written at once, whatever else is due
-CARRY_LIMIT = 0.5  # longest completions wait for a claim in flight to carry them
-# Longest completions wait for a claim not sent yet that is sure to come (the queue has
-# work, children are busy: it goes out once half its window is free). Without the wait
-# every completion 20 ms old forced a claim for the one or two free places, one claim
-# and commit per job or two for 20 ms jobs; with it a claim takes half a window and
-# carries as many completions (issue 31).
-CLAIM_CARRY_WAIT = 0.1
-RETRY_AFTER_ERROR = 1.0  # seconds before writes that failed for a bad statement go again
 TEXT_LIMIT = jobs.OUTPUT_LIMIT  # printed output (and by default any text) is cut to this
-# Longest a start waits unwritten, and how old it must be to ride on a claim: a job that
-# ends sooner has its start carried by its outcome, so the start costs no row write.
-# Jobs under START_CARRY_AGE (most: 5, 20 and 100 ms) never write a start.
-START_HOLD = 0.5
-START_CARRY_AGE = START_HOLD / 2
 
 
 # A failed attempt whose entry PostgreSQL refused is written again with this much of its
@@ -134,8 +130,9 @@ class Outbox:
     """Pending outcomes, when they are due, and the statements that write them."""
 
     def __init__(self, metrics: SupervisorMetrics, flush_interval: float,
-                 tracer: JobTracer | None = None) -> None:
+                 tracer: JobTracer | None = None, tuning: Tuning = DEFAULT) -> None:
         self.metrics = metrics
+        self.tuning = tuning
         self.tracer = tracer  # None unless the otel extra is on
         self.flush_interval = flush_interval
         self.pending = PendingWrites()
@@ -143,9 +140,9 @@ class Outbox:
         self._solo = False  # completions must be written alone (one was refused)
         self.retries_written = 0  # failed attempts written that may be retried later
         self.starts_since: float | None = None  # when the oldest unwritten start came
-        # The soonest START_HOLD of a start carried only by a pending completion: the
+        # The soonest start_hold of a start carried only by a pending completion: the
         # wait for a coming claim ends there, so a start stays unwritten no longer
-        # than START_HOLD (+ flush_interval), as when the completion is written at once.
+        # than start_hold (+ flush_interval), as when the completion is written at once.
         self.carried_start_due: float | None = None
         # Flushed checkpoints written (True) or fenced off (False), for their handlers.
         self.acks: list[tuple[int, bool]] = []
@@ -156,7 +153,7 @@ class Outbox:
     # -- recording ----------------------------------------------------------------------
     def started(self, job: ClaimedJob, now: float) -> None:
         """A child took the job: its attempt counts from now. Written by its outcome if
-        that comes within ``START_HOLD``, else by a claim or on its own."""
+        that comes within ``start_hold``, else by a claim or on its own."""
         self.pending.starts[job.id] = PendingStart(job.attempt, now)
         if self.starts_since is None:
             self.starts_since = now
@@ -173,7 +170,7 @@ class Outbox:
             self.pending.checkpoints.pop(job.id, None)
         ran = self._drop_start(job.id, now)  # its completion says it ran, and since when
         if ran is not None:
-            due = now - ran + START_HOLD
+            due = now - ran + self.tuning.start_hold
             if self.carried_start_due is None or due < self.carried_start_due:
                 self.carried_start_due = due
         self.pending.completions.append(Completion(
@@ -270,22 +267,23 @@ class Outbox:
                       claim_coming: bool = False) -> float | None:
         """When the pending outcomes must be written (None: nothing pending). While a
         claim is in flight, completions alone may wait a little for it to carry them;
-        ``claim_coming`` (one will be sent as jobs end), for ``CLAIM_CARRY_WAIT``.
+        ``claim_coming`` (one will be sent as jobs end), for ``claim_carry_wait``.
         ``idle``: no child runs a job, so no other outcome is coming to share the write;
         the batch is written at once (the last jobs of a burst, a lone job someone waits
         for)."""
         if self.since is None:
             if self.starts_since is not None:
-                return self.starts_since + START_HOLD
+                return self.starts_since + self.tuning.start_hold
             return None
         pending = self.pending
-        if pending.count() >= BATCH or (idle and not claim_in_flight) or pending.flushed:
+        if (pending.count() >= self.tuning.write_batch or (idle and not claim_in_flight)
+                or pending.flushed):
             return self.since  # a flushed checkpoint's handler waits for its write
         only_completions = pending.count() == len(pending.completions) and not self._solo
         if only_completions and claim_in_flight:
-            return self.since + max(self.flush_interval, CARRY_LIMIT)
+            return self.since + max(self.flush_interval, self.tuning.carry_limit)
         if only_completions and claim_coming:
-            wait_until = self.since + max(self.flush_interval, CLAIM_CARRY_WAIT)
+            wait_until = self.since + max(self.flush_interval, self.tuning.claim_carry_wait)
             if self.carried_start_due is not None:
                 wait_until = min(wait_until, max(self.since + self.flush_interval,
                                                  self.carried_start_due))
@@ -300,18 +298,18 @@ class Outbox:
 
     # -- carrying on a claim ------------------------------------------------------------
     def take_starts(self, now: float, every: bool = False) -> list[tuple[int, int]]:
-        """The starts a write should carry: those at least ``START_CARRY_AGE`` old (every
+        """The starts a write should carry: those at least ``start_carry_age`` old (every
         one with ``every``). They leave the outbox; younger ones wait for their job's
         outcome to carry them."""
         pending = self.pending.starts
         if not pending:
             return []
         since = self.starts_since
-        if every or since is None or now - since >= START_HOLD:
+        if every or since is None or now - since >= self.tuning.start_hold:
             self.pending.starts = {}
             self.starts_since = None
             return [(job_id, start.attempt) for job_id, start in pending.items()]
-        oldest = now - START_CARRY_AGE
+        oldest = now - self.tuning.start_carry_age
         taken = [(job_id, s.attempt) for job_id, s in pending.items() if s.at <= oldest]
         if taken:
             kept = {job_id: s for job_id, s in pending.items() if s.at > oldest}
@@ -322,7 +320,7 @@ class Outbox:
     def hand_back_starts(self, starts: Sequence[tuple[int, int]], now: float) -> None:
         """A claim carrying ``starts`` failed: they wait for the next write, which
         carries them (their time is taken as old enough to ride on a claim)."""
-        at = now - START_CARRY_AGE
+        at = now - self.tuning.start_carry_age
         for job_id, attempt in starts:
             self.pending.starts.setdefault(job_id, PendingStart(attempt, at))
         if starts:
@@ -366,7 +364,7 @@ class Outbox:
             tracer.wrote(held, began, self.held_ids())
         if fenced is None and db.up:
             # A statement error, not an outage: try again in a while, not every turn.
-            self.since = now + RETRY_AFTER_ERROR - self.flush_interval
+            self.since = now + self.tuning.write_retry_after - self.flush_interval
         elif fenced:
             self.metrics.fenced("write", fenced)
         if last_chance and self.pending.count():

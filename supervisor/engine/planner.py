@@ -20,16 +20,12 @@ from supervisor.engine.allotment import Deficits, apportion, claim_allowance, pi
 from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.limits import GlobalLimits
 from supervisor.engine.ratelimit import TokenBucket
+from supervisor.pool import RunTimes
 
 if TYPE_CHECKING:  # config imports the allotment; at run time nothing here needs it
     from supervisor.config import RunConfig
     from supervisor.db import Store
     from supervisor.observe import SupervisorMetrics
-
-# How long a free child may wait for the claim of a queue owed children (the claim's
-# round trip, normally a few ms) before it is lent to a queue already at its share. It
-# bounds the wait when that claim cannot come (database away, claims failing).
-CLAIM_HOLD = 0.25
 
 
 class Scheduler:
@@ -37,7 +33,8 @@ class Scheduler:
 
     def __init__(self, config: RunConfig, queues: Sequence[str], now: float,
                  clock: Callable[[], float] = time.monotonic,
-                 metrics: SupervisorMetrics | None = None, owner: str = "") -> None:
+                 metrics: SupervisorMetrics | None = None, owner: str = "",
+                 run_times: RunTimes | None = None) -> None:
         self.config = config
         self.metrics = metrics  # records rate-limited plans and refunded permits
         self.clock = clock
@@ -46,8 +43,11 @@ class Scheduler:
         # Queues known to hold work: set from the database's answer on each poll, added
         # to by NOTIFY, and cleared per queue when a claim comes back short.
         self.demand: set[str] = set()
-        self.deficits = Deficits(now)
-        self.depth = PrefetchDepth()  # jobs held per child where prefetch is "auto"
+        self.tuning = tuning = config.tuning  # the dispatch path's numbers
+        self.deficits = Deficits(now, tuning)
+        # Jobs held per child where prefetch is "auto", from the pool's run times.
+        self.depth = PrefetchDepth(run_times if run_times is not None else RunTimes(tuning),
+                                   tuning)
         self._short_since: dict[str, float] = {}  # queues below their allotment, since
         self._claiming: set[str] = set()  # planned claims not yet answered
         # Queues woken while their claim was out: that claim's snapshot may predate the
@@ -175,7 +175,8 @@ class Scheduler:
             if allowance <= 0:
                 continue
             window = targets[queue] * depth
-            if not eager and waiting.get(queue, 0) > 0 and allowance * 2 < window:
+            if (not eager and waiting.get(queue, 0) > 0
+                    and allowance < window * self.tuning.claim_when_free):
                 continue
             if self.limits.settings:
                 room = self.limits.claim_room(queue, now, targets[queue], depth,
@@ -284,9 +285,10 @@ class Scheduler:
     def _claims_coming(self, now: float, targets: Mapping[str, int],
                        waiting: Mapping[str, int], running: Mapping[str, int]) -> set[str]:
         """Queues below their allotment, holding no job, about to claim: a free child may
-        wait for their jobs (for at most ``CLAIM_HOLD``) rather than go to a queue owed
-        less. Otherwise a queue of short jobs, which frees its child before its next
-        claim is back, would lose that child at every job."""
+        wait for their jobs (for at most ``tuning.claim_hold``: the claim's round
+        trip, normally a few ms; it bounds the wait when that claim cannot come) rather
+        than go to a queue owed less. Otherwise a queue of short jobs, which frees its
+        child before its next claim is back, would lose that child at every job."""
         coming = set()
         short_since = {}
         for queue in self.demand:
@@ -294,7 +296,7 @@ class Scheduler:
             if short and (queue in self._claiming
                           or all(b.available(now) for b in self._buckets(queue, now))):
                 since = short_since[queue] = self._short_since.get(queue, now)
-                if now - since <= CLAIM_HOLD:
+                if now - since <= self.tuning.claim_hold:
                     coming.add(queue)
         self._short_since = short_since
         return coming
@@ -317,6 +319,6 @@ class Scheduler:
         times = []
         if self.buckets or self.limits.buckets:  # else no queue waits for a token
             times = [b.next_token_at(now) for q in self.demand for b in self._buckets(q, now)]
-        times.extend(since + CLAIM_HOLD for since in self._short_since.values())
+        times.extend(since + self.tuning.claim_hold for since in self._short_since.values())
         due = [t for t in times if now < t < math.inf]
         return min(due) if due else None

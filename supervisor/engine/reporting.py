@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from shared import jobs, wire
 from shared.usage import Usage
 from supervisor.db import FailuresWritten
-from supervisor.engine.depth import PrefetchDepth
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.policy import retry_delay
-from supervisor.engine.runtimes import RunTimes
 from supervisor.observe import SupervisorMetrics, job_fields
 from supervisor.pool import (
     ChildEvent,
@@ -70,13 +68,10 @@ class _ParentDiscard:
 class OutcomeReporter:
     """Turns pool outcomes into ledger entries, outbox writes, log lines and metrics."""
 
-    def __init__(self, ledger: Ledger, outbox: Outbox, metrics: SupervisorMetrics,
-                 depth: PrefetchDepth) -> None:
+    def __init__(self, ledger: Ledger, outbox: Outbox, metrics: SupervisorMetrics) -> None:
         self.ledger = ledger
         self.outbox = outbox
         self.metrics = metrics
-        self.depth = depth  # learns each queue's run time from what completes
-        self.run_times = RunTimes()  # each kind's, for a drain's stop notices
         self._killed: set[int] = set()  # children counted at their kill, not again at exit
         self.releasing = False  # draining: jobs that come back unstarted are released
         # Queues a job of which ended since the engine last asked (``take_ended``): a
@@ -121,8 +116,6 @@ class OutcomeReporter:
                     self.metrics.job_cpu(outcome.job, outcome.usage.cpu_seconds)
                     if self._learn is not None:
                         self._learn(outcome.job, outcome.usage.max_rss_bytes)
-                self.depth.ran(outcome.job.queue, _ran_for(outcome))
-                self.run_times.ran(outcome.job.kind, outcome.duration)
             elif type(outcome) is JobFailed:
                 self._failed(outcome, now)
             elif type(outcome) is JobReturned:
@@ -325,6 +318,7 @@ class OutcomeReporter:
                 del self.discard_reasons[kind]
 
 
+
 def _discarded(told: _ParentDiscard, poison: bool) -> wire.Discarded:
     """The DISCARDED notice of a job: its last attempt's errors entries, as stored."""
     job = told.job
@@ -339,15 +333,3 @@ def _discarded(told: _ParentDiscard, poison: bool) -> wire.Discarded:
                                   "discarded as poison, attempts left unspent"})
     return wire.Discarded(job.id, job.kind, job.queue, job.attempt, job.max_attempts,
                           job.args_json, errors)
-
-
-def _ran_for(done: JobDone) -> float:
-    """How long the job ran, for the prefetch depth: the parent's reading (START to
-    DONE), but never less than the child's own measure of its handler. The parent's is
-    near zero whenever it reads both in one turn, which a loaded machine makes common: a
-    first sample of zero set the depth to its maximum, so the second claim took up to
-    512 jobs and every later completion was written on its own (issue 31). The larger
-    of the two, not the child's alone: that would also move jobs near ``LONG_JOB`` into
-    the pipe, where the recall of issue 28 takes them back whenever the head runs late."""
-    usage = done.usage
-    return done.duration if usage is None else max(done.duration, usage.wall_seconds)

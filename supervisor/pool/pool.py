@@ -60,9 +60,10 @@ from supervisor.pool.process import (
     Readied,
 )
 from supervisor.pool.report import ChildReport
-from supervisor.pool.runtimes import RunTimes
+from supervisor.pool.runtimes import RunTimes, ran_for
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
+from supervisor.tuning import DEFAULT, Tuning
 from workers import nativethreads
 from workers.child import child_main
 
@@ -76,7 +77,8 @@ class Pool:
     def __init__(self, settings: PoolSettings, selector: selectors.BaseSelector, *,
                  oscalls: OsCalls | None = None, clock: Callable[[], float] | None = None,
                  log: logging.Logger | None = None, rng: random.Random | None = None,
-                 entry: Callable[..., object] = child_main) -> None:
+                 entry: Callable[..., object] = child_main,
+                 run_times: RunTimes | None = None, tuning: Tuning = DEFAULT) -> None:
         self.settings = settings
         self._sel = selector
         self._os = oscalls or OsCalls(settings.container)
@@ -110,7 +112,10 @@ class Pool:
         # The container's memory limit, read at start (None: no container limit).
         self._guard: pressure.ContainerGuard | None = None
         self._guard_told: set[int] = set()  # children the guard told to stop, by pid
-        self.run_times = RunTimes()  # per kind: when a head job overruns (recall)
+        # How long jobs run here: fed at each answer, read by the recall, the pipe cap
+        # and the rebalance here and by the engine's depth and drain notices.
+        self.tuning = tuning  # the dispatch path's numbers (supervisor.tuning)
+        self.run_times = run_times if run_times is not None else RunTimes(tuning)
         self.recalled = 0  # jobs asked back from behind an overrunning job, ever
         # Jobs discarded after their child was gone, waiting for a child to run their
         # on_discard hooks (none was ready when they were told): sent at the next READY.
@@ -441,7 +446,7 @@ class Pool:
         if not self._idle:
             return 0
         asked = recalls.rebalance(self._children.values(), len(self._idle), self.run_times,
-                                  exhausted, self._clock())
+                                  exhausted, self._clock(), self.tuning)
         self.recalled += asked
         return asked
 
@@ -486,7 +491,7 @@ class Pool:
                 in_flight.pop(said.job.id, None)
                 answered = True
                 if not isinstance(said, JobExpired):
-                    self.run_times.ran(said.job.kind, said.duration)
+                    self.run_times.ran(said.job.kind, said.job.queue, ran_for(said))
             elif isinstance(said, JobReturned):
                 in_flight.pop(said.job.id, None)
                 gave_back = True

@@ -23,10 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Set
 from shared import jobs
 from supervisor.pool.process import BUSY, ChildProcess
 from supervisor.pool.runtimes import RunTimes
-
-# Seconds: a queued job whose child should reach it sooner than this (its head's median
-# run time, less how long the head has run) is not worth a recall to an idle child.
-STEAL_MIN = 0.01
+from supervisor.tuning import Tuning
 
 
 def _queued(child: ChildProcess) -> list[jobs.ClaimedJob]:
@@ -54,11 +51,13 @@ def take_back(children: Iterable[ChildProcess], queue: str) -> int:
 
 
 def rebalance(children: Collection[ChildProcess], idle: int, run_times: RunTimes,
-              exhausted: Callable[[str], bool], now: float) -> int:
+              exhausted: Callable[[str], bool], now: float, tuning: Tuning) -> int:
     """For each of ``idle`` idle children not already owed a job coming back, the pipe
-    with the most queued jobs gives back the last half of them. ``exhausted(queue)``:
-    the queue has nothing more to claim now, so no other job is coming for an idle
-    child. A lone queued job whose child should reach it within ``STEAL_MIN`` stays."""
+    with the most queued jobs gives back its last ``tuning.rebalance_share`` (half).
+    ``exhausted(queue)``: the queue has nothing more to claim now, so no other job is
+    coming for an idle child. A lone queued job whose child should reach it within
+    ``tuning.steal_min`` (its head's median run time, less how long the head has run)
+    is not worth a recall to an idle child: it stays."""
     coming = sum(_coming_back(child) for child in children)
     asked = 0
     for _ in range(idle - coming):
@@ -74,12 +73,12 @@ def rebalance(children: Collection[ChildProcess], idle: int, run_times: RunTimes
                 continue
             if len(queued) == 1:
                 median = run_times.median(child.jobs[0].kind)
-                if median is not None and median - (now - child.job_started) < STEAL_MIN:
+                if median is not None and median - (now - child.job_started) < tuning.steal_min:
                     continue
             donor, most = child, queued
         if donor is None:
             break
-        for job in most[len(most) // 2:]:
+        for job in most[int(len(most) * tuning.rebalance_share):]:
             asked += donor.recall(job.id, "an idle child takes it at the end of its queue",
                                   release=False)
     return asked
