@@ -144,3 +144,4 @@ class ClaimedJob:
     expires_at: float | None = None
     cpus: int | None = None  # its reservation (shared.reservations); None: undeclared
     memory: int | None = None  # bytes
+    run_at: float = 0.0  # epoch seconds it was due: its place in the claim order

@@ -14,6 +14,8 @@
 -- Issue 27 (0017): every form also returns the reservation columns cpus and memory (the
 -- keyed form reads its extra columns by primary key through a join instead of scalar
 -- subqueries).
+-- Issue 40: the plain claim's scan starts at a claim-order key (start_priority,
+-- start_run_at: the claim cursor), and every form returns the job's run_at.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -27,7 +29,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at) >= (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8))
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
@@ -36,7 +38,8 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -82,12 +85,14 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
@@ -127,7 +132,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at) >= (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8))
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
@@ -136,12 +141,13 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -209,12 +215,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -241,16 +248,17 @@ WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.at
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -264,17 +272,18 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at) >= ($7::int, to_timestamp($8::float8))
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $7
+    LIMIT $9
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 
@@ -322,20 +331,22 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 
@@ -373,21 +384,22 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at) >= ($17::int, to_timestamp($18::float8))
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $17
+    LIMIT $19
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -455,12 +467,13 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
-          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+          extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -487,14 +500,14 @@ WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
-       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory
+       extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
                             $9, $16::float8, $17::int[],
                             $18::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
-
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

@@ -221,14 +221,21 @@ GROUP BY queue, state
 
 # One index probe per queue (the partial index on available jobs), so asking costs the
 # same whether a queue holds ten jobs or ten million.
+# The queues holding claimable work, each with its first waiting job's claim-order key
+# (priority, run_at): the poll tells the claim cursors (supervisor.engine.cursors) of a
+# job behind them. Reading the first job in the claim index's order costs what the
+# EXISTS it replaced cost: the scan stops at the first live entry either way.
 QUEUES_WITH_WORK = """
-SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
-WHERE EXISTS (
-    SELECT 1 FROM supervisor.jobs j
+SELECT q.name, w.priority, extract(epoch FROM w.run_at)::float8
+FROM unnest(%(queues)s::text[]) AS q(name)
+CROSS JOIN LATERAL (
+    SELECT j.priority, j.run_at FROM supervisor.jobs j
     WHERE j.state = 'available' AND j.queue = q.name AND j.run_at <= now()
       AND j.kind = ANY(%(kinds)s::text[])
       AND (j.expires_at IS NULL OR j.expires_at > now())
-) AND NOT EXISTS (SELECT 1 FROM supervisor.queues p WHERE p.name = q.name AND p.paused)
+    ORDER BY j.priority, j.run_at, j.id
+    LIMIT 1) AS w
+WHERE NOT EXISTS (SELECT 1 FROM supervisor.queues p WHERE p.name = q.name AND p.paused)
 """
 
 HAS_DUE_WORK = """

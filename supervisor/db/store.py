@@ -23,7 +23,7 @@ from shared.horizon import HorizonReport, read_horizon
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db import claim, leases
 from supervisor.db.attempt_cost import usage_params
-from supervisor.db.claim import ClaimRequest, ClaimResult
+from supervisor.db.claim import ClaimKey, ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.records import Completion, Failure, FailuresWritten
@@ -404,15 +404,17 @@ class Store:
         return {kind: (reason, left) for kind, reason, left in
                 self.connection.execute(PAUSED_KINDS)}
 
-    def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str]) -> set[str]:
-        """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now: the
-        scheduler shares children only among these."""
+    def queues_with_work(self, queues: Sequence[str],
+                         kinds: Sequence[str]) -> dict[str, ClaimKey]:
+        """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now (the
+        scheduler shares children only among these), each with the claim-order key of
+        its first such job (the claim cursors move back to it)."""
         if not queues or not kinds:
-            return set()
+            return {}
         rows = self.connection.execute(QUEUES_WITH_WORK, {"queues": list(queues),
                                                            "kinds": list(kinds)},
                                        prepare=self._again(QUEUES_WITH_WORK))
-        return {row[0] for row in rows}
+        return {queue: ClaimKey(priority, run_at) for queue, priority, run_at in rows}
 
     def has_due_work(self, queues: Sequence[str], kinds: Sequence[str],
                      horizon: float = 0.0) -> bool:

@@ -562,7 +562,8 @@ class Engine:
         with_work = db.call(lambda s: s.queues_with_work(queues, kinds), None,
                             "polling for work")
         if with_work is not None:
-            self.planner.observed(with_work | db.take_notified())
+            self.claimer.cursors.observed(with_work)
+            self.planner.observed(set(with_work) | db.take_notified())
         due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
         # Due already (it came due while this poll ran): promote it a moment from now.
         self.next_promote = None if due_in is None else now + max(due_in, PROMOTE_AGAIN)
@@ -593,6 +594,7 @@ class Engine:
         for kind in sorted(resumed):
             log.info("kind %s resumed", kind)
         self.claimer.kinds = self.breaker.active(self.kinds)
+        self.claimer.cursors.forget()  # a resumed kind's jobs may wait behind them
         if paused:
             held = [job for job in self.ledger.waiting_jobs() if job.kind in paused]
             if held:
