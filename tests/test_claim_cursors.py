@@ -1,0 +1,191 @@
+"""Claim cursors (issue 40): a plain claim's scan starts past the jobs its queue already
+claimed, so a held MVCC horizon does not make it walk their index entries; a job made
+available behind the cursor is found by the next poll, and nothing runs twice or is
+left behind while a snapshot is held beside a running supervisor."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from e2e import Supervisor, read_log, wait_until
+
+from shared.enqueue import enqueue
+from shared.jobs import ClaimedJob
+from supervisor.db import ClaimKey, ClaimRequest, Store
+from supervisor.engine.cursors import SLACK, ClaimCursors
+
+POLL = "0.3"  # the supervisor's poll interval in the process tests: the rescan bound
+
+
+def _job(job_id: int, priority: int, run_at: float) -> ClaimedJob:
+    return ClaimedJob(id=job_id, kind="k", queue="q", attempt=1, max_attempts=3,
+                      priority=priority, timeout=None, args_json="{}", run_at=run_at)
+
+
+# -- the cursors' bookkeeping (no database) -----------------------------------------------
+
+def test_a_queue_never_claimed_scans_from_the_head_then_past_its_last_claim():
+    cursors = ClaimCursors()
+    assert cursors.start("q") is None
+    cursors.claimed("q", [_job(1, 0, 100.0), _job(2, 0, 105.0), _job(3, 1, 50.0)])
+    # The last key in claim order (priority first), less the slack for late commits.
+    assert cursors.start("q") == ClaimKey(1, 50.0 - SLACK)
+    assert cursors.start("other") is None
+
+
+def test_an_empty_claim_leaves_the_cursor_where_it_was():
+    cursors = ClaimCursors()
+    cursors.start("q")
+    cursors.claimed("q", [_job(1, 0, 100.0)])
+    cursors.start("q")
+    cursors.claimed("q", [])
+    assert cursors.start("q") == ClaimKey(0, 100.0 - SLACK)
+
+
+def test_a_poll_moves_a_cursor_back_to_a_job_behind_it_never_forward():
+    cursors = ClaimCursors()
+    cursors.start("q")
+    cursors.claimed("q", [_job(1, 5, 100.0)])
+    cursors.observed({"q": ClaimKey(5, 200.0)})  # ahead: nothing to do
+    assert cursors.start("q") == ClaimKey(5, 100.0 - SLACK)
+    cursors.observed({"q": ClaimKey(0, 300.0)})  # a higher priority: behind
+    assert cursors.start("q") == ClaimKey(0, 300.0 - SLACK)
+
+
+def test_a_claim_out_while_the_poll_moved_the_cursor_back_does_not_move_it_forward():
+    cursors = ClaimCursors()
+    cursors.start("q")
+    cursors.claimed("q", [_job(1, 0, 100.0)])
+    cursors.start("q")  # a claim goes out from 100 - SLACK ...
+    cursors.observed({"q": ClaimKey(0, 10.0)})  # ... a poll finds a job at 10 ...
+    cursors.claimed("q", [_job(2, 0, 120.0)])  # ... the claim answers, past 10
+    assert cursors.start("q") == ClaimKey(0, 10.0 - SLACK)
+    cursors.claimed("q", [_job(3, 0, 10.0), _job(4, 0, 130.0)])  # sent after the poll
+    assert cursors.start("q") == ClaimKey(0, 130.0 - SLACK)
+
+
+def test_forgetting_sends_every_queue_back_to_the_head():
+    cursors = ClaimCursors()
+    cursors.start("q")
+    cursors.claimed("q", [_job(1, 0, 100.0)])
+    cursors.forget()
+    assert cursors.start("q") is None
+
+
+# -- the statements ------------------------------------------------------------------------
+
+def _run_at(conn: psycopg.Connection, job_id: int) -> float:
+    return conn.execute("SELECT extract(epoch FROM run_at)::float8 FROM supervisor.jobs "
+                        "WHERE id = %s", (job_id,)).fetchone()[0]
+
+
+def test_a_claim_from_a_key_takes_nothing_before_it_and_returns_each_jobs_key(conn):
+    early = enqueue("k", priority=0, conn=conn)
+    conn.execute("UPDATE supervisor.jobs SET run_at = now() - interval '1 hour' "
+                 "WHERE id = %s", (early,))
+    late = enqueue("k", priority=0, conn=conn)
+    urgent = enqueue("k", priority=-1, conn=conn)
+    store = Store(conn, "me")
+    start = ClaimKey(0, _run_at(conn, late))
+    taken = store.run_claim(ClaimRequest("default", ["k"], 10, start=start)).jobs
+    assert [job.id for job in taken] == [late]  # the earlier and the more urgent stay
+    assert ClaimKey.of(taken[0]) == ClaimKey(0, pytest.approx(start.run_at))
+    assert [job.id for job in store.claim("default", ["k"], 10)] == [urgent, early]
+
+
+def test_the_poll_names_each_queues_first_waiting_job_in_claim_order(conn):
+    enqueue("k", priority=3, conn=conn)
+    first = enqueue("k", priority=1, conn=conn)
+    enqueue("k", priority=1, queue="other", conn=conn)
+    store = Store(conn, "me")
+    found = store.queues_with_work(["default", "other", "empty"], ["k"])
+    assert set(found) == {"default", "other"}
+    assert found["default"] == ClaimKey(1, pytest.approx(_run_at(conn, first)))
+    assert store.queues_with_work(["default"], ["not-k"]) == {}
+
+
+# -- a running supervisor beside a held horizon --------------------------------------------
+
+def _hold_snapshot(dsn: str) -> psycopg.Connection:
+    """An idle REPEATABLE READ transaction that has read supervisor.jobs (a dump)."""
+    holder = psycopg.connect(dsn, application_name="test-rr-holder")
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT count(*) FROM supervisor.jobs").fetchone()
+    return holder
+
+
+def _hold_xid(dsn: str) -> psycopg.Connection:
+    """An idle transaction holding an xid (a client left idle in transaction)."""
+    holder = psycopg.connect(dsn, application_name="test-xid-holder")
+    holder.execute("SELECT txid_current()")
+    return holder
+
+
+def _runs(log: Path) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for record in read_log(log):
+        counts[record["id"]] = counts.get(record["id"], 0) + 1
+    return counts
+
+
+def _completed(dsn: str, ids: list[int]) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s) "
+                            "AND state = 'completed'", (ids,)).fetchone()[0] == len(ids)
+
+
+def test_jobs_run_exactly_once_while_a_snapshot_and_an_xid_are_held(dsn, tmp_path):
+    log = tmp_path / "runs.log"
+    snapshot, xid = _hold_snapshot(dsn), _hold_xid(dsn)
+    sup = Supervisor(dsn, "-n", "2", "--poll-interval", POLL, log_path=log)
+    try:
+        ids: list[int] = []
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for wave in range(6):  # claims in between: the cursor moves as the queue fills
+                ids += [enqueue("e2e_noop", {"n": wave}, conn=conn) for _ in range(50)]
+                wait_until(lambda done=list(ids): _completed(dsn, done), timeout=90,
+                           what="a wave done")
+    finally:
+        sup.stop()
+        snapshot.close()
+        xid.close()
+    assert _runs(log) == dict.fromkeys(ids, 1)
+
+
+def test_jobs_made_available_behind_the_cursor_are_claimed_by_the_next_poll(dsn, tmp_path):
+    log = tmp_path / "runs.log"
+    snapshot = _hold_snapshot(dsn)
+    late = psycopg.connect(dsn, application_name="test-late-producer")
+    sup = Supervisor(dsn, "-n", "2", "--poll-interval", POLL, log_path=log)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # A producer's transaction opens first: its job's run_at is its start ...
+            late_id = enqueue("e2e_noop", conn=late)
+            # ... a later-due job, to be made available behind the cursor by an update
+            # (a retry due earlier, a priority raised) ...
+            moved = enqueue("e2e_noop", delay=3600, conn=conn)
+            # ... then others, due later than the cursor's slack, are claimed, moving
+            # the cursor past both.
+            time.sleep(4 * SLACK)
+            ahead = [enqueue("e2e_noop", conn=conn) for _ in range(40)]
+            wait_until(lambda: _completed(dsn, ahead), timeout=60, what="jobs ahead done")
+            late.commit()  # committed after the claims that passed its run_at
+            conn.execute("UPDATE supervisor.jobs SET state = 'available', priority = -5, "
+                         "run_at = now() - interval '1 hour' WHERE id = %s", (moved,))
+            urgent = enqueue("e2e_noop", priority=-10, conn=conn)  # a higher priority
+            (older,) = conn.execute(  # a plain-SQL producer's job due long ago
+                "INSERT INTO supervisor.jobs (kind, run_at) "
+                "VALUES ('e2e_noop', now() - interval '1 day') RETURNING id").fetchone()
+            behind = [late_id, moved, urgent, older]
+            # Found by the next poll (0.3 s here); generous for a loaded machine.
+            wait_until(lambda: _completed(dsn, behind), timeout=60,
+                       what="the jobs behind the cursor done")
+    finally:
+        sup.stop()
+        late.close()
+        snapshot.close()
+    runs = _runs(log)
+    assert all(runs.get(job_id) == 1 for job_id in [*behind, *ahead]), runs
