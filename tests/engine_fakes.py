@@ -127,7 +127,7 @@ class FakeStore:
         self._record("promote")
         return 0
 
-    def queues_with_work(self, queues, kinds):
+    def queues_with_work(self, queues, kinds, starts=None):
         self._record("poll")
         return {q: ClaimKey(0, 0.0) for q in queues if self.available.get(q)}
 

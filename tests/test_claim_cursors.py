@@ -5,17 +5,23 @@ left behind while a snapshot is held beside a running supervisor."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
-from e2e import Supervisor, read_log, wait_until
+from e2e import ROOT, Supervisor, read_log, wait_until
 
 from shared.enqueue import enqueue
 from shared.jobs import ClaimedJob
-from supervisor.db import ClaimKey, ClaimRequest, Store
-from supervisor.engine.cursors import SLACK, ClaimCursors
+from supervisor.db import ClaimKey, ClaimRequest, Completion, Store
+from supervisor.engine.cursors import HEAD_POLL_EVERY, SLACK, ClaimCursors
+
+if str(ROOT) not in sys.path:  # scripts/ is not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from scripts.chaos.soak import SoakSettings, run_soak, summary
 
 POLL = "0.3"  # the supervisor's poll interval in the process tests: the rescan bound
 
@@ -67,6 +73,17 @@ def test_a_claim_out_while_the_poll_moved_the_cursor_back_does_not_move_it_forwa
     assert cursors.start("q") == ClaimKey(0, 130.0 - SLACK)
 
 
+def test_polls_look_from_the_cursors_but_from_the_head_now_and_then_and_without_listen():
+    cursors = ClaimCursors()
+    cursors.start("q")
+    cursors.claimed("q", [_job(1, 0, 100.0)])
+    assert cursors.poll_starts(0.0, listening=True) == {}  # the first: from the head
+    assert cursors.poll_starts(1.0, listening=True) == {"q": ClaimKey(0, 100.0 - SLACK)}
+    assert cursors.poll_starts(HEAD_POLL_EVERY, listening=True) == {}
+    assert cursors.poll_starts(HEAD_POLL_EVERY + 1, listening=True) != {}
+    assert cursors.poll_starts(HEAD_POLL_EVERY + 2, listening=False) == {}
+
+
 def test_forgetting_sends_every_queue_back_to_the_head():
     cursors = ClaimCursors()
     cursors.start("q")
@@ -97,7 +114,7 @@ def test_a_claim_from_a_key_takes_nothing_before_it_and_returns_each_jobs_key(co
 
 
 def test_the_poll_names_each_queues_first_waiting_job_in_claim_order(conn):
-    enqueue("k", priority=3, conn=conn)
+    last = enqueue("k", priority=3, conn=conn)
     first = enqueue("k", priority=1, conn=conn)
     enqueue("k", priority=1, queue="other", conn=conn)
     store = Store(conn, "me")
@@ -105,6 +122,46 @@ def test_the_poll_names_each_queues_first_waiting_job_in_claim_order(conn):
     assert set(found) == {"default", "other"}
     assert found["default"] == ClaimKey(1, pytest.approx(_run_at(conn, first)))
     assert store.queues_with_work(["default"], ["not-k"]) == {}
+    # From a cursor: only what waits at or past it.
+    past = store.queues_with_work(["default", "other"], ["k"],
+                                  {"default": ClaimKey(2, 0.0), "other": ClaimKey(5, 0.0)})
+    assert past == {"default": ClaimKey(3, pytest.approx(_run_at(conn, last)))}
+
+
+def _keys(listener: psycopg.Connection) -> list[tuple[str, int, float]]:
+    """The keys named on the keys channel so far: (queue, priority, run_at epoch)."""
+    keys = []
+    for note in listener.notifies(timeout=0.5):
+        queue, priority, run_at = note.payload.rsplit("\t", 2)
+        keys.append((queue, int(priority), float(run_at)))
+    return sorted(keys)
+
+
+def test_the_schema_names_the_key_of_each_job_made_available_and_only_those(dsn, conn):
+    listener = psycopg.connect(dsn, autocommit=True)
+    listener.execute("LISTEN supervisor_job_keys")
+    try:
+        # One insert statement: one key per queue, its first job in claim order.
+        conn.execute("""INSERT INTO supervisor.jobs (kind, queue, priority, run_at) VALUES
+            ('k', E'a\\tb', 2, '2026-01-01T00:00:10Z'), ('k', E'a\\tb', 1, '2026-01-01T00:00:20Z'),
+            ('k', 'c', 0, '2026-01-01T00:00:00Z'),
+            ('k', 'c', 0, '2026-01-01T00:00:00Z')""")
+        epoch = 1767225600  # 2026-01-01T00:00:00Z
+        assert _keys(listener) == [("a\tb", 1, epoch + 20), ("c", 0, epoch)]
+        later = enqueue("k", queue="d", delay=3600, conn=conn)
+        assert _keys(listener) == []  # scheduled: not available yet
+        conn.execute("UPDATE supervisor.jobs SET state = 'available', "
+                     "run_at = '2026-01-01T00:00:05Z' WHERE id = %s", (later,))
+        assert _keys(listener) == [("d", 0, epoch + 5)]
+        conn.execute("UPDATE supervisor.jobs SET priority = -3 WHERE id = %s", (later,))
+        assert _keys(listener) == [("d", -3, epoch + 5)]  # moved earlier in the order
+        conn.execute("UPDATE supervisor.jobs SET priority = 7 WHERE id = %s", (later,))
+        store = Store(conn, "me")
+        taken = store.claim("d", ["k"], 10)
+        store.complete([Completion(taken[0].id, taken[0].attempt, "null")])
+        assert _keys(listener) == []  # moved later, claimed, completed: nothing to tell
+    finally:
+        listener.close()
 
 
 # -- a running supervisor beside a held horizon --------------------------------------------
@@ -155,11 +212,15 @@ def test_jobs_run_exactly_once_while_a_snapshot_and_an_xid_are_held(dsn, tmp_pat
     assert _runs(log) == dict.fromkeys(ids, 1)
 
 
-def test_jobs_made_available_behind_the_cursor_are_claimed_by_the_next_poll(dsn, tmp_path):
+@pytest.mark.parametrize("listen", [True, False], ids=["notified", "poll-only"])
+def test_jobs_made_available_behind_the_cursor_are_claimed(dsn, tmp_path, listen):
+    # Told by the keys channel at their commit, or (poll only) found by the next poll,
+    # which then reads from the head of the index.
     log = tmp_path / "runs.log"
     snapshot = _hold_snapshot(dsn)
     late = psycopg.connect(dsn, application_name="test-late-producer")
-    sup = Supervisor(dsn, "-n", "2", "--poll-interval", POLL, log_path=log)
+    flags = () if listen else ("--no-listen",)
+    sup = Supervisor(dsn, "-n", "2", "--poll-interval", POLL, *flags, log_path=log)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             # A producer's transaction opens first: its job's run_at is its start ...
@@ -180,8 +241,9 @@ def test_jobs_made_available_behind_the_cursor_are_claimed_by_the_next_poll(dsn,
                 "INSERT INTO supervisor.jobs (kind, run_at) "
                 "VALUES ('e2e_noop', now() - interval '1 day') RETURNING id").fetchone()
             behind = [late_id, moved, urgent, older]
-            # Found by the next poll (0.3 s here); generous for a loaded machine.
-            wait_until(lambda: _completed(dsn, behind), timeout=60,
+            # At once, or by the next poll (0.3 s here). Generous for a loaded machine,
+            # yet shorter than the polls from the head that would find them otherwise.
+            wait_until(lambda: _completed(dsn, behind), timeout=HEAD_POLL_EVERY / 2,
                        what="the jobs behind the cursor done")
     finally:
         sup.stop()
@@ -189,3 +251,26 @@ def test_jobs_made_available_behind_the_cursor_are_claimed_by_the_next_poll(dsn,
         snapshot.close()
     runs = _runs(log)
     assert all(runs.get(job_id) == 1 for job_id in [*behind, *ahead]), runs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("holder", ["rr", "xid"])
+def test_a_kill_storm_beside_a_held_horizon_runs_no_job_twice(throwaway_server, tmp_path,
+                                                               holder):
+    # The short chaos run of tests/test_chaos_short.py with a horizon held throughout:
+    # children SIGKILLed, a supervisor SIGKILLed, PostgreSQL restarted (the holder opened
+    # again after it), while the claims start at their cursors.
+    settings = SoakSettings(jobs=1500, supervisors=2, children=2, lease_ttl=3.0, grace=5.0,
+                            kill_interval=0.3, supervisor_kills=1, db_restarts=1,
+                            timeout=150.0, stall=60.0, seed=11, mix={"chaos_sleep": 0.08},
+                            holder=holder)
+    report = run_soak(settings, throwaway_server, tmp_path, say=lambda _line: None)
+    text = summary(report, settings)
+    check = report.check
+    assert check is not None, text
+    assert check.jobs == 1500 and set(check.states) <= {"completed", "discarded"}, text
+    assert any("holding the horizon" in event for event in report.events), text
+    assert report.supervisor_kills == 1 and report.db_restarts == 1, text
+    assert check.unexplained_reruns == 0, text
+    assert not report.violations, text

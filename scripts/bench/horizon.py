@@ -143,6 +143,15 @@ class Producer(threading.Thread):
                 time.sleep(TICK)
 
 
+def scratch(base_dsn: str) -> str:
+    """The scratch database, migrated by the checkout that runs (``BENCH_CODE``: another
+    checkout's own schema, for a before/after comparison across a schema change)."""
+    code = os.environ.get("BENCH_CODE")
+    if code:
+        return common.scratch_database_for(base_dsn, DB, code)
+    return common.scratch_database(base_dsn, DB)
+
+
 def start_supervisor(dsn: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(common.supervisor_cmd("-n", "2", "-q", QUEUE, *extra),
                             env=common.supervisor_env(dsn), cwd=str(common.SCRIPTS),
@@ -180,7 +189,7 @@ def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, off
 
 def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float,
            recovery: float) -> None:
-    dsn = common.scratch_database(base_dsn, DB)
+    dsn = scratch(base_dsn)
     supervisor = start_supervisor(dsn)
     producer = Producer(dsn, rate)
     print(f"steady producer {rate:g} jobs/s, holder {holder}, phases "
@@ -218,7 +227,7 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
 
 
 def drain(base_dsn: str, holder: str, jobs: int, rounds: int) -> None:
-    dsn = common.scratch_database(base_dsn, DB)
+    dsn = scratch(base_dsn)
     print(f"backlog drain of {jobs} no-op jobs, supervisor run --burst -n 2, holder {holder} "
           f"opened before the drain (code {os.environ.get('BENCH_CODE', common.ROOT)})")
     print("| round | without holder jobs/s | with holder jobs/s | ratio |")

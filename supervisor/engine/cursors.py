@@ -9,12 +9,15 @@ took, and the next claim's scan starts there, ``SLACK`` seconds earlier: produce
 commit a little out of order, and a job committed just after a later one is still
 found by the next claim.
 
-A job that becomes available further behind (a producer's long transaction committed
-late, a retry or release due earlier, a priority raised, a kind resumed, a claim of
-another supervisor rolled back) is found by the next poll, which reads each queue's
-first waiting job in claim order (``Store.queues_with_work``): the cursor moves back to
-it. So such a job waits at most one poll interval (``poll_interval``, 1 s by default)
-longer than it did with every claim scanning from the head; nothing is ever left behind.
+A job that becomes available further behind (a producer's transaction committed late, a
+retry or release, a priority raised, a plain-SQL row due long ago) is told to every
+supervisor at its commit: the schema's triggers send its key on the keys channel (schema
+0029, ``Database.take_notified_keys``), and the cursor moves back to it. The polls look
+for work from the cursors too, except one in ``HEAD_POLL_EVERY`` seconds, which reads
+each queue's first waiting job from the head of the index: the net for what no trigger
+tells (another supervisor's claim rolled back with the rows it skipped locked, a
+notification lost with the connection, which also forgets every cursor). Without LISTEN
+(poll only) every poll reads from the head, as every claim did before.
 
 Aged and per-key claims scan from the head as before (``ClaimRequest.start`` is None):
 their candidates are found per priority level and per key, not past one key.
@@ -29,9 +32,14 @@ from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey
 
 # Seconds before the last claimed job's run_at the next scan starts: out-of-order
-# commits closer than this are claimed at once, later ones by the poll. A wider window
-# re-reads more entries of claimed jobs under a held horizon (rate x SLACK a claim).
+# commits closer than this are claimed at once, later ones once their key's notification
+# arrives. A wider window re-reads more entries of claimed jobs under a held horizon
+# (rate x SLACK a claim).
 SLACK = 0.05
+# Seconds between polls that look from the head of the claim index. Under a held horizon
+# such a poll walks every entry claimed since the hold began, so it is kept rare; it only
+# catches what no notification tells (see above).
+HEAD_POLL_EVERY = 60.0
 
 
 class ClaimCursors:
@@ -42,11 +50,23 @@ class ClaimCursors:
         self._last: dict[str, ClaimKey] = {}  # queue -> key of the last job claimed
         self._moves: dict[str, int] = {}  # queue -> times a poll moved its cursor back
         self._asked: dict[str, int] = {}  # queue -> _moves when its claim went out
+        self._next_head_poll = float("-inf")
 
     def start(self, queue: str) -> ClaimKey | None:
         """Where ``queue``'s next plain claim, going out now, starts; None: at the head
         of the index."""
         self._asked[queue] = self._moves.get(queue, 0)
+        return self._from(queue)
+
+    def poll_starts(self, now: float, listening: bool) -> dict[str, ClaimKey]:
+        """Where a poll at ``now`` looks for each queue's work (queues left out: from the
+        head). From the head once per ``HEAD_POLL_EVERY`` and always without LISTEN."""
+        if not listening or now >= self._next_head_poll:
+            self._next_head_poll = now + HEAD_POLL_EVERY
+            return {}
+        return {queue: start for queue in self._last if (start := self._from(queue))}
+
+    def _from(self, queue: str) -> ClaimKey | None:
         last = self._last.get(queue)
         return None if last is None else replace(last, run_at=last.run_at - SLACK)
 
@@ -61,7 +81,8 @@ class ClaimCursors:
             self._last[queue] = max(keys)
 
     def observed(self, first: Mapping[str, ClaimKey]) -> None:
-        """A poll found each queue's first waiting job: a cursor past one moves back."""
+        """A job of each queue was found waiting at ``first[queue]`` (by a poll, or named
+        by a notification): a cursor past it moves back to it."""
         for queue, key in first.items():
             last = self._last.get(queue)
             if last is not None and key < last:
@@ -69,5 +90,6 @@ class ClaimCursors:
                 self._moves[queue] = self._moves.get(queue, 0) + 1
 
     def forget(self) -> None:
-        """Every queue's next claim scans from the head (the set of kinds changed)."""
+        """Every queue's next claim scans from the head (the set of kinds changed, or
+        notifications may have been lost with the connection)."""
         self._last.clear()

@@ -174,6 +174,7 @@ class Engine:
         if not db.up and db.maybe_reconnect():
             self._reconnected(now, pool)
         self.planner.wake(db.take_notified())
+        self.claimer.cursors.observed(db.take_notified_keys())
         if db.take_scheduled():
             self._poll_soon(now)
         paused = db.take_paused()
@@ -559,7 +560,8 @@ class Engine:
         db, queues, kinds = self.db, self.queues, self.claimer.kinds
         self.last_poll = now
         db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
-        with_work = db.call(lambda s: s.queues_with_work(queues, kinds), None,
+        starts = self.claimer.cursors.poll_starts(now, db.listen)
+        with_work = db.call(lambda s: s.queues_with_work(queues, kinds, starts), None,
                             "polling for work")
         if with_work is not None:
             self.claimer.cursors.observed(with_work)
@@ -716,6 +718,7 @@ class Engine:
         """Write what we hold, renew our leases, give back what a lost claim answer left
         under our name; rescue nothing until every live supervisor could renew."""
         self.rescue_hold_until = now + self.config.lease_ttl
+        self.claimer.cursors.forget()  # notifications sent while away were lost
         self.flush(now)
         self._renew(pool)
         held = ([j.id for j in pool.running()] + [j.id for j in self.ledger.waiting_jobs()]
