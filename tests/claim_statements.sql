@@ -16,6 +16,8 @@
 -- subqueries).
 -- Issue 40: the plain claim's scan starts at a claim-order key (start_priority,
 -- start_run_at: the claim cursor), and every form returns the job's run_at.
+-- The carried completions' and starts' state test compares in the "C" collation (issue 40:
+-- never through the partial index on running rows; see _FENCE in supervisor/db/sql.py).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -114,12 +116,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
 WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -165,12 +167,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
 WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -239,12 +241,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
 WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
@@ -366,12 +368,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
 WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -417,12 +419,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
 WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -491,12 +493,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
 WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
