@@ -14,8 +14,8 @@
 -- Issue 27 (0017): every form also returns the reservation columns cpus and memory (the
 -- keyed form reads its extra columns by primary key through a join instead of scalar
 -- subqueries).
--- Issue 40: the plain claim's scan starts at a claim-order key (start_priority,
--- start_run_at: the claim cursor), and every form returns the job's run_at.
+-- Issue 40: the plain claim's scan starts after a claim-order key (start_priority,
+-- start_run_at, start_id: the claim cursor), and every form returns the job's run_at.
 -- The carried completions' and starts' state test compares in the "C" collation (issue 40:
 -- never through the partial index on running rows; see _FENCE in supervisor/db/sql.py).
 
@@ -31,7 +31,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now() AND (priority, run_at) >= (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8))
+      AND run_at <= now() AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
@@ -134,7 +134,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now() AND (priority, run_at) >= (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8))
+      AND run_at <= now() AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
@@ -274,11 +274,11 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
-      AND run_at <= now() AND (priority, run_at) >= ($7::int, to_timestamp($8::float8))
+      AND run_at <= now() AND (priority, run_at, id) > ($7::int, to_timestamp($8::float8), $9::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $9
+    LIMIT $10
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -386,11 +386,11 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
-      AND run_at <= now() AND (priority, run_at) >= ($17::int, to_timestamp($18::float8))
+      AND run_at <= now() AND (priority, run_at, id) > ($17::int, to_timestamp($18::float8), $19::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $19
+    LIMIT $20
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,

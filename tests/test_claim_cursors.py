@@ -6,7 +6,6 @@ left behind while a snapshot is held beside a running supervisor."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -16,7 +15,7 @@ from e2e import ROOT, Supervisor, read_log, wait_until
 from shared.enqueue import enqueue
 from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey, ClaimRequest, Completion, Store
-from supervisor.engine.cursors import HEAD_POLL_EVERY, SLACK, ClaimCursors
+from supervisor.engine.cursors import HEAD_POLL_EVERY, ClaimCursors
 
 if str(ROOT) not in sys.path:  # scripts/ is not an installed package
     sys.path.insert(0, str(ROOT))
@@ -37,8 +36,7 @@ def test_a_queue_never_claimed_scans_from_the_head_then_past_its_last_claim():
     cursors = ClaimCursors()
     assert cursors.start("q") is None
     cursors.claimed("q", [_job(1, 0, 100.0), _job(2, 0, 105.0), _job(3, 1, 50.0)])
-    # The last key in claim order (priority first), less the slack for late commits.
-    assert cursors.start("q") == ClaimKey(1, 50.0 - SLACK)
+    assert cursors.start("q") == ClaimKey(1, 50.0, 3)  # the last in claim order
     assert cursors.start("other") is None
 
 
@@ -48,29 +46,34 @@ def test_an_empty_claim_leaves_the_cursor_where_it_was():
     cursors.claimed("q", [_job(1, 0, 100.0)])
     cursors.start("q")
     cursors.claimed("q", [])
-    assert cursors.start("q") == ClaimKey(0, 100.0 - SLACK)
+    assert cursors.start("q") == ClaimKey(0, 100.0, 1)
 
 
-def test_a_poll_moves_a_cursor_back_to_a_job_behind_it_never_forward():
+def test_a_job_found_behind_moves_the_cursor_back_never_forward():
     cursors = ClaimCursors()
     cursors.start("q")
-    cursors.claimed("q", [_job(1, 5, 100.0)])
+    cursors.claimed("q", [_job(7, 5, 100.0)])
     cursors.observed({"q": ClaimKey(5, 200.0)})  # ahead: nothing to do
-    assert cursors.start("q") == ClaimKey(5, 100.0 - SLACK)
-    cursors.observed({"q": ClaimKey(0, 300.0)})  # a higher priority: behind
-    assert cursors.start("q") == ClaimKey(0, 300.0 - SLACK)
+    cursors.observed({"q": ClaimKey(5, 100.0, 8)})  # a poll's next job, ahead too
+    assert cursors.start("q") == ClaimKey(5, 100.0, 7)
+    # A notification of a job at the cursor's own priority and run_at (its id unknown):
+    # it may be behind, so the scan starts before every job of that key.
+    cursors.observed({"q": ClaimKey(5, 100.0)})
+    assert cursors.start("q") == ClaimKey(5, 100.0, 0)
+    cursors.observed({"q": ClaimKey(0, 300.0, 9)})  # a higher priority: behind
+    assert cursors.start("q") == ClaimKey(0, 300.0, 0)
 
 
-def test_a_claim_out_while_the_poll_moved_the_cursor_back_does_not_move_it_forward():
+def test_a_claim_out_while_the_cursor_moved_back_does_not_move_it_forward():
     cursors = ClaimCursors()
     cursors.start("q")
     cursors.claimed("q", [_job(1, 0, 100.0)])
-    cursors.start("q")  # a claim goes out from 100 - SLACK ...
-    cursors.observed({"q": ClaimKey(0, 10.0)})  # ... a poll finds a job at 10 ...
+    cursors.start("q")  # a claim goes out after 100 ...
+    cursors.observed({"q": ClaimKey(0, 10.0)})  # ... a job at 10 is told ...
     cursors.claimed("q", [_job(2, 0, 120.0)])  # ... the claim answers, past 10
-    assert cursors.start("q") == ClaimKey(0, 10.0 - SLACK)
-    cursors.claimed("q", [_job(3, 0, 10.0), _job(4, 0, 130.0)])  # sent after the poll
-    assert cursors.start("q") == ClaimKey(0, 130.0 - SLACK)
+    assert cursors.start("q") == ClaimKey(0, 10.0)
+    cursors.claimed("q", [_job(3, 0, 10.0), _job(4, 0, 130.0)])  # sent after the move
+    assert cursors.start("q") == ClaimKey(0, 130.0, 4)
 
 
 def test_polls_look_from_the_cursors_but_from_the_head_now_and_then_and_without_listen():
@@ -78,7 +81,7 @@ def test_polls_look_from_the_cursors_but_from_the_head_now_and_then_and_without_
     cursors.start("q")
     cursors.claimed("q", [_job(1, 0, 100.0)])
     assert cursors.poll_starts(0.0, listening=True) == {}  # the first: from the head
-    assert cursors.poll_starts(1.0, listening=True) == {"q": ClaimKey(0, 100.0 - SLACK)}
+    assert cursors.poll_starts(1.0, listening=True) == {"q": ClaimKey(0, 100.0, 1)}
     assert cursors.poll_starts(HEAD_POLL_EVERY, listening=True) == {}
     assert cursors.poll_starts(HEAD_POLL_EVERY + 1, listening=True) != {}
     assert cursors.poll_starts(HEAD_POLL_EVERY + 2, listening=False) == {}
@@ -109,8 +112,23 @@ def test_a_claim_from_a_key_takes_nothing_before_it_and_returns_each_jobs_key(co
     start = ClaimKey(0, _run_at(conn, late))
     taken = store.run_claim(ClaimRequest("default", ["k"], 10, start=start)).jobs
     assert [job.id for job in taken] == [late]  # the earlier and the more urgent stay
-    assert ClaimKey.of(taken[0]) == ClaimKey(0, pytest.approx(start.run_at))
+    assert ClaimKey.of(taken[0]) == ClaimKey(0, pytest.approx(start.run_at), late)
     assert [job.id for job in store.claim("default", ["k"], 10)] == [urgent, early]
+
+
+def test_a_key_read_back_from_a_claim_starts_exactly_after_its_job(conn):
+    # One statement: the same run_at to the microsecond, told apart by id alone. The
+    # run_at goes through a float8 and back (to_timestamp) without losing a microsecond.
+    conn.execute("INSERT INTO supervisor.jobs (kind, run_at) SELECT 'k', "
+                 "'2026-12-04T22:37:04.123457Z' FROM generate_series(1, 3)")
+    store = Store(conn, "me")
+    first = store.run_claim(ClaimRequest("default", ["k"], 1, start=None)).jobs
+    rest = store.run_claim(ClaimRequest("default", ["k"], 10,
+                                        start=ClaimKey.of(first[0]))).jobs
+    assert [job.id for job in rest] == [first[0].id + 1, first[0].id + 2]
+    store.release([(job.id, job.attempt) for job in rest])
+    again = store.run_claim(ClaimRequest("default", ["k"], 10, start=ClaimKey.of(rest[0])))
+    assert [job.id for job in again.jobs] == [rest[1].id]
 
 
 def test_the_poll_names_each_queues_first_waiting_job_in_claim_order(conn):
@@ -120,12 +138,12 @@ def test_the_poll_names_each_queues_first_waiting_job_in_claim_order(conn):
     store = Store(conn, "me")
     found = store.queues_with_work(["default", "other", "empty"], ["k"])
     assert set(found) == {"default", "other"}
-    assert found["default"] == ClaimKey(1, pytest.approx(_run_at(conn, first)))
+    assert found["default"] == ClaimKey(1, pytest.approx(_run_at(conn, first)), first)
     assert store.queues_with_work(["default"], ["not-k"]) == {}
-    # From a cursor: only what waits at or past it.
+    # From a cursor: only what waits past it.
     past = store.queues_with_work(["default", "other"], ["k"],
                                   {"default": ClaimKey(2, 0.0), "other": ClaimKey(5, 0.0)})
-    assert past == {"default": ClaimKey(3, pytest.approx(_run_at(conn, last)))}
+    assert past == {"default": ClaimKey(3, pytest.approx(_run_at(conn, last)), last)}
 
 
 def _keys(listener: psycopg.Connection) -> list[tuple[str, int, float]]:
@@ -228,9 +246,7 @@ def test_jobs_made_available_behind_the_cursor_are_claimed(dsn, tmp_path, listen
             # ... a later-due job, to be made available behind the cursor by an update
             # (a retry due earlier, a priority raised) ...
             moved = enqueue("e2e_noop", delay=3600, conn=conn)
-            # ... then others, due later than the cursor's slack, are claimed, moving
-            # the cursor past both.
-            time.sleep(4 * SLACK)
+            # ... then others are claimed, moving the cursor past both.
             ahead = [enqueue("e2e_noop", conn=conn) for _ in range(40)]
             wait_until(lambda: _completed(dsn, ahead), timeout=60, what="jobs ahead done")
             late.commit()  # committed after the claims that passed its run_at

@@ -59,17 +59,24 @@ _DONE = "done"
 
 @dataclass(frozen=True, slots=True, order=True)
 class ClaimKey:
-    """A position in the claim index's order (after the queue): a job's priority and
-    run_at (epoch seconds). The plain claim's scan starts at one (``ClaimRequest.start``)
-    so it does not walk the entries of jobs claimed before it (issue 40)."""
+    """A position in the claim index's order (after the queue): a job's priority, run_at
+    (epoch seconds: a float8 round trip through ``to_timestamp`` is exact to the
+    microsecond) and id; id 0 stands before every job of that priority and run_at. The
+    plain claim's scan starts just after one (``ClaimRequest.start``) so it does not walk
+    the entries of jobs claimed before it (issue 40)."""
 
     priority: int
     run_at: float
+    id: int = 0
 
     @classmethod
     def of(cls, job: ClaimedJob) -> ClaimKey:
         """The key ``job`` was claimed at."""
-        return cls(job.priority, job.run_at)
+        return cls(job.priority, job.run_at, job.id)
+
+    def before(self) -> ClaimKey:
+        """The key just before every job of this priority and run_at."""
+        return ClaimKey(self.priority, self.run_at)
 
 
 # The start of a scan from the head of the index: before every key.
@@ -93,8 +100,8 @@ class ClaimRequest:
     # (most cpus, most memory or None) a job may reserve to be taken; None: any job
     # (the measured statements, no reservation condition).
     bounds: tuple[int, int | None] | None = None
-    # Where the plain claim's scan starts (jobs before it are not taken); None: the
-    # head of the index. Aged and per-key claims always scan from the head.
+    # The plain claim takes only jobs after this key; None: from the head of the
+    # index. Aged and per-key claims always scan from the head.
     start: ClaimKey | None = None
 
     @property
@@ -166,12 +173,12 @@ BOUNDED = ("coalesce(cpus, 1) <= %(max_cpus)s::int "
            "AND (memory IS NULL OR memory <= %(max_memory)s::bigint)")
 
 
-# The plain claim's scan starts at the ClaimKey ``start`` (HEAD: the whole index). A row
-# comparison over the index's columns after the queue, so it positions the index scan
-# rather than filtering it: under a held horizon the entries of claimed jobs before the
-# start are never read. Always present, so one prepared statement serves both.
-_FROM_START = ("(priority, run_at) >= "
-               "(%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8))")
+# The plain claim's scan starts just after the ClaimKey ``start`` (HEAD: the whole
+# index). A row comparison over the index's columns after the queue, so it positions the
+# index scan rather than filtering it: under a held horizon the entries of claimed jobs
+# before the start are never read. Always present, so one prepared statement serves both.
+_FROM_START = ("(priority, run_at, id) > (%(start_priority)s::int, "
+               "to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)")
 
 
 def _rules(bounded: bool = False) -> str:
@@ -345,6 +352,7 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         "owner": owner, "ttl": lease_ttl, "queue": request.queue, "kinds": kinds,
         "limit": request.limit, "aging": float(request.aging),
         "start_priority": start.priority, "start_run_at": start.run_at,
+        "start_id": start.id,
         "kind_attempts": [max_attempts.get(kind) for kind in kinds],
         "default_attempts": default_attempts}
     if request.per_key is not None:

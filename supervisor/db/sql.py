@@ -227,20 +227,21 @@ GROUP BY queue, state
 
 # One index probe per queue (the partial index on available jobs), so asking costs the
 # same whether a queue holds ten jobs or ten million.
-# The queues holding claimable work at or past a claim-order key each (their claim
-# cursor's start, or the head of the index), each with its first such job's key
-# (priority, run_at): a poll from the head tells the claim cursors
+# The queues holding claimable work past a claim-order key each (their claim cursor, or
+# the head of the index), each with its first such job's key (priority, run_at, id): a
+# poll from the head tells the claim cursors
 # (supervisor.engine.cursors) of a job behind them. Reading the first job in the claim
 # index's order costs what the EXISTS it replaced cost (the scan stops at the first live
 # entry either way); from a cursor it skips the entries of jobs claimed before it.
 QUEUES_WITH_WORK = """
-SELECT q.name, w.priority, extract(epoch FROM w.run_at)::float8
-FROM unnest(%(queues)s::text[], %(start_priorities)s::int[], %(start_run_ats)s::float8[])
-     AS q(name, start_priority, start_run_at)
+SELECT q.name, w.priority, extract(epoch FROM w.run_at)::float8, w.id
+FROM unnest(%(queues)s::text[], %(start_priorities)s::int[], %(start_run_ats)s::float8[],
+            %(start_ids)s::bigint[]) AS q(name, start_priority, start_run_at, start_id)
 CROSS JOIN LATERAL (
-    SELECT j.priority, j.run_at FROM supervisor.jobs j
+    SELECT j.priority, j.run_at, j.id FROM supervisor.jobs j
     WHERE j.state = 'available' AND j.queue = q.name AND j.run_at <= now()
-      AND (j.priority, j.run_at) >= (q.start_priority, to_timestamp(q.start_run_at))
+      AND (j.priority, j.run_at, j.id)
+          > (q.start_priority, to_timestamp(q.start_run_at), q.start_id)
       AND j.kind = ANY(%(kinds)s::text[])
       AND (j.expires_at IS NULL OR j.expires_at > now())
     ORDER BY j.priority, j.run_at, j.id

@@ -409,17 +409,19 @@ class Store:
         """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now (the
         scheduler shares children only among these), each with the claim-order key of
         its first such job (the claim cursors move back to it). ``starts``: a queue
-        named there is looked at from that key on (its claim cursor), the others from
-        the head of the claim index."""
+        named there is looked at after that key (its claim cursor), the others from the
+        head of the claim index."""
         if not queues or not kinds:
             return {}
         begin = [(starts or {}).get(queue, HEAD) for queue in queues]
         rows = self.connection.execute(QUEUES_WITH_WORK, {
             "queues": list(queues), "kinds": list(kinds),
             "start_priorities": [key.priority for key in begin],
-            "start_run_ats": [key.run_at for key in begin]},
+            "start_run_ats": [key.run_at for key in begin],
+            "start_ids": [key.id for key in begin]},
             prepare=self._again(QUEUES_WITH_WORK))
-        return {queue: ClaimKey(priority, run_at) for queue, priority, run_at in rows}
+        return {queue: ClaimKey(priority, run_at, job_id)
+                for queue, priority, run_at, job_id in rows}
 
     def has_due_work(self, queues: Sequence[str], kinds: Sequence[str],
                      horizon: float = 0.0) -> bool:

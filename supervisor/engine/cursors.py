@@ -4,20 +4,20 @@ While something holds the MVCC horizon back (a dump, a REPEATABLE READ report, a
 idle in transaction), the claim index keeps an entry for every job claimed since, each
 pointing at a row version nobody may remove, and all of them sit at the front of the
 claim's ordered scan: a claim from the head walks them all (issue 40). So each queue
-keeps the claim-order key (``ClaimKey``: priority, run_at) of the last job its claim
-took, and the next claim's scan starts there, ``SLACK`` seconds earlier: producers
-commit a little out of order, and a job committed just after a later one is still
-found by the next claim.
+keeps the claim-order key (``ClaimKey``: priority, run_at, id) of the last job its
+claim took, and the next claim's scan starts just after it.
 
-A job that becomes available further behind (a producer's transaction committed late, a
-retry or release, a priority raised, a plain-SQL row due long ago) is told to every
-supervisor at its commit: the schema's triggers send its key on the keys channel (schema
-0029, ``Database.take_notified_keys``), and the cursor moves back to it. The polls look
-for work from the cursors too, except one in ``HEAD_POLL_EVERY`` seconds, which reads
-each queue's first waiting job from the head of the index: the net for what no trigger
-tells (another supervisor's claim rolled back with the rows it skipped locked, a
-notification lost with the connection, which also forgets every cursor). Without LISTEN
-(poll only) every poll reads from the head, as every claim did before.
+A job that becomes available behind it (a producer's transaction committed after later
+jobs were claimed, a retry or release, a priority raised, a plain-SQL row due long ago)
+is told to every supervisor at its commit: the schema's triggers send its key on the
+keys channel (schema 0029, ``Database.take_notified_keys``), and the cursor moves back to
+just before its priority and run_at. The polls look for work past the cursors too,
+except one in ``HEAD_POLL_EVERY`` seconds, which reads each queue's first waiting job
+from the head of the index: the net for what no trigger tells (another supervisor's
+claim rolled back with the rows it skipped locked, a notification lost with the
+connection, which also forgets every cursor, a row inserted as available with a future
+run_at that a claim of a lower priority passed). Without LISTEN (poll only) every poll
+reads from the head, as every claim did before.
 
 Aged and per-key claims scan from the head as before (``ClaimRequest.start`` is None):
 their candidates are found per priority level and per key, not past one key.
@@ -26,16 +26,10 @@ their candidates are found per priority level and per key, not past one key.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 
 from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey
 
-# Seconds before the last claimed job's run_at the next scan starts: out-of-order
-# commits closer than this are claimed at once, later ones once their key's notification
-# arrives. A wider window re-reads more entries of claimed jobs under a held horizon
-# (rate x SLACK a claim).
-SLACK = 0.05
 # Seconds between polls that look from the head of the claim index. Under a held horizon
 # such a poll walks every entry claimed since the hold began, so it is kept rare; it only
 # catches what no notification tells (see above).
@@ -67,8 +61,7 @@ class ClaimCursors:
         return {queue: start for queue in self._last if (start := self._from(queue))}
 
     def _from(self, queue: str) -> ClaimKey | None:
-        last = self._last.get(queue)
-        return None if last is None else replace(last, run_at=last.run_at - SLACK)
+        return self._last.get(queue)
 
     def claimed(self, queue: str, jobs: Iterable[ClaimedJob]) -> None:
         """The plain claim of ``queue`` took ``jobs``: the next one starts past them,
@@ -85,8 +78,10 @@ class ClaimCursors:
         by a notification): a cursor past it moves back to it."""
         for queue, key in first.items():
             last = self._last.get(queue)
-            if last is not None and key < last:
-                self._last[queue] = key
+            # A notification's key has no id (0): its job may be at the cursor's own
+            # priority and run_at, so it counts as behind when it ties.
+            if last is not None and key <= last and key.before() < last:
+                self._last[queue] = key.before()
                 self._moves[queue] = self._moves.get(queue, 0) + 1
 
     def forget(self) -> None:
