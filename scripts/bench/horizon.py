@@ -6,9 +6,10 @@ Two modes:
 (one small ``INSERT`` per 10 ms tick, one commit each) while ``supervisor run -n 2``
 works them. Three phases: baseline, hold (a holder keeps the horizon back), recovery.
 Per phase: completions against the offer, pickup p50/p99 (run_at to attempted_at),
-index entries read per claimed job (``idx_tup_read`` of the claim index over the jobs
-started), a read-only probe of a claim scan from the start of the index, dead tuples,
-table and index size, row versions and WAL bytes per job.
+index entries read per claimed job (``idx_tup_read`` of the claim index, and of every
+index of supervisor.jobs, over the jobs started), a read-only probe of a claim scan from
+the start of the index, dead tuples, table and index size, row versions and WAL bytes
+per job.
 
 ``drain``: a backlog of ``--jobs`` no-op jobs drained by ``supervisor run --burst -n 2``,
 once with the holder opened before the drain and once without, alternating
@@ -49,6 +50,8 @@ _COUNTERS = """
 SELECT now() AS at,
        (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
         WHERE schemaname = 'supervisor' AND indexrelname = 'jobs_available_idx') AS idx_read,
+       (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
+        WHERE schemaname = 'supervisor' AND relname = 'jobs') AS all_read,
        t.n_tup_ins AS ins, t.n_tup_upd AS upd, t.n_tup_hot_upd AS hot, t.n_tup_del AS del,
        t.n_dead_tup AS dead,
        pg_current_wal_lsn() AS lsn,
@@ -72,6 +75,7 @@ class Counters:
 
     at: object
     idx_read: int
+    all_read: int
     ins: int
     upd: int
     hot: int
@@ -181,7 +185,8 @@ def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, off
     probe = f"{common.median(probes):.2f}" if probes else "-"
     return (f"| {name} | {offered} | {done} ({100 * done / max(offered, 1):.0f}%) "
             f"| {_ms(p50)} / {_ms(p99)} | {waiting} "
-            f"| {(b.idx_read - a.idx_read) / jobs:.1f} | {probe} | {b.dead} "
+            f"| {(b.idx_read - a.idx_read) / jobs:.1f} | {(b.all_read - a.all_read) / jobs:.1f} "
+            f"| {probe} | {b.dead} "
             f"| {b.heap / 2**20:.1f} + {b.indexes / 2**20:.1f} "
             f"| {(b.upd - a.upd) / jobs:.2f} ({(b.hot - a.hot) / jobs:.2f} HOT) "
             f"| {float(wal) / jobs:.0f} |")
@@ -196,9 +201,10 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
           f"{baseline:g}/{hold:g}/{recovery:g} s, supervisor run -n 2 "
           f"(code {os.environ.get('BENCH_CODE', common.ROOT)})")
     print("| phase | offered | completed | pickup p50 / p99 ms | not started "
-          "| index entries read / claimed job | full-scan probe ms | dead tuples "
+          "| claim index entries read / claimed job | all index entries read / claimed job "
+          "| full-scan probe ms | dead tuples "
           "| heap + indexes MB | updates / job | WAL bytes / job |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     try:
         time.sleep(2.0)  # children forked
         with psycopg.connect(dsn, autocommit=True, application_name="bench-stats") as conn:
