@@ -93,10 +93,27 @@ def counters(conn: psycopg.Connection) -> Counters:
     return Counters(*row)
 
 
-def probe_ms(conn: psycopg.Connection) -> float:
-    """The time of a read-only claim scan from the index's head, in ms."""
-    plan = conn.execute(_PROBE, (QUEUE,)).fetchone()[0]
-    return float(plan[0]["Execution Time"])
+@dataclass
+class Probe:
+    """A read-only claim scan from the index's head: its time, and the index entries it
+    read (taken out of the phase's counts: they are the bench's, not the queue's)."""
+
+    ms: float
+    claim_index_read: int
+    all_read: int
+
+
+def probe(conn: psycopg.Connection) -> Probe:
+    with conn.transaction():
+        plan = conn.execute(_PROBE, (QUEUE,)).fetchone()[0]
+        # This transaction's own index reads, before they are flushed to the totals.
+        claim_read, all_read = conn.execute(
+            "SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)) FILTER "
+            "(WHERE indexrelname = 'jobs_available_idx'), 0), "
+            "coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) "
+            "FROM pg_stat_user_indexes "
+            "WHERE schemaname = 'supervisor' AND relname = 'jobs'").fetchone()
+    return Probe(float(plan[0]["Execution Time"]), int(claim_read), int(all_read))
 
 
 class Holder:
@@ -167,7 +184,7 @@ def _ms(interval) -> str:
 
 
 def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, offered: int,
-              probes: list[float]) -> str:
+              probes: list[Probe]) -> str:
     """One report line for the phase between counters ``a`` and ``b``."""
     row = conn.execute(
         """SELECT count(*) FILTER (WHERE state = 'completed' AND finished_at <= %(b)s),
@@ -182,11 +199,13 @@ def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, off
         (a.at, b.at)).fetchone()[0]
     wal = conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", (b.lsn, a.lsn)).fetchone()[0]
     jobs = max(claimed, 1)
-    probe = f"{common.median(probes):.2f}" if probes else "-"
+    probe_ms = f"{common.median([p.ms for p in probes]):.2f}" if probes else "-"
+    claim_read = b.idx_read - a.idx_read - sum(p.claim_index_read for p in probes)
+    all_read = b.all_read - a.all_read - sum(p.all_read for p in probes)
     return (f"| {name} | {offered} | {done} ({100 * done / max(offered, 1):.0f}%) "
             f"| {_ms(p50)} / {_ms(p99)} | {waiting} "
-            f"| {(b.idx_read - a.idx_read) / jobs:.1f} | {(b.all_read - a.all_read) / jobs:.1f} "
-            f"| {probe} | {b.dead} "
+            f"| {claim_read / jobs:.1f} | {all_read / jobs:.1f} "
+            f"| {probe_ms} | {b.dead} "
             f"| {b.heap / 2**20:.1f} + {b.indexes / 2**20:.1f} "
             f"| {(b.upd - a.upd) / jobs:.2f} ({(b.hot - a.hot) / jobs:.2f} HOT) "
             f"| {float(wal) / jobs:.0f} |")
@@ -218,7 +237,7 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
                 end = time.monotonic() + seconds
                 while time.monotonic() < end:
                     time.sleep(min(5.0, max(0.0, end - time.monotonic())))
-                    probes.append(probe_ms(conn))
+                    probes.append(probe(conn))
                 if opened is not None:
                     opened.close()
                 time.sleep(1.0)  # statistics flushed
