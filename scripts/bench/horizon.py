@@ -251,15 +251,31 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
         common.drop_database(base_dsn, DB)
 
 
+# The oldest transaction holding an xid anywhere in the cluster, other than the bench's
+# own holder: on a shared server another database's long transaction stops this
+# database's index scans from marking dead entries (docs/benchmarks.md, issue 40).
+_OUTSIDE_XID_AGE = """
+SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0) FROM pg_stat_activity
+WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+  AND application_name NOT LIKE 'bench-holder%%'
+"""
+
+
+def outside_xid_age(dsn: str) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return float(conn.execute(_OUTSIDE_XID_AGE).fetchone()[0])
+
+
 def drain(base_dsn: str, holder: str, jobs: int, rounds: int) -> None:
     dsn = scratch(base_dsn)
     print(f"backlog drain of {jobs} no-op jobs, supervisor run --burst -n 2, holder {holder} "
           f"opened before the drain (code {os.environ.get('BENCH_CODE', common.ROOT)})")
-    print("| round | without holder jobs/s | with holder jobs/s | ratio |")
-    print("|---|---|---|---|")
+    print("| round | without holder jobs/s | with holder jobs/s | ratio "
+          "| oldest outside xid at the drains' ends, s |")
+    print("|---|---|---|---|---|")
     try:
         for n in range(rounds):
-            rates = []
+            rates, outside = [], []
             for kind in ("none", holder):
                 common.reset(dsn)
                 with psycopg.connect(dsn, autocommit=True) as conn:
@@ -273,8 +289,9 @@ def drain(base_dsn: str, holder: str, jobs: int, rounds: int) -> None:
                 finally:
                     opened.close()
                 rates.append(jobs / seconds)
-            print(f"| {n + 1} | {rates[0]:.0f} | {rates[1]:.0f} | {rates[1] / rates[0]:.2f} |",
-                  flush=True)
+                outside.append(outside_xid_age(dsn))
+            print(f"| {n + 1} | {rates[0]:.0f} | {rates[1]:.0f} | {rates[1] / rates[0]:.2f} "
+                  f"| {outside[0]:.0f} / {outside[1]:.0f} |", flush=True)
     finally:
         common.drop_database(base_dsn, DB)
 
