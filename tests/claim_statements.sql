@@ -16,8 +16,9 @@
 -- subqueries).
 -- Issue 40: the plain claim's scan starts after a claim-order key (start_priority,
 -- start_run_at, start_id: the claim cursor), and every form returns the job's run_at.
--- The carried completions' and starts' state test compares in the "C" collation (issue 40:
--- never through the partial index on running rows; see _FENCE in supervisor/db/sql.py).
+-- The carried completions' and starts' state test compares in the "C" collation, and
+-- their redundant "j.id = ANY" is gone (issue 40: through the primary key, one probe per
+-- row of the batch, never the partial index on running rows; _FENCE in supervisor/db/sql.py).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -116,11 +117,11 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
@@ -167,11 +168,11 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
@@ -241,11 +242,11 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
@@ -368,11 +369,11 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
@@ -419,11 +420,11 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
@@ -493,11 +494,11 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
+WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
