@@ -9,6 +9,9 @@ NOTIFY_CHANNEL = "supervisor_jobs"  # payload: the queue that got work
 CANCEL_CHANNEL = "supervisor_cancel"  # payload: the id of a job an operator cancelled
 SCHEDULED_CHANNEL = "supervisor_scheduled"  # payload: a queue that got a job for later
 PAUSED_CHANNEL = "supervisor_paused"  # payload: a queue that was paused
+# payload: queue, priority, run_at (epoch seconds), tab-separated: where a job became
+# available in the claim order (schema 0029; the claim cursors move back to it)
+KEYS_CHANNEL = "supervisor_job_keys"
 
 # Job states that are still work (not history).
 LIVE_STATES = ("available", "scheduled", "retryable", "running")

@@ -193,3 +193,4 @@ class ClaimedJob:
     # The indices of each counted resource admission gave it (``{"gpu": [1]}``), set
     # when it is dispatched; a GPU job's child sets CUDA_VISIBLE_DEVICES from them.
     devices: dict[str, list[int]] | None = None
+    run_at: float = 0.0  # epoch seconds it was due: its place in the claim order

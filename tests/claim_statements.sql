@@ -18,6 +18,11 @@
 -- resources; the keyed form through its join).
 -- Issue 42 (0028): a fair queue's claim (fair = "batch"), three forms recorded when it
 -- was added at the end; the recordings above are unchanged by it.
+-- Issue 40: the plain claim's scan starts after a claim-order key (start_priority,
+-- start_run_at, start_id: the claim cursor), and every form returns the job's run_at.
+-- The carried completions' and starts' state test compares in the "C" collation, and
+-- their redundant "j.id = ANY" is gone (issue 40: through the primary key, one probe per
+-- row of the batch, never the partial index on running rows; _FENCE in supervisor/db/sql.py).
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -31,7 +36,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
@@ -41,7 +46,8 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at
 
 -- @@ claim_aged
 UPDATE supervisor.jobs
@@ -88,13 +94,15 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at
 
 -- @@ claim_keyed
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
-       j.resources::text AS resources
+       j.resources::text AS resources,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
@@ -116,12 +124,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -134,7 +142,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
@@ -144,12 +152,13 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -167,12 +176,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -218,12 +227,13 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -241,26 +251,27 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running'
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
-       j.resources::text AS resources
+       j.resources::text AS resources,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -274,18 +285,19 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at, id) > ($7::int, to_timestamp($8::float8), $9::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $7
+    LIMIT $10
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 
@@ -334,8 +346,9 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 
@@ -343,12 +356,13 @@ FROM claimed
 WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
-       j.resources::text AS resources
+       j.resources::text AS resources,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 
@@ -368,12 +382,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -386,22 +400,23 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND (priority, run_at, id) > ($17::int, to_timestamp($18::float8), $19::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $17
+    LIMIT $20
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -419,12 +434,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -470,12 +485,13 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE supervisor.jobs AS j
@@ -493,26 +509,27 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
-       j.resources::text AS resources
+       j.resources::text AS resources,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
                             $9, $16::float8, $17::int[],
                             $18::int) AS k
 JOIN supervisor.jobs j ON j.id = k.id)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_fair
 UPDATE supervisor.jobs
@@ -564,7 +581,8 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at
 
 -- @@ claim_fair_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -616,8 +634,9 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 
@@ -637,12 +656,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running'
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -693,9 +712,10 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources,
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

@@ -14,7 +14,7 @@ from shared.db import DatabaseUnavailable
 from shared.horizon import HorizonReport
 from shared.jobs import ClaimedJob
 from supervisor.config import RunConfig
-from supervisor.db import ClaimResult, Database, FailuresWritten
+from supervisor.db import ClaimKey, ClaimResult, Database, FailuresWritten
 from supervisor.engine import Engine
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.pool import JobDone, JobFailed, JobStarted, RunTimes
@@ -128,9 +128,9 @@ class FakeStore:
         self._record("promote")
         return 0
 
-    def queues_with_work(self, queues, kinds):
+    def queues_with_work(self, queues, kinds, starts=None):
         self._record("poll")
-        return {q for q in queues if self.available.get(q)}
+        return {q: ClaimKey(0, 0.0) for q in queues if self.available.get(q)}
 
     def seconds_until_due(self, queues, kinds):
         return None

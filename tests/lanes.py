@@ -60,6 +60,12 @@ UNIT_MODULES: frozenset[str] = frozenset({
 
 UNIT_TESTS: frozenset[str] = frozenset({
     "test_child_scope.py::test_a_jobs_pool_size_follows_its_cpus_and_the_childs_share",
+    "test_claim_cursors.py::test_a_queue_never_claimed_scans_from_the_head_then_past_its_last_claim",
+    "test_claim_cursors.py::test_an_empty_claim_leaves_the_cursor_where_it_was",
+    "test_claim_cursors.py::test_a_job_found_behind_moves_the_cursor_back_never_forward",
+    "test_claim_cursors.py::test_a_claim_out_while_the_cursor_moved_back_does_not_move_it_forward",
+    "test_claim_cursors.py::test_polls_look_from_the_cursors_but_from_the_head_now_and_then_and_without_listen",
+    "test_claim_cursors.py::test_forgetting_sends_every_queue_back_to_the_head",
     "test_horizon.py::test_the_watch_warns_once_per_holder_and_says_when_it_lets_go",
     "test_horizon.py::test_an_inactive_slot_is_warned_about_without_a_clock",
     "test_admission_input.py::test_a_budget_in_the_config_file_is_checked_too",

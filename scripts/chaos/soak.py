@@ -83,6 +83,10 @@ class SoakSettings:
     stall: float = 180.0  # no job finished for this long: give up
     seed: int = 1
     mix: dict[str, float] | None = None  # kind -> weight, overriding MIX's weights
+    # A session holding the MVCC horizon back for the whole run (issue 40): "rr", an idle
+    # REPEATABLE READ snapshot that has read supervisor.jobs; "xid", an idle transaction
+    # holding an xid; None: none.
+    holder: str | None = None
 
 
 @dataclass
@@ -172,12 +176,27 @@ class Driver:
                  for i in range(settings.db_restarts)]
         self.plan = sorted(plan)
         self.started = time.monotonic()
+        self.holder: psycopg.Connection | None = None
 
     def event(self, text: str, show: bool = True) -> None:
         """Note what the driver did, stamped with seconds since the supervisors started."""
         self.report.events.append(f"{time.monotonic() - self.started:7.1f} s  {text}")
         if show:
             self.say(self.report.events[-1])
+
+    def hold_horizon(self) -> None:
+        """Open the session of ``settings.holder`` (again after a restart cut it)."""
+        if self.s.holder is None:
+            return
+        if self.holder is not None:
+            self.holder.close()
+        self.holder = psycopg.connect(self.server.dsn, application_name="soak-holder")
+        if self.s.holder == "rr":
+            self.holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            self.holder.execute("SELECT count(*) FROM supervisor.jobs").fetchone()
+        else:
+            self.holder.execute("SELECT txid_current()")
+        self.event(f"holding the horizon ({self.s.holder})")
 
     def start_supervisor(self) -> None:
         """Start one more ``supervisor run``."""
@@ -201,6 +220,7 @@ class Driver:
         for _ in range(self.s.supervisors):
             self.start_supervisor()
         started = self.started = time.monotonic()
+        self.hold_horizon()
         next_kill = started + self.s.kill_interval
         last_finished, last_change = -1, started
         quiet_polls = 0
@@ -309,6 +329,8 @@ class Driver:
         self.server.restart()
         self.db_restarted_at = time.monotonic()
         self.report.db_restarts += 1
+        if self.holder is not None:
+            self.hold_horizon()
         self.event(f"at {fraction:.0%} done: restarted PostgreSQL "
                    f"({time.monotonic() - began:.1f} s)")
 
@@ -324,6 +346,8 @@ class Driver:
 
     def close(self) -> None:
         """Kill whatever is left (after a failure) and close the logs."""
+        if self.holder is not None:
+            self.holder.close()
         for sup in self.sups + self.retired:
             sup.close()
 

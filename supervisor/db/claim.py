@@ -5,8 +5,9 @@ A claim takes up to ``limit`` due jobs of one queue and, in the same statement a
 same commit, carries the writes that were waiting for it (completions, starts). What
 varies from claim to claim, and picks the statement:
 
-* the order: by stored priority (one ordered scan of the claim index), or aged (a job
-  gains a priority step per ``aging`` seconds waited past its run_at);
+* the order: by stored priority (one ordered scan of the claim index, from the key
+  ``start`` when the caller keeps a cursor: ``ClaimKey``), or aged (a job gains a
+  priority step per ``aging`` seconds waited past its run_at);
 * a per-key limit (``supervisor queues limit --per-key-max-running``) or none;
 * the shape: bare (a blocking claim carrying nothing), alone (the non-blocking claim
   carrying nothing) or carrying (completions and starts ride on it).
@@ -53,9 +54,36 @@ CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
 _COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
-            "wait", "trace_context", "checkpoint", "expires_at", "cpus", "memory", "resources")
+            "wait", "trace_context", "checkpoint", "expires_at", "cpus", "memory", "resources",
+            "run_at")
 # The carrying form's extra column: true for a row that is a written completion.
 _DONE = "done"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ClaimKey:
+    """A position in the claim index's order (after the queue): a job's priority, run_at
+    (epoch seconds: a float8 round trip through ``to_timestamp`` is exact to the
+    microsecond) and id; id 0 stands before every job of that priority and run_at. The
+    plain claim's scan starts just after one (``ClaimRequest.start``) so it does not walk
+    the entries of jobs claimed before it (issue 40)."""
+
+    priority: int
+    run_at: float
+    id: int = 0
+
+    @classmethod
+    def of(cls, job: ClaimedJob) -> ClaimKey:
+        """The key ``job`` was claimed at."""
+        return cls(job.priority, job.run_at, job.id)
+
+    def before(self) -> ClaimKey:
+        """The key just before every job of this priority and run_at."""
+        return ClaimKey(self.priority, self.run_at)
+
+
+# The start of a scan from the head of the index: before every key.
+HEAD = ClaimKey(-(1 << 31), float("-inf"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +113,9 @@ class ClaimRequest:
     # What a job may reserve to be taken; None: any job (the measured statements, no
     # reservation condition).
     bounds: ClaimBounds | None = None
+    # The plain claim takes only jobs after this key; None: from the head of the
+    # index. Aged, per-key and fair claims always scan from the head.
+    start: ClaimKey | None = None
     # Round-robin by batch (a queue's ``fair = "batch"``); a per-key limit wins over it.
     fair: bool = False
 
@@ -161,6 +192,14 @@ BOUNDED = ("coalesce(cpus, 1) <= %(max_cpus)s::int "
            "AND supervisor.resources_fit(resources, %(max_resources)s::jsonb)")
 
 
+# The plain claim's scan starts just after the ClaimKey ``start`` (HEAD: the whole
+# index). A row comparison over the index's columns after the queue, so it positions the
+# index scan rather than filtering it: under a held horizon the entries of claimed jobs
+# before the start are never read. Always present, so one prepared statement serves both.
+_FROM_START = ("(priority, run_at, id) > (%(start_priority)s::int, "
+               "to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)")
+
+
 def _rules(bounded: bool = False) -> str:
     rules = (*RULES, BOUNDED) if bounded else RULES
     return "".join(f"\n      AND {rule}" for rule in rules)
@@ -184,7 +223,7 @@ def _candidates(aged: bool, bounded: bool = False) -> str:
         return f"""
     SELECT id FROM supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
-      AND run_at <= now()
+      AND run_at <= now() AND {_FROM_START}
       AND {_NOT_PAUSED}{_rules(bounded)}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s"""
@@ -300,7 +339,8 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
-          resources::text AS resources"""
+          resources::text AS resources,
+          extract(epoch FROM run_at)::float8 AS run_at"""
 
 
 def _keyed(aged: bool, bounded: bool = False) -> str:
@@ -323,7 +363,8 @@ def _keyed(aged: bool, bounded: bool = False) -> str:
     return f"""SELECT {columns},
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
-       j.resources::text AS resources
+       j.resources::text AS resources,
+       extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int{aging}) AS k
@@ -385,9 +426,12 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
            max_attempts: Mapping[str, int], default_attempts: int) -> dict[str, Any]:
     """The parameters of ``request``'s statement (a superset: each variant uses its own)."""
     kinds = list(request.kinds)
+    start = request.start or HEAD
     values: dict[str, Any] = {
         "owner": owner, "ttl": lease_ttl, "queue": request.queue, "kinds": kinds,
         "limit": request.limit, "aging": float(request.aging),
+        "start_priority": start.priority, "start_run_at": start.run_at,
+        "start_id": start.id,
         "kind_attempts": [max_attempts.get(kind) for kind in kinds],
         "default_attempts": default_attempts}
     if request.per_key is not None:
@@ -415,7 +459,8 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
     its job id. Each column is found by its name, once per answer."""
     at = {name: i for i, name in enumerate(names)}
     (i_id, i_kind, i_queue, i_attempt, i_max_attempts, i_priority, i_timeout, i_args, i_wait,
-     i_trace_context, i_checkpoint, i_expires_at, i_cpus, i_memory, i_resources) = (
+     i_trace_context, i_checkpoint, i_expires_at, i_cpus, i_memory, i_resources,
+     i_run_at) = (
         at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
 
@@ -428,7 +473,8 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
                           trace_context=v[i_trace_context], checkpoint=v[i_checkpoint],
                           expires_at=v[i_expires_at], cpus=v[i_cpus], memory=v[i_memory],
                           resources=None if v[i_resources] is None
-                          else _resources(v[i_resources]))
+                          else _resources(v[i_resources]),
+                          run_at=v[i_run_at])
     return make
 
 

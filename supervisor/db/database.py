@@ -42,11 +42,13 @@ from shared.db import DatabaseUnavailable, SchemaMissing, first_line
 from shared.defaults import (
     CANCEL_CHANNEL,
     DATABASE_DEADLINE,
+    KEYS_CHANNEL,
     NOTIFY_CHANNEL,
     PAUSED_CHANNEL,
     SCHEDULED_CHANNEL,
 )
 from shared.dsn import describe
+from supervisor.db.claim import ClaimKey
 from supervisor.db.connections import (
     Connecting,
     DatabaseHung,
@@ -77,8 +79,8 @@ def connection_lost(exc: BaseException) -> bool:
         return False
     sqlstate = getattr(exc, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith(_SESSION_ENDING)
-_CHANNELS = (NOTIFY_CHANNEL, CANCEL_CHANNEL, SCHEDULED_CHANNEL, PAUSED_CHANNEL)
-_NOTIFY, _CANCEL, _SCHEDULED, _PAUSED = (c.encode() for c in _CHANNELS)
+_CHANNELS = (NOTIFY_CHANNEL, CANCEL_CHANNEL, SCHEDULED_CHANNEL, PAUSED_CHANNEL, KEYS_CHANNEL)
+_NOTIFY, _CANCEL, _SCHEDULED, _PAUSED, _KEYS = (c.encode() for c in _CHANNELS)
 PROBE_TIMEOUT = 2.0  # seconds a self-NOTIFY may take before LISTEN counts as broken
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
 EXIT_CONNECT = 0.3  # seconds the connect at exit may take (see reopen_for_exit)
@@ -110,6 +112,7 @@ class Database:
         self.scheduled_queues: set[str] = set()  # got work for later
         self.paused_queues: set[str] = set()
         self.cancelled_jobs: set[int] = set()
+        self.notified_keys: dict[str, ClaimKey] = {}  # queue -> first key made available
         self.down_since: float | None = None
         self.retry_at = 0.0
         self.connecting: list[Connecting] | None = None  # a reconnection under way
@@ -253,6 +256,8 @@ class Database:
                     self.scheduled_queues.add(payload)
                 elif channel == _PAUSED:
                     self.paused_queues.add(payload)
+                elif channel == _KEYS:
+                    self._note_key(payload)
         except (psycopg.Error, OSError) as exc:
             self.lost(exc)
 
@@ -260,6 +265,23 @@ class Database:
         """Queues named by NOTIFY since the last call."""
         queues, self.notified_queues = self.notified_queues, set()
         return queues
+
+    def _note_key(self, payload: str) -> None:
+        """Keep the first claim-order key per queue named on the keys channel."""
+        queue, _, rest = payload.rpartition("\t")
+        queue, _, priority = queue.rpartition("\t")
+        try:
+            key = ClaimKey(int(priority), float(rest))
+        except ValueError:
+            return  # not ours: the schema's payloads always parse
+        if queue and (queue not in self.notified_keys or key < self.notified_keys[queue]):
+            self.notified_keys[queue] = key
+
+    def take_notified_keys(self) -> dict[str, ClaimKey]:
+        """Per queue, the first claim-order key of the jobs made available (NOTIFY on
+        the keys channel) since the last call."""
+        keys, self.notified_keys = self.notified_keys, {}
+        return keys
 
     def take_scheduled(self) -> set[str]:
         """Queues that got a job for later (NOTIFY) since the last call."""

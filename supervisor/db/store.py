@@ -23,7 +23,7 @@ from shared.horizon import HorizonReport, read_horizon
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db import claim, leases
 from supervisor.db.attempt_cost import usage_params
-from supervisor.db.claim import ClaimRequest, ClaimResult
+from supervisor.db.claim import HEAD, ClaimKey, ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.records import Completion, Failure, FailuresWritten
@@ -423,15 +423,24 @@ class Store:
         return {kind: (reason, left) for kind, reason, left in
                 self.connection.execute(PAUSED_KINDS)}
 
-    def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str]) -> set[str]:
-        """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now: the
-        scheduler shares children only among these."""
+    def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str],
+                         starts: Mapping[str, ClaimKey] | None = None) -> dict[str, ClaimKey]:
+        """Which of ``queues`` (not paused) hold available, due jobs of ``kinds`` now (the
+        scheduler shares children only among these), each with the claim-order key of
+        its first such job (the claim cursors move back to it). ``starts``: a queue
+        named there is looked at after that key (its claim cursor), the others from the
+        head of the claim index."""
         if not queues or not kinds:
-            return set()
-        rows = self.connection.execute(QUEUES_WITH_WORK, {"queues": list(queues),
-                                                           "kinds": list(kinds)},
-                                       prepare=self._again(QUEUES_WITH_WORK))
-        return {row[0] for row in rows}
+            return {}
+        begin = [(starts or {}).get(queue, HEAD) for queue in queues]
+        rows = self.connection.execute(QUEUES_WITH_WORK, {
+            "queues": list(queues), "kinds": list(kinds),
+            "start_priorities": [key.priority for key in begin],
+            "start_run_ats": [key.run_at for key in begin],
+            "start_ids": [key.id for key in begin]},
+            prepare=self._again(QUEUES_WITH_WORK))
+        return {queue: ClaimKey(priority, run_at, job_id)
+                for queue, priority, run_at, job_id in rows}
 
     def has_due_work(self, queues: Sequence[str], kinds: Sequence[str],
                      horizon: float = 0.0) -> bool:

@@ -5,7 +5,8 @@ the completions the outbox hands it (one statement, one commit). While it is out
 loop keeps reading children's answers and handing them waiting jobs. When several
 queues want work, the one that claimed least recently goes first, so no queue waits
 behind a busy neighbour. The answer puts the claimed jobs in the ledger; a claim
-answered after the drain began gives its jobs straight back.
+answered after the drain began gives its jobs straight back. A plain claim (no aging, no
+per-key limit) starts its scan at its queue's cursor (``supervisor.engine.cursors``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from shared.jobs import ClaimedJob
 from supervisor.admission import Admission
 from supervisor.db import ClaimBounds, ClaimRequest, ClaimResult, Database, connection_lost
 from supervisor.db import refused as refused_data
+from supervisor.engine.cursors import ClaimCursors
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
@@ -55,6 +57,7 @@ class Claimer:
         self.answers = 0  # claims answered (or failed) so far
         self._order = itertools.count()
         self._last_turn: dict[str, int] = {}
+        self.cursors = ClaimCursors()
 
     def claim(self, now: float, pool_size: int, eager: bool = False,
               set_aside: Mapping[str, int] | None = None) -> None:
@@ -78,11 +81,14 @@ class Claimer:
         for other, tokens in plans[1:]:
             self.scheduler.unplanned(other, tokens)
         self._last_turn[queue] = next(self._order)
-        request = ClaimRequest(queue, self.kinds, wanted, self.scheduler.aging(queue),
-                               self.scheduler.per_key(queue),
+        aging, per_key = self.scheduler.aging(queue), self.scheduler.per_key(queue)
+        fair = self.scheduler.fair(queue)
+        plain = aging <= 0 and per_key is None and not fair
+        request = ClaimRequest(queue, self.kinds, wanted, aging, per_key,
                                self.outbox.take_completions(), self.outbox.take_starts(now),
                                self._bounds(),
-                               fair=self.scheduler.fair(queue))
+                               self.cursors.start(queue) if plain else None,
+                               fair=fair)
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0
@@ -125,6 +131,8 @@ class Claimer:
                 self.db.failed(f"claim for queue {queue!r}", outcome)
             return []
         fenced, claimed = outcome.fenced, outcome.jobs
+        if request.aging <= 0 and request.per_key is None and not request.fair:
+            self.cursors.claimed(queue, claimed)
         if fenced:
             self.metrics.fenced("complete", len(fenced))
         took = time.perf_counter() - started

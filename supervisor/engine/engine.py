@@ -189,6 +189,7 @@ class Engine:
         if not db.up and db.maybe_reconnect():
             self._reconnected(now, pool)
         self.planner.wake(db.take_notified())
+        self.claimer.cursors.observed(db.take_notified_keys())
         if db.take_scheduled():
             self._poll_soon(now)
         paused = db.take_paused()
@@ -591,10 +592,12 @@ class Engine:
         db, queues, kinds = self.db, self.queues, self.claimer.kinds
         self.last_poll = now
         db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
-        with_work = db.call(lambda s: s.queues_with_work(queues, kinds), None,
+        starts = self.claimer.cursors.poll_starts(now, db.listen)
+        with_work = db.call(lambda s: s.queues_with_work(queues, kinds, starts), None,
                             "polling for work")
         if with_work is not None:
-            self.planner.observed(with_work | db.take_notified())
+            self.claimer.cursors.observed(with_work)
+            self.planner.observed(set(with_work) | db.take_notified())
         due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
         # Due already (it came due while this poll ran): promote it a moment from now.
         self.next_promote = None if due_in is None else now + max(due_in, PROMOTE_AGAIN)
@@ -625,6 +628,7 @@ class Engine:
         for kind in sorted(resumed):
             log.info("kind %s resumed", kind)
         self.claimer.kinds = self.breaker.active(self.kinds)
+        self.claimer.cursors.forget()  # a resumed kind's jobs may wait behind them
         if paused:
             held = [job for job in self.ledger.waiting_jobs() if job.kind in paused]
             if held:
@@ -746,6 +750,7 @@ class Engine:
         """Write what we hold, renew our leases, give back what a lost claim answer left
         under our name; rescue nothing until every live supervisor could renew."""
         self.rescue_hold_until = now + self.config.lease_ttl
+        self.claimer.cursors.forget()  # notifications sent while away were lost
         self.flush(now)
         self._renew(pool)
         held = ([j.id for j in pool.running()] + [j.id for j in self.ledger.waiting_jobs()]

@@ -1,0 +1,320 @@
+"""A queue under a pinned MVCC horizon (issue 40): what a held snapshot costs the claim.
+
+Two modes:
+
+``steady`` (default): a producer inserts no-op jobs at ``--rate`` jobs/s with plain SQL
+(one small ``INSERT`` per 10 ms tick, one commit each) while ``supervisor run -n 2``
+works them. Three phases: baseline, hold (a holder keeps the horizon back), recovery.
+Per phase: completions against the offer, pickup p50/p99 (run_at to attempted_at),
+index entries read per claimed job (``idx_tup_read`` of the claim index, and of every
+index of supervisor.jobs, over the jobs started), a read-only probe of a claim scan from
+the start of the index, dead tuples, table and index size, row versions and WAL bytes
+per job.
+
+``drain``: a backlog of ``--jobs`` no-op jobs drained by ``supervisor run --burst -n 2``,
+once with the holder opened before the drain and once without, alternating
+``--rounds`` times; the rate of each.
+
+Holders (``--holder``): ``rr``, an idle REPEATABLE READ transaction that has read
+supervisor.jobs (a dump, an analytics query); ``xid``, an idle transaction holding an
+xid through ``txid_current()`` (a client left idle in transaction); ``none``.
+
+The issue's full lengths: ``--baseline 300 --hold 1200 --recovery 600`` (and ``--rate
+1000``); the defaults run in about three minutes.
+
+Usage: python scripts/bench/horizon.py [--mode steady|drain] [--holder rr|xid|none]
+       [--rate 500] [--baseline 40] [--hold 90] [--recovery 40] [--jobs 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+import psycopg
+
+DB = "supervisor_bench_horizon"
+QUEUE = "bench"
+TICK = 0.01  # the producer's insert period, seconds
+
+# One row of counters the phases are measured by; deltas between two give a phase.
+_COUNTERS = """
+SELECT now() AS at,
+       (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
+        WHERE schemaname = 'supervisor' AND indexrelname = 'jobs_available_idx') AS idx_read,
+       (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
+        WHERE schemaname = 'supervisor' AND relname = 'jobs') AS all_read,
+       t.n_tup_ins AS ins, t.n_tup_upd AS upd, t.n_tup_hot_upd AS hot, t.n_tup_del AS del,
+       t.n_dead_tup AS dead,
+       pg_current_wal_lsn() AS lsn,
+       pg_relation_size('supervisor.jobs') AS heap,
+       pg_indexes_size('supervisor.jobs') AS indexes
+FROM pg_stat_user_tables t WHERE t.schemaname = 'supervisor' AND t.relname = 'jobs'
+"""
+
+# A read-only claim scan from the head of the index, as a claim without a cursor makes.
+_PROBE = """
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+SELECT id FROM supervisor.jobs
+WHERE state = 'available' AND queue = %s AND run_at <= now()
+ORDER BY priority, run_at, id LIMIT 10
+"""
+
+
+@dataclass
+class Counters:
+    """The counters of ``_COUNTERS`` at one moment."""
+
+    at: object
+    idx_read: int
+    all_read: int
+    ins: int
+    upd: int
+    hot: int
+    dele: int
+    dead: int
+    lsn: str
+    heap: int
+    indexes: int
+
+
+def counters(conn: psycopg.Connection) -> Counters:
+    # Statistics reach the views when backends flush them (at most a second late).
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(_COUNTERS).fetchone()
+    return Counters(*row)
+
+
+@dataclass
+class Probe:
+    """A read-only claim scan from the index's head: its time, and the index entries it
+    read (taken out of the phase's counts: they are the bench's, not the queue's)."""
+
+    ms: float
+    claim_index_read: int
+    all_read: int
+
+
+def probe(conn: psycopg.Connection) -> Probe:
+    with conn.transaction():
+        plan = conn.execute(_PROBE, (QUEUE,)).fetchone()[0]
+        # This transaction's own index reads, before they are flushed to the totals.
+        claim_read, all_read = conn.execute(
+            "SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)) FILTER "
+            "(WHERE indexrelname = 'jobs_available_idx'), 0), "
+            "coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) "
+            "FROM pg_stat_user_indexes "
+            "WHERE schemaname = 'supervisor' AND relname = 'jobs'").fetchone()
+    return Probe(float(plan[0]["Execution Time"]), int(claim_read), int(all_read))
+
+
+class Holder:
+    """A session that keeps the MVCC horizon back until closed."""
+
+    def __init__(self, dsn: str, kind: str) -> None:
+        self.kind = kind
+        self.conn: psycopg.Connection | None = None
+        if kind == "none":
+            return
+        self.conn = psycopg.connect(dsn, application_name=f"bench-holder-{kind}")
+        if kind == "rr":
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            self.conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id < 10")
+        elif kind == "xid":
+            self.conn.execute("BEGIN")
+            self.conn.execute("SELECT txid_current()")
+        else:
+            raise SystemExit(f"unknown holder {kind!r}: rr, xid or none")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.rollback()
+            self.conn.close()
+            self.conn = None
+
+
+class Producer(threading.Thread):
+    """Inserts ``rate`` jobs/s with plain SQL, one statement and commit per tick."""
+
+    def __init__(self, dsn: str, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rate = dsn, rate
+        self.stopping = threading.Event()
+        self.offered = 0
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True,
+                             application_name="bench-producer") as conn:
+            started = time.monotonic()
+            while not self.stopping.is_set():
+                due = int((time.monotonic() - started) * self.rate) - self.offered
+                if due > 0:
+                    conn.execute(
+                        "INSERT INTO supervisor.jobs (kind, queue) "
+                        "SELECT 'run_noop', %s FROM generate_series(1, %s)", (QUEUE, due))
+                    self.offered += due
+                time.sleep(TICK)
+
+
+def scratch(base_dsn: str) -> str:
+    """The scratch database, migrated by the checkout that runs (``BENCH_CODE``: another
+    checkout's own schema, for a before/after comparison across a schema change)."""
+    code = os.environ.get("BENCH_CODE")
+    if code:
+        return common.scratch_database_for(base_dsn, DB, code)
+    return common.scratch_database(base_dsn, DB)
+
+
+def start_supervisor(dsn: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(common.supervisor_cmd("-n", "2", "-q", QUEUE, *extra),
+                            env=common.supervisor_env(dsn), cwd=str(common.SCRIPTS),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _ms(interval) -> str:
+    return f"{interval.total_seconds() * 1000:.0f}" if interval is not None else "-"
+
+
+def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, offered: int,
+              probes: list[Probe]) -> str:
+    """One report line for the phase between counters ``a`` and ``b``."""
+    row = conn.execute(
+        """SELECT count(*) FILTER (WHERE state = 'completed' AND finished_at <= %(b)s),
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY attempted_at - run_at),
+                  percentile_cont(0.99) WITHIN GROUP (ORDER BY attempted_at - run_at),
+                  count(*) FILTER (WHERE attempted_at IS NULL)
+           FROM supervisor.jobs WHERE run_at > %(a)s AND run_at <= %(b)s""",
+        {"a": a.at, "b": b.at}).fetchone()
+    done, p50, p99, waiting = row
+    claimed = conn.execute(
+        "SELECT count(*) FROM supervisor.jobs WHERE attempted_at > %s AND attempted_at <= %s",
+        (a.at, b.at)).fetchone()[0]
+    wal = conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", (b.lsn, a.lsn)).fetchone()[0]
+    jobs = max(claimed, 1)
+    probe_ms = f"{common.median([p.ms for p in probes]):.2f}" if probes else "-"
+    claim_read = b.idx_read - a.idx_read - sum(p.claim_index_read for p in probes)
+    all_read = b.all_read - a.all_read - sum(p.all_read for p in probes)
+    return (f"| {name} | {offered} | {done} ({100 * done / max(offered, 1):.0f}%) "
+            f"| {_ms(p50)} / {_ms(p99)} | {waiting} "
+            f"| {claim_read / jobs:.1f} | {all_read / jobs:.1f} "
+            f"| {probe_ms} | {b.dead} "
+            f"| {b.heap / 2**20:.1f} + {b.indexes / 2**20:.1f} "
+            f"| {(b.upd - a.upd) / jobs:.2f} ({(b.hot - a.hot) / jobs:.2f} HOT) "
+            f"| {float(wal) / jobs:.0f} |")
+
+
+def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float,
+           recovery: float) -> None:
+    dsn = scratch(base_dsn)
+    supervisor = start_supervisor(dsn)
+    producer = Producer(dsn, rate)
+    print(f"steady producer {rate:g} jobs/s, holder {holder}, phases "
+          f"{baseline:g}/{hold:g}/{recovery:g} s, supervisor run -n 2 "
+          f"(code {os.environ.get('BENCH_CODE', common.ROOT)})")
+    print("| phase | offered | completed | pickup p50 / p99 ms | not started "
+          "| claim index entries read / claimed job | all index entries read / claimed job "
+          "| full-scan probe ms | dead tuples "
+          "| heap + indexes MB | updates / job | WAL bytes / job |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    try:
+        time.sleep(2.0)  # children forked
+        with psycopg.connect(dsn, autocommit=True, application_name="bench-stats") as conn:
+            producer.start()
+            time.sleep(3.0)  # warm-up, not measured
+            phases = (("baseline", baseline, False), (f"hold ({holder})", hold, True),
+                      ("recovery", recovery, False))
+            for name, seconds, held in phases:
+                opened = Holder(dsn, holder) if held else None
+                a, offered_a, probes = counters(conn), producer.offered, []
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    time.sleep(min(5.0, max(0.0, end - time.monotonic())))
+                    probes.append(probe(conn))
+                if opened is not None:
+                    opened.close()
+                time.sleep(1.0)  # statistics flushed
+                b = counters(conn)
+                print(phase_row(conn, name, a, b, producer.offered - offered_a, probes),
+                      flush=True)
+    finally:
+        producer.stopping.set()
+        supervisor.terminate()
+        supervisor.wait(timeout=60)
+        common.drop_database(base_dsn, DB)
+
+
+# The oldest transaction holding an xid anywhere in the cluster, other than the bench's
+# own holder: on a shared server another database's long transaction stops this
+# database's index scans from marking dead entries (docs/benchmarks.md, issue 40).
+_OUTSIDE_XID_AGE = """
+SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0) FROM pg_stat_activity
+WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+  AND application_name NOT LIKE 'bench-holder%%'
+"""
+
+
+def outside_xid_age(dsn: str) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return float(conn.execute(_OUTSIDE_XID_AGE).fetchone()[0])
+
+
+def drain(base_dsn: str, holder: str, jobs: int, rounds: int) -> None:
+    dsn = scratch(base_dsn)
+    print(f"backlog drain of {jobs} no-op jobs, supervisor run --burst -n 2, holder {holder} "
+          f"opened before the drain (code {os.environ.get('BENCH_CODE', common.ROOT)})")
+    print("| round | without holder jobs/s | with holder jobs/s | ratio "
+          "| oldest outside xid at the drains' ends, s |")
+    print("|---|---|---|---|---|")
+    try:
+        for n in range(rounds):
+            rates, outside = [], []
+            for kind in ("none", holder):
+                common.reset(dsn)
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("INSERT INTO supervisor.jobs (kind, queue) "
+                                 "SELECT 'run_noop', %s FROM generate_series(1, %s)",
+                                 (QUEUE, jobs))
+                    conn.execute("VACUUM ANALYZE supervisor.jobs")
+                opened = Holder(dsn, kind)
+                try:
+                    seconds = common.run_burst(dsn, "-n", "2", "-q", QUEUE)
+                finally:
+                    opened.close()
+                rates.append(jobs / seconds)
+                outside.append(outside_xid_age(dsn))
+            print(f"| {n + 1} | {rates[0]:.0f} | {rates[1]:.0f} | {rates[1] / rates[0]:.2f} "
+                  f"| {outside[0]:.0f} / {outside[1]:.0f} |", flush=True)
+    finally:
+        common.drop_database(base_dsn, DB)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=common.DEFAULT_DSN)
+    parser.add_argument("--mode", choices=("steady", "drain"), default="steady")
+    parser.add_argument("--holder", choices=("rr", "xid", "none"), default="rr")
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--baseline", type=float, default=40.0)
+    parser.add_argument("--hold", type=float, default=90.0)
+    parser.add_argument("--recovery", type=float, default=40.0)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    if args.rate <= 0 or min(args.baseline, args.hold, args.recovery) <= 0 or args.jobs <= 0:
+        raise SystemExit("horizon.py: --rate, phase lengths and --jobs must be positive")
+    if args.mode == "steady":
+        steady(args.dsn, args.holder, args.rate, args.baseline, args.hold, args.recovery)
+    else:
+        drain(args.dsn, args.holder, args.jobs, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

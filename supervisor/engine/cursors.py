@@ -1,0 +1,90 @@
+"""Claim cursors: where each queue's next plain claim starts reading the claim index.
+
+While something holds the MVCC horizon back (a dump, a REPEATABLE READ report, a session
+idle in transaction), the claim index keeps an entry for every job claimed since, each
+pointing at a row version nobody may remove, and all of them sit at the front of the
+claim's ordered scan: a claim from the head walks them all (issue 40). So each queue
+keeps the claim-order key (``ClaimKey``: priority, run_at, id) of the last job its
+claim took, and the next claim's scan starts just after it.
+
+A job that becomes available behind it (a producer's transaction committed after later
+jobs were claimed, a retry or release, a priority raised, a plain-SQL row due long ago)
+is told to every supervisor at its commit: the schema's triggers send its key on the
+keys channel (schema 0029, ``Database.take_notified_keys``), and the cursor moves back to
+just before its priority and run_at. The polls look for work past the cursors too,
+except one in ``HEAD_POLL_EVERY`` seconds, which reads each queue's first waiting job
+from the head of the index: the net for what no trigger tells (another supervisor's
+claim rolled back with the rows it skipped locked, a notification lost with the
+connection, which also forgets every cursor, a row inserted as available with a future
+run_at that a claim of a lower priority passed). Without LISTEN (poll only) every poll
+reads from the head, as every claim did before.
+
+Aged and per-key claims scan from the head as before (``ClaimRequest.start`` is None):
+their candidates are found per priority level and per key, not past one key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from shared.jobs import ClaimedJob
+from supervisor.db import ClaimKey
+
+# Seconds between polls that look from the head of the claim index. Under a held horizon
+# such a poll walks every entry claimed since the hold began, so it is kept rare; it only
+# catches what no notification tells (see above).
+HEAD_POLL_EVERY = 60.0
+
+
+class ClaimCursors:
+    """The start of each queue's next plain claim, learnt from claims and polls. One
+    claim per queue is out at a time (the claimer's rule)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, ClaimKey] = {}  # queue -> key of the last job claimed
+        self._moves: dict[str, int] = {}  # queue -> times a poll moved its cursor back
+        self._asked: dict[str, int] = {}  # queue -> _moves when its claim went out
+        self._next_head_poll = float("-inf")
+
+    def start(self, queue: str) -> ClaimKey | None:
+        """Where ``queue``'s next plain claim, going out now, starts; None: at the head
+        of the index."""
+        self._asked[queue] = self._moves.get(queue, 0)
+        return self._from(queue)
+
+    def poll_starts(self, now: float, listening: bool) -> dict[str, ClaimKey]:
+        """Where a poll at ``now`` looks for each queue's work (queues left out: from the
+        head). From the head once per ``HEAD_POLL_EVERY`` and always without LISTEN."""
+        if not listening or now >= self._next_head_poll:
+            self._next_head_poll = now + HEAD_POLL_EVERY
+            return {}
+        return {queue: start for queue in self._last if (start := self._from(queue))}
+
+    def _from(self, queue: str) -> ClaimKey | None:
+        return self._last.get(queue)
+
+    def claimed(self, queue: str, jobs: Iterable[ClaimedJob]) -> None:
+        """The plain claim of ``queue`` took ``jobs``: the next one starts past them,
+        unless a poll moved the cursor back while it was out (it started past the job
+        the poll found, so it cannot have taken it)."""
+        if self._asked.pop(queue, None) != self._moves.get(queue, 0):
+            return
+        keys = [ClaimKey.of(job) for job in jobs]
+        if keys:
+            self._last[queue] = max(keys)
+
+    def observed(self, first: Mapping[str, ClaimKey]) -> None:
+        """A job of each queue was found waiting at ``first[queue]`` (by a poll, or named
+        by a notification): a cursor past it moves back to it."""
+        for queue, key in first.items():
+            last = self._last.get(queue)
+            # A notification's key has no id (0): its job may be at the cursor's own
+            # priority and run_at, so it counts as behind when it ties.
+            if last is not None and key <= last and key.before() < last:
+                self._last[queue] = key.before()
+                self._moves[queue] = self._moves.get(queue, 0) + 1
+
+    def forget(self) -> None:
+        """Every queue's next claim scans from the head (the set of kinds changed, or
+        notifications may have been lost with the connection)."""
+        self._last.clear()
