@@ -131,6 +131,7 @@ def read_start_audit(conn: psycopg.Connection) -> StartAudit | None:
         owners.setdefault((job_id, attempt), []).append(owner)
     return StartAudit(owners)
 
+
 _ROWS = """
 SELECT id, kind, state, attempt, max_attempts, args::text, result::text,
        (SELECT coalesce(jsonb_agg(e - 'traceback'), '[]') FROM jsonb_array_elements(errors) e)::text
@@ -277,7 +278,7 @@ def _check_job(out: CheckResult, job_id: int, kind: str, state: str, attempt: in
 
 def _uncharged(job_id: int, run: Run, kill: SupervisorKill, audit: StartAudit | None) -> bool:
     """Whether ``run`` is one ``kill`` caught before its start was written."""
-    if audit is None:
+    if audit is None or not kill.pid:  # no evidence, or no lease to match it to
         return kill.covers(run)
     return (kill.covers(run, window=START_WINDOW)
             and audit.unwritten_under(job_id, run, kill))
