@@ -74,3 +74,27 @@ def test_the_run_frame_carries_expires_at_only_when_set():
     assert plain.expires_at is None
     timed = wire.Run.decode(wire.FrameReader().feed(run(1, expires_at=1234.5))[0])
     assert timed.expires_at == 1234.5 and timed.args == {}
+
+
+def test_a_skip_that_crossed_its_jobs_start_does_not_skip_the_jobs_next_attempt(pipe):
+    # The parent asks back job 7 (a recall) just as the child takes it: the SKIP
+    # arrives after the RUN left the queue, and the parent learns from the START that
+    # the job runs here. Job 7 fails by design and is claimed again, and its next
+    # attempt is sent to the same child. A stale SKIP passed that attempt over, the
+    # parent (no recall pending) ignored the SKIPPED, kept it as the head of the queue
+    # forever and dropped every later START and answer of that child as out of order,
+    # so those jobs ran again elsewhere (the chaos soak's "attempt 2 ran 2 times").
+    r, w = pipe
+    inbox = JobInbox(r)
+    os.write(w, run(7))
+    inbox.poll()
+    assert inbox.next_run().id == 7  # started: the SKIP below is too late
+    os.write(w, wire.Skip(7).encode())
+    assert inbox.skim() == b""
+    assert inbox.next_run() is None
+    assert inbox.take_dropped() == b""
+    os.write(w, run(7) + run(8))  # the next attempt of job 7, then another job
+    inbox.poll()
+    assert inbox.next_run().id == 7
+    assert inbox.next_run().id == 8
+    assert inbox.take_dropped() == b""

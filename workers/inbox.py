@@ -181,7 +181,13 @@ class JobInbox:
             if mtype == _RUN:
                 self._runs.append(frame)
             elif mtype == _SKIP:
-                self._skipped.add(wire.Skip.decode(frame).job)
+                job_id = wire.Skip.decode(frame).job
+                # A SKIP follows its job's RUN on the pipe. With no RUN of that job
+                # queued, the job was taken before the SKIP was read (the parent learns
+                # so from its START); kept, the SKIP would pass over the next RUN of the
+                # same job, its next attempt, which the parent then waits for forever.
+                if any(_decode_run(run).id == job_id for run in self._runs):
+                    self._skipped.add(job_id)
             elif mtype == _STOP:
                 self.stopped = True
             elif mtype == _STOPPING:

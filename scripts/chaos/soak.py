@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 import psycopg
 
-from scripts.chaos.check import CheckResult, SupervisorKill, check
+from scripts.chaos.check import CheckResult, SupervisorKill, check, install_start_audit
 from scripts.chaos.procs import SupervisorProc, migrate, private_server
 from shared.enqueue import enqueue_many
 
@@ -315,7 +315,7 @@ class Driver:
         children = len(pids)
         killed_at = time.time()
         sup.kill()
-        self.report.kills.append(SupervisorKill(killed_at, frozenset(pids)))
+        self.report.kills.append(SupervisorKill(killed_at, frozenset(pids), sup.pid))
         self.sups.remove(sup)
         self.retired.append(sup)
         self.report.supervisor_kills += 1
@@ -356,6 +356,7 @@ def run_soak(settings: SoakSettings, server, workdir: Path, say=print) -> SoakRe
     """One full soak on ``server`` (a started ``EmbeddedServer``-like object)."""
     report = SoakReport(jobs=settings.jobs)
     migrate(server.dsn)
+    install_start_audit(server.dsn)  # the evidence for runs a SIGKILL left uncharged
     began = time.monotonic()
     report.enqueued_by_kind = enqueue_mix(server.dsn, settings.jobs, settings.seed, settings.mix)
     report.enqueue_seconds = time.monotonic() - began
