@@ -84,6 +84,8 @@ def test_what_this_supervisor_lacks_is_left_alone_after_one_look(dsn, tmp_path):
         others = [enqueue("dis_ok", {}, dsn=dsn) for _ in range(5)]
         wait_until(lambda: all(job_row(dsn, i)["state"] == "completed" for i in others),
                    timeout=60, what="the other jobs")
+        # Not a wait for anything: the window (with the minute above, about 10 s of
+        # 0.2 s polls) in which a repeated claim or log line would show.
         time.sleep(8)
     finally:
         sup.stop()
