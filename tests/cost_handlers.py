@@ -115,7 +115,6 @@ def cost_joblib(tasks: int = 4, seconds: float = 0.5, n_jobs: int = 2,
     ``array_kb``, each task also gets an array that large (joblib memmaps large ones
     through a folder in /dev/shm). Returns the CPU the workers measured."""
     from joblib import Parallel, delayed
-    from joblib.externals.loky.process_executor import TerminatedWorkerError
 
     def run() -> list[float]:
         if array_kb:
@@ -127,12 +126,7 @@ def cost_joblib(tasks: int = 4, seconds: float = 0.5, n_jobs: int = 2,
         return Parallel(n_jobs=n_jobs, backend="loky")(
             delayed(_joblib_task)(seconds) for _ in range(tasks))
 
-    try:
-        used = run()
-    except TerminatedWorkerError:
-        # The runtime killed the previous job's workers; loky may hand this job the
-        # broken executor before it noticed (issue 45). Its next call starts afresh.
-        used = run()
+    used = run()  # no retry: the runtime retires the last job's executor (issue 45)
     return {"helper_cpu": sum(used), "pid": os.getpid(), "seen": _named_for_me()}
 
 

@@ -123,3 +123,23 @@ def test_a_joblib_job_counts_its_loky_workers_cpu(dsn):
         cpu = row["usage"]["cpu_seconds"]
         # The workers' own CPU, plus starting them (a Python each, loky's tracker).
         assert 0.9 * used <= cpu <= used + 3.0, (cpu, used)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_JOBLIB, reason="joblib is not installed (the test extra has it)")
+def test_back_to_back_joblib_jobs_in_one_child_each_get_a_fresh_executor_quietly(dsn):
+    """A handler calling plain ``Parallel`` (no ``joblib_config``) in job after job: the
+    runtime shuts the last job's loky executor down before reaping, so no job reuses
+    one whose workers were killed (it failed, or hung on a dead worker's queue lock)
+    and loky's tracker, kept, prints nothing."""
+    ids = [enqueue("cost_joblib", {"tasks": 4, "seconds": 0.1}, dsn=dsn) for _ in range(6)]
+    sup = run_burst(dsn, "-n", "1", "--poll-interval", "0.1", app="cost_handlers",
+                    timeout=200)
+    pids = set()
+    for job_id in ids:
+        row = job_row(dsn, job_id)
+        assert row["state"] == "completed", row["errors"]
+        pids.add(row["result"]["pid"])
+    assert len(pids) == 1, pids  # one child ran them all
+    assert "Traceback" not in sup.err, sup.err
+    assert "died unexpectedly" not in sup.err, sup.err

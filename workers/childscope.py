@@ -69,8 +69,38 @@ class ChildKeeper:
         self._loky = False
 
     def holds(self) -> bool:
-        """Whether anything is kept (else a job's end reaps as if no scope existed)."""
-        return bool(self._processes or self._loky or len(self._pools))
+        """Whether anything is kept (else a job's end reaps as if no scope existed):
+        processes or pools of the child's, or the helpers pools share."""
+        return bool(self._processes or self._loky or len(self._pools) or _pool_helpers())
+
+    def retire_job_pools(self) -> int:
+        """At a job's end, before its leftovers are reaped: shut down loky's reusable
+        executor unless the child keeps it; how many were shut down.
+
+        loky keeps that executor in a module global and hands it to the next
+        ``Parallel``. Left to the reap, its workers die by SIGKILL while the executor
+        object lives on: the next job reused it and failed with
+        ``TerminatedWorkerError``, or hung on a queue lock an idle worker held as it
+        was killed, and the tracker it shared printed a traceback for every semaphore
+        the dead executor released. Shut down by loky itself, its queues and
+        semaphores (and joblib's memmapping folders) are released while the tracker
+        still runs, and the next call builds a fresh executor (loky replaces one
+        flagged as shut down)."""
+        if self._loky:
+            return 0
+        retired = 0
+        for name in _LOKY_REUSABLE:
+            executor = getattr(sys.modules.get(name), "_executor", None)
+            if executor is None or executor._flags.shutdown:
+                continue
+            # joblib's executor also removes its memmapping folders in ``terminate``.
+            terminate = getattr(executor, "terminate", None)
+            if terminate is not None:
+                terminate(kill_workers=True)
+            else:
+                executor.shutdown(wait=True, kill_workers=True)
+            retired += 1
+        return retired
 
     def keep_loky(self) -> None:
         """Keep loky's reusable executor (whichever object it is now: loky replaces it
@@ -116,8 +146,10 @@ class ChildKeeper:
                 executor = getattr(module, "_executor", None)
                 if executor is not None:
                     spared.update(pool_workers(executor))
-        if pools or self._loky:
-            spared.update(_pool_helpers())
+        # The helpers are the child's whatever their pools are: one per process, idle
+        # between calls, ending with the child. Killed, the next pool relaunched them
+        # and printed that they had died.
+        spared.update(_pool_helpers())
         return spared & kids
 
 
