@@ -74,8 +74,10 @@ def test_a_budget_from_the_flag_still_reads_the_container(tmp_path):
 
 def test_a_new_kinds_jobs_start_one_at_a_time_until_one_is_measured(tmp_path):
     book = book_in(v2_cgroup(tmp_path))
-    assert book.engaged
     first, second, other = claimed(1), claimed(2), claimed(3, kind="other")
+    assert not book.engaged  # nothing claimed yet: no kind can bind
+    book.claimed([first, second, other])
+    assert book.engaged  # claimed kinds without a measured size
     assert book.choose([first], free=2, now=0.0) == 0
     book.charge(first)
     assert book.choose([second, other], free=1, now=0.1) is None

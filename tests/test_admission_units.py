@@ -63,6 +63,7 @@ def test_a_job_beyond_the_whole_budget_goes_back_and_later_claims_are_bounded():
 def test_the_kinds_default_memory_applies_only_under_a_memory_budget():
     with_budget = Admission(Budget(4, 1 << 30, "test"), patience=30)
     with_budget.kind_memory = {"k": 300 * MIB}
+    with_budget.claimed([claimed(1)])  # 4 x 300 MiB do not fit 1 GiB: the book is needed
     assert with_budget.engaged and with_budget.need(claimed(1)).memory == 300 * MIB
     assert with_budget.need(claimed(2, memory=5 * MIB)).memory == 5 * MIB
     without = Admission(Budget(4, None, "test"), patience=30)
@@ -120,3 +121,29 @@ def test_a_kinds_kept_peak_counts_until_it_has_20_samples_and_a_day_old_one_is_r
     assert store.kind_memory_p95(["killed_only"]) == {}  # too old to count
     store.save_kind_memory({"killed_only": 500 * MIB})  # and replaced, not raised
     assert store.kind_memory_p95(["killed_only"]) == {"killed_only": 500 * MIB}
+
+
+def test_a_memory_budget_engages_the_book_only_while_it_can_refuse_a_start():
+    # 4 children, 1 GiB: kinds of up to 256 MiB can never be refused, 4 at a time.
+    book = Admission(Budget(4, 1024 * MIB, "test"), patience=30)
+    book.measured({"a": 100 * MIB, "huge": 900 * MIB})  # "huge" never comes here
+    assert not book.engaged  # nothing claimed yet
+    book.claimed([claimed(1, kind="a"), claimed(2, kind="b")])
+    assert book.engaged  # "b" is unmeasured: its first job runs with caution
+    book.measured({"b": 256 * MIB})
+    assert not book.engaged and book.need(claimed(3, kind="b")).memory == 256 * MIB
+    book.learned(claimed(4, kind="a"), 300 * MIB)  # 4 x 300 MiB no longer fit
+    assert book.engaged
+    book.measured({"a": 200 * MIB})  # the database's p95 over every supervisor replaces it
+    assert not book.engaged
+    book.learned(claimed(5, kind="b"), 100 * MIB, memory_failure=True)  # retried alone
+    assert book.engaged
+
+
+def test_a_declared_reservation_engages_the_book_whatever_the_sizes():
+    book = Admission(Budget(4, 1024 * MIB, "test"), patience=30)
+    book.measured({"a": 10 * MIB})
+    book.claimed([claimed(1, kind="a")])
+    assert not book.engaged
+    book.claimed([claimed(2, kind="a", cpus=2)])
+    assert book.engaged

@@ -1,9 +1,10 @@
 """What a memory budget costs the no-op drain (issue 51): under a memory budget (the
-flag here; a container's limit does the same) every start goes through the admission
-book, one job per child, no prefetch, so a kind's first job runs alone and every job is
-admitted by its kind's measured size. Side by side with no budget, rounds alternating.
+flag here; a container's limit does the same) a kind's first job runs alone and, while
+the budget can refuse a start, every start goes through the admission book (one job per
+child, no prefetch). Side by side with no budget, rounds alternating; with ``--code``,
+each checkout given (a before/after comparison in one run).
 
-Usage: python scripts/bench/memory_budget_drain.py [--jobs 5000] [--rounds 3]
+Usage: python scripts/bench/memory_budget_drain.py [--jobs 5000] [--rounds 3] [--code DIR ...]
 """
 
 from __future__ import annotations
@@ -34,20 +35,25 @@ def main() -> None:
     parser.add_argument("--dsn", default=common.DEFAULT_DSN)
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--code", nargs="*", default=[str(common.ROOT)])
     args = parser.parse_args()
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     dsn = common.scratch_database(args.dsn, DATABASE)
-    rates: dict[str, list[float]] = {case: [] for case in CASES}
+    cases = [(code, case) for code in args.code for case in CASES]
+    names = {item: item[1] if len(args.code) == 1 else f"{item[0]}, {item[1]}"
+             for item in cases}
+    rates: dict[str, list[float]] = {names[item]: [] for item in cases}
     try:
         for i in range(args.rounds):
-            order = list(CASES) if i % 2 == 0 else list(CASES)[::-1]
-            for case in order:
-                rates[case].append(drain(dsn, args.jobs, CASES[case]))
-            print(f"round {i + 1}: " + "; ".join(f"{c} {rates[c][-1]:,.0f}/s" for c in CASES),
-                  flush=True)
+            for code, case in cases if i % 2 == 0 else cases[::-1]:
+                os.environ["BENCH_CODE"] = code
+                rates[names[code, case]].append(drain(dsn, args.jobs, CASES[case]))
+            print(f"round {i + 1}: " + "; ".join(f"{c} {r[-1]:,.0f}/s"
+                                                 for c, r in rates.items()), flush=True)
     finally:
+        os.environ.pop("BENCH_CODE", None)
         common.drop_database(args.dsn, DATABASE)
-    for case in CASES:
+    for case in rates:
         print(f"{case}: {common.median(rates[case]):,.0f} jobs/s (median of {args.rounds}; "
               f"{sorted(round(r) for r in rates[case])})")
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)

@@ -16,7 +16,9 @@ whose kind has no measured size yet is "unmeasured": it reserves its child's sha
 the budget (the budget over ``-n``, times its ``cpus``) and one such job runs here at a
 time, so a new kind's first job teaches its size before a second one starts beside it,
 and a big measured job does not start beside it either. A job that failed for memory
-here is retried alone (it needs the whole memory budget).
+here is retried alone (it needs the whole memory budget). Once every kind claimed here
+is measured and ``-n`` jobs of the largest fit the budget, memory cannot refuse a start
+and the book disengages (``engaged``): the plain dispatch, with its prefetch, runs.
 
 Patience: a job that does not fit may be overtaken by later jobs of its queue that do;
 once it has waited ``patience`` seconds, nothing behind it in its queue starts until it
@@ -74,6 +76,10 @@ class Admission:
     def __init__(self, budget: Budget, patience: float) -> None:
         self.budget = budget
         self.patience = patience
+        # The kinds claimed here without a declared memory, under a memory budget: while
+        # each has a measured size and ``-n`` of the largest fit, memory cannot bind.
+        self.seen_kinds: set[str] = set()
+        self._memory_binds: bool | None = None  # cached; None: to work out again
         self.charged: dict[int, Need] = {}  # job id -> its charge, from dispatch to end
         self.extra_cpus = 0  # children kept idle for multi-CPU jobs: sum of cpus - 1
         self.memory_held = 0
@@ -99,8 +105,35 @@ class Admission:
     @property
     def engaged(self) -> bool:
         """Whether starts must go through the book. False while nothing is declared and
-        there is no memory budget: then the engine's plain dispatch runs, at no cost."""
-        return self.declared or bool(self.charged) or self.budget.memory is not None
+        no memory budget can bind: then the engine's plain dispatch runs, at no cost
+        (children's pipes prefetch as usual)."""
+        if self.declared or self.charged:
+            return True
+        if self._memory_binds is None:
+            self._memory_binds = self._memory_may_bind()
+        return self._memory_binds
+
+    def _memory_may_bind(self) -> bool:
+        """Whether the memory budget can refuse a start. It cannot once every served
+        kind has a measured size and ``-n`` jobs of the largest fit the budget
+        together: then any mix the children run fits, and the book would only cost the
+        pipes their prefetch (every start on an idle child, one claim round trip each).
+        It can while some kind is unmeasured (its first job runs with caution), one is
+        too big for that, or a job failed for memory here (retried alone). The kinds
+        are those claimed here (``claimed`` notes them before any is dispatched), not
+        every kind the app registers: most never reach a given supervisor. Outside the
+        book the container's guard (``supervisor.pool.pressure``) still watches the
+        cgroup's usage, which catches what the measured sizes missed."""
+        memory = self.budget.memory
+        if memory is None:
+            return False
+        if self.alone:
+            return True
+        sizes = self.kind_memory
+        if any(kind not in sizes for kind in self.seen_kinds):
+            return True
+        largest = max((sizes[kind] for kind in self.seen_kinds), default=0)
+        return largest * self.budget.cpus > memory
 
     def need(self, job: ClaimedJob) -> Need | None:
         """``job``'s need, or None when it needs nothing of the book."""
@@ -126,6 +159,7 @@ class Admission:
         """Each kind's size as the database says (``Store.kind_memory_p95``); kinds it
         does not know yet keep what was learned here."""
         self.kind_memory = {**self.kind_memory, **sizes}
+        self._memory_binds = None
 
     def take_unsaved(self) -> dict[str, int]:
         """The kinds whose size rose here since the last call, with their new peak: what
@@ -147,8 +181,10 @@ class Admission:
         if rss > self.kind_memory.get(job.kind, 0):
             self.kind_memory[job.kind] = rss
             self.unsaved[job.kind] = max(rss, self.unsaved.get(job.kind, 0))
+            self._memory_binds = None
         if memory_failure and job.memory is None:
             self.alone[job.id] = None
+            self._memory_binds = None
             if len(self.alone) > ALONE_KEPT:
                 del self.alone[next(iter(self.alone))]
 
@@ -157,7 +193,11 @@ class Admission:
         """Note what claimed ``jobs`` declare; returns those that can never fit this
         supervisor's whole budget (they go back, uncharged, for other supervisors)."""
         beyond = []
+        watch_kinds = self.budget.memory is not None
         for job in jobs:
+            if watch_kinds and job.memory is None and job.kind not in self.seen_kinds:
+                self.seen_kinds.add(job.kind)
+                self._memory_binds = None
             if job.cpus is None and job.memory is None and not job.resources:
                 continue
             self.declared = True
