@@ -34,6 +34,10 @@ class Clock:
 class FakeLedger:
     def __init__(self) -> None:
         self.finished: Counter[str] = Counter()
+        self.waiting: dict[str, int] = {}  # jobs claimed for children still to come
+
+    def waiting_counts(self) -> dict[str, int]:
+        return dict(self.waiting)
 
 
 class FakeReporter:
