@@ -4,7 +4,10 @@ long its start-up takes as N grows, and one supervisor's no-op ceiling.
 Every run is ``supervisor run --burst -n N`` on pre-enqueued jobs, timed from its
 ``exec``. Each job records its own pid, start and end, so from the records:
 
-* start: exec to the first job's start (the report gives the median of the rounds);
+* start: exec to the first job's start (the report gives the median of the rounds),
+  and for the sleeping jobs the CPU the supervisor's tree (parent and children) had
+  used by then (read by the first jobs from ``/proc``: unlike the wall time, it hardly
+  depends on what else the machine runs);
 * efficiency: from the first job's start to the last job's end, the ideal time (every
   one of the N children busy all the time: jobs x length / N) over the time taken;
 * parent CPU per job and backends' CPU per job: the supervisor process's own CPU, and
@@ -80,6 +83,7 @@ class Measured:
     """One run's figures."""
 
     start: float  # exec to the first job's start, s
+    start_cpu: float | None  # the tree's CPU by the first job's start, s (sleeping jobs)
     span: float  # first job's start to last job's end, s (0 for no-op runs)
     wall: float  # exec to exit, s
     parent_cpu: float  # the supervisor's CPU from the first job's start on, s
@@ -151,8 +155,9 @@ def run_supervisor(dsn: str, workload: Workload, queue: str) -> tuple[float, flo
     return began, ended, sampler
 
 
-def records(dsn: str) -> list[tuple[float, float]]:
-    """(start, end) of every job, from the results they returned."""
+def records(dsn: str) -> list[tuple[float, float, float | None]]:
+    """(start, end, the tree's CPU in s if it was read) of every job, from the results
+    they returned."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute("SELECT result::text, state FROM supervisor.jobs").fetchall()
     if any(state != "completed" for _, state in rows):
@@ -160,8 +165,11 @@ def records(dsn: str) -> list[tuple[float, float]]:
     found = []
     for text, _ in rows:
         record = orjson.loads(text)
-        start, end = (record[3], record[4]) if len(record) == 5 else (record[1], record[2])
-        found.append((start, end))
+        if len(record) == 5:  # timed_spin's: [cpu, wall, pid, start, end]
+            found.append((record[3], record[4], None))
+        else:
+            cpu = record[3]
+            found.append((record[1], record[2], None if cpu is None else cpu / 1e9))
     return found
 
 
@@ -169,8 +177,10 @@ def timed(dsn: str, workload: Workload, iterations: int) -> Measured:
     """A sleeping or CPU run of ``workload`` through the supervisor."""
     common.reset(dsn)
     if workload.kind == "sleep":
-        enqueue_many("sleep_timed", [{"seconds": workload.ms / 1000}] * workload.jobs,
-                     queue="bench_sleep", dsn=dsn)
+        # The first jobs (one per child: any of them may start first) read the CPU.
+        probes = [{"seconds": workload.ms / 1000, "probe": True}] * workload.children
+        rest = [{"seconds": workload.ms / 1000}] * (workload.jobs - workload.children)
+        enqueue_many("sleep_timed", probes + rest, queue="bench_sleep", dsn=dsn)
         queue = "bench_sleep"
     else:
         enqueue_many("run_cpu_timed", [{"n": iterations}] * workload.jobs,
@@ -178,10 +188,11 @@ def timed(dsn: str, workload: Workload, iterations: int) -> Measured:
         queue = "bench_timed"
     began, ended, sampler = run_supervisor(dsn, workload, queue)
     found = records(dsn)
-    first = min(s for s, _ in found)
-    last = max(e for _, e in found)
+    first, _, start_cpu = min(found)
+    last = max(end for _, end, _ in found)
     parent, backends = sampler.since(first)
-    return Measured(first - began, last - first, ended - began, parent, backends, len(found))
+    return Measured(first - began, start_cpu, last - first, ended - began, parent, backends,
+                    len(found))
 
 
 def noop(dsn: str, workload: Workload) -> tuple[Measured, float]:
@@ -197,7 +208,7 @@ def noop(dsn: str, workload: Workload) -> tuple[Measured, float]:
     if done != workload.jobs:
         raise SystemExit(f"only {done} of {workload.jobs} no-op jobs completed")
     parent, backends = sampler.since(began)
-    measured = Measured(0.0, 0.0, ended - began, parent, backends, done)
+    measured = Measured(0.0, None, 0.0, ended - began, parent, backends, done)
     return measured, done / float(spread) if spread else float("nan")
 
 
@@ -205,6 +216,12 @@ def pool_span(workload: Workload, iterations: int) -> float:
     """``multiprocessing.Pool(2)`` on the same CPU jobs: first start to last end."""
     found, _ = job_timeline.through_pool(iterations, workload.jobs)
     return max(r[4] for r in found) - min(r[3] for r in found)
+
+
+def tree_cpu(runs: list[Measured]) -> str:
+    """The median CPU the tree had used by the first job, or a dash if not read."""
+    cpus = [m.start_cpu for m in runs if m.start_cpu is not None]
+    return f"{statistics.median(cpus) * 1000:.0f} ms" if cpus else "-"
 
 
 def label_of(code: str) -> str:
@@ -243,8 +260,8 @@ def main() -> None:
                     m = timed(dsn, workload, iterations)
                     timed_runs[(workload.name, code)].append(m)
                     print(f"round {round_no} {label_of(code)} {workload.name}: start "
-                          f"{m.start:.3f} s, {workload.ideal / m.span:.3f} of ideal",
-                          flush=True)
+                          f"{m.start:.3f} s (tree CPU {m.start_cpu or 0:.3f} s), "
+                          f"{workload.ideal / m.span:.3f} of ideal", flush=True)
                 if "cpu" in parts:
                     timed_runs[(cpu.name, code)].append(timed(dsn, cpu, iterations))
                 for workload in (noops if "noop" in parts else ()):
@@ -257,9 +274,9 @@ def main() -> None:
         for name in names.values():
             common.drop_database(args.dsn, name)
     med = statistics.median
-    print("| run | checkout | exec to first job (median) | efficiency (median, all) "
-          "| parent CPU/job | backends CPU/job |")
-    print("|---|---|---|---|---|---|")
+    print("| run | checkout | exec to first job (median) | tree CPU by then (median) "
+          "| efficiency (median, all) | parent CPU/job | backends CPU/job |")
+    print("|---|---|---|---|---|---|---|")
     for (name, code), runs in timed_runs.items():
         workload = cpu if name == cpu.name else next(w for w in SLEEPS if w.name == name)
         if workload.kind == "cpu":
@@ -269,7 +286,8 @@ def main() -> None:
             ratios = [workload.ideal / m.span for m in runs]
             what = ""
         print(f"| {name} | {label_of(code)} | {med(m.start for m in runs) * 1000:.0f} ms "
-              f"({', '.join(f'{m.start * 1000:.0f}' for m in runs)}) | {what}"
+              f"({', '.join(f'{m.start * 1000:.0f}' for m in runs)}) | "
+              f"{tree_cpu(runs)} | {what}"
               f"{med(ratios):.3f} ({', '.join(f'{r:.3f}' for r in ratios)}) | "
               f"{med(m.parent_cpu / m.jobs for m in runs) * 1000:.2f} ms | "
               f"{med(m.backends_cpu / m.jobs for m in runs) * 1000:.2f} ms |")
