@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import pool_handlers  # noqa: F401  (registers the pool_* kinds the parent looks up)
 import pytest
-from pool_fakes import Harness
+from pool_fakes import Harness, exited
 
+from shared import wire
+from shared.exitcodes import CHILD_IMPORT_ERROR
 from shared.jobs import ClaimedJob
 from supervisor.forkwaves import FORKS_PER_RECOUNT, HOLD_LIMIT, ForkWaves, first_wave
+from supervisor.pool import PoolHalted
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -99,3 +102,19 @@ def test_a_pool_without_waves_forks_every_child_at_once():
     h = Harness(size=16)
     h.pool.start()
     assert len(h.pids()) == 16
+
+
+def test_children_that_cannot_boot_still_halt_the_pool_as_a_crash_loop():
+    h = Harness(size=16, crash_loop_limit=3)
+    forks = ForkWaves(h.pool, 2)
+    forks.start(h.clock.now)
+    with pytest.raises(PoolHalted, match="No module named 'nowhere'"):
+        for _ in range(20):
+            for pid in h.pids():
+                h.says(pid, wire.BootError(
+                    "import", "ModuleNotFoundError: No module named 'nowhere'").encode())
+                h.exits(pid, exited(CHILD_IMPORT_ERROR))
+            h.clock.now += 0.5  # no job is ever placed: the hold ends by its time
+            h.pool.tick()
+            forks.after_tick(h.clock.now, placed=False, claiming=True, waiting=True)
+    assert "crash loop" in h.pool.halted
