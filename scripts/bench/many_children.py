@@ -27,7 +27,11 @@ the first to the last ``finished_at`` (the database's clock, start-up left out).
 own code migrated, for a before/after comparison in one run.
 
 Usage: python scripts/bench/many_children.py [--rounds 3] [--code DIR ...]
-       [--parts sleep,cpu,noop] [--noop-jobs 8000]
+       [--parts sleep,cpu,noop,start] [--noop-jobs 8000]
+
+``start`` (not in the default parts): start-up alone, a short run of 4 sleeping jobs
+of 5 ms per child at each of ``-n 2/16/64``, for more rounds in less time (its
+efficiency figure means little: the run is mostly its ramp and its end).
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class Workload:
         return self.jobs * self.ms / 1000 / self.children
 
 
+STARTS = tuple(Workload(f"start-up: sleep 5 ms x {4 * n}, -n {n}", "sleep", n, 4 * n, 5.0)
+               for n in (2, 16, 64))
 SLEEPS = (Workload("sleep 5 ms x 1,000, -n 2", "sleep", 2, 1000, 5.0),
           Workload("sleep 5 ms x 8,000, -n 16", "sleep", 16, 8000, 5.0),
           Workload("sleep 20 ms x 8,000, -n 64", "sleep", 64, 8000, 20.0))
@@ -256,7 +262,9 @@ def main() -> None:
         for round_no in range(args.rounds):
             for code, dsn in dsns.items():
                 os.environ["BENCH_CODE"] = code
-                for workload in (SLEEPS if "sleep" in parts else ()):
+                sleeps = (SLEEPS if "sleep" in parts else ()) + (
+                    STARTS if "start" in parts else ())
+                for workload in sleeps:
                     m = timed(dsn, workload, iterations)
                     timed_runs[(workload.name, code)].append(m)
                     print(f"round {round_no} {label_of(code)} {workload.name}: start "
@@ -278,7 +286,8 @@ def main() -> None:
           "| efficiency (median, all) | parent CPU/job | backends CPU/job |")
     print("|---|---|---|---|---|---|---|")
     for (name, code), runs in timed_runs.items():
-        workload = cpu if name == cpu.name else next(w for w in SLEEPS if w.name == name)
+        workload = cpu if name == cpu.name else next(
+            w for w in SLEEPS + STARTS if w.name == name)
         if workload.kind == "cpu":
             ratios = [p / m.span for p, m in zip(pool, runs, strict=False)]
             what = "vs Pool(2) "
