@@ -2,8 +2,9 @@
 as it is ready, and forking the others costs the first job nothing.
 
 Forking a child and its boot cost CPU (here about 1 ms in the parent and 6 ms in the
-child, far more on a loaded machine): forking all N before the first claim put every
-fork and every boot on the first job's clock, 0.3 s more at ``-n 64`` on 2 CPUs. So:
+child): forking all N before the first claim put every fork and every boot on the first
+job's clock, 0.4-0.5 s more CPU before the first job at ``-n 64`` on 2 CPUs
+(docs/benchmarks.md, "Many children"). So:
 
 1. the first wave, one child per CPU the process may use (never more than asked for),
    is forked before the parent connects: they boot while it connects and claims;
@@ -16,7 +17,9 @@ fork and every boot on the first job's clock, 0.3 s more at ``-n 64`` on 2 CPUs.
 The pool's target size is N throughout: the first claim is sized for every child, and
 jobs wait in the parent for the children still to come, as they did for children
 still booting. Nothing else changes: a drain or stop forks nothing more, a crash loop
-halts as before, SIGTTIN/TTOU move the target.
+halts as before, SIGTTIN/TTOU move the target. The price: in a run of a few dozen short
+jobs the children forked later miss its first jobs. After the release every fork (a
+replacement, a recycle) stays a few per recount, so no turn of the loop is held by many.
 """
 
 from __future__ import annotations
