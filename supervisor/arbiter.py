@@ -28,6 +28,7 @@ from shared import jobs
 from shared.exitcodes import CLI_JOBS_FAILED
 from supervisor.config import RunConfig
 from supervisor.engine import Engine, make_owner
+from supervisor.forkwaves import ForkWaves
 from supervisor.observe import (
     BurstProgress,
     Failures,
@@ -129,6 +130,7 @@ class Arbiter:
         # The stop signal that began the drain and when it arrived (None: no signal yet).
         self.stop_signal: Received | None = None
         self.next_title = clock()
+        self.fork_waves = ForkWaves(self.pool, config.cpus.count)
 
     # -- life cycle ----------------------------------------------------------------------
     def run(self) -> int:
@@ -141,8 +143,9 @@ class Arbiter:
         # database does.
         self.engine.watch_signals(self.inbox.wakeup_fd)
         # The children boot while the parent connects (start-up is on the clock of every
-        # batch run), and they inherit no database socket.
-        self.pool.start()
+        # batch run), and they inherit no database socket: the first wave of them, the
+        # others once the first job is placed (``supervisor.forkwaves``).
+        self.fork_waves.start(self.clock())
         opened = False
         try:
             self.engine.open(check_schema=self.check_schema)
@@ -214,6 +217,9 @@ class Arbiter:
         except PoolHalted as exc:
             self._halt(str(exc))
         self.engine.tick(now, self.pool)
+        self.fork_waves.after_tick(now, placed=self.pool.busy_count() > 0,
+                                   claiming=self.engine.claim_in_flight,
+                                   waiting=bool(self.engine.ledger.waiting_counts()))
         if self.state == RUNNING and self.engine.burst_finished:
             self.begin_drain()
         self._check_grace(now)
@@ -237,7 +243,8 @@ class Arbiter:
         now = self.clock()
         due = [now + MAX_WAIT, self.engine.next_deadline(now, self.pool)]
         server = self.metrics_server
-        for t in (self.pool.next_deadline(), self.drain_deadline, self.stop_deadline,
+        for t in (self.pool.next_deadline(), self.fork_waves.next_deadline(),
+                  self.drain_deadline, self.stop_deadline,
                   server.next_deadline() if server is not None else None,
                   self.progress.next_update if self.progress is not None else None):
             if t is not None:

@@ -34,6 +34,10 @@ class Clock:
 class FakeLedger:
     def __init__(self) -> None:
         self.finished: Counter[str] = Counter()
+        self.waiting: dict[str, int] = {}  # jobs claimed for children still to come
+
+    def waiting_counts(self) -> dict[str, int]:
+        return dict(self.waiting)
 
 
 class FakeReporter:
@@ -388,3 +392,54 @@ def test_run_drains_on_a_real_sigterm_and_returns_0():
     assert arbiter.state == DRAINING
     assert calls == ["pool.start", "engine.open", "engine.drain", "pool.stop",
                      "engine.notify_drain", "engine.close", "pool.kill_all"]
+
+
+def test_run_forks_one_child_per_cpu_before_it_connects_and_the_rest_once_a_job_is_placed():
+    """Issue 48: the pool starts with its first wave (one child per CPU) and forks
+    nothing more while the first claim is out; once a child holds a job, the rest are
+    forked a few per recount, and the loop turns at once to do it."""
+    from shared.cpus import CpuCount
+    from supervisor.forkwaves import FORKS_PER_RECOUNT
+
+    calls: list[str] = []
+    clock = Clock()
+    engine = FakeEngine(calls)
+    pool = FakePool(calls, size=16)
+    seen: list[object] = []
+    start = pool.start
+    pool.start = lambda: (seen.append(("start", pool.fork_batch)), start())
+    open_ = engine.open
+    engine.open = lambda check_schema=False: (seen.append(("open", pool.fork_batch)),
+                                              open_(check_schema))
+    arbiter = Arbiter(RunConfig(children=16, grace=GRACE, otel=False,
+                                cpus=CpuCount(2, "test")),
+                      "dsn-not-used", ["default"], ["k"], clock=clock, engine=engine,
+                      pool=pool)
+
+    def on_tick(n: int) -> None:
+        clock.now += 0.01
+        if n == 1:
+            engine.claim_in_flight = True  # the first claim is out
+        elif n == 3:
+            seen.append(("claim out", pool.fork_batch))
+            engine.claim_in_flight = False
+            engine.ledger.waiting = {"default": 16}  # answered, no child ready yet
+        elif n == 5:
+            seen.append(("waiting", pool.fork_batch))
+            pool.busy = 1  # a READY came: the first job is in its pipe
+        elif n == 6:
+            due = arbiter.fork_waves.next_deadline()  # the loop turns at once to fork
+            seen.append(("placed", pool.fork_batch, due is not None and due <= clock.now))
+            signal.raise_signal(signal.SIGTERM)
+        elif n > 8:
+            pool.alive_n = 0
+
+    engine.on_tick = on_tick
+    saved = {sig: signal.getsignal(sig) for sig in arbiter_module.HANDLED_SIGNALS}
+    try:
+        assert arbiter.run() == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert seen == [("start", 2), ("open", 0), ("claim out", 0), ("waiting", 0),
+                    ("placed", FORKS_PER_RECOUNT, True)]

@@ -60,6 +60,16 @@ def _stat_cpu(fields: list[str], children: bool) -> float:
     return ticks / TICK
 
 
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of one live process so far, not counting its
+    children; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return _stat_cpu(stat[stat.rindex(")") + 2:].split(), False)
+
+
 def postgres_cpu() -> float:
     """CPU seconds of every process named postgres, and of the children they reaped."""
     total = 0.0
@@ -117,12 +127,10 @@ def through_supervisor(dsn: str, n: int, jobs: int) -> tuple[list, dict]:
     def watch() -> None:  # the parent's own CPU, read until it exits
         with psycopg.connect(dsn, autocommit=True) as conn:
             while proc.poll() is None:
-                try:
-                    stat = Path(f"/proc/{proc.pid}/stat").read_text()
-                    parent_cpu[0] = _stat_cpu(stat[stat.rindex(")") + 2:].split(), False)
-                    samples.append((time.time(), parent_cpu[0]))
-                except OSError:
-                    pass
+                cpu = process_cpu(proc.pid)
+                if cpu is not None:
+                    parent_cpu[0] = cpu
+                    samples.append((time.time(), cpu))
                 # Other work on this shared server is not the run's: only the backends
                 # connected to its database count (their CPU read every 20 ms, so the
                 # last few ms of each are missed; the list asked for every 0.2 s, each
@@ -133,11 +141,9 @@ def through_supervisor(dsn: str, n: int, jobs: int) -> tuple[list, dict]:
                         "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
                         " AND pid <> pg_backend_pid()").fetchall())
                 for pid in pids:
-                    try:
-                        stat = Path(f"/proc/{pid}/stat").read_text()
-                    except OSError:
-                        continue
-                    backends[pid] = _stat_cpu(stat[stat.rindex(")") + 2:].split(), False)
+                    cpu = process_cpu(pid)
+                    if cpu is not None:
+                        backends[pid] = cpu
                 time.sleep(0.02)
 
     watcher = threading.Thread(target=watch)

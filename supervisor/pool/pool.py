@@ -104,6 +104,10 @@ class Pool:
         # leaves it early, which costs one idle look, never a missed deadline.
         self._due: float | None = None
         self._size_dirty = True  # a child left the active states: recount in tick
+        # The most children one recount forks (None: every one missing; 0: none for
+        # now); the rest are forked by the next ones, which the loop makes at once
+        # (issue 48: ``supervisor.forkwaves``).
+        self.fork_batch: int | None = None
         self._nap = guards.nap_threshold(settings)
         self._no_procfs = False  # warned once that /proc cannot be read
         # The container's OOM kills accounted for: each child found dead of a SIGKILL the
@@ -653,10 +657,16 @@ class Pool:
             self._size_dirty = True  # tick forks them once the backoff is over
             self._arm(self._respawn.due)
             missing = 0
-        for _ in range(missing):
+        batch = missing if self.fork_batch is None else min(missing, self.fork_batch)
+        for _ in range(batch):
             if not self._spawn():
                 self._size_dirty = True  # try again at the next tick
                 break
+        else:
+            if batch < missing:
+                self._size_dirty = True
+                if batch:
+                    self._arm(self._clock())  # the loop turns at once for the next batch
         staying = [c for c in active if not c.retire_after_job]
         excess = len(staying) - self._target
         if excess > 0:
