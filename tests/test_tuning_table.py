@@ -33,6 +33,8 @@ DISPATCH_PATH = (
     "supervisor/engine/fencing.py",
     "supervisor/engine/polling.py",
     "supervisor/engine/housekeeping.py",
+    "supervisor/engine/draining.py",
+    "supervisor/engine/reads.py",
     "supervisor/pool/runtimes.py",
     "supervisor/pool/recalls.py",
     "supervisor/pool/pool.py",

@@ -10,8 +10,9 @@ process supervision is the arbiter's and the pool's.
 The engine is the order of these steps; each is a part of its own: lease keeping,
 outages and self-fencing (``fencing.LeaseKeeper``), polling and pauses
 (``polling.Poller``), housekeeping: maintenance, breaker, schedules, kind memory, the
-horizon look, the end of a burst (``housekeeping.Housekeeping``), and the dispatch of
-claimed jobs to children (``dispatcher.Dispatcher``). While the database is away
+horizon look, the end of a burst (``housekeeping.Housekeeping``), the dispatch of
+claimed jobs to children (``dispatcher.Dispatcher``), a drain (``draining.Drain``) and
+the table reads of the arbiter's reports (``reads.RunReads``). While the database is away
 nothing that needs it is scheduled (the loop sleeps until the next reconnection attempt,
 it does not spin), and nothing new starts.
 """
@@ -20,30 +21,19 @@ from __future__ import annotations
 
 import logging
 import selectors
-import signal
 import time
 from typing import TYPE_CHECKING
 
 from supervisor.admission import Admission, make_budget
 from supervisor.breaker import Breaker, BreakerSettings
-from supervisor.db import (
-    Database,
-    HistoryWriter,
-    Interrupt,
-    RunFailures,
-    Waiting,
-    cancelled_dependents,
-    kind_run_p95,
-    run_failures,
-    waiting,
-)
+from supervisor.db import Database, HistoryWriter, RunFailures, Waiting
 from supervisor.engine.claims import Claimer
 from supervisor.engine.dispatcher import Dispatcher
+from supervisor.engine.draining import Drain
 from supervisor.engine.explain import Explainer
 from supervisor.engine.fencing import LeaseKeeper
 from supervisor.engine.housekeeping import Housekeeping
 from supervisor.engine.ledger import Ledger
-from supervisor.engine.notices import notify_drain
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
 from supervisor.engine.policy import (
@@ -53,6 +43,7 @@ from supervisor.engine.policy import (
     served_kinds,
 )
 from supervisor.engine.polling import Poller
+from supervisor.engine.reads import RunReads
 from supervisor.engine.reporting import OutcomeReporter
 from supervisor.observe import JobTracer, SupervisorMetrics
 from supervisor.pool import RunTimes
@@ -95,7 +86,8 @@ class Engine:
         self.ledger = Ledger(self.admission)
         self.outbox = Outbox(metrics, config.flush_interval, tracer, config.tuning)
         self.claimer = Claimer(db, self.planner, self.ledger, self.outbox, metrics, kinds,
-                               config.default_timeout, clock, tracer, self.admission)
+                               config.default_timeout, clock, tracer, self.admission,
+                               self.run_times)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
         self.explainer = Explainer(self.planner, self.run_times)  # status --explain
         db.store.max_attempts = handler_max_attempts(kinds)
@@ -109,7 +101,7 @@ class Engine:
         breaker = Breaker(BreakerSettings(config.breaker_failures, config.breaker_window,
                                           config.breaker_cooldown))
         self.poller = Poller(config, db, queues, kinds, self.claimer, self.planner,
-                             self.ledger, self.outbox, breaker, now)
+                             self.ledger, self.outbox, breaker, now, self.leases.refresh_limits)
         # The leader's per-minute history, on a connection of its own (opened when first
         # needed), so its statements never hold this loop. An engine given its database
         # (tests over fakes) writes none unless given a writer too.
@@ -119,13 +111,16 @@ class Engine:
                                     deadline=config.database_deadline, clock=clock)
         self.housekeeping = Housekeeping(
             config, db, queues, kinds, poller=self.poller, breaker=breaker,
-            reporter=self.reporter, ledger=self.ledger, admission=self.admission,
+            reporter=self.reporter, claimer=self.claimer, ledger=self.ledger,
+            outbox=self.outbox, admission=self.admission,
             explainer=self.explainer, metrics=metrics, schedules=schedules, history=history,
             now=now, clock=clock)
         self.dispatcher = Dispatcher(queues, self.ledger, self.planner, self.admission,
                                      self.outbox, clock)
-        self._claim_before_poll = True  # the start's claim: see _first_claim
-        self.drain_ends: float | None = None  # draining: when the grace ends
+        self.reads = RunReads(db, owner, queues)  # the arbiter's reports
+        self.draining = Drain(db, self.claimer, self.reporter, self.ledger, self.outbox,
+                              self.run_times, config.tuning.drain_min_samples, clock,
+                              self.flush)
 
     # -- the loop's calls ---------------------------------------------------------------
     def open(self, check_schema: bool = False) -> None:
@@ -166,14 +161,15 @@ class Engine:
         if db.take_scheduled():
             poller.soon(now)
         poller.notified_pauses(db.take_paused(), now, pool)
-        self._cancelled(db.take_cancelled(), pool)
+        leases.cancelled(db.take_cancelled(), pool)
         if db.up and not leases.fenced:
             self.dispatch(pool)
             self.dispatcher.all_stuck(now, pool)
         elif not db.up:
             leases.hold_back(pool)
         if db.up:
-            self._timers(now, pool)
+            poller.tick(now, pool)
+            leases.tick(now, pool)
         leases.check(now, pool)
         if self.claimer.accepting and db.up and not leases.fenced:
             self._claim(now, pool)
@@ -186,10 +182,8 @@ class Engine:
                                      self._claim_coming(pool)):
             self.flush(now)
         self._hand_back_news(now, pool)
-        if self.config.burst and self.claimer.accepting:
-            self.housekeeping.check_burst(now, pool, self._settled(pool))
-        if self.drain_ends is not None and pool.busy_count():
-            notify_drain(pool, self.run_times, max(0.0, self.drain_ends - now))
+        self.housekeeping.check_burst(now, pool)
+        self.draining.tick(now, pool)
 
     def _claim(self, now: float, pool: Pool) -> None:
         """Claim for the children that can take jobs, then dispatch what came."""
@@ -216,22 +210,16 @@ class Engine:
             self.poller.soon(now)
 
     def run_failures(self, window: float) -> RunFailures | None:
-        """What this supervisor's jobs that ended in the last ``window`` seconds were
-        discarded or cancelled for, from the table (None: it did not answer)."""
-        return self.db.call(lambda s: run_failures(s.connection, self.owner, window), None,
-                            "reading what the burst discarded")
+        """What this supervisor's recently ended jobs failed for (``RunReads``)."""
+        return self.reads.run_failures(window)
 
     def cancelled_dependents(self, window: float) -> int | None:
-        """Dependents that this supervisor's discards of the last ``window`` seconds
-        cancelled (None: the table did not answer)."""
-        return self.db.call(lambda s: cancelled_dependents(s.connection, self.owner, window),
-                            None, "counting cancelled dependents")
+        """Dependents this supervisor's recent discards cancelled (``RunReads``)."""
+        return self.reads.cancelled_dependents(window)
 
     def waiting(self) -> Waiting | None:
-        """What waits in the served queues, for a run_at or for dependencies (None: the
-        table did not answer)."""
-        return self.db.call(lambda s: waiting(s.connection, self.queues), None,
-                            "reading what waits")
+        """What waits in the served queues, for a run_at or dependencies (``RunReads``)."""
+        return self.reads.waiting()
 
     def next_deadline(self, now: float, pool: Pool) -> float:
         """When ``tick`` must run again at the latest (the loop may wake earlier)."""
@@ -244,28 +232,15 @@ class Engine:
                *self.poller.deadlines(), *self.housekeeping.deadlines()]
         for at in (self.db.next_expiry(), self.planner.next_token_at(now),
                    self.outbox.next_flush_at(self.claim_in_flight, pool.busy_count() == 0,
-                                             self._claim_coming(pool))):
+                                             self._claim_coming(pool)),
+                   self.housekeeping.burst_check_at(pool)):
             if at is not None:
                 due.append(at)
-        if self.config.burst and self.claimer.accepting and self._settled(pool):
-            due.append(self.housekeeping.next_burst_check)
         return min(due)
 
     def _claim_coming(self, pool: Pool) -> bool:
-        """A claim will be sent as the running jobs end: some queue has work and a
-        child is busy (each job that ends frees a place the claim fills), and its jobs
-        are short. Completions wait for it a little (``tuning.claim_carry_wait``)
-        rather than force a claim of one or two jobs, or a write of their own. Not for
-        jobs of ``tuning.long_job`` or more: one claim per job is little beside them, and the
-        claims it saved let a child that ends while the next claim is still out (slow
-        on a loaded machine) wait for it: 100 ms runs were slower in 3 of 4 runs."""
-        planner = self.planner
-        if not (self.claimer.accepting and planner.demand and not self.fenced
-                and pool.busy_count() > 0):
-            return False
-        average, long_job = self.run_times.queue_average, self.config.tuning.long_job
-        return all((run_time := average(queue)) is not None and run_time < long_job
-                   for queue in planner.demand)
+        """A claim will be sent as the running jobs end (``Claimer.coming``)."""
+        return not self.fenced and self.claimer.coming(pool.busy_count())
 
     @property
     def claim_in_flight(self) -> bool:
@@ -276,76 +251,21 @@ class Engine:
         """Queue waiting jobs in children's pipes (``engine.dispatcher``)."""
         self.dispatcher.dispatch(pool)
 
-    def _cancelled(self, job_ids: set[int], pool: Pool) -> None:
-        for job_id in job_ids:
-            if pool.cancel(job_id):
-                log.warning("job %d cancelled by an operator: its child is being killed", job_id)
-        self.ledger.drop_waiting(job_ids)
-
-    def _settled(self, pool: Pool) -> bool:
-        """Nothing runs, nothing is held, written or claimed: only the database can
-        say whether work is left."""
-        return not (pool.busy_count() or not self.ledger.idle() or self.outbox.count()
-                    or not self.db.up or self.claim_in_flight)
-
-    # -- what is due --------------------------------------------------------------------
-    def _timers(self, now: float, pool: Pool) -> None:
-        if self._claim_before_poll:
-            self._claim_before_poll = False
-            self._first_claim(now, pool)
-        self.poller.tick(now, pool)
-        self.leases.tick(now, pool)
-
-    def _first_claim(self, now: float, pool: Pool) -> None:
-        """At start the first claim goes out before the first poll, which then runs while
-        the database executes it: the idle children wait for the claim's answer, not for
-        the poll's four statements too (issue 31: 2-5 ms of every start). What the claim
-        must know is read first: paused kinds and the global limits. Every served queue
-        is assumed to hold work; the claim of one that holds none comes back short, and
-        the poll's answer sets the rest right."""
-        self.poller.read_kind_pauses(now)
-        if self.planner.limits.due(now):
-            self.leases.refresh_limits(now, pool)
-        if not self.db.up:
-            return
-        self.planner.wake(self.queues)
-        self.claimer.claim(now, pool.size())
-
     # -- stopping -----------------------------------------------------------------------
     def watch_signals(self, wakeup_fd: int) -> None:
-        """Let the signal wakeup pipe end any wait for the database: a stop signal is then
-        acted on whatever the database does (the connection is abandoned and the outage
-        path takes over)."""
-        self.db.interrupt = Interrupt(wakeup_fd)
+        """Let a stop signal end any wait for the database (``Drain.watch_signals``)."""
+        self.draining.watch_signals(wakeup_fd)
 
     def drain(self, now: float) -> int:
         """Claim nothing more; claimed jobs that have not started go back now (their
         attempt not counted). Returns how many went back."""
-        # Children ending is what a drain waits for: a wait for the database that a
-        # child's exit finds longer than a moment is given up, so a hung database never
-        # holds the drain past its grace (a healthy statement ends well within it).
-        if self.db.interrupt is not None:
-            self.db.interrupt.soft.add(signal.SIGCHLD)
-        self.claimer.accepting = False
-        self.reporter.releasing = True
-        waiting = self.ledger.take_waiting()
-        self.outbox.released(waiting, now)
-        self.flush(now)
-        return len(waiting)
+        return self.draining.begin(now)
 
     def notify_drain(self, pool: Pool, grace: float) -> int:
         """At a drain's start: tell the running jobs that cannot finish within the
         grace to checkpoint and stop (``engine.notices``); each tick after, the jobs
         that started late or overran their estimate. Returns how many were told now."""
-        self.drain_ends = self.clock() + grace
-        run_times = self.run_times
-        unknown = run_times.unknown({job.kind for job, _ in pool.running_since()})
-        if unknown:  # none completed here yet: the table's run times say (issue 47)
-            fewest = self.config.tuning.drain_min_samples
-            run_times.adopt(self.db.call(
-                lambda s: kind_run_p95(s.connection, sorted(unknown), fewest), {},
-                "reading run times"))
-        return notify_drain(pool, run_times, grace)
+        return self.draining.notify(pool, grace)
 
     def collect(self, pool: Pool, now: float) -> None:
         """Book what the pool reported since the last tick (used while stopping)."""
@@ -374,5 +294,5 @@ class Engine:
         self.db.close()
 
     def queue_counts(self) -> dict | None:
-        """Per-queue counts of live jobs (None while the database is away)."""
-        return self.db.call(lambda s: s.queue_counts(self.queues), None, "counting jobs")
+        """Per-queue counts of live jobs (``RunReads``; None while the database is away)."""
+        return self.reads.queue_counts()

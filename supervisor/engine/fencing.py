@@ -150,6 +150,13 @@ class LeaseKeeper:
                         len(returned))
             self.metrics.reconciled(len(returned))
 
+    def cancelled(self, job_ids: set[int], pool: Pool) -> None:
+        """Jobs an operator cancelled: their leases are no longer ours; stop them."""
+        for job_id in job_ids:
+            if pool.cancel(job_id):
+                log.warning("job %d cancelled by an operator: its child is being killed", job_id)
+        self.ledger.drop_waiting(job_ids)
+
     def may_lead(self, now: float) -> bool:
         """Whether this supervisor may take part in rescuing expired leases now."""
         return now >= self.rescue_hold_until

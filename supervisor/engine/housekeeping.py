@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from supervisor.breaker import Breaker
     from supervisor.config import RunConfig
     from supervisor.db import Database, HistoryWriter
+    from supervisor.engine.claims import Claimer
     from supervisor.engine.explain import Explainer
     from supervisor.engine.ledger import Ledger
+    from supervisor.engine.outbox import Outbox
     from supervisor.engine.polling import Poller
     from supervisor.engine.reporting import OutcomeReporter
     from supervisor.observe import SupervisorMetrics
@@ -46,9 +48,11 @@ class Housekeeping:
 
     def __init__(self, config: RunConfig, db: Database, queues: list[str], kinds: list[str],
                  *, poller: Poller, breaker: Breaker, reporter: OutcomeReporter,
-                 ledger: Ledger, admission: Admission, explainer: Explainer,
+                 claimer: Claimer, ledger: Ledger, outbox: Outbox, admission: Admission,
+                 explainer: Explainer,
                  metrics: SupervisorMetrics, schedules: Schedules | None,
                  history: HistoryWriter | None, now: float, clock) -> None:
+        """``history``: the leader's per-minute history writer (None: none is written)."""
         self.config = config
         self.db = db
         self.queues = queues
@@ -56,7 +60,9 @@ class Housekeeping:
         self.poller = poller
         self.breaker = breaker
         self.reporter = reporter
+        self.claimer = claimer
         self.ledger = ledger
+        self.outbox = outbox
         self.admission = admission
         self.explainer = explainer
         self.metrics = metrics
@@ -155,10 +161,21 @@ class Housekeeping:
                                     "keeping each kind's memory use") is None:
             self.admission.not_saved(unsaved)
 
-    def check_burst(self, now: float, pool: Pool, settled: bool) -> None:
-        """Burst mode: once nothing runs, is held or written here (``settled``), ask the
-        table whether work is left; none: ``burst_finished``, and the arbiter drains."""
-        if now < self.next_burst_check or not settled:
+    def _settled(self, pool: Pool) -> bool:
+        """Burst mode, not draining, and nothing runs, nothing is held, written or
+        claimed: only the database can say whether work is left."""
+        return (self.config.burst and self.claimer.accepting
+                and not (pool.busy_count() or not self.ledger.idle() or self.outbox.count()
+                         or not self.db.up or self.claimer.in_flight is not None))
+
+    def burst_check_at(self, pool: Pool) -> float | None:
+        """When burst mode next asks the table whether work is left (None: not now)."""
+        return self.next_burst_check if self._settled(pool) else None
+
+    def check_burst(self, now: float, pool: Pool) -> None:
+        """Burst mode: once nothing runs, is held or written here, ask the table whether
+        work is left; none: ``burst_finished``, and the arbiter drains."""
+        if now < self.next_burst_check or not self._settled(pool):
             return
         # Only the database checks wait between tries: once the last job's outcome is
         # written the check runs in the same turn.
