@@ -41,12 +41,13 @@ from supervisor.db.run_outcomes import (
     run_failures,
     waiting,
 )
-from supervisor.db.store import Completion, Failure, Store
+from supervisor.db.store import Completion, Failure, Store, StoreSettings
 
 __all__ = ["Apart", "ClaimBounds", "ClaimKey", "ClaimRequest", "ClaimResult", "Completion",
            "Database", "DatabaseHung", "Failure", "FailuresWritten", "HistoryWriter",
            "Interrupt", "Interrupted", "LeaseRow",
-           "NonBlockingQuery", "Prepared", "RunFailures", "Slice", "Store", "StoredLimits",
+           "NonBlockingQuery", "Prepared", "RunFailures", "Slice", "Store", "StoreSettings",
+           "StoredLimits",
            "Waiting", "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
            "refusal_reason", "refused", "renew_lease", "return_leases", "run_failures", "waiting",
            "write_apart"]

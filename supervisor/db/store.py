@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -73,6 +74,21 @@ class Rescued(NamedTuple):
     never_started: bool  # given back without spending its attempt
 
 
+@dataclass(frozen=True)
+class StoreSettings:
+    """What the store's statements apply to rows that leave it out, fixed when the store
+    is made: the supervisor's handlers decide it once, at start."""
+
+    # For rows that leave max_attempts out: each kind's handler value, else the default.
+    max_attempts: Mapping[str, int] = field(default_factory=dict)
+    default_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS
+    # Crashes in a row with one signature that discard a job as poison (0: never):
+    # each kind's @job(poison_after=...), else the default.
+    poison_after: Mapping[str, int] = field(default_factory=dict)
+    default_poison_after: int = defaults.POISON_AFTER
+    crash_rule: jobs.CrashRule = field(default_factory=jobs.CrashRule)  # what may make poison
+
+
 class Store:
     """The parent's only way to change jobs. ``conn`` is an autocommit connection;
     ``Database`` assigns a new one after the old one broke (psycopg prepares statements
@@ -84,19 +100,13 @@ class Store:
         owner: str,
         lease_ttl: float = 30.0,
         backoff: Backoff = jobs.DEFAULT_BACKOFF,
+        settings: StoreSettings | None = None,
     ) -> None:
         self.conn = conn  # None until Database.open() connects (and while it is down)
         self.owner = owner
         self.lease_ttl = float(lease_ttl)
         self.backoff = backoff
-        # For rows that leave max_attempts out: each kind's handler value, else this.
-        self.max_attempts: Mapping[str, int] = {}
-        self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
-        # Crashes in a row with one signature that discard a job as poison (0: never):
-        # each kind's @job(poison_after=...), else this.
-        self.poison_after: Mapping[str, int] = {}
-        self.default_poison_after = defaults.POISON_AFTER
-        self.crash_rule = jobs.CrashRule()  # which failures may make poison, per kind
+        self.settings = settings if settings is not None else StoreSettings()
         self._run_once: set[str] = set()  # statements run once: prepared from the next run
 
     def _again(self, sql: str) -> bool:
@@ -149,8 +159,9 @@ class Store:
                     row_factory=claim.row_maker)
 
     def _claim_params(self, request: ClaimRequest) -> dict[str, Any]:
-        return claim.params(request, self.owner, self.lease_ttl, self.max_attempts,
-                            self.default_attempts)
+        settings = self.settings
+        return claim.params(request, self.owner, self.lease_ttl, settings.max_attempts,
+                            settings.default_attempts)
 
     def _claim_result(self, request: ClaimRequest, rows: list) -> ClaimResult:
         written, jobs = claim.decode(request, rows)
@@ -206,10 +217,11 @@ class Store:
         params["terminal"] = [bool(f.terminal) for f in items]
         params["ran"] = [f.ran for f in items]
         params |= usage_params(items)
-        params["signatures"] = [self.crash_rule.signature(f.job_kind, f.kind, f.message)
+        settings = self.settings
+        params["signatures"] = [settings.crash_rule.signature(f.job_kind, f.kind, f.message)
                                 for f in items]
-        params["poison_after"] = [self.poison_after.get(f.job_kind, self.default_poison_after)
-                                  for f in items]
+        params["poison_after"] = [
+            settings.poison_after.get(f.job_kind, settings.default_poison_after) for f in items]
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}

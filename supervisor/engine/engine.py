@@ -36,12 +36,7 @@ from supervisor.engine.housekeeping import Housekeeping
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import (
-    crash_rule,
-    handler_max_attempts,
-    handler_poison_after,
-    served_kinds,
-)
+from supervisor.engine.policy import served_kinds, store_settings
 from supervisor.engine.polling import Poller
 from supervisor.engine.reads import RunReads
 from supervisor.engine.reporting import OutcomeReporter
@@ -68,15 +63,18 @@ class Engine:
         now = clock()
         self.config, self.owner, self.queues, self.metrics, self.clock = (
             config, owner, queues, metrics, clock)
-        self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
-                                            clock=clock,
-                                            statement_timeout=config.statement_timeout,
-                                            listen=config.listen,
-                                            deadline=config.database_deadline)
         budget = make_budget(config.children, config.memory_budget, resources=config.resources)
         # A kind whose handler declares more than this supervisor's whole budget (CPUs,
         # memory, counted resources) is not served here, said once.
         self.kinds = kinds = served_kinds(kinds, budget)
+        # The handlers' settings the store applies (a database given comes with its own).
+        settings = store_settings(kinds, config.max_attempts, config.poison_after)
+        self.db = db = database or Database(dsn, owner, config.lease_ttl, selector,
+                                            clock=clock,
+                                            statement_timeout=config.statement_timeout,
+                                            listen=config.listen,
+                                            deadline=config.database_deadline,
+                                            store_settings=settings)
         # How long jobs run here: the pool feeds it (the arbiter hands both the same),
         # the depth, the claim's carry and a drain's notices read it.
         self.run_times = run_times if run_times is not None else RunTimes(config.tuning)
@@ -90,11 +88,7 @@ class Engine:
                                self.run_times)
         self.reporter = OutcomeReporter(self.ledger, self.outbox, metrics)
         self.explainer = Explainer(self.planner, self.run_times)  # status --explain
-        db.store.max_attempts = handler_max_attempts(kinds)
-        db.store.default_attempts = config.max_attempts
-        db.store.poison_after = handler_poison_after(kinds)
-        db.store.default_poison_after = config.poison_after
-        db.store.crash_rule = self.reporter.crash_rule = crash_rule(kinds)
+        self.reporter.crash_rule = settings.crash_rule
         self.leases = LeaseKeeper(config, db, self.planner, self.ledger, self.outbox,
                                   self.reporter, self.claimer, metrics, queues, now, clock,
                                   self.flush)

@@ -31,7 +31,7 @@ import psycopg
 from shared import defaults, jobs, wire
 from shared.frames import FrameReader
 from shared.jobs import ClaimedJob
-from supervisor.db import Database, Store
+from supervisor.db import Database, Store, StoreSettings
 from supervisor.engine import Outbox, handler_max_attempts, resolve_timeout, retry_delay
 from supervisor.observe import SupervisorMetrics
 from supervisor.testing.connection import checked_schema, connection, dsn_of, environment_dsn
@@ -235,8 +235,8 @@ class _Drain:
         self.fork = fork
         self.skip_backoff = skip_backoff
         owner = f"testing-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.store = Store(conn, owner, lease_ttl=LEASE_TTL)
-        self.store.max_attempts = handler_max_attempts(handled)
+        self.store = Store(conn, owner, lease_ttl=LEASE_TTL,
+                           settings=StoreSettings(max_attempts=handler_max_attempts(handled)))
         self.outbox = Outbox(_metrics(), flush_interval=0.0)
         self.database = _DirectDatabase(self.store)
         self.contexts: list[JobContext] = []
