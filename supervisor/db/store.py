@@ -27,7 +27,7 @@ from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import HEAD, ClaimKey, ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
-from supervisor.db.records import Completion, Failure, FailuresWritten
+from supervisor.db.records import Attempt, Completion, Failure, FailuresWritten
 from supervisor.db.sql import (
     BEAT,
     COMPLETE,
@@ -174,13 +174,13 @@ class Store:
                 "results": [c.result_json for c in items],
                 "ran": [c.ran for c in items]} | usage_params(items)
 
-    def started(self, items: Sequence[tuple[int, int]]) -> None:
-        """Record that these ``(id, attempt)`` started in a child: from now on their
-        attempt counts even if this supervisor dies."""
+    def started(self, items: Sequence[Attempt]) -> None:
+        """Record that these attempts started in a child: from now on they count even
+        if this supervisor dies."""
         if items:
             self.connection.execute(STARTED, {"owner": self.owner,
-                                              "started_ids": [i for i, _ in items],
-                                              "started_attempts": [a for _, a in items]})
+                                              "started_ids": [a.id for a in items],
+                                              "started_attempts": [a.attempt for a in items]})
 
     def complete(self, items: Sequence[Completion]) -> list[int]:
         """Mark jobs completed with their results; returns the fenced-off ids."""
@@ -231,22 +231,20 @@ class Store:
         return FailuresWritten(items, written,
                                frozenset(job_id for job_id, poison in rows if poison))
 
-    def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
+    def release(self, items: Sequence[Attempt]) -> list[int]:
         """Give back claimed jobs that never started: available again, the attempt not
         counted, no error recorded. Returns the fenced-off ids."""
         if not items:
             return []
-        params = {"owner": self.owner, "ids": [i for i, _ in items],
-                  "attempts": [a for _, a in items]}
+        params = _attempt_params(self.owner, items)
         return self._fenced("release", RELEASE, params, items)
 
-    def expire_claimed(self, items: Sequence[tuple[int, int]]) -> list[int]:
+    def expire_claimed(self, items: Sequence[Attempt]) -> list[int]:
         """Claimed jobs that expired before they started: 'expired', the attempt not
         counted. Returns the fenced-off ids."""
         if not items:
             return []
-        params = {"owner": self.owner, "ids": [i for i, _ in items],
-                  "attempts": [a for _, a in items]}
+        params = _attempt_params(self.owner, items)
         return self._fenced("expire", EXPIRE_CLAIMED, params, items)
 
     def interrupt(self, items: Sequence[Failure]) -> list[int]:
@@ -267,7 +265,7 @@ class Store:
         return self._fenced("snooze", SNOOZE, params, items)
 
     def renew(
-        self, items: Sequence[tuple[int, int]], progress: Mapping[int, dict] | None = None,
+        self, items: Sequence[Attempt], progress: Mapping[int, dict] | None = None,
         checkpoints: Mapping[int, str] | None = None,
     ) -> list[int]:
         """Extend the leases of running jobs by the lease TTL, storing progress and
@@ -277,10 +275,10 @@ class Store:
             return []
         progress = progress or {}
         checkpoints = checkpoints or {}
-        params = {"owner": self.owner, "ttl": self.lease_ttl, "ids": [i for i, _ in items],
-                  "attempts": [a for _, a in items],
-                  "progress": [_json_or_none(progress.get(i)) for i, _ in items],
-                  "checkpoints": [checkpoints.get(i) for i, _ in items]}
+        params = _attempt_params(self.owner, items) | {
+            "ttl": self.lease_ttl,
+            "progress": [_json_or_none(progress.get(a.id)) for a in items],
+            "checkpoints": [checkpoints.get(a.id) for a in items]}
         return self._fenced("renew", RENEW, params, items)
 
     def promote_due(self, limit: int = 1000) -> int:
@@ -492,12 +490,18 @@ class Store:
     @staticmethod
     def _report_fenced(what: str, items: Sequence, written: set[int],
                        expected: frozenset[int] | set[int] = frozenset()) -> list[int]:
-        ids = [item[0] if isinstance(item, tuple) else item.id for item in items]
+        ids = [item.id for item in items]
         fenced = [i for i in ids if i not in written]
         if [i for i in fenced if i not in expected]:
             log.warning("%s: %d job(s) fenced off (lease moved on): %s", what, len(fenced),
                         fenced[:20])
         return fenced
+
+
+def _attempt_params(owner: str, items: Sequence[Attempt]) -> dict[str, Any]:
+    """The parameters of a fenced write that names attempts only."""
+    return {"owner": owner, "ids": [a.id for a in items],
+            "attempts": [a.attempt for a in items]}
 
 
 def _json_or_none(value: object) -> str | None:
