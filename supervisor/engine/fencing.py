@@ -125,8 +125,8 @@ class LeaseKeeper:
         written late is fine, but one that cannot be written before the job's lease is
         rescued elsewhere means the job runs again; so only what already runs goes on,
         and the jobs queued in children's pipes are asked back (each comes back
-        unstarted and is released, or runs if its child had taken it first). Once an
-        outage."""
+        unstarted and is released, or runs if its child had taken it first). Asked once
+        per outage."""
         if self.held_back == self.db.outages:
             return
         self.held_back = self.db.outages
