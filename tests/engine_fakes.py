@@ -110,15 +110,15 @@ class FakeStore:
         return self._fenced(f.id for f in items)
 
     def release(self, items):
-        self._record("release", [i for i, _ in items])
-        return self._fenced(i for i, _ in items)
+        self._record("release", [a.id for a in items])
+        return self._fenced(a.id for a in items)
 
     def started(self, items):
-        self._record("started", sorted(i for i, _ in items))
+        self._record("started", sorted(a.id for a in items))
 
     def renew(self, items, progress=None):
-        self._record("renew", [i for i, _ in items])
-        return self._fenced(i for i, _ in items)
+        self._record("renew", [a.id for a in items])
+        return self._fenced(a.id for a in items)
 
     def reconcile(self, held):
         self._record("reconcile", sorted(held))

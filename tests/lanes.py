@@ -43,7 +43,9 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_child_process.py",
     "test_child_serve.py", "test_config.py", "test_dashboard_units.py", "test_depth_curve.py",
     "test_dsn.py",
-    "test_engine.py", "test_engine_limits.py", "test_explain_units.py",
+    "test_engine.py", "test_engine_dispatcher.py", "test_engine_drain_reads.py",
+    "test_engine_housekeeping.py", "test_engine_lease_keeper.py", "test_engine_limits.py",
+    "test_engine_poller.py", "test_explain_units.py",
     "test_fair_batches_sim.py", "test_fencing.py",
     "test_heartbeat_looks.py",
     "test_import_rules.py", "test_inbox_recall_expiry.py", "test_job_policy.py",
@@ -55,7 +57,8 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_pool_queue_units.py",
     "test_pool_rebalance.py", "test_pool_recall_units.py", "test_schedules_slots.py",
     "test_operator_truth_verdicts.py", "test_pool_discard_notices.py", "test_crash_rule.py",
-    "test_scheduling.py", "test_stop_notices.py", "test_tuning_table.py", "test_usage_meter.py",
+    "test_scheduling.py", "test_stop_notices.py", "test_store_settings.py",
+    "test_tuning_table.py", "test_usage_meter.py",
     "test_wire.py",
 })
 

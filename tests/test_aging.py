@@ -21,7 +21,7 @@ from supervisor.db.claim import (
     claim_sql,
     variant,
 )
-from supervisor.db.store import Completion, Store
+from supervisor.db.store import Attempt, Completion, Store
 
 CLAIM = claim_sql(ClaimVariant(aged=False, keyed=False, shape=Shape.BARE))
 CLAIM_AGED = claim_sql(ClaimVariant(aged=True, keyed=False, shape=Shape.BARE))
@@ -49,7 +49,7 @@ def test_not_old_enough_or_aging_off_keeps_the_stored_priority(conn):
     set_age(conn, old, 250)  # 5 - floor(250 / 60) = 1: still behind priority 0
     store = Store(conn, "me")
     assert [j.id for j in store.claim("default", ["k"], 1, aging=60)] == [fresh]
-    store.release([(fresh, 1)])
+    store.release([Attempt(fresh, 1)])
     set_age(conn, old, 100_000)
     assert [j.id for j in store.claim("default", ["k"], 1, aging=0)] == [fresh]
     assert [j.id for j in store.claim("default", ["k"], 1, aging=0)] == [old]
@@ -275,7 +275,7 @@ def test_the_non_blocking_claim_of_a_keyed_aged_queue_carries_its_writes(dsn, co
         first = claim(4)  # alone: the older "a" and "b", then fresh jobs
         assert [j.id for j in first.jobs] == [keyed[0], keyed[2], *fresh[:2]]
         done = [Completion(j.id, j.attempt, None) for j in first.jobs[:2]]
-        second = claim(2, done, [(j.id, j.attempt) for j in first.jobs[2:]])
+        second = claim(2, done, [Attempt(j.id, j.attempt) for j in first.jobs[2:]])
         # "a" was completed by this very statement, which its per-key count cannot see
         # (as for a keyed claim without aging): the key's next job waits for the next.
         assert second.fenced == [] and [j.id for j in second.jobs] == fresh[2:4]

@@ -14,7 +14,7 @@ from e2e import ROOT, Supervisor, read_log, wait_until
 
 from shared.enqueue import enqueue
 from shared.jobs import ClaimedJob
-from supervisor.db import ClaimKey, ClaimRequest, Completion, Store
+from supervisor.db import Attempt, ClaimKey, ClaimRequest, Completion, Store
 from supervisor.engine.cursors import HEAD_POLL_EVERY, ClaimCursors
 
 if str(ROOT) not in sys.path:  # scripts/ is not an installed package
@@ -126,7 +126,7 @@ def test_a_key_read_back_from_a_claim_starts_exactly_after_its_job(conn):
     rest = store.run_claim(ClaimRequest("default", ["k"], 10,
                                         start=ClaimKey.of(first[0]))).jobs
     assert [job.id for job in rest] == [first[0].id + 1, first[0].id + 2]
-    store.release([(job.id, job.attempt) for job in rest])
+    store.release([Attempt(job.id, job.attempt) for job in rest])
     again = store.run_claim(ClaimRequest("default", ["k"], 10, start=ClaimKey.of(rest[0])))
     assert [job.id for job in again.jobs] == [rest[1].id]
 

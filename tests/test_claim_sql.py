@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared.enqueue import enqueue
-from supervisor.db import Store, claim
+from supervisor.db import Attempt, Store, claim
 from supervisor.db.claim import ClaimVariant, Shape, claim_prepared, claim_sql
 
 RECORDED = Path(__file__).with_name("claim_statements.sql")
@@ -83,5 +83,5 @@ def test_a_claim_time_rule_is_one_entry_and_holds_in_both_orders(a_rule, conn):
     free = enqueue("k", priority=0, conn=conn)
     store = Store(conn, "me")
     assert [j.id for j in store.claim("default", ["k"], 10, aging=60)] == [free]
-    store.release([(free, 1)])
+    store.release([Attempt(free, 1)])
     assert [j.id for j in store.claim("default", ["k"], 10)] == [free]

@@ -10,6 +10,7 @@ import pytest
 from engine_fakes import make_engine
 
 from shared.usage import Usage
+from supervisor.db import Attempt
 from supervisor.pool import JobDone
 from supervisor.tuning import DEFAULT
 
@@ -441,7 +442,7 @@ def test_a_long_jobs_start_rides_on_a_claim_once_old_or_is_written_within_the_ho
     pool.finish(1)
     engine.tick(clock.now, pool)  # a claim goes out: job 2's start is old enough to ride
     (params, _), = db.claims.sent
-    assert list(params["starts"]) == [(2, 1)]
+    assert list(params["starts"]) == [Attempt(2, 1)]
     assert engine.outbox.pending.starts == {}
     db.claims.answer()
     engine.tick(clock.now, pool)  # job 3 goes to a child

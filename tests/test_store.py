@@ -12,7 +12,7 @@ import pytest
 from shared.enqueue import enqueue, enqueue_many
 from shared.jobs import FAIL_DISCARD, FAIL_ERROR, FAIL_SHUTDOWN, Backoff
 from supervisor.db.claim import ClaimRequest, claim_sql, variant
-from supervisor.db.store import Completion, Failure, Store
+from supervisor.db.store import Attempt, Completion, Failure, Store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -108,7 +108,7 @@ def test_fenced_writes_after_the_lease_moved_on_change_nothing(conn):
     job_id = enqueue("k", conn=conn)
     old = Store(conn, "old")
     [first] = old.claim("default", ["k"], 1)
-    old.started([(job_id, first.attempt)])
+    old.started([Attempt(job_id, first.attempt)])
     expire_lease(conn, job_id)
     assert Store(conn, "maint").rescue_expired() == [(job_id, "old", False)]
     make_due(conn, job_id)
@@ -120,8 +120,8 @@ def test_fenced_writes_after_the_lease_moved_on_change_nothing(conn):
     stale = Completion(job_id, first.attempt, '"late"')
     assert old.complete([stale]) == [job_id]
     assert old.fail([Failure(job_id, first.attempt, FAIL_ERROR, "x")]) == [job_id]
-    assert old.release([(job_id, first.attempt)]) == [job_id]
-    assert old.renew([(job_id, first.attempt)]) == [job_id]
+    assert old.release([Attempt(job_id, first.attempt)]) == [job_id]
+    assert old.renew([Attempt(job_id, first.attempt)]) == [job_id]
     assert old.interrupt([Failure(job_id, first.attempt, FAIL_SHUTDOWN, "x")]) == [job_id]
     # The right attempt from the wrong owner is fenced as well.
     assert old.complete([Completion(job_id, second.attempt, None)]) == [job_id]
@@ -181,7 +181,7 @@ def test_release_does_not_count_the_attempt(conn):
     job_id = enqueue("k", conn=conn)
     store = Store(conn, "me")
     [job] = store.claim("default", ["k"], 1)
-    assert store.release([(job_id, job.attempt)]) == []
+    assert store.release([Attempt(job_id, job.attempt)]) == []
     assert row(conn, job_id, "state, attempt, lease_owner, errors") == ("available", 0, None, [])
     assert store.claim("default", ["k"], 1)[0].attempt == 1
 
@@ -201,10 +201,10 @@ def test_renew_extends_the_lease_and_stores_progress(conn):
     store = Store(conn, "me", lease_ttl=5)
     [job] = store.claim("default", ["k"], 1)
     store.lease_ttl = 500
-    assert store.renew([(job_id, job.attempt)], {job_id: {"done": 2, "total": 3}}) == []
+    assert store.renew([Attempt(job_id, job.attempt)], {job_id: {"done": 2, "total": 3}}) == []
     ttl, progress = row(conn, job_id, "extract(epoch FROM lease_expires_at - now()), progress")
     assert ttl > 400 and progress == {"done": 2, "total": 3}
-    store.renew([(job_id, job.attempt)])
+    store.renew([Attempt(job_id, job.attempt)])
     assert row(conn, job_id, "progress")[0] == {"done": 2, "total": 3}
 
 
@@ -229,7 +229,7 @@ def test_rescue_expired_counts_the_attempt_and_discards_at_the_limit(conn):
     fresh = enqueue("k", conn=conn)
     store = Store(conn, "lost")
     claimed = store.claim("default", ["k"], 3)
-    store.started([(job.id, job.attempt) for job in claimed])
+    store.started([Attempt(job.id, job.attempt) for job in claimed])
     expire_lease(conn, keep)
     expire_lease(conn, last)
     rescued = Store(conn, "maint").rescue_expired()
@@ -246,7 +246,7 @@ def test_rescue_gives_back_a_job_that_never_started_without_spending_its_attempt
     ran = enqueue("k", max_attempts=1, conn=conn)
     store = Store(conn, "lost")
     claimed = {job.id: job for job in store.claim("default", ["k"], 2)}
-    store.started([(ran, claimed[ran].attempt)])
+    store.started([Attempt(ran, claimed[ran].attempt)])
     for job_id in (never, ran):
         expire_lease(conn, job_id)
     rescued = Store(conn, "maint").rescue_expired()
@@ -262,7 +262,7 @@ def test_a_start_carried_on_a_claim_never_overwrites_a_completion_in_it(conn):
     # a finished before its start was written: both ride on one claim statement.
     result = store.run_claim(ClaimRequest(
         "default", ["k"], 1, completions=[Completion(a, first[a].attempt, '"done"')],
-        starts=[(a, first[a].attempt), (b, first[b].attempt)]))
+        starts=[Attempt(a, first[a].attempt), Attempt(b, first[b].attempt)]))
     assert result.fenced == [] and [j.id for j in result.jobs] == [c]
     assert row(conn, a, "state, result") == ("completed", "done")
     assert row(conn, b, "state")[0] == "running" and row(conn, b, "attempted_at")[0]

@@ -29,6 +29,12 @@ DISPATCH_PATH = (
     "supervisor/engine/admitted.py",
     "supervisor/engine/outbox.py",
     "supervisor/engine/engine.py",
+    "supervisor/engine/dispatcher.py",
+    "supervisor/engine/fencing.py",
+    "supervisor/engine/polling.py",
+    "supervisor/engine/housekeeping.py",
+    "supervisor/engine/draining.py",
+    "supervisor/engine/reads.py",
     "supervisor/pool/runtimes.py",
     "supervisor/pool/recalls.py",
     "supervisor/pool/pool.py",
@@ -44,22 +50,22 @@ NAMED: dict[tuple[str, str], str] = {
         "bytes of a refused failure's message written again: a storage limit",
     ("supervisor/engine/outbox.py", "REDUCED_TRACEBACK"):
         "bytes of a refused failure's traceback written again: a storage limit",
-    ("supervisor/engine/engine.py", "BURST_CHECK_INTERVAL"): "housekeeping: --burst's end",
-    ("supervisor/engine/engine.py", "PROMOTE_AGAIN"): "polling: promotion of due jobs",
-    ("supervisor/engine/engine.py", "MIN_POLL_GAP"): "polling: event-driven polls",
-    ("supervisor/engine/engine.py", "KIND_MEMORY_EVERY"): "housekeeping: kind memory",
+    ("supervisor/engine/housekeeping.py", "BURST_CHECK_INTERVAL"): "housekeeping: --burst's end",
+    ("supervisor/engine/housekeeping.py", "KIND_MEMORY_EVERY"): "housekeeping: kind memory",
+    ("supervisor/engine/housekeeping.py", "UNHANDLED_KINDS_SHOWN"):
+        "a log line names the first ten unhandled kinds",
+    ("supervisor/engine/polling.py", "PROMOTE_AGAIN"): "polling: promotion of due jobs",
+    ("supervisor/engine/polling.py", "MIN_POLL_GAP"): "polling: event-driven polls",
+    ("supervisor/engine/polling.py", "POLL_JITTER_LOW"): "polling: jitter",
+    ("supervisor/engine/polling.py", "POLL_JITTER_HIGH"): "polling: jitter",
+    ("supervisor/engine/fencing.py", "RENEWALS_PER_LEASE"):
+        "lease keeping: renewed three times per lease (shared.defaults' rule)",
 }
 
 # (module, value, a fragment of its line) -> why the inline number is not a rule.
 INLINE: dict[tuple[str, float, str], str] = {
     ("supervisor/engine/outbox.py", 2, "half = (limit - len(_CUT)) // 2"):
         "a cut text keeps both its ends: the start and the end halves",
-    ("supervisor/engine/engine.py", 3, "lease_ttl / 3"):
-        "lease keeping: renewed three times per lease (shared.defaults' rule)",
-    ("supervisor/engine/engine.py", 0.8, "random.uniform(0.8, 1.2)"): "polling: jitter",
-    ("supervisor/engine/engine.py", 1.2, "random.uniform(0.8, 1.2)"): "polling: jitter",
-    ("supervisor/engine/engine.py", 10, "unhandled"):
-        "a log line names the first ten unhandled kinds",
     ("supervisor/pool/pool.py", 2, "order = {IDLE: 0, BOOTING: 1, BUSY: 2}"):
         "an order of child states, not an amount",
 }

@@ -21,7 +21,7 @@ import pytest
 from shared import jobs
 from shared.enqueue import enqueue
 from shared.usage import Usage
-from supervisor.db import Failure, Store, refused, write_apart
+from supervisor.db import Attempt, Failure, Store, refused, write_apart
 from supervisor.engine.outbox import Outbox
 from supervisor.observe import SupervisorMetrics
 
@@ -223,7 +223,7 @@ def test_write_apart_splits_only_for_refusals(conn, parts):
     store, _, _ = parts
     held = claim(conn, store, 8)
     refuse(conn, held[5].id, "22001")
-    items = [(j.id, j.attempt) for j in held]
+    items = [Attempt(j.id, j.attempt) for j in held]
     apart = write_apart(items, store.release)
     assert [item for item, _ in apart.refused] == [items[5]]
     assert apart.fenced == []

@@ -31,7 +31,7 @@ from supervisor.db.leases import (
     return_leases,
 )
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
-from supervisor.db.records import FailuresWritten
+from supervisor.db.records import Attempt, FailuresWritten
 from supervisor.db.refused import Apart, refused, write_apart
 from supervisor.db.refused import reason as refusal_reason
 from supervisor.db.run_outcomes import (
@@ -41,12 +41,11 @@ from supervisor.db.run_outcomes import (
     run_failures,
     waiting,
 )
-from supervisor.db.store import Completion, Failure, Store
+from supervisor.db.store import Completion, Failure, Store, StoreSettings
 
-__all__ = ["Apart", "ClaimBounds", "ClaimKey", "ClaimRequest", "ClaimResult", "Completion",
-           "Database", "DatabaseHung", "Failure", "FailuresWritten", "HistoryWriter",
-           "Interrupt", "Interrupted", "LeaseRow",
-           "NonBlockingQuery", "Prepared", "RunFailures", "Slice", "Store", "StoredLimits",
-           "Waiting", "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
-           "refusal_reason", "refused", "renew_lease", "return_leases", "run_failures", "waiting",
-           "write_apart"]
+__all__ = ["Apart", "Attempt", "ClaimBounds", "ClaimKey", "ClaimRequest", "ClaimResult",
+           "Completion", "Database", "DatabaseHung", "Failure", "FailuresWritten", "HistoryWriter",
+           "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery", "Prepared", "RunFailures",
+           "Slice", "Store", "StoreSettings", "StoredLimits", "Waiting", "cancelled_dependents",
+           "connection_lost", "kind_run_p95", "read_limits", "refusal_reason", "refused",
+           "renew_lease", "return_leases", "run_failures", "waiting", "write_apart"]

@@ -43,7 +43,7 @@ import orjson
 from shared.jobs import ClaimedJob
 from supervisor.db.attempt_cost import usage_params
 from supervisor.db.nonblocking import Prepared
-from supervisor.db.records import Completion
+from supervisor.db.records import Attempt, Completion
 from supervisor.db.sql import COMPLETE, STARTED
 
 # Claims carrying at most this many writes run as prepared statements: a generic plan
@@ -100,8 +100,8 @@ class ClaimBounds:
 class ClaimRequest:
     """One claim: up to ``limit`` due jobs of ``kinds`` in ``queue``, in priority order
     (aged by ``aging`` seconds per step when > 0), at most ``per_key`` running per
-    concurrency key when set; ``completions`` and ``starts`` (``(id, attempt)`` of jobs a
-    child started) are written by the same statement."""
+    concurrency key when set; ``completions`` and ``starts`` (the attempts children
+    started) are written by the same statement."""
 
     queue: str
     kinds: Sequence[str]
@@ -109,7 +109,7 @@ class ClaimRequest:
     aging: float = 0.0
     per_key: int | None = None
     completions: Sequence[Completion] = ()
-    starts: Sequence[tuple[int, int]] = ()
+    starts: Sequence[Attempt] = ()
     # What a job may reserve to be taken; None: any job (the measured statements, no
     # reservation condition).
     bounds: ClaimBounds | None = None
@@ -448,8 +448,8 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
                    "results": [c.result_json for c in completions],
                    **usage_params(completions),
                    "ran": [c.ran for c in completions],
-                   "started_ids": [i for i, _ in request.starts],
-                   "started_attempts": [a for _, a in request.starts]}
+                   "started_ids": [a.id for a in request.starts],
+                   "started_attempts": [a.attempt for a in request.starts]}
     return values
 
 

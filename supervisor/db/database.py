@@ -58,7 +58,7 @@ from supervisor.db.connections import (
     open_connections,
 )
 from supervisor.db.nonblocking import NonBlockingQuery
-from supervisor.db.store import Store
+from supervisor.db.store import Store, StoreSettings
 from supervisor.db.throttled_log import ThrottledLog
 
 log = logging.getLogger("supervisor.database")
@@ -93,7 +93,8 @@ class Database:
                  selector: selectors.BaseSelector, *, statement_timeout: float,
                  clock: Callable[[], float] = time.monotonic,
                  max_backoff: float = MAX_BACKOFF, listen: bool = True,
-                 deadline: float = DATABASE_DEADLINE) -> None:
+                 deadline: float = DATABASE_DEADLINE,
+                 store_settings: StoreSettings | None = None) -> None:
         self.dsn = dsn
         self.deadline = deadline  # client-side bound on any one wait for the server
         # The signal wakeup pipe: a stop signal ends a wait at once (set by the arbiter).
@@ -104,7 +105,8 @@ class Database:
         self.statement_timeout = statement_timeout
         self.clock = clock
         self.max_backoff = max_backoff
-        self.store = Store(None, owner, lease_ttl)  # its connection comes with open()
+        # Its connection comes with open(); its settings are the handlers' (StoreSettings).
+        self.store = Store(None, owner, lease_ttl, settings=store_settings)
         self.claims: NonBlockingQuery | None = None
         self.listen_conn: psycopg.Connection | None = None
         self._listen_fd: int | None = None

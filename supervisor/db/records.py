@@ -14,6 +14,15 @@ from shared.usage import Usage
 
 
 @dataclass(slots=True, frozen=True)
+class Attempt:
+    """One attempt of a job, as a fenced write names it: the row is written only while
+    its ``attempt`` and lease are still this supervisor's."""
+
+    id: int
+    attempt: int
+
+
+@dataclass(slots=True, frozen=True)
 class Completion:
     """A job whose handler returned; ``result_json`` is already JSON text (or None).
     ``usage``: what the attempt cost, ``output``: the tail of what it printed; None

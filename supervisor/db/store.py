@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -26,7 +27,7 @@ from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import HEAD, ClaimKey, ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
-from supervisor.db.records import Completion, Failure, FailuresWritten
+from supervisor.db.records import Attempt, Completion, Failure, FailuresWritten
 from supervisor.db.sql import (
     BEAT,
     COMPLETE,
@@ -73,6 +74,21 @@ class Rescued(NamedTuple):
     never_started: bool  # given back without spending its attempt
 
 
+@dataclass(frozen=True)
+class StoreSettings:
+    """What the store's statements apply to rows that leave it out, fixed when the store
+    is made: the supervisor's handlers decide it once, at start."""
+
+    # For rows that leave max_attempts out: each kind's handler value, else the default.
+    max_attempts: Mapping[str, int] = field(default_factory=dict)
+    default_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS
+    # Crashes in a row with one signature that discard a job as poison (0: never):
+    # each kind's @job(poison_after=...), else the default.
+    poison_after: Mapping[str, int] = field(default_factory=dict)
+    default_poison_after: int = defaults.POISON_AFTER
+    crash_rule: jobs.CrashRule = field(default_factory=jobs.CrashRule)  # what may make poison
+
+
 class Store:
     """The parent's only way to change jobs. ``conn`` is an autocommit connection;
     ``Database`` assigns a new one after the old one broke (psycopg prepares statements
@@ -84,19 +100,13 @@ class Store:
         owner: str,
         lease_ttl: float = 30.0,
         backoff: Backoff = jobs.DEFAULT_BACKOFF,
+        settings: StoreSettings | None = None,
     ) -> None:
         self.conn = conn  # None until Database.open() connects (and while it is down)
         self.owner = owner
         self.lease_ttl = float(lease_ttl)
         self.backoff = backoff
-        # For rows that leave max_attempts out: each kind's handler value, else this.
-        self.max_attempts: Mapping[str, int] = {}
-        self.default_attempts = jobs.DEFAULT_MAX_ATTEMPTS
-        # Crashes in a row with one signature that discard a job as poison (0: never):
-        # each kind's @job(poison_after=...), else this.
-        self.poison_after: Mapping[str, int] = {}
-        self.default_poison_after = defaults.POISON_AFTER
-        self.crash_rule = jobs.CrashRule()  # which failures may make poison, per kind
+        self.settings = settings if settings is not None else StoreSettings()
         self._run_once: set[str] = set()  # statements run once: prepared from the next run
 
     def _again(self, sql: str) -> bool:
@@ -149,8 +159,9 @@ class Store:
                     row_factory=claim.row_maker)
 
     def _claim_params(self, request: ClaimRequest) -> dict[str, Any]:
-        return claim.params(request, self.owner, self.lease_ttl, self.max_attempts,
-                            self.default_attempts)
+        settings = self.settings
+        return claim.params(request, self.owner, self.lease_ttl, settings.max_attempts,
+                            settings.default_attempts)
 
     def _claim_result(self, request: ClaimRequest, rows: list) -> ClaimResult:
         written, jobs = claim.decode(request, rows)
@@ -163,13 +174,13 @@ class Store:
                 "results": [c.result_json for c in items],
                 "ran": [c.ran for c in items]} | usage_params(items)
 
-    def started(self, items: Sequence[tuple[int, int]]) -> None:
-        """Record that these ``(id, attempt)`` started in a child: from now on their
-        attempt counts even if this supervisor dies."""
+    def started(self, items: Sequence[Attempt]) -> None:
+        """Record that these attempts started in a child: from now on they count even
+        if this supervisor dies."""
         if items:
             self.connection.execute(STARTED, {"owner": self.owner,
-                                              "started_ids": [i for i, _ in items],
-                                              "started_attempts": [a for _, a in items]})
+                                              "started_ids": [a.id for a in items],
+                                              "started_attempts": [a.attempt for a in items]})
 
     def complete(self, items: Sequence[Completion]) -> list[int]:
         """Mark jobs completed with their results; returns the fenced-off ids."""
@@ -206,10 +217,11 @@ class Store:
         params["terminal"] = [bool(f.terminal) for f in items]
         params["ran"] = [f.ran for f in items]
         params |= usage_params(items)
-        params["signatures"] = [self.crash_rule.signature(f.job_kind, f.kind, f.message)
+        settings = self.settings
+        params["signatures"] = [settings.crash_rule.signature(f.job_kind, f.kind, f.message)
                                 for f in items]
-        params["poison_after"] = [self.poison_after.get(f.job_kind, self.default_poison_after)
-                                  for f in items]
+        params["poison_after"] = [
+            settings.poison_after.get(f.job_kind, settings.default_poison_after) for f in items]
         # A job killed because it was cancelled is fenced off by design: its row is
         # already cancelled (or its lease moved on, which the engine logged).
         expected = {f.id for f in items if f.kind == jobs.FAIL_CANCELLED}
@@ -219,22 +231,20 @@ class Store:
         return FailuresWritten(items, written,
                                frozenset(job_id for job_id, poison in rows if poison))
 
-    def release(self, items: Sequence[tuple[int, int]]) -> list[int]:
+    def release(self, items: Sequence[Attempt]) -> list[int]:
         """Give back claimed jobs that never started: available again, the attempt not
         counted, no error recorded. Returns the fenced-off ids."""
         if not items:
             return []
-        params = {"owner": self.owner, "ids": [i for i, _ in items],
-                  "attempts": [a for _, a in items]}
+        params = _attempt_params(self.owner, items)
         return self._fenced("release", RELEASE, params, items)
 
-    def expire_claimed(self, items: Sequence[tuple[int, int]]) -> list[int]:
+    def expire_claimed(self, items: Sequence[Attempt]) -> list[int]:
         """Claimed jobs that expired before they started: 'expired', the attempt not
         counted. Returns the fenced-off ids."""
         if not items:
             return []
-        params = {"owner": self.owner, "ids": [i for i, _ in items],
-                  "attempts": [a for _, a in items]}
+        params = _attempt_params(self.owner, items)
         return self._fenced("expire", EXPIRE_CLAIMED, params, items)
 
     def interrupt(self, items: Sequence[Failure]) -> list[int]:
@@ -255,7 +265,7 @@ class Store:
         return self._fenced("snooze", SNOOZE, params, items)
 
     def renew(
-        self, items: Sequence[tuple[int, int]], progress: Mapping[int, dict] | None = None,
+        self, items: Sequence[Attempt], progress: Mapping[int, dict] | None = None,
         checkpoints: Mapping[int, str] | None = None,
     ) -> list[int]:
         """Extend the leases of running jobs by the lease TTL, storing progress and
@@ -265,10 +275,10 @@ class Store:
             return []
         progress = progress or {}
         checkpoints = checkpoints or {}
-        params = {"owner": self.owner, "ttl": self.lease_ttl, "ids": [i for i, _ in items],
-                  "attempts": [a for _, a in items],
-                  "progress": [_json_or_none(progress.get(i)) for i, _ in items],
-                  "checkpoints": [checkpoints.get(i) for i, _ in items]}
+        params = _attempt_params(self.owner, items) | {
+            "ttl": self.lease_ttl,
+            "progress": [_json_or_none(progress.get(a.id)) for a in items],
+            "checkpoints": [checkpoints.get(a.id) for a in items]}
         return self._fenced("renew", RENEW, params, items)
 
     def promote_due(self, limit: int = 1000) -> int:
@@ -480,12 +490,18 @@ class Store:
     @staticmethod
     def _report_fenced(what: str, items: Sequence, written: set[int],
                        expected: frozenset[int] | set[int] = frozenset()) -> list[int]:
-        ids = [item[0] if isinstance(item, tuple) else item.id for item in items]
+        ids = [item.id for item in items]
         fenced = [i for i in ids if i not in written]
         if [i for i in fenced if i not in expected]:
             log.warning("%s: %d job(s) fenced off (lease moved on): %s", what, len(fenced),
                         fenced[:20])
         return fenced
+
+
+def _attempt_params(owner: str, items: Sequence[Attempt]) -> dict[str, Any]:
+    """The parameters of a fenced write that names attempts only."""
+    return {"owner": owner, "ids": [a.id for a in items],
+            "attempts": [a.attempt for a in items]}
 
 
 def _json_or_none(value: object) -> str | None:

@@ -5,7 +5,10 @@ Door: ``Engine`` (``tick(now, pool)``, ``next_deadline(now, pool)``, ``dispatch`
 
 Inside: claim planning (``planner``, ``allotment``, ``ratelimit``), the ``ledger`` of
 claimed and started jobs, the ``outbox`` that owns every pending write, ``claims``,
-``reporting`` of the pool's outcomes, ``maintenance`` rounds, ``policy`` (where a
+``dispatcher`` (waiting jobs into children's pipes), ``reporting`` of the pool's
+outcomes, ``fencing`` (lease keeping, outages, self-fencing), ``polling`` (polls and
+pauses), ``housekeeping`` (``maintenance`` rounds, breaker, schedules, kind memory,
+burst end), ``draining``, ``reads`` (the arbiter's reports), ``policy`` (where a
 job's settings come from), and the limits that hold across supervisors: ``limits``
 (this supervisor's slices, read and renewed each half second) with ``leases`` (their
 arithmetic).

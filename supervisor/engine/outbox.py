@@ -39,6 +39,7 @@ from shared.jobs import ClaimedJob
 from shared.usage import Usage
 from supervisor.db import (
     Apart,
+    Attempt,
     Completion,
     Database,
     Failure,
@@ -75,7 +76,7 @@ def reduced(failure: Failure, exc: BaseException) -> Failure:
                    failure.job_kind)
 
 
-def _started(store: Store, items: Sequence[tuple[int, int]]) -> list[int]:
+def _started(store: Store, items: Sequence[Attempt]) -> list[int]:
     store.started(items)
     return []  # a start is not fenced: a job whose lease moved on is simply not touched
 
@@ -297,7 +298,7 @@ class Outbox:
         return at is not None and now >= at
 
     # -- carrying on a claim ------------------------------------------------------------
-    def take_starts(self, now: float, every: bool = False) -> list[tuple[int, int]]:
+    def take_starts(self, now: float, every: bool = False) -> list[Attempt]:
         """The starts a write should carry: those at least ``start_carry_age`` old (every
         one with ``every``). They leave the outbox; younger ones wait for their job's
         outcome to carry them."""
@@ -308,21 +309,21 @@ class Outbox:
         if every or since is None or now - since >= self.tuning.start_hold:
             self.pending.starts = {}
             self.starts_since = None
-            return [(job_id, start.attempt) for job_id, start in pending.items()]
+            return [Attempt(job_id, start.attempt) for job_id, start in pending.items()]
         oldest = now - self.tuning.start_carry_age
-        taken = [(job_id, s.attempt) for job_id, s in pending.items() if s.at <= oldest]
+        taken = [Attempt(job_id, s.attempt) for job_id, s in pending.items() if s.at <= oldest]
         if taken:
             kept = {job_id: s for job_id, s in pending.items() if s.at > oldest}
             self.pending.starts = kept
             self.starts_since = min((s.at for s in kept.values()), default=None)
         return taken
 
-    def hand_back_starts(self, starts: Sequence[tuple[int, int]], now: float) -> None:
+    def hand_back_starts(self, starts: Sequence[Attempt], now: float) -> None:
         """A claim carrying ``starts`` failed: they wait for the next write, which
         carries them (their time is taken as old enough to ride on a claim)."""
         at = now - self.tuning.start_carry_age
-        for job_id, attempt in starts:
-            self.pending.starts.setdefault(job_id, PendingStart(attempt, at))
+        for start in starts:
+            self.pending.starts.setdefault(start.id, PendingStart(start.attempt, at))
         if starts:
             self.starts_since = min(s.at for s in self.pending.starts.values())
 
@@ -403,7 +404,7 @@ class Outbox:
             fenced += self._release(store, pending.releases)
             pending.releases = []
         if pending.expirations:
-            fenced += self._apart("expire", [(j.id, j.attempt) for j in pending.expirations],
+            fenced += self._apart("expire", [Attempt(j.id, j.attempt) for j in pending.expirations],
                                   store.expire_claimed)
             pending.expirations = []
         starts = self.take_starts(now, every_start)
@@ -428,7 +429,7 @@ class Outbox:
         """Log each row of ``apart`` that PostgreSQL refused: its job is left for its
         lease to expire. Returns ``apart``."""
         for item, exc in apart.refused:
-            job_id = item[0] if isinstance(item, tuple) else item.id
+            job_id = item.id
             log.error("job %d: the database refused its %s write (%s); left for its lease "
                       "to expire", job_id, what, reason(exc))
         return apart
@@ -444,18 +445,18 @@ class Outbox:
         # One value PostgreSQL will not store must not hold up every write behind it
         # (they come first): the others are written, the bad one's lease is renewed
         # without it, and its progress or checkpoint is dropped.
-        apart = write_apart(list(attempts.items()),
+        apart = write_apart([Attempt(job_id, attempt) for job_id, attempt in attempts.items()],
                             lambda part: store.renew(part, reports, states))
         fenced = set(apart.fenced)
         if apart.refused:
-            for (job_id, _), exc in apart.refused:
+            for item, exc in apart.refused:
                 log.warning("job %d: its progress or checkpoint could not be stored "
-                            "(%s); dropped", job_id, reason(exc))
+                            "(%s); dropped", item.id, reason(exc))
             bare = write_apart([item for item, _ in apart.refused], store.renew)
             fenced.update(bare.fenced)
-            fenced.update(job_id for (job_id, _), _ in bare.refused)
+            fenced.update(item.id for item, _ in bare.refused)
             # Its checkpoint was not written: a handler waiting on it is told so.
-            fenced.update(job_id for (job_id, _), _ in apart.refused if job_id in states)
+            fenced.update(item.id for item, _ in apart.refused if item.id in states)
         self.acks.extend((job_id, job_id not in fenced) for job_id in pending.flushed)
         pending.progress = {}
         pending.checkpoints = {}
@@ -464,8 +465,8 @@ class Outbox:
 
     def _release(self, store: Store, claimed: list[ClaimedJob]) -> int:
         apart = self._left_to_lease("release", write_apart(
-            [(job.id, job.attempt) for job in claimed], store.release))
-        gone = set(apart.fenced) | {job_id for (job_id, _), _ in apart.refused}
+            [Attempt(job.id, job.attempt) for job in claimed], store.release))
+        gone = set(apart.fenced) | {item.id for item, _ in apart.refused}
         for queue, n in Counter(j.queue for j in claimed if j.id not in gone).items():
             self.metrics.released(queue, n)
         return len(apart.fenced)
@@ -525,7 +526,7 @@ class Outbox:
             second = write_apart([reduced(f, exc) for f, exc in apart.refused],
                                  store.interrupt)
             fenced += len(second.fenced)
-            fenced += self._apart("release", [(f.id, f.attempt) for f, _ in second.refused],
+            fenced += self._apart("release", [Attempt(f.id, f.attempt) for f, _ in second.refused],
                                   store.release)
         return fenced
 

@@ -10,6 +10,7 @@ from shared.jobs import ClaimedJob, CrashRule
 from shared.reservations import Reservation, reservation
 from shared.units import format_size
 from supervisor.admission import Budget
+from supervisor.db import StoreSettings
 from workers.registry import get_handler
 
 log = logging.getLogger("supervisor.admission")
@@ -116,6 +117,13 @@ def crash_rule(kinds: list[str]) -> CrashRule:
         if handle is not None and handle.defaults.counts_as_crash is not None:
             found[kind] = handle.defaults.counts_as_crash
     return CrashRule(found)
+
+
+def store_settings(kinds: list[str], max_attempts: int, poison_after: int) -> StoreSettings:
+    """What the store applies to rows of ``kinds`` that leave it out: each loaded
+    handler's ``max_attempts`` and ``poison_after`` (else the run's), and its crash rule."""
+    return StoreSettings(handler_max_attempts(kinds), max_attempts,
+                         handler_poison_after(kinds), poison_after, crash_rule(kinds))
 
 
 def retry_delay(job: ClaimedJob, asked: float | None) -> float | None:

@@ -31,7 +31,7 @@ import psycopg
 from shared import defaults, jobs, wire
 from shared.frames import FrameReader
 from shared.jobs import ClaimedJob
-from supervisor.db import Database, Store
+from supervisor.db import Attempt, Database, Store, StoreSettings
 from supervisor.engine import Outbox, handler_max_attempts, resolve_timeout, retry_delay
 from supervisor.observe import SupervisorMetrics
 from supervisor.testing.connection import checked_schema, connection, dsn_of, environment_dsn
@@ -235,8 +235,8 @@ class _Drain:
         self.fork = fork
         self.skip_backoff = skip_backoff
         owner = f"testing-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.store = Store(conn, owner, lease_ttl=LEASE_TTL)
-        self.store.max_attempts = handler_max_attempts(handled)
+        self.store = Store(conn, owner, lease_ttl=LEASE_TTL,
+                           settings=StoreSettings(max_attempts=handler_max_attempts(handled)))
         self.outbox = Outbox(_metrics(), flush_interval=0.0)
         self.database = _DirectDatabase(self.store)
         self.contexts: list[JobContext] = []
@@ -254,7 +254,7 @@ class _Drain:
                 break
             runs[job.id] += 1
             if runs[job.id] > RUNS_PER_JOB_LIMIT:
-                self.store.release([(job.id, job.attempt)])
+                self.store.release([Attempt(job.id, job.attempt)])
                 raise RuntimeError(f"job {job.id} ({job.kind}) ran {RUNS_PER_JOB_LIMIT} times "
                                    "in one drain (a Snooze(0) loop?); pass max_jobs")
             done.append(self._run_one(job))
@@ -272,7 +272,7 @@ class _Drain:
         return None
 
     def _run_one(self, job: ClaimedJob) -> DrainedJob:
-        self.store.started([(job.id, job.attempt)])
+        self.store.started([Attempt(job.id, job.attempt)])
         try:
             if self.fork:
                 from supervisor.testing.forked import run_forked
@@ -324,16 +324,16 @@ class _Drain:
         return answer
 
     def _progress(self, job: ClaimedJob, report: dict) -> None:
-        self.store.renew([(job.id, job.attempt)], {job.id: report})
+        self.store.renew([Attempt(job.id, job.attempt)], {job.id: report})
 
     def _checkpoint(self, job: ClaimedJob, state_json: str) -> None:
         """A checkpoint, written at once (fenced like a supervisor's)."""
-        self.store.renew([(job.id, job.attempt)], None, {job.id: state_json})
+        self.store.renew([Attempt(job.id, job.attempt)], None, {job.id: state_json})
 
     def _checkpoint_here(self, job_id: int, state: bytes, flush: bool) -> None:
         attempt = self._attempts.get(job_id)
         if attempt is not None:
-            self.store.renew([(job_id, attempt)], None, {job_id: state.decode()})
+            self.store.renew([Attempt(job_id, attempt)], None, {job_id: state.decode()})
 
     def _write(self, job: ClaimedJob, answer: wire.Done | wire.Failed) -> None:
         """The outcome, booked as ``supervisor.engine.reporting`` books it."""
