@@ -8,7 +8,8 @@ indexes (``supervisor/db/claim.py``, ``_fair_candidates``: its loose scan of
 ``jobs_fair_idx`` from the lowest batch id, its group of jobs of no batch from the head
 of ``jobs_available_idx``), so it walks the entry of every member claimed since the
 snapshot was taken: entries no scan may mark dead while the snapshot can still see the
-rows. The fix is described in docs/reliability.md (same heading); ``supervisor/db`` and
+rows. The fix is described in docs/reliability.md ("Batch pipelines under a kill storm,
+and batch features under a held horizon"); ``supervisor/db`` and
 ``supervisor/engine`` are another helper's to change, hence the strict xfail.
 
 Index entries read are the claim's own transaction's counts
