@@ -29,9 +29,13 @@ The checks (``StormReport.problems``):
 * the job count is what was enqueued plus one callback per batch (nothing lost, no second
   callback), and each batch's callback ran once, completed, and read its own batch with
   the stop it had (``cancelled``, ``aborted``, none);
-* no member of ``doomed`` began after the cancel's first transaction committed (the stop
-  mark: ``StampedConnection`` notes the moment that block returned, an upper bound of
-  the commit);
+* no member of ``doomed`` claimed after the cancel's first transaction committed (the
+  stop mark: ``StampedConnection`` notes the moment that block returned, an upper bound
+  of the commit) began at all. A member claimed before it and queued to a child (the
+  supervisor's prefetch) may begin after it, until its supervisor hears of the cancel
+  and recalls it: such runs are counted apart (``queued_late``, with the longest delay
+  past the commit), never silently. ``CLAIM_AUDIT`` records when each attempt was
+  claimed: a trigger that fires after the schema's claim guard let the row through;
 * ``failing`` was aborted by its budget, its members' failed attempts at most
   ``max_failures`` plus what the supervisors held when the abort committed (per child,
   its running job and ``prefetch`` queued ones).
@@ -70,6 +74,26 @@ from shared.options import Dep
 
 DATABASE = "supervisor_chaos_batches"
 CALLBACK = "chaos_batch_done"
+
+# When each attempt was claimed: fired after the schema's jobs_batch_claim_guard (BEFORE
+# triggers fire in name order, and a row the guard drops fires no later one), so a row
+# here passed the guard no later than ``at``.
+CLAIM_AUDIT = """
+CREATE SCHEMA IF NOT EXISTS chaos;
+CREATE TABLE IF NOT EXISTS chaos.claims (
+    job_id bigint NOT NULL, attempt int NOT NULL, at timestamptz NOT NULL);
+CREATE OR REPLACE FUNCTION chaos.note_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos.claims VALUES (NEW.id, NEW.attempt, clock_timestamp());
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS zz_chaos_claims ON supervisor.jobs;
+CREATE TRIGGER zz_chaos_claims BEFORE UPDATE OF state ON supervisor.jobs
+    FOR EACH ROW WHEN (NEW.state = 'running' AND OLD.state <> 'running')
+    EXECUTE FUNCTION chaos.note_claim();
+"""
+_CLAIMED_AT = """SELECT job_id, attempt, max(extract(epoch FROM at))::float8
+                 FROM chaos.claims WHERE job_id = ANY(%s) GROUP BY 1, 2"""
 
 
 @dataclass
@@ -134,7 +158,9 @@ class StormReport:
     work_seconds: float = 0.0
     failing_attempts: int = 0  # failed attempts of ``failing``'s members, from ``errors``
     failing_bound: int = 0
-    late_doomed_runs: int = 0  # doomed members begun after the stop mark committed
+    late_doomed_runs: int = 0  # doomed members claimed and begun after the stop mark
+    queued_late: int = 0  # doomed members claimed before the stop mark, begun after it
+    queued_late_delay: float = 0.0  # the longest of those delays past the commit, s
     check: CheckResult | None = None
     problems: list[str] = field(default_factory=list)  # the driver's and the batch checks'
 
@@ -411,19 +437,36 @@ def check_pipeline(dsn: str, s: StormSettings, pipeline: Pipeline, report: Storm
             f"the failing batch spent {report.failing_attempts} failed attempts, over "
             f"max_failures={s.max_failures} plus what {alive} supervisors held")
     if report.cancel_committed_at is not None:
-        runs, _ = read_runs(runlog)
-        doomed = set(pipeline.doomed.ids)
-        late = [job_id for job_id, job_runs in runs.items() if job_id in doomed
-                and any(r.start > report.cancel_committed_at for r in job_runs)]
-        report.late_doomed_runs = len(late)
-        if late:
-            report.problems.append(f"{len(late)} doomed members began after the cancel "
-                                   f"committed: {late[:10]}")
+        check_cancel(dsn, pipeline, report, runlog, report.cancel_committed_at)
+
+
+def check_cancel(dsn: str, pipeline: Pipeline, report: StormReport, runlog: Path,
+                 committed_at: float) -> None:
+    """No member of ``doomed`` claimed after the stop mark committed began; those
+    claimed before it and begun after are counted apart (module docstring)."""
+    runs, _ = read_runs(runlog)
+    doomed = set(pipeline.doomed.ids)
+    after = {(job_id, r.attempt): r.start for job_id, job_runs in runs.items()
+             if job_id in doomed for r in job_runs if r.start > committed_at}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        claimed = {(j, a): at for j, a, at in conn.execute(
+            _CLAIMED_AT, (sorted({j for j, _ in after}),))}
+    late = sorted(j for (j, a) in after if claimed.get((j, a), committed_at) >= committed_at)
+    queued = [start - committed_at for key, start in after.items()
+              if claimed.get(key, committed_at) < committed_at]
+    report.late_doomed_runs = len(late)
+    report.queued_late = len(queued)
+    report.queued_late_delay = max(queued, default=0.0)
+    if late:
+        report.problems.append(f"{len(late)} doomed members claimed after the cancel "
+                               f"committed began: {late[:10]}")
 
 
 def run_storm(s: StormSettings, dsn: str, workdir: Path, say=print) -> StormReport:
     """One storm in the (fresh, migrated) database at ``dsn``."""
     install_start_audit(dsn)  # the evidence for runs a supervisor's SIGKILL left uncharged
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(CLAIM_AUDIT)
     pipeline = enqueue_pipeline(dsn, s)
     report = StormReport(jobs=pipeline.jobs)
     driver = Driver(s, dsn, workdir, pipeline, report, say)
@@ -448,7 +491,9 @@ def summary(report: StormReport, s: StormSettings) -> str:
         ("child kills", str(report.child_kills)),
         ("supervisor kills", f"{len(report.kills)} ({report.supervisor_starts} starts)"),
         ("cancel", f"{report.cancel_changed} members in {report.cancel_seconds:.2f} s; "
-                   f"{report.late_doomed_runs} began after its commit"),
+                   f"{report.late_doomed_runs} claimed after its commit began, "
+                   f"{report.queued_late} queued before it began after it (longest "
+                   f"{report.queued_late_delay * 1000:.0f} ms past it)"),
         ("failing batch", f"{report.failing_attempts} failed attempts "
                           f"(bound {report.failing_bound})"),
         ("handler runs", str(c.runs)),
