@@ -1,5 +1,6 @@
 """Batch pipelines under a kill storm (issue 42: "the kill storms still hold with these
-features used"), and the chaos checker's rules for members a batch's stop cancelled.
+features used"), the chaos checker's rules for members a batch's stop cancelled, and
+the storm's check of a cancel (a member claimed after its commit must not begin).
 
 The storm (``scripts/chaos/batch_storm.py``) runs real supervisors on a fresh database:
 a batch with a callback whose members' results travel along ``depends_on`` edges to
@@ -21,8 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # scripts/ is not an installed package
     sys.path.insert(0, str(ROOT))
 
-from scripts.chaos.batch_storm import StormSettings, run_storm, summary  # noqa: E402
+from scripts.chaos.batch_storm import (  # noqa: E402
+    CLAIM_AUDIT,
+    Pipeline,
+    StormReport,
+    StormSettings,
+    check_cancel,
+    run_storm,
+    summary,
+)
 from scripts.chaos.check import check  # noqa: E402
+from shared.batches import Batch  # noqa: E402
 from shared.enqueue import enqueue_many  # noqa: E402
 
 OWNER = "vm:4101:aaaa0001"
@@ -96,3 +106,24 @@ def test_a_stopped_member_running_twice_at_the_stop_is_a_double_run(dsn, tmp_pat
                      f"S {job_id} 1 4103 1000.5 4101")
     result = check(dsn, runlog, may_cancel=frozenset({job_id}))
     assert result.violation_kinds["unexplained double run"] == 1, result.violations
+
+
+def test_a_cancelled_member_claimed_after_the_commit_that_began_is_a_problem(dsn, tmp_path):
+    committed_at = 2000.0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(CLAIM_AUDIT)
+        queued, late, early = (_member(conn) for _ in range(3))
+        # Claimed before the stop mark: queued, then begun after it (counted apart);
+        # claimed after it and begun (a problem); claimed and begun before it (fine).
+        for job_id, claimed in ((queued, 1999.0), (late, 2000.5), (early, 1998.0)):
+            conn.execute("INSERT INTO chaos.claims VALUES (%s, 1, to_timestamp(%s))",
+                         (job_id, claimed))
+    runlog = _runlog(tmp_path / "runs.log", f"S {queued} 1 4102 2000.2 4101",
+                     f"S {late} 1 4102 2000.6 4101", f"S {early} 1 4103 1998.1 4101")
+    pipeline = Pipeline(Batch(1, [queued, late, early]), Batch(2, []), Batch(3, []), 0, [], 0)
+    report = StormReport()
+    check_cancel(dsn, pipeline, report, runlog, committed_at)
+    assert report.late_doomed_runs == 1 and report.queued_late == 1
+    assert report.queued_late_delay == pytest.approx(0.2)
+    assert report.problems == [f"1 doomed members claimed after the cancel committed "
+                               f"began: [{late}]"]
