@@ -90,7 +90,8 @@ def _claims_after_a_pipeline(dsn: str, conn: psycopg.Connection,
 @pytest.mark.xfail(strict=True, reason=(
     "the fair claim scans jobs_fair_idx and jobs_available_idx from their heads, "
     "reading every member claimed under a held snapshot; fix in docs/reliability.md, "
-    "'Batch features under a held horizon' (supervisor/db/claim.py, another helper's)"))
+    "'Batch pipelines under a kill storm, and batch features under a held horizon' "
+    "(supervisor/db/claim.py, another helper's)"))
 def test_a_fair_claim_under_a_held_snapshot_reads_about_what_it_takes(dsn, conn):
     (plain, plain_taken), (fair, fair_taken) = _claims_after_a_pipeline(dsn, conn)
     assert plain_taken == fair_taken == LIMIT
