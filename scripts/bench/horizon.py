@@ -19,11 +19,18 @@ Holders (``--holder``): ``rr``, an idle REPEATABLE READ transaction that has rea
 supervisor.jobs (a dump, an analytics query); ``xid``, an idle transaction holding an
 xid through ``txid_current()`` (a client left idle in transaction); ``none``.
 
+``--batch-size N`` (issue 42's "with these features used"): the jobs are enqueued as
+batches of N with a callback each (``enqueue_many(..., then=...)``; the callbacks are
+counted as offered jobs), so every completion also goes through the batch trigger and
+each batch's last one enqueues its callback. ``--fair`` makes the queue ``fair =
+"batch"``: its claims take turns between the batches.
+
 The issue's full lengths: ``--baseline 300 --hold 1200 --recovery 600`` (and ``--rate
 1000``); the defaults run in about three minutes.
 
 Usage: python scripts/bench/horizon.py [--mode steady|drain] [--holder rr|xid|none]
        [--rate 500] [--baseline 40] [--hold 90] [--recovery 40] [--jobs 100000]
+       [--batch-size 0] [--fair]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -40,6 +48,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from shared.batches import Callback
+from shared.enqueue import enqueue_many
 
 DB = "supervisor_bench_horizon"
 QUEUE = "bench"
@@ -141,26 +153,47 @@ class Holder:
             self.conn = None
 
 
-class Producer(threading.Thread):
-    """Inserts ``rate`` jobs/s with plain SQL, one statement and commit per tick."""
+def enqueue_batches(conn: psycopg.Connection, jobs: int, size: int) -> int:
+    """``jobs`` no-op jobs as batches of ``size`` with a callback each (the last batch
+    may be smaller); the jobs this offers, callbacks included."""
+    offered = 0
+    for start in range(0, jobs, size):
+        n = min(size, jobs - start)
+        enqueue_many("run_noop", [{}] * n, queue=QUEUE, conn=conn,
+                     then=Callback("run_noop", {}, queue=QUEUE))
+        offered += n + 1
+    return offered
 
-    def __init__(self, dsn: str, rate: float) -> None:
+
+class Producer(threading.Thread):
+    """Inserts ``rate`` jobs/s with plain SQL, one statement and commit per tick; with
+    ``batch_size``, as batches of that many with a callback each, a batch whenever that
+    many are due."""
+
+    def __init__(self, dsn: str, rate: float, batch_size: int = 0) -> None:
         super().__init__(daemon=True)
-        self.dsn, self.rate = dsn, rate
+        self.dsn, self.rate, self.batch_size = dsn, rate, batch_size
         self.stopping = threading.Event()
         self.offered = 0
+        self.produced = 0  # jobs the rate asked for (without the callbacks)
 
     def run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True,
                              application_name="bench-producer") as conn:
             started = time.monotonic()
             while not self.stopping.is_set():
-                due = int((time.monotonic() - started) * self.rate) - self.offered
-                if due > 0:
+                due = int((time.monotonic() - started) * self.rate) - self.produced
+                if self.batch_size and due >= self.batch_size:
+                    batches = due // self.batch_size
+                    self.offered += enqueue_batches(conn, batches * self.batch_size,
+                                                    self.batch_size)
+                    self.produced += batches * self.batch_size
+                elif not self.batch_size and due > 0:
                     conn.execute(
                         "INSERT INTO supervisor.jobs (kind, queue) "
                         "SELECT 'run_noop', %s FROM generate_series(1, %s)", (QUEUE, due))
                     self.offered += due
+                    self.produced += due
                 time.sleep(TICK)
 
 
@@ -171,6 +204,15 @@ def scratch(base_dsn: str) -> str:
     if code:
         return common.scratch_database_for(base_dsn, DB, code)
     return common.scratch_database(base_dsn, DB)
+
+
+def fair_config(fair: bool) -> list[str]:
+    """``--config`` arguments making the bench queue ``fair = "batch"``, or none."""
+    if not fair:
+        return []
+    path = Path(tempfile.mkdtemp(prefix="horizon-")) / "fair.toml"
+    path.write_text(f'[queues.{QUEUE}]\nfair = "batch"\n')
+    return ["--config", str(path)]
 
 
 def start_supervisor(dsn: str, *extra: str) -> subprocess.Popen:
@@ -212,11 +254,13 @@ def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, off
 
 
 def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float,
-           recovery: float) -> None:
+           recovery: float, batch_size: int = 0, fair: bool = False) -> None:
     dsn = scratch(base_dsn)
-    supervisor = start_supervisor(dsn)
-    producer = Producer(dsn, rate)
-    print(f"steady producer {rate:g} jobs/s, holder {holder}, phases "
+    supervisor = start_supervisor(dsn, *fair_config(fair))
+    producer = Producer(dsn, rate, batch_size)
+    shape = (f"batches of {batch_size} with a callback{', fair queue' if fair else ''}"
+             if batch_size else "plain jobs")
+    print(f"steady producer {rate:g} jobs/s ({shape}), holder {holder}, phases "
           f"{baseline:g}/{hold:g}/{recovery:g} s, supervisor run -n 2 "
           f"(code {os.environ.get('BENCH_CODE', common.ROOT)})")
     print("| phase | offered | completed | pickup p50 / p99 ms | not started "
@@ -266,9 +310,13 @@ def outside_xid_age(dsn: str) -> float:
         return float(conn.execute(_OUTSIDE_XID_AGE).fetchone()[0])
 
 
-def drain(base_dsn: str, holder: str, jobs: int, rounds: int) -> None:
+def drain(base_dsn: str, holder: str, jobs: int, rounds: int, batch_size: int = 0,
+          fair: bool = False) -> None:
     dsn = scratch(base_dsn)
-    print(f"backlog drain of {jobs} no-op jobs, supervisor run --burst -n 2, holder {holder} "
+    shape = (f" as batches of {batch_size} with a callback{', fair queue' if fair else ''}"
+             if batch_size else "")
+    print(f"backlog drain of {jobs} no-op jobs{shape}, supervisor run --burst -n 2, "
+          f"holder {holder} "
           f"opened before the drain (code {os.environ.get('BENCH_CODE', common.ROOT)})")
     print("| round | without holder jobs/s | with holder jobs/s | ratio "
           "| oldest outside xid at the drains' ends, s |")
@@ -279,16 +327,20 @@ def drain(base_dsn: str, holder: str, jobs: int, rounds: int) -> None:
             for kind in ("none", holder):
                 common.reset(dsn)
                 with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute("INSERT INTO supervisor.jobs (kind, queue) "
-                                 "SELECT 'run_noop', %s FROM generate_series(1, %s)",
-                                 (QUEUE, jobs))
+                    if batch_size:
+                        offered = enqueue_batches(conn, jobs, batch_size)
+                    else:
+                        conn.execute("INSERT INTO supervisor.jobs (kind, queue) "
+                                     "SELECT 'run_noop', %s FROM generate_series(1, %s)",
+                                     (QUEUE, jobs))
+                        offered = jobs
                     conn.execute("VACUUM ANALYZE supervisor.jobs")
                 opened = Holder(dsn, kind)
                 try:
-                    seconds = common.run_burst(dsn, "-n", "2", "-q", QUEUE)
+                    seconds = common.run_burst(dsn, "-n", "2", "-q", QUEUE, *fair_config(fair))
                 finally:
                     opened.close()
-                rates.append(jobs / seconds)
+                rates.append(offered / seconds)
                 outside.append(outside_xid_age(dsn))
             print(f"| {n + 1} | {rates[0]:.0f} | {rates[1]:.0f} | {rates[1] / rates[0]:.2f} "
                   f"| {outside[0]:.0f} / {outside[1]:.0f} |", flush=True)
@@ -307,13 +359,20 @@ def main() -> None:
     parser.add_argument("--recovery", type=float, default=40.0)
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=0,
+                        help="enqueue the jobs as batches of this many with a callback")
+    parser.add_argument("--fair", action="store_true",
+                        help='the queue fair = "batch" (with --batch-size)')
     args = parser.parse_args()
     if args.rate <= 0 or min(args.baseline, args.hold, args.recovery) <= 0 or args.jobs <= 0:
         raise SystemExit("horizon.py: --rate, phase lengths and --jobs must be positive")
+    if args.batch_size < 0 or (args.fair and not args.batch_size):
+        raise SystemExit("horizon.py: --batch-size must be positive, and --fair needs it")
     if args.mode == "steady":
-        steady(args.dsn, args.holder, args.rate, args.baseline, args.hold, args.recovery)
+        steady(args.dsn, args.holder, args.rate, args.baseline, args.hold, args.recovery,
+               args.batch_size, args.fair)
     else:
-        drain(args.dsn, args.holder, args.jobs, args.rounds)
+        drain(args.dsn, args.holder, args.jobs, args.rounds, args.batch_size, args.fair)
 
 
 if __name__ == "__main__":

@@ -192,13 +192,25 @@ def _expected_result(kind: str, args: dict, result: object) -> bool:
         return result == "survived"
     if kind == "chaos_cpu":
         return isinstance(result, int)
+    if kind == "chaos_part":
+        return result == args["i"] * args["i"]
+    if kind == "chaos_merge":  # what it read along its edges (batch_storm.py)
+        return result == {"seen": args["parts"], "failed": sorted(args.get("failed") or [])}
+    if kind == "chaos_batch_done":  # a callback reads its batch closed
+        return (isinstance(result, dict) and result.get("tag") == args["tag"]
+                and result.get("finished") is True
+                and result["completed"] + result["discarded"] + result["cancelled"]
+                == result["total"])
     return False  # chaos_fail and chaos_discard never complete
 
 
 def check(dsn: str, runlog: Path, expected_jobs: int | None = None,
-          kills: list[SupervisorKill] = ()) -> CheckResult:
+          kills: list[SupervisorKill] = (), may_cancel: frozenset[int] = frozenset(),
+          ) -> CheckResult:
     """Run every check; never raises for a violation, only records it. ``kills`` are the
-    supervisors the driver SIGKILLed (see the module's docstring)."""
+    supervisors the driver SIGKILLed (see the module's docstring). ``may_cancel``: the
+    jobs a run stopped on purpose (members of a batch cancelled or aborted): each may end
+    ``cancelled``, its last attempt cut short by the stop without an errors entry."""
     out = CheckResult()
     runs_by_job, out.bad_log_lines = read_runs(runlog)
     if out.bad_log_lines:
@@ -214,7 +226,8 @@ def check(dsn: str, runlog: Path, expected_jobs: int | None = None,
                 seen.add(job_id)
                 _check_job(out, job_id, kind, state, attempt, max_attempts,
                            orjson.loads(args), None if result is None else orjson.loads(result),
-                           orjson.loads(errors), runs_by_job.get(job_id, []), kills, audit)
+                           orjson.loads(errors), runs_by_job.get(job_id, []), kills, audit,
+                           job_id in may_cancel)
     out.jobs = len(seen)
     if expected_jobs is not None and out.jobs != expected_jobs:
         out.fail("job count", f"{out.jobs} rows, {expected_jobs} enqueued")
@@ -227,7 +240,7 @@ def check(dsn: str, runlog: Path, expected_jobs: int | None = None,
 def _check_job(out: CheckResult, job_id: int, kind: str, state: str, attempt: int,
                max_attempts: int, args: dict, result: object, errors: list[dict],
                runs: list[Run], kills: list[SupervisorKill],
-               audit: StartAudit | None = None) -> None:
+               audit: StartAudit | None = None, may_cancel: bool = False) -> None:
     out.states[state] += 1
     out.runs += len(runs)
     where = f"job {job_id} {kind} ({state}, attempt {attempt})"
@@ -236,29 +249,39 @@ def _check_job(out: CheckResult, job_id: int, kind: str, state: str, attempt: in
     uncharged = [run for run in runs
                  if any(_uncharged(job_id, run, kill, audit) for kill in kills)]
     spare_at = Counter(run.attempt for run in uncharged)
-    if state not in FINAL:
+    stopped = state == "cancelled" and may_cancel
+    if state not in FINAL and not stopped:
         out.fail("not final", where)
         return
+    # A stop's own entry ("cancelled") is not a failed attempt; one naming a supervisor
+    # caught that attempt running (schema 0025's batch_drain), which may have a run.
+    caught_running = {e.get("attempt") for e in errors if stopped
+                      and e.get("kind") == "cancelled" and e.get("supervisor")}
+    if stopped:
+        errors = [e for e in errors if e.get("kind") != "cancelled"]
     for entry in errors:
         if entry.get("kind") not in INTERRUPTIONS and not _designed(kind, entry, args):
             out.fail("unexpected failure", f"{where}: {entry.get('kind')}: {entry.get('message')}")
     if state == "discarded":
         _check_discard(out, where, kind, attempt, max_attempts, args, errors)
-    elif not _expected_result(kind, args, result):
+    elif state == "completed" and not _expected_result(kind, args, result):
         out.fail("wrong result", f"{where}: {result!r}")
 
     entries_at = Counter(e.get("attempt") for e in errors)
     interrupted_at = {e.get("attempt") for e in errors if e.get("kind") in INTERRUPTIONS}
     runs_at = Counter(r.attempt for r in runs)
     for n, count in runs_at.items():
-        allowed = entries_at[n] + (1 if state == "completed" and n == attempt else 0)
+        # The attempt that completed it, or the one a batch's stop caught running.
+        allowed = entries_at[n] + (1 if (state == "completed" and n == attempt)
+                                   or n in caught_running else 0)
         spared = min(max(count - allowed, 0), spare_at[n])
         out.uncharged_at_kill += spared
         if count - spared > allowed:
             out.fail("unexplained double run",
                      f"{where}: attempt {n} ran {count} times, {entries_at[n]} errors entries")
     for run in runs:
-        if run.end is None and run.attempt not in interrupted_at and run not in uncharged:
+        if run.end is None and run.attempt not in interrupted_at and run not in uncharged \
+                and run.attempt not in caught_running:
             out.fail("run cut short without an interruption recorded",
                      f"{where}: attempt {run.attempt} in pid {run.pid}")
     if state == "completed" and not any(r.attempt == attempt and r.end for r in runs):

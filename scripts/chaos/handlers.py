@@ -138,3 +138,41 @@ def chaos_typed(a: int, b: int) -> int:
     record("S")
     record("E")
     return a + b
+
+
+# Batch pipelines (issue 42): parts whose results travel along edges, merges that read
+# them, and a callback that reads its batch's summary. The checks compare what each read
+# with what it should have seen (scripts/chaos/batch_storm.py).
+
+@job(max_attempts=20)
+def chaos_part(i: int, ms: int = 0) -> int:
+    """A map step: sleeps ``ms`` milliseconds, returns ``i * i``."""
+    record("S")
+    time.sleep(ms / 1000)
+    record("E")
+    return i * i
+
+
+@job(max_attempts=20)
+def chaos_merge(parts: dict, failed: list | None = None) -> dict:
+    """A merge step: what it read of its dependencies (``current_job().dependencies()``),
+    ``seen`` (name -> result of each that completed) and ``failed`` (names of those that
+    did not, reached through an ``allow_failure`` edge). Compared with ``parts`` and
+    ``failed`` by the checks, not here: a wrong read must show, not retry."""
+    record("S")
+    deps = current_job().dependencies()
+    seen = {d.name or str(d.id): d.result for d in deps if d.ok}
+    not_ok = sorted(d.name or str(d.id) for d in deps if not d.ok)
+    record("E")
+    return {"seen": seen, "failed": not_ok}
+
+
+@job(max_attempts=20)
+def chaos_batch_done(tag: str) -> dict:
+    """A batch's callback: its batch's summary as read from inside the callback."""
+    record("S")
+    s = current_job().batch.summary
+    record("E")
+    return {"tag": tag, "batch": s.id, "total": s.total, "completed": s.completed,
+            "discarded": s.discarded, "cancelled": s.cancelled, "stopped": s.stopped,
+            "finished": s.finished}
