@@ -108,10 +108,13 @@ class Batch:
             return getattr(batches_actions, action)(conn, self.id, *args)
 
     def cancel(self) -> ActionResult:
-        """Cancel every member not finished: from the first commit none starts, running
-        ones are told to stop, the callback is enqueued once with the summary. Done in
-        chunks (``shared.batches_actions``). ``LookupError`` for no such batch,
-        ``BatchActionRefused`` (one line, nothing changed) when it is finished."""
+        """Cancel every member not finished: from the first commit none is claimed;
+        running ones, and those already queued to a child, are cancelled in that commit
+        and their supervisors told with it (one a child reaches before the notice
+        arrives starts, milliseconds, and is interrupted); the callback is enqueued once
+        with the summary. Done in chunks (``shared.batches_actions``). ``LookupError``
+        for no such batch, ``BatchActionRefused`` (one line, nothing changed) when it is
+        finished."""
         return self._act("cancel")
 
     def retry_failed(self) -> ActionResult:

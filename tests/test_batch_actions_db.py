@@ -53,6 +53,25 @@ def test_cancel_stops_claims_tells_running_members_and_calls_back_once(conn, dsn
     assert conn.execute(CLAIM, (batch.ids[10:11],)).fetchall() == []
 
 
+def test_cancel_tells_running_members_in_the_stop_marks_own_commit(conn, dsn, monkeypatch):
+    """The members already claimed (running, or queued in a child's pipe) are cancelled
+    and their supervisors told by the commit that stops the batch, not by a later
+    chunk: a writer that dies right after that commit (here: no chunk after it) has
+    still told them, and a queued member cannot start for want of the notice."""
+    from shared import batches_actions
+
+    batch = enqueue_many("bt_member", [{"n": i} for i in range(50)],
+                         then=Callback("bt_callback", {}), dsn=dsn)
+    assert len(conn.execute(CLAIM, (batch.ids[:3],)).fetchall()) == 3
+    monkeypatch.setattr(batches_actions, "_drain", lambda conn, batch_id: 0)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CANCEL_CHANNEL}")
+        batch.cancel()
+        told = {int(n.payload) for n in listener.notifies(timeout=1, stop_after=3)}
+    assert told == set(batch.ids[:3])
+    assert states(conn, batch.id)["cancelled"] >= 3
+
+
 def test_a_claim_meeting_a_stopped_batch_settles_a_chunk_of_it(conn, dsn):
     batch = enqueue_many("bt_member", [{"n": i} for i in range(1500)],
                          then=Callback("bt_callback", {}), dsn=dsn)
