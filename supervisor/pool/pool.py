@@ -32,6 +32,7 @@ from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
 from shared.units import format_size
 from supervisor.pool import guards, pressure, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
+from supervisor.pool.head import KillVerdict
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
     ChildEvent,
@@ -57,6 +58,7 @@ from supervisor.pool.process import (
     ChildProcess,
     CrossedSkip,
     Leaving,
+    Overdue,
     Readied,
 )
 from supervisor.pool.report import ChildReport
@@ -245,10 +247,10 @@ class Pool:
     def native_jobs(self, now: float) -> list[NativeJob]:
         """The children busy in native code now (silent, CPU time moving), each with
         its job, for the title, the registry row and ``status``."""
-        return [NativeJob(child.pid, child.worker_no, job.id, job.kind,
-                          now - child.native_since)
+        return [NativeJob(child.pid, child.worker_no, head.job.id, head.job.kind,
+                          now - head.native_since)
                 for child in self._children.values()
-                if child.native and child.state == BUSY and (job := child.job) is not None]
+                if (head := child.head) is not None and head.native and child.state == BUSY]
 
     def child_reports(self) -> list[ChildReport]:
         """One ``ChildReport`` per child not reaped yet, by worker number: its job, for
@@ -257,11 +259,12 @@ class Pool:
         out = []
         for child in sorted(self._children.values(), key=lambda c: c.worker_no):
             job = child.job
+            since = child.job_started
             out.append(ChildReport(
                 worker=child.worker_no, pid=child.pid, state=child.state,
                 job_id=job.id if job else None, kind=job.kind if job else None,
                 queue=job.queue if job else None, attempt=job.attempt if job else None,
-                job_seconds=max(now - child.job_started, 0.0) if job else None,
+                job_seconds=max(now - since, 0.0) if since is not None else None,
                 held=len(child.jobs), rss_bytes=self._os.rss(child.pid),
                 jobs_done=child.jobs_done, age_seconds=max(now - child.spawned_at, 0.0)))
         return out
@@ -323,11 +326,11 @@ class Pool:
         it to arm the watch, and jobs claimed for it waited in the parent until it
         ended), and when every child is stuck what waits here goes back. A pool of
         one has no other child to give anything to: nothing to watch for."""
-        if (child.started and child.recall_at is None and not child.overrun
-                and len(self._children) > 1):
-            child.recall_at = child.job_started + self.run_times.overrun_after(
-                child.jobs[0].kind)
-            self._arm(child.recall_at)
+        head = child.head
+        if (head is not None and head.started and head.recall_at is None
+                and not head.overrun and len(self._children) > 1):
+            head.recall_at = head.armed_at + self.run_times.overrun_after(head.job.kind)
+            self._arm(head.recall_at)
 
     def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
         # It fails at once, as if it had started: every job sent is started or returned.
@@ -364,7 +367,7 @@ class Pool:
         now = self._clock()
         job = child.skip(job_id, now)
         if job is None:  # it is the running one: told first, killed after the grace
-            if child.notice is not None:
+            if child.head is not None and child.head.notice is not None:
                 return True  # told already: its notice's deadline stands
             message = "cancelled while running"
             if not self.notify(job_id, "cancel", jobs.FAIL_CANCELLED, message,
@@ -418,9 +421,8 @@ class Pool:
     def running_since(self) -> list[tuple[jobs.ClaimedJob, float]]:
         """Each job running now (its START came) and for how many seconds."""
         now = self._clock()
-        return [(child.jobs[0], now - child.job_started)
-                for child in self._children.values()
-                if child.state == BUSY and child.started and child.jobs]
+        return [(head.job, now - head.armed_at) for child in self._children.values()
+                if child.state == BUSY and (head := child.head) is not None and head.started]
 
     def checkpoint_written(self, job_id: int, written: bool) -> None:
         """A flushed checkpoint of ``job_id`` was written (or fenced off): its handler,
@@ -609,7 +611,8 @@ class Pool:
         container's OOM kill count moved: the kernel's OOM killer took it, and its job
         fails as ``memory`` (never poison nor a crash for the breaker), with the RSS the
         parent last saw (issue 51)."""
-        if (not child.started or child.kill_kind is not None or child.sigkilled
+        head = child.head
+        if (head is None or not head.started or head.kill is not None or child.sigkilled
                 or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL):
             return
         kills = self._os.oom_kills()
@@ -620,11 +623,10 @@ class Pool:
         limit = self._os.memory_limit()
         within = f" (the container's {format_size(limit)} limit)" if limit else ""
         rss = child.killed_usage.rss_peak
-        child.kill_kind = jobs.FAIL_MEMORY
-        child.kill_message = (
+        head.kill = KillVerdict(jobs.FAIL_MEMORY, (
             f"child {child.pid} killed by the kernel's OOM killer{within}; its process "
-            f"tree's RSS last seen {format_size(rss) if rss else 'unknown'}")
-        self._log.warning("%s: %s", child.describe(), child.kill_message)
+            f"tree's RSS last seen {format_size(rss) if rss else 'unknown'}"))
+        self._log.warning("%s: %s", child.describe(), head.kill.message)
 
     def _boot_failed(self, child: ChildProcess, status: int, now: float) -> None:
         """A child died before it was ready: fork again later if that was not its
@@ -738,23 +740,24 @@ class Pool:
         settings = self.settings
         for child in list(self._children.values()):
             overdue = child.overdue(now)
-            if overdue == "job":
-                self._kill(child, now, jobs.FAIL_TIMEOUT, f"ran past its {child.timeout} s timeout")
-            elif overdue == "heartbeat":
+            head = child.head
+            if overdue is Overdue.JOB and head is not None:
+                self._kill(child, now, jobs.FAIL_TIMEOUT, f"ran past its {head.timeout} s timeout")
+            elif overdue is Overdue.HEARTBEAT:
                 self._check_silent(child, now)
-            elif overdue == "memory":
+            elif overdue is Overdue.MEMORY:
                 self._check_memory(child, now)
-            elif overdue == "notice":
-                kind = child.notice_kind
-                self._kill(child, now, jobs.FAIL_SHUTDOWN if kind == jobs.FAIL_STOPPED
-                           else kind, child.notice_message or "stopped after its notice",
+            elif overdue is Overdue.NOTICE and head is not None and head.notice is not None:
+                notice = head.notice
+                self._kill(child, now, jobs.FAIL_SHUTDOWN if notice.kind == jobs.FAIL_STOPPED
+                           else notice.kind, notice.message or "stopped after its notice",
                            signal.SIGKILL)
-            elif overdue == "overrun":
+            elif overdue is Overdue.OVERRUN:
                 self._overran(child, now)
-            elif overdue == "boot":
+            elif overdue is Overdue.BOOT:
                 self._kill(child, now, None, f"not ready within {settings.boot_timeout} s",
                            signal.SIGKILL, boot=True)
-            elif overdue == "exit":
+            elif overdue is Overdue.EXIT:
                 self._log.warning("%s did not exit in time: SIGKILL to its group",
                                   child.describe())
                 child.escalate()
@@ -768,14 +771,16 @@ class Pool:
             self._no_procfs = True
             self._log.warning("cannot read /proc/%d/stat: a silent child is judged by its "
                               "heartbeat alone", child.pid)
-        was_native = child.native
+        head = child.head
+        if head is None:
+            return
+        was_native = head.native
         why = child.silent(now, sample)
         if why is not None:
             self._kill(child, now, jobs.FAIL_HUNG, why)
-        elif child.native and not was_native:
-            job = child.job
-            detail = (f"job {job.id if job else '?'} holds the GIL in native code: no "
-                      f"heartbeat for {child.beat_timeout} s, CPU time moving")
+        elif head.native and not was_native:
+            detail = (f"job {head.job.id} holds the GIL in native code: no "
+                      f"heartbeat for {head.beat_timeout} s, CPU time moving")
             self._log.info("%s is busy: %s", child.describe(), detail)
             self._event(child, "native", detail)
 
@@ -785,19 +790,21 @@ class Pool:
         recalled (SKIP; each comes back on its SKIPPED, or runs here if the child took
         it first, so none runs twice) for another child, or for the table when every
         child is stuck the same way."""
-        child.recall_at = None
+        head = child.head
+        if head is None:
+            return
+        head.recall_at = None
         others = [other for other in self._children.values()
                   if other is not child and other.state in ACTIVE_STATES]
         if not others:
             return  # a pool of one: no other child could run anything sooner
-        child.overrun = True
+        head.overrun = True
         behind = list(child.jobs)[1:]
         if not behind:
             return
-        head = child.jobs[0]
-        ran = now - child.job_started
-        why = (f"queued behind job {head.id} {head.kind}, running {ran:.2f} s "
-               f"(p95 of its kind: {self.run_times.p95(head.kind) or 0:.3f} s)")
+        ran = now - head.armed_at
+        why = (f"queued behind job {head.job.id} {head.job.kind}, running {ran:.2f} s "
+               f"(p95 of its kind: {self.run_times.p95(head.job.kind) or 0:.3f} s)")
         # Every other child runs a long job too: no child here can start them sooner,
         # so they go back to the table (uncharged), where any supervisor's next claim
         # with a free child takes them, this one's included.
@@ -837,11 +844,12 @@ class Pool:
             # SIGKILL at once: a grace would only let it grow further.
             self._kill(child, now, jobs.FAIL_MEMORY, f"{why}; {hard}", signal.SIGKILL)
             return
-        if child.notice == "memory":
+        notice = child.head.notice if child.head is not None else None
+        if notice is not None and notice.reason == "memory":
             child.memory_sampled(now)  # told already: its grace stands
             return
         grace = self.settings.kill_grace
-        if grace > 0 and job is not None and child.started and child.notice is None:
+        if grace > 0 and job is not None and child.started and notice is None:
             child.retire()  # whatever becomes of its job, the child is recycled after it
             self.notify(job.id, "memory", jobs.FAIL_MEMORY,
                         f"{why}; told to stop, killed after {grace:g} s", grace)
@@ -860,13 +868,14 @@ class Pool:
         if level is None or usage is None:
             return
         children = self._children.values()
-        if any(c.state == KILLED and c.kill_kind == jobs.FAIL_MEMORY for c in children):
+        if any(c.state == KILLED and c.head is not None and c.head.kill is not None
+               and c.head.kill.kind == jobs.FAIL_MEMORY for c in children):
             return  # one is being killed for memory: its memory is on its way back
-        running = [c for c in children if c.state == BUSY and c.started and c.jobs]
+        running = [c for c in children if c.state == BUSY and c.started]
         # Told by their cap (not by this guard, whose notice stands until the kill line).
-        told = [c for c in running if c.notice == "memory" and c.pid not in self._guard_told]
+        told = [c for c in running if _told(c, "memory") and c.pid not in self._guard_told]
         if told or level == pressure.KILL:
-            victim = max(told or running, key=lambda c: c.job_started, default=None)
+            victim = max(told or running, key=_armed_at, default=None)
             if victim is None:
                 return
             rss = self._os.rss(victim.pid)
@@ -879,8 +888,8 @@ class Pool:
             self._log.warning("%s: job %d: %s", victim.describe(), victim.jobs[0].id, why)
             self._kill(victim, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
             return
-        quiet = [c for c in running if c.notice is None]
-        victim = max(quiet, key=lambda c: c.job_started, default=None)
+        quiet = [c for c in running if not _told(c)]
+        victim = max(quiet, key=_armed_at, default=None)
         if victim is None:
             return
         rss = self._os.rss(victim.pid)
@@ -928,3 +937,16 @@ class Pool:
     def _event(self, child: ChildProcess, what: str, detail: str) -> None:
         self._outcomes.append(ChildEvent(child.pid, child.worker_no, what, detail))
         self._log.debug("%s %s %s", child.describe(), what, detail)
+
+
+def _told(child: ChildProcess, reason: str | None = None) -> bool:
+    """Its running job was sent a stop notice (for ``reason``, if one is named)."""
+    head = child.head
+    notice = head.notice if head is not None else None
+    return notice is not None and (reason is None or notice.reason == reason)
+
+
+def _armed_at(child: ChildProcess) -> float:
+    """When the clock of the job at its head started (its START, once running)."""
+    head = child.head
+    return head.armed_at if head is not None else 0.0

@@ -32,6 +32,12 @@ def _queued(child: ChildProcess) -> list[jobs.ClaimedJob]:
             if job.id not in child.recalling]
 
 
+def _armed_at(child: ChildProcess) -> float:
+    """When the clock of the job at its head started (its START, once running)."""
+    head = child.head
+    return head.armed_at if head is not None else 0.0
+
+
 def _coming_back(child: ChildProcess) -> int:
     """Jobs the child was asked to give back for another child (not released)."""
     return sum(1 for recall in child.recalling.values() if not recall.release)
@@ -73,7 +79,7 @@ def rebalance(children: Collection[ChildProcess], idle: int, run_times: RunTimes
                 continue
             if len(queued) == 1:
                 median = run_times.median(child.jobs[0].kind)
-                if median is not None and median - (now - child.job_started) < tuning.steal_min:
+                if median is not None and median - (now - _armed_at(child)) < tuning.steal_min:
                     continue
             donor, most = child, queued
         if donor is None:
@@ -94,7 +100,7 @@ def free_for(children: Collection[ChildProcess], over: Set[str], wanted: int) ->
         (child for child in children
          if child.state == BUSY and child.started and len(child.jobs) > 1
          and child.jobs[0].queue in over and not child.recalling),
-        key=lambda child: child.job_started)
+        key=_armed_at)
     asked = 0
     for child in donors[:max(0, wanted - freeing)]:
         why = (f"its child is owed to a queue below its share "
