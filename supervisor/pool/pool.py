@@ -32,6 +32,7 @@ from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
 from shared.units import format_size
 from supervisor.pool import guards, pressure, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
+from supervisor.pool.discards import DiscardNotices
 from supervisor.pool.head import KillVerdict
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
@@ -119,9 +120,8 @@ class Pool:
         self.tuning = tuning  # the dispatch path's numbers (supervisor.tuning)
         self.run_times = run_times if run_times is not None else RunTimes(tuning)
         self.recalled = 0  # jobs asked back from behind an overrunning job, ever
-        # Jobs discarded after their child was gone, waiting for a child to run their
-        # on_discard hooks (none was ready when they were told): sent at the next READY.
-        self._discard_notices: list[wire.Discarded] = []
+        # Jobs discarded after their child was gone, whose on_discard hooks a child runs.
+        self._discards = DiscardNotices()
 
     # -- the pool's life ---------------------------------------------------------
 
@@ -400,23 +400,9 @@ class Pool:
     def tell_discarded(self, told: wire.Discarded) -> None:
         """Have a child run the ``on_discard`` hooks of a job the parent discarded (its
         own child is gone): an idle one if there is one, else a busy one that is not
-        leaving (it runs them after its current job), else the next child to be ready.
-        """
-        child = self._hook_runner()
-        if child is None:
-            self._discard_notices.append(told)
-            return
-        child.send(told.encode())
-
-    def _hook_runner(self) -> ChildProcess | None:
-        """A child that will read its pipe again before it exits."""
-        for child in self._idle:
-            if child.state == IDLE:
-                return child
-        for child in self._children.values():
-            if child.state == BUSY and not child.retire_after_job and not child.stop_sent:
-                return child
-        return None
+        leaving (it runs them after its current job), else the next child to be ready
+        (``supervisor.pool.discards``)."""
+        self._discards.tell(told, self._idle, self._children.values())
 
     def running_since(self) -> list[tuple[jobs.ClaimedJob, float]]:
         """Each job running now (its START came) and for how many seconds."""
@@ -559,9 +545,7 @@ class Pool:
             return
         child.become_idle()
         self._idle.append(child)
-        if self._discard_notices:
-            notices, self._discard_notices = self._discard_notices, []
-            child.send(b"".join(told.encode() for told in notices))
+        self._discards.at_ready(child)
 
     # -- reaping -----------------------------------------------------------------
 
