@@ -33,6 +33,9 @@ DISPATCH_PATH = (
     "supervisor/pool/recalls.py",
     "supervisor/pool/pool.py",
     "supervisor/pool/head.py",
+    "supervisor/pool/overruns.py",
+    "supervisor/pool/discards.py",
+    "supervisor/pool/memorywatch.py",
 )
 
 ALWAYS = {0, 1, -1}

@@ -29,7 +29,7 @@ from collections.abc import Callable, Set
 
 from shared import jobs, wire
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
-from supervisor.pool import guards, recalls
+from supervisor.pool import guards, overruns, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
 from supervisor.pool.discards import DiscardNotices
 from supervisor.pool.memorywatch import MemoryWatch
@@ -311,18 +311,8 @@ class Pool:
         return True
 
     def _watch_head(self, child: ChildProcess) -> None:
-        """A child runs its head job: once the head runs past twice its kind's p95 the child
-        counts as overrunning and the jobs queued behind it, if any, are recalled. A
-        job alone in its pipe is watched too: a stuck child must neither be claimed
-        for nor sent jobs (with a pipe of one, nothing would ever be queued behind
-        it to arm the watch, and jobs claimed for it waited in the parent until it
-        ended), and when every child is stuck what waits here goes back. A pool of
-        one has no other child to give anything to: nothing to watch for."""
-        head = child.head
-        if (head is not None and head.started and head.recall_at is None
-                and not head.overrun and len(self._children) > 1):
-            head.recall_at = head.armed_at + self.run_times.overrun_after(head.job.kind)
-            self._arm(head.recall_at)
+        """Arm the overrun watch on a child's running head job (``overruns.watch``)."""
+        self._arm(overruns.watch(child, self.run_times, alone=len(self._children) <= 1))
 
     def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
         # It fails at once, as if it had started: every job sent is started or returned.
@@ -738,37 +728,17 @@ class Pool:
             self._event(child, "native", detail)
 
     def _overran(self, child: ChildProcess, now: float) -> None:
-        """The head job ran past twice its kind's p95 run time: the child takes no more jobs
-        (nor claims) until it ends, and the jobs queued behind it, if any, are
-        recalled (SKIP; each comes back on its SKIPPED, or runs here if the child took
-        it first, so none runs twice) for another child, or for the table when every
-        child is stuck the same way."""
-        head = child.head
-        if head is None:
-            return
-        head.recall_at = None
+        """The head job ran past its kind's overrun time: the child takes no more jobs
+        (nor claims) until it ends, and what queues behind it is recalled
+        (``overruns.overran``)."""
         others = [other for other in self._children.values()
                   if other is not child and other.state in ACTIVE_STATES]
-        if not others:
-            return  # a pool of one: no other child could run anything sooner
-        head.overrun = True
-        behind = list(child.jobs)[1:]
-        if not behind:
-            return
-        ran = now - head.armed_at
-        why = (f"queued behind job {head.job.id} {head.job.kind}, running {ran:.2f} s "
-               f"(p95 of its kind: {self.run_times.p95(head.job.kind) or 0:.3f} s)")
-        # Every other child runs a long job too: no child here can start them sooner,
-        # so they go back to the table (uncharged), where any supervisor's next claim
-        # with a free child takes them, this one's included.
-        release = all(other.overrun for other in others)
-        if release:
-            why += "; every other child runs a long job too: back to the queue"
-        asked = sum(child.recall(job.id, why, release=release) for job in behind)
-        if asked:
-            self.recalled += asked
-            self._log.info("%s: %d jobs recalled, %s", child.describe(), asked, why)
-            self._event(child, "recalled", f"{asked} jobs {why}")
+        recall = overruns.overran(child, others, self.run_times, now)
+        if recall is not None:
+            self.recalled += recall.asked
+            self._log.info("%s: %d jobs recalled, %s", child.describe(), recall.asked,
+                           recall.why)
+            self._event(child, "recalled", f"{recall.asked} jobs {recall.why}")
 
     # -- stopping and killing ----------------------------------------------------
 

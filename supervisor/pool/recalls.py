@@ -4,8 +4,8 @@ A job queued behind the one a child runs has not started: asked back (SKIP, thro
 ``ChildProcess.recall``), it comes back when the child says SKIPPED, or runs where it
 was if the child took it first, so none runs twice. Three policies decide when that is
 worth a round trip to the child; each is a function over the children, returning how
-many jobs it asked back. The overrun's recall (a head past its kind's p95) belongs to
-the pool's deadlines and stays there.
+many jobs it asked back. The overrun's recall (a head past its kind's p95) is the
+pool's deadline, judged in ``overruns``.
 
 - ``take_back``: a paused queue starts nothing more; its queued jobs go back to the table.
 - ``rebalance``: at the end of a queue's work an idle child takes the last half of the
