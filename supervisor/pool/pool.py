@@ -314,6 +314,12 @@ class Pool:
         """Arm the overrun watch on a child's running head job (``overruns.watch``)."""
         self._arm(overruns.watch(child, self.run_times, alone=len(self._children) <= 1))
 
+    def _release(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
+        """``job`` no longer stays in ``child`` (answered, given back, taken back, or
+        its child was reaped): the one place a job's hold in a child ends."""
+        if self._in_flight.get(job.id) is child:
+            del self._in_flight[job.id]
+
     def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
         # It fails at once, as if it had started: every job sent is started or returned.
         self._outcomes.append(JobStarted(job))
@@ -356,7 +362,7 @@ class Pool:
                                self.settings.kill_grace):
                 self._kill(child, now, jobs.FAIL_CANCELLED, message)
             return True
-        del self._in_flight[job_id]
+        self._release(child, job)
         self._outcomes.append(JobReturned(job, "cancelled before it started", False))
         self._idle_if_empty(child)
         return True
@@ -450,7 +456,6 @@ class Pool:
         decided once, from its state after the whole read (an answer, the START of the
         next job and the one after may all come in one write)."""
         outcomes = self._outcomes
-        in_flight = self._in_flight
         answered = leaving = started = gave_back = readied = False
         crossed: CrossedSkip | None = None
         broken: Broken | None = None
@@ -458,12 +463,12 @@ class Pool:
             if isinstance(said, JobStarted):
                 started = True
             elif isinstance(said, _ANSWERS):
-                in_flight.pop(said.job.id, None)
+                self._release(child, said.job)
                 answered = True
                 if not isinstance(said, JobExpired):
                     self.run_times.ran(said.job.kind, said.job.queue, ran_for(said))
             elif isinstance(said, JobReturned):
-                in_flight.pop(said.job.id, None)
+                self._release(child, said.job)
                 gave_back = True
             elif not isinstance(said, JobProgress | JobCheckpoint):  # news of the child
                 if isinstance(said, Leaving):
@@ -559,8 +564,7 @@ class Pool:
         self._memory.exited(child, status)
         self._outcomes += child.close(now, how)
         for job in held:
-            if self._in_flight.get(job.id) is child:
-                del self._in_flight[job.id]
+            self._release(child, job)
         for fd in (child.read_fd, child.write_fd):
             if self._by_fd.get(fd) is child:
                 del self._by_fd[fd]
