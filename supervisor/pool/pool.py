@@ -46,6 +46,7 @@ from supervisor.pool.outcomes import (
     NativeJob,
     Outcome,
     PoolHalted,
+    ReturnTo,
 )
 from supervisor.pool.process import (
     ACTIVE_STATES,
@@ -363,7 +364,7 @@ class Pool:
                 self._kill(child, now, jobs.FAIL_CANCELLED, message)
             return True
         self._release(child, job)
-        self._outcomes.append(JobReturned(job, "cancelled before it started", False))
+        self._outcomes.append(JobReturned(job, "cancelled before it started", ReturnTo.NOWHERE))
         self._idle_if_empty(child)
         return True
 

@@ -61,6 +61,7 @@ from supervisor.pool.outcomes import (
     JobRecord,
     JobReturned,
     JobStarted,
+    ReturnTo,
 )
 from supervisor.pool.settings import PoolSettings
 
@@ -138,11 +139,11 @@ ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | JobCh
 
 @dataclass(frozen=True, slots=True)
 class Recall:
-    """Why a queued job was asked back, and whether it then goes back to the database
-    (``release``: its queue was paused, the database is away) or to another child."""
+    """Why a queued job was asked back, and where it goes once given back: to the
+    database (its queue was paused, the database is away) or to another child."""
 
     why: str
-    release: bool
+    to: ReturnTo
 
 
 _READIED = Readied()
@@ -471,7 +472,7 @@ class ChildProcess:
         i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
         if i is None or (i == 0 and self.started) or job_id in self.recalling:
             return False
-        self.recalling[job_id] = Recall(why, release)
+        self.recalling[job_id] = Recall(why, ReturnTo.DATABASE if release else ReturnTo.CHILD)
         self.send(wire.Skip(job_id).encode())
         return True
 
@@ -650,8 +651,7 @@ class ChildProcess:
         del jobs[i]
         if i == 0:
             self._arm_head(now)
-        news.append(JobReturned(job, f"given back: {recall.why}", True,
-                                release=recall.release))
+        news.append(JobReturned(job, f"given back: {recall.why}", recall.to))
 
     def _on_answer(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
         jobs = self.jobs
@@ -818,8 +818,8 @@ class ChildProcess:
         while jobs:
             job = jobs.popleft()
             recall = recalling.get(job.id)
-            records.append(JobReturned(job, f"never started: {how}", True,
-                                       release=recall is not None and recall.release))
+            records.append(JobReturned(job, f"never started: {how}",
+                                       recall.to if recall is not None else ReturnTo.CHILD))
         recalling.clear()
         return records
 

@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Callable, Collection, Iterable, Set
 
 from shared import jobs
+from supervisor.pool.outcomes import ReturnTo
 from supervisor.pool.process import BUSY, ChildProcess
 from supervisor.pool.runtimes import RunTimes
 from supervisor.tuning import Tuning
@@ -40,12 +41,12 @@ def _armed_at(child: ChildProcess) -> float:
 
 def _coming_back(child: ChildProcess) -> int:
     """Jobs the child was asked to give back for another child (not released)."""
-    return sum(1 for recall in child.recalling.values() if not recall.release)
+    return sum(1 for recall in child.recalling.values() if recall.to is ReturnTo.CHILD)
 
 
 def take_back(children: Iterable[ChildProcess], queue: str) -> int:
     """Ask for the jobs of ``queue`` queued unstarted (the queue was paused): each comes
-    back as ``JobReturned(release=True)``, or runs if its child took it first."""
+    back as ``JobReturned`` to the database, or runs if its child took it first."""
     asked = 0
     why = f"queue {queue} paused"
     for child in list(children):
