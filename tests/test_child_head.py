@@ -1,6 +1,6 @@
 """The head record (``supervisor.pool.head.Head``, issue 41): what a child carries for
-the job at the head of its pipe is made when that job reaches the head, again at its
-START, and dropped at its answer, so nothing of one job (its notice, its kill verdict,
+the job at the head of its pipe is made when that job reaches the head, its clocks
+restarted at its START, and dropped at its answer, so nothing of one job (its notice, its kill verdict,
 its overrun, its silence) reaches the next. A kill verdict passed on the child outlives
 a head given back unstarted: it ends whichever job the child holds."""
 
@@ -50,14 +50,17 @@ def two_queued() -> Rig:
     return rig
 
 
-def test_a_head_is_made_on_arrival_and_again_at_its_start():
+def test_a_head_is_made_on_arrival_and_its_clocks_restart_at_its_start():
     rig = two_queued()
     first = rig.child.head
     assert first is not None and first.job.id == 1 and not first.started
+    assert (first.job_deadline, first.beat_deadline) == (NOW + 2.0, NOW + 5.0)
+    first.cpu_seen, first.native = 1.5, True  # looked at while its START was awaited
     rig.says(wire.Start(1), now=NOW + 1)
     started = rig.child.head
-    assert started is not first and started.started and started.armed_at == NOW + 1
+    assert started is first and started.started and started.armed_at == NOW + 1
     assert (started.job_deadline, started.beat_deadline) == (NOW + 3.0, NOW + 6.0)
+    assert (started.cpu_seen, started.native, started.alive_at) == (None, False, NOW + 1)
 
 
 def test_nothing_of_an_answered_head_reaches_the_next_job():

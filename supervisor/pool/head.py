@@ -1,6 +1,7 @@
 """The job at the head of a child's pipe, as the parent watches it: one record made
 when the job reaches the head (sent to an empty child, or next in line after an answer
-or a give-back) and made again at its START, dropped at its answer. Every deadline,
+or a give-back), its clocks restarted at its START (``Head.start``), dropped at its
+answer. Every deadline,
 sign of life, stop notice and kill verdict of that job lives here, so a new head starts
 from a clean record and nothing is reset field by field.
 
@@ -74,20 +75,33 @@ class Head:
 
     @classmethod
     def arm(cls, job: ClaimedJob, now: float, settings: PoolSettings, *,
-            started: bool = False, kill: KillVerdict | None = None) -> Head:
-        """The record of ``job`` reaching the head (or starting) at ``now``: its
-        timeout (None or 0: none), its heartbeat (until its START comes the start is
-        awaited that long) and, when memory is watched, its first RSS sample. ``kill``:
-        a verdict already passed on the child, which ends whichever job it holds."""
+            kill: KillVerdict | None = None) -> Head:
+        """The record of ``job`` reaching the head at ``now``: its timeout (None or 0:
+        none), its heartbeat (until its START comes the start is awaited that long)
+        and, when memory is watched, its first RSS sample. ``kill``: a verdict already
+        passed on the child, which ends whichever job it holds."""
+        # Positional: this runs once per job on the parent's hot path.
         timeout = job.timeout
-        beat_timeout = job.heartbeat_timeout or settings.heartbeat_timeout
-        return cls(job=job, armed_at=now, timeout=timeout,
-                   job_deadline=now + timeout if timeout else None,
-                   beat_timeout=beat_timeout, beat_deadline=now + beat_timeout,
-                   mem_deadline=(now + settings.memory_sample_interval()
-                                 if settings.samples_memory else None),
-                   started=started, alive_at=now, cpu_seen_at=now, native_since=now,
-                   kill=kill)
+        beat = job.heartbeat_timeout or settings.heartbeat_timeout
+        return cls(job, now, timeout, now + timeout if timeout else None, beat, now + beat,
+                   now + settings.memory_sample_interval() if settings.samples_memory
+                   else None, False, now, None, now, False, now, None, False, None, kill)
+
+    def start(self, now: float, settings: PoolSettings) -> None:
+        """Its START came: its clocks (timeout, heartbeat, memory sample, liveness)
+        count from ``now``. Nothing else is set before a START (a notice, an overrun
+        and its watch need a started job), so this is the whole of the record's
+        re-arming."""
+        self.started = True
+        self.armed_at = now
+        timeout = self.timeout
+        self.job_deadline = now + timeout if timeout else None
+        self.beat_deadline = now + self.beat_timeout
+        self.alive_at = now
+        self.cpu_seen = None
+        self.native = False
+        if settings.samples_memory:
+            self.mem_deadline = now + settings.memory_sample_interval()
 
     def deadlines(self) -> tuple[float | None, ...]:
         """Every deadline it carries (None: not set), in the order they are judged."""

@@ -433,7 +433,7 @@ class ChildProcess:
         if self.outgoing:
             self.send(b"")
 
-    def _arm_head(self, now: float, *, started: bool = False) -> None:
+    def _arm_head(self, now: float) -> None:
         """A fresh record for the job now at the head of ``jobs`` (none left: no head).
         A kill verdict passed on the child carries over: it ends whichever job the
         child holds, unless an answer came first."""
@@ -443,7 +443,7 @@ class ChildProcess:
         if not jobs:
             self.head = None
             return
-        self.head = Head.arm(jobs[0], now, self._settings, started=started, kill=kill)
+        self.head = Head.arm(jobs[0], now, self._settings, kill=kill)
         self.killed_usage.armed()
 
     def skip(self, job_id: int, now: float) -> ClaimedJob | None:
@@ -627,7 +627,12 @@ class ChildProcess:
             return
         # Asked back, but it took the job before it read the SKIP: the job runs here.
         self.recalling.pop(job_id, None)
-        self._arm_head(now, started=True)  # its deadlines count from its START
+        head = self.head
+        if head is None or head.job is not jobs[0]:  # queued without ``run``: never armed
+            head = self.head = Head.arm(jobs[0], now, self._settings,
+                                        kill=head.kill if head is not None else None)
+        self.killed_usage.armed()
+        head.start(now, self._settings)  # its deadlines count from its START
         news.append(JobStarted(jobs[0]))
         if self.state == STOPPING:
             # It took the job before it read STOP: the job runs; stop after it.
