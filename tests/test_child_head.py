@@ -1,8 +1,9 @@
 """The head record (``supervisor.pool.head.Head``, issue 41): what a child carries for
 the job at the head of its pipe is made when that job reaches the head, its clocks
-restarted at its START, and dropped at its answer, so nothing of one job (its notice, its kill verdict,
-its overrun, its silence) reaches the next. A kill verdict passed on the child outlives
-a head given back unstarted: it ends whichever job the child holds."""
+restarted at its START, and dropped at its answer, so nothing of one job (its notice,
+its kill verdict, its overrun, its silence) reaches the next. A kill verdict passed on
+the child outlives a head given back unstarted: it ends whichever job the child holds.
+"""
 
 from __future__ import annotations
 
