@@ -194,3 +194,6 @@ class ClaimedJob:
     # when it is dispatched; a GPU job's child sets CUDA_VISIBLE_DEVICES from them.
     devices: dict[str, list[int]] | None = None
     run_at: float = 0.0  # epoch seconds it was due: its place in the claim order
+    # Its heartbeat timeout in seconds, resolved at claim beside ``timeout`` (its
+    # handler's ``@job(heartbeat_timeout=...)``; None: the pool's).
+    heartbeat_timeout: float | None = None

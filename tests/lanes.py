@@ -39,7 +39,9 @@ DATABASE_FIXTURES = frozenset({
 
 UNIT_MODULES: frozenset[str] = frozenset({
     "test_admission_container.py", "test_arbiter_states.py", "test_child_faults.py",
+    "test_child_head.py",
     "test_child_keeper.py",
+    "test_claim_resolves_heartbeat.py",
     "test_child_process.py",
     "test_child_serve.py", "test_config.py", "test_dashboard_units.py", "test_depth_curve.py",
     "test_dsn.py",

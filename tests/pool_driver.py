@@ -8,6 +8,7 @@ import selectors
 import time
 
 from shared.jobs import ClaimedJob
+from supervisor.engine.policy import resolve_heartbeat_timeout
 from supervisor.pool import ChildEvent, JobDone, JobFailed, Pool, PoolSettings
 
 FAST = dict(heartbeat_interval=0.05, heartbeat_timeout=1.0, kill_grace=1.0,
@@ -47,7 +48,9 @@ class Driver:
 
     def job(self, kind: str, args: str = "{}", timeout: float | None = None) -> ClaimedJob:
         self._next_id += 1
-        return ClaimedJob(self._next_id, kind, "default", 1, 5, 0, timeout, args)
+        job = ClaimedJob(self._next_id, kind, "default", 1, 5, 0, timeout, args)
+        job.heartbeat_timeout = resolve_heartbeat_timeout(job)  # as the claim does
+        return job
 
     def finished(self, job_id: int):
         for o in self.outcomes:

@@ -38,6 +38,10 @@ DISPATCH_PATH = (
     "supervisor/pool/runtimes.py",
     "supervisor/pool/recalls.py",
     "supervisor/pool/pool.py",
+    "supervisor/pool/head.py",
+    "supervisor/pool/overruns.py",
+    "supervisor/pool/discards.py",
+    "supervisor/pool/memorywatch.py",
 )
 
 ALWAYS = {0, 1, -1}
@@ -46,6 +50,8 @@ ALWAYS = {0, 1, -1}
 NAMED: dict[tuple[str, str], str] = {
     ("supervisor/engine/allotment.py", "_EPS"): "a float's rounding error",
     ("supervisor/pool/runtimes.py", "_ROUNDING"): "a float's rounding error",
+    ("supervisor/pool/head.py", "BUSY_CPU_SHARE"):
+        "liveness: the CPU share that tells a silent child busy from hung, not a dispatch rule",
     ("supervisor/engine/outbox.py", "REDUCED_MESSAGE"):
         "bytes of a refused failure's message written again: a storage limit",
     ("supervisor/engine/outbox.py", "REDUCED_TRACEBACK"):

@@ -26,7 +26,12 @@ from supervisor.engine.cursors import ClaimCursors
 from supervisor.engine.ledger import Ledger
 from supervisor.engine.outbox import Outbox
 from supervisor.engine.planner import Scheduler
-from supervisor.engine.policy import fill_reservation, handler_reservations, resolve_timeout
+from supervisor.engine.policy import (
+    fill_reservation,
+    handler_reservations,
+    resolve_heartbeat_timeout,
+    resolve_timeout,
+)
 from supervisor.observe import JobTracer, SupervisorMetrics
 from supervisor.pool import RunTimes
 
@@ -164,6 +169,7 @@ class Claimer:
             return claimed
         for job in claimed:
             job.timeout = resolve_timeout(job, self.default_timeout)
+            job.heartbeat_timeout = resolve_heartbeat_timeout(job)
             if self.kind_reservations:
                 fill_reservation(job, self.kind_reservations.get(job.kind))
         if self.admission is not None:

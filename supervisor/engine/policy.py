@@ -29,6 +29,13 @@ def resolve_timeout(job: ClaimedJob, configured: float | None) -> float | None:
     return timeout or None
 
 
+def resolve_heartbeat_timeout(job: ClaimedJob) -> float | None:
+    """How long ``job``'s attempt may stay silent before it is judged: its handler's
+    ``@job(heartbeat_timeout=...)`` (None: the pool's ``heartbeat_timeout``)."""
+    handle = get_handler(job.kind)
+    return handle.defaults.heartbeat_timeout if handle is not None else None
+
+
 def handler_reservations(kinds: list[str]) -> dict[str, Reservation]:
     """Each loaded handler's ``@job(cpus=..., memory=..., resources=...)``: what a job of
     its kind reserves when its row leaves them out (enqueued by kind name, by SQL or the

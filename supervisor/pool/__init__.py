@@ -20,6 +20,7 @@ from supervisor.pool.outcomes import (
     NativeJob,
     Outcome,
     PoolHalted,
+    ReturnTo,
 )
 from supervisor.pool.pool import Pool
 from supervisor.pool.report import ChildReport
@@ -28,4 +29,4 @@ from supervisor.pool.settings import PoolSettings
 
 __all__ = ["ChildEvent", "ChildReport", "JobCheckpoint", "JobDone", "JobExpired", "JobFailed",
            "JobProgress", "JobReturned", "JobStarted", "NativeJob", "Outcome", "Pool",
-           "PoolHalted", "PoolSettings", "RunTimes"]
+           "PoolHalted", "PoolSettings", "ReturnTo", "RunTimes"]

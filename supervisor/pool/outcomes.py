@@ -8,6 +8,7 @@ into batched writes. Child lifecycle events travel the same way, for logs and me
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from shared.jobs import ClaimedJob
@@ -21,18 +22,34 @@ class JobStarted:
     job: ClaimedJob
 
 
+class ReturnTo(StrEnum):
+    """Where a job that came back unstarted goes next (a draining parent releases
+    every kept one)."""
+
+    CHILD = "child"  # still ours: another child runs it
+    DATABASE = "database"  # still ours, but back to the table (its queue was paused)
+    NOWHERE = "nowhere"  # no longer ours (cancelled, lease lost): forget it
+
+
 @dataclass(slots=True)
 class JobReturned:
     """A job queued in a child never started there: its child died, was recycled or
-    told to stop, or the job was skipped. Its attempt is unspent. ``keep``: it is
-    still ours to run (give it to another child, or release it when draining); False:
-    the row is no longer ours (cancelled, lease lost), forget it. ``release``: give
-    it back to the database, not to another child (its queue was paused)."""
+    told to stop, or the job was skipped. Its attempt is unspent; ``to`` says where it
+    goes next."""
 
     job: ClaimedJob
     why: str
-    keep: bool
-    release: bool = False
+    to: ReturnTo
+
+    @property
+    def keep(self) -> bool:
+        """It is still ours to run (another child, or the table when draining)."""
+        return self.to is not ReturnTo.NOWHERE
+
+    @property
+    def release(self) -> bool:
+        """It goes back to the database, not to another child."""
+        return self.to is ReturnTo.DATABASE
 
 
 @dataclass(slots=True)

@@ -29,9 +29,10 @@ from collections.abc import Callable, Set
 
 from shared import jobs, wire
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
-from shared.units import format_size
-from supervisor.pool import guards, pressure, recalls
+from supervisor.pool import guards, overruns, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
+from supervisor.pool.discards import DiscardNotices
+from supervisor.pool.memorywatch import MemoryWatch
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
     ChildEvent,
@@ -45,18 +46,19 @@ from supervisor.pool.outcomes import (
     NativeJob,
     Outcome,
     PoolHalted,
+    ReturnTo,
 )
 from supervisor.pool.process import (
     ACTIVE_STATES,
     BOOTING,
     BUSY,
     IDLE,
-    KILLED,
     Broken,
     ChildNews,
     ChildProcess,
     CrossedSkip,
     Leaving,
+    Overdue,
     Readied,
 )
 from supervisor.pool.report import ChildReport
@@ -110,20 +112,16 @@ class Pool:
         self.fork_batch: int | None = None
         self._nap = guards.nap_threshold(settings)
         self._no_procfs = False  # warned once that /proc cannot be read
-        # The container's OOM kills accounted for: each child found dead of a SIGKILL the
-        # parent did not send, while the count is ahead of this, is one of them.
-        self._oom_seen: int | None = None
-        # The container's memory limit, read at start (None: no container limit).
-        self._guard: pressure.ContainerGuard | None = None
-        self._guard_told: set[int] = set()  # children the guard told to stop, by pid
+        # Each child's memory cap, the container's limit and its OOM kills.
+        self._memory = MemoryWatch(settings, self._os, self._log, kill=self._kill,
+                                   notify=self.notify)
         # How long jobs run here: fed at each answer, read by the recall, the pipe cap
         # and the rebalance here and by the engine's depth and drain notices.
         self.tuning = tuning  # the dispatch path's numbers (supervisor.tuning)
         self.run_times = run_times if run_times is not None else RunTimes(tuning)
         self.recalled = 0  # jobs asked back from behind an overrunning job, ever
-        # Jobs discarded after their child was gone, waiting for a child to run their
-        # on_discard hooks (none was ready when they were told): sent at the next READY.
-        self._discard_notices: list[wire.Discarded] = []
+        # Jobs discarded after their child was gone, whose on_discard hooks a child runs.
+        self._discards = DiscardNotices()
 
     # -- the pool's life ---------------------------------------------------------
 
@@ -134,10 +132,7 @@ class Pool:
             return
         self._started = True
         self._parent_pid = self._os.getpid()
-        self._oom_seen = self._os.oom_kills()
-        limit = self._os.memory_limit()
-        if limit is not None:
-            self._guard = pressure.ContainerGuard(limit)
+        self._memory.start()
         if self.settings.native_threads is not None:
             nativethreads.prepare()  # before the freeze: its module is shared too
         gc.freeze()
@@ -249,10 +244,10 @@ class Pool:
     def native_jobs(self, now: float) -> list[NativeJob]:
         """The children busy in native code now (silent, CPU time moving), each with
         its job, for the title, the registry row and ``status``."""
-        return [NativeJob(child.pid, child.worker_no, job.id, job.kind,
-                          now - child.native_since)
+        return [NativeJob(child.pid, child.worker_no, head.job.id, head.job.kind,
+                          now - head.native_since)
                 for child in self._children.values()
-                if child.native and child.state == BUSY and (job := child.job) is not None]
+                if (head := child.head) is not None and head.native and child.state == BUSY]
 
     def child_reports(self) -> list[ChildReport]:
         """One ``ChildReport`` per child not reaped yet, by worker number: its job, for
@@ -261,11 +256,12 @@ class Pool:
         out = []
         for child in sorted(self._children.values(), key=lambda c: c.worker_no):
             job = child.job
+            since = child.job_started
             out.append(ChildReport(
                 worker=child.worker_no, pid=child.pid, state=child.state,
                 job_id=job.id if job else None, kind=job.kind if job else None,
                 queue=job.queue if job else None, attempt=job.attempt if job else None,
-                job_seconds=max(now - child.job_started, 0.0) if job else None,
+                job_seconds=max(now - since, 0.0) if since is not None else None,
                 held=len(child.jobs), rss_bytes=self._os.rss(child.pid),
                 jobs_done=child.jobs_done, age_seconds=max(now - child.spawned_at, 0.0)))
         return out
@@ -320,18 +316,14 @@ class Pool:
         return True
 
     def _watch_head(self, child: ChildProcess) -> None:
-        """A child runs its head job: once the head runs past twice its kind's p95 the child
-        counts as overrunning and the jobs queued behind it, if any, are recalled. A
-        job alone in its pipe is watched too: a stuck child must neither be claimed
-        for nor sent jobs (with a pipe of one, nothing would ever be queued behind
-        it to arm the watch, and jobs claimed for it waited in the parent until it
-        ended), and when every child is stuck what waits here goes back. A pool of
-        one has no other child to give anything to: nothing to watch for."""
-        if (child.started and child.recall_at is None and not child.overrun
-                and len(self._children) > 1):
-            child.recall_at = child.job_started + self.run_times.overrun_after(
-                child.jobs[0].kind)
-            self._arm(child.recall_at)
+        """Arm the overrun watch on a child's running head job (``overruns.watch``)."""
+        self._arm(overruns.watch(child, self.run_times, alone=len(self._children) <= 1))
+
+    def _release(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
+        """``job`` no longer stays in ``child`` (answered, given back, taken back, or
+        its child was reaped): the one place a job's hold in a child ends."""
+        if self._in_flight.get(job.id) is child:
+            del self._in_flight[job.id]
 
     def _too_large(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
         # It fails at once, as if it had started: every job sent is started or returned.
@@ -368,15 +360,15 @@ class Pool:
         now = self._clock()
         job = child.skip(job_id, now)
         if job is None:  # it is the running one: told first, killed after the grace
-            if child.notice is not None:
+            if child.head is not None and child.head.notice is not None:
                 return True  # told already: its notice's deadline stands
             message = "cancelled while running"
             if not self.notify(job_id, "cancel", jobs.FAIL_CANCELLED, message,
                                self.settings.kill_grace):
                 self._kill(child, now, jobs.FAIL_CANCELLED, message)
             return True
-        del self._in_flight[job_id]
-        self._outcomes.append(JobReturned(job, "cancelled before it started", False))
+        self._release(child, job)
+        self._outcomes.append(JobReturned(job, "cancelled before it started", ReturnTo.NOWHERE))
         self._idle_if_empty(child)
         return True
 
@@ -401,30 +393,15 @@ class Pool:
     def tell_discarded(self, told: wire.Discarded) -> None:
         """Have a child run the ``on_discard`` hooks of a job the parent discarded (its
         own child is gone): an idle one if there is one, else a busy one that is not
-        leaving (it runs them after its current job), else the next child to be ready.
-        """
-        child = self._hook_runner()
-        if child is None:
-            self._discard_notices.append(told)
-            return
-        child.send(told.encode())
-
-    def _hook_runner(self) -> ChildProcess | None:
-        """A child that will read its pipe again before it exits."""
-        for child in self._idle:
-            if child.state == IDLE:
-                return child
-        for child in self._children.values():
-            if child.state == BUSY and not child.retire_after_job and not child.stop_sent:
-                return child
-        return None
+        leaving (it runs them after its current job), else the next child to be ready
+        (``supervisor.pool.discards``)."""
+        self._discards.tell(told, self._idle, self._children.values())
 
     def running_since(self) -> list[tuple[jobs.ClaimedJob, float]]:
         """Each job running now (its START came) and for how many seconds."""
         now = self._clock()
-        return [(child.jobs[0], now - child.job_started)
-                for child in self._children.values()
-                if child.state == BUSY and child.started and child.jobs]
+        return [(head.job, now - head.armed_at) for child in self._children.values()
+                if child.state == BUSY and (head := child.head) is not None and head.started]
 
     def checkpoint_written(self, job_id: int, written: bool) -> None:
         """A flushed checkpoint of ``job_id`` was written (or fenced off): its handler,
@@ -484,7 +461,6 @@ class Pool:
         decided once, from its state after the whole read (an answer, the START of the
         next job and the one after may all come in one write)."""
         outcomes = self._outcomes
-        in_flight = self._in_flight
         answered = leaving = started = gave_back = readied = False
         crossed: CrossedSkip | None = None
         broken: Broken | None = None
@@ -492,12 +468,12 @@ class Pool:
             if isinstance(said, JobStarted):
                 started = True
             elif isinstance(said, _ANSWERS):
-                in_flight.pop(said.job.id, None)
+                self._release(child, said.job)
                 answered = True
                 if not isinstance(said, JobExpired):
                     self.run_times.ran(said.job.kind, said.job.queue, ran_for(said))
             elif isinstance(said, JobReturned):
-                in_flight.pop(said.job.id, None)
+                self._release(child, said.job)
                 gave_back = True
             elif not isinstance(said, JobProgress | JobCheckpoint):  # news of the child
                 if isinstance(said, Leaving):
@@ -561,9 +537,7 @@ class Pool:
             return
         child.become_idle()
         self._idle.append(child)
-        if self._discard_notices:
-            notices, self._discard_notices = self._discard_notices, []
-            child.send(b"".join(told.encode() for told in notices))
+        self._discards.at_ready(child)
 
     # -- reaping -----------------------------------------------------------------
 
@@ -592,12 +566,10 @@ class Pool:
         held = list(child.jobs)
         self._pushing.discard(child)
         how = f"child {child.pid} {describe_child_exit(status)}"
-        self._oom_killed(child, status)
-        self._guard_told.discard(child.pid)
+        self._memory.exited(child, status)
         self._outcomes += child.close(now, how)
         for job in held:
-            if self._in_flight.get(job.id) is child:
-                del self._in_flight[job.id]
+            self._release(child, job)
         for fd in (child.read_fd, child.write_fd):
             if self._by_fd.get(fd) is child:
                 del self._by_fd[fd]
@@ -607,28 +579,6 @@ class Pool:
             self._event(child, "recycled", how)
         else:
             self._event(child, "exited", how)
-
-    def _oom_killed(self, child: ChildProcess, status: int) -> None:
-        """A child running a job died of a SIGKILL the parent did not send while the
-        container's OOM kill count moved: the kernel's OOM killer took it, and its job
-        fails as ``memory`` (never poison nor a crash for the breaker), with the RSS the
-        parent last saw (issue 51)."""
-        if (not child.started or child.kill_kind is not None or child.sigkilled
-                or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL):
-            return
-        kills = self._os.oom_kills()
-        seen = self._oom_seen
-        if kills is None or seen is None or kills <= seen:
-            return
-        self._oom_seen = seen + 1
-        limit = self._os.memory_limit()
-        within = f" (the container's {format_size(limit)} limit)" if limit else ""
-        rss = child.killed_usage.rss_peak
-        child.kill_kind = jobs.FAIL_MEMORY
-        child.kill_message = (
-            f"child {child.pid} killed by the kernel's OOM killer{within}; its process "
-            f"tree's RSS last seen {format_size(rss) if rss else 'unknown'}")
-        self._log.warning("%s: %s", child.describe(), child.kill_message)
 
     def _boot_failed(self, child: ChildProcess, status: int, now: float) -> None:
         """A child died before it was ready: fork again later if that was not its
@@ -748,23 +698,24 @@ class Pool:
         settings = self.settings
         for child in list(self._children.values()):
             overdue = child.overdue(now)
-            if overdue == "job":
-                self._kill(child, now, jobs.FAIL_TIMEOUT, f"ran past its {child.timeout} s timeout")
-            elif overdue == "heartbeat":
+            head = child.head
+            if overdue is Overdue.JOB and head is not None:
+                self._kill(child, now, jobs.FAIL_TIMEOUT, f"ran past its {head.timeout} s timeout")
+            elif overdue is Overdue.HEARTBEAT:
                 self._check_silent(child, now)
-            elif overdue == "memory":
-                self._check_memory(child, now)
-            elif overdue == "notice":
-                kind = child.notice_kind
-                self._kill(child, now, jobs.FAIL_SHUTDOWN if kind == jobs.FAIL_STOPPED
-                           else kind, child.notice_message or "stopped after its notice",
+            elif overdue is Overdue.MEMORY:
+                self._memory.sample(child, self._children.values(), now)
+            elif overdue is Overdue.NOTICE and head is not None and head.notice is not None:
+                notice = head.notice
+                self._kill(child, now, jobs.FAIL_SHUTDOWN if notice.kind == jobs.FAIL_STOPPED
+                           else notice.kind, notice.message or "stopped after its notice",
                            signal.SIGKILL)
-            elif overdue == "overrun":
+            elif overdue is Overdue.OVERRUN:
                 self._overran(child, now)
-            elif overdue == "boot":
+            elif overdue is Overdue.BOOT:
                 self._kill(child, now, None, f"not ready within {settings.boot_timeout} s",
                            signal.SIGKILL, boot=True)
-            elif overdue == "exit":
+            elif overdue is Overdue.EXIT:
                 self._log.warning("%s did not exit in time: SIGKILL to its group",
                                   child.describe())
                 child.escalate()
@@ -778,131 +729,31 @@ class Pool:
             self._no_procfs = True
             self._log.warning("cannot read /proc/%d/stat: a silent child is judged by its "
                               "heartbeat alone", child.pid)
-        was_native = child.native
+        head = child.head
+        if head is None:
+            return
+        was_native = head.native
         why = child.silent(now, sample)
         if why is not None:
             self._kill(child, now, jobs.FAIL_HUNG, why)
-        elif child.native and not was_native:
-            job = child.job
-            detail = (f"job {job.id if job else '?'} holds the GIL in native code: no "
-                      f"heartbeat for {child.beat_timeout} s, CPU time moving")
+        elif head.native and not was_native:
+            detail = (f"job {head.job.id} holds the GIL in native code: no "
+                      f"heartbeat for {head.beat_timeout} s, CPU time moving")
             self._log.info("%s is busy: %s", child.describe(), detail)
             self._event(child, "native", detail)
 
     def _overran(self, child: ChildProcess, now: float) -> None:
-        """The head job ran past twice its kind's p95 run time: the child takes no more jobs
-        (nor claims) until it ends, and the jobs queued behind it, if any, are
-        recalled (SKIP; each comes back on its SKIPPED, or runs here if the child took
-        it first, so none runs twice) for another child, or for the table when every
-        child is stuck the same way."""
-        child.recall_at = None
+        """The head job ran past its kind's overrun time: the child takes no more jobs
+        (nor claims) until it ends, and what queues behind it is recalled
+        (``overruns.overran``)."""
         others = [other for other in self._children.values()
                   if other is not child and other.state in ACTIVE_STATES]
-        if not others:
-            return  # a pool of one: no other child could run anything sooner
-        child.overrun = True
-        behind = list(child.jobs)[1:]
-        if not behind:
-            return
-        head = child.jobs[0]
-        ran = now - child.job_started
-        why = (f"queued behind job {head.id} {head.kind}, running {ran:.2f} s "
-               f"(p95 of its kind: {self.run_times.p95(head.kind) or 0:.3f} s)")
-        # Every other child runs a long job too: no child here can start them sooner,
-        # so they go back to the table (uncharged), where any supervisor's next claim
-        # with a free child takes them, this one's included.
-        release = all(other.overrun for other in others)
-        if release:
-            why += "; every other child runs a long job too: back to the queue"
-        asked = sum(child.recall(job.id, why, release=release) for job in behind)
-        if asked:
-            self.recalled += asked
-            self._log.info("%s: %d jobs recalled, %s", child.describe(), asked, why)
-            self._event(child, "recalled", f"{asked} jobs {why}")
-
-    def _check_memory(self, child: ChildProcess, now: float) -> None:
-        """Sample a busy child's RSS (its whole process tree's), and in a container the
-        container's usage too (``_check_container``, at most every
-        ``pressure.CHECK_INTERVAL``). Past the cap with its job running: the stop notice
-        (issue 28), the kill ``kill_grace`` later unless the job ended first, and no
-        more jobs for the child; killed at once when its job has not started, when it
-        was told to stop already for another reason, or when it is far over the cap
-        (``guards.hard_over_memory``)."""
-        job = child.job
-        reserved = job.memory if job is not None else None
-        rss = self._os.rss(child.pid)
-        child.killed_usage.rss_seen(rss)
-        guard = self._guard
-        if guard is not None and now >= guard.due:
-            guard.due = now + pressure.CHECK_INTERVAL
-            self._check_container(guard, now)
-            if child.state != BUSY:
-                return  # this very child was the one stopped
-        why = guards.over_memory(self.settings, rss, reserved)
-        if why is None:
-            child.memory_sampled(now)
-            return
-        hard = guards.hard_over_memory(self.settings, rss, reserved)
-        if hard is not None:
-            # SIGKILL at once: a grace would only let it grow further.
-            self._kill(child, now, jobs.FAIL_MEMORY, f"{why}; {hard}", signal.SIGKILL)
-            return
-        if child.notice == "memory":
-            child.memory_sampled(now)  # told already: its grace stands
-            return
-        grace = self.settings.kill_grace
-        if grace > 0 and job is not None and child.started and child.notice is None:
-            child.retire()  # whatever becomes of its job, the child is recycled after it
-            self.notify(job.id, "memory", jobs.FAIL_MEMORY,
-                        f"{why}; told to stop, killed after {grace:g} s", grace)
-            self._log.info("%s: %s; its job %d is told to stop", child.describe(), why,
-                           job.id)
-            child.memory_sampled(now)
-            return
-        # Not started, or told to stop for another reason: a grace would not help.
-        self._kill(child, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
-
-    def _check_container(self, guard: pressure.ContainerGuard, now: float) -> None:
-        """Read the container's usage; near its limit, stop the youngest running job
-        before the kernel kills anything (``supervisor.pool.pressure``)."""
-        usage = self._os.memory_usage()
-        level = guard.level(usage)
-        if level is None or usage is None:
-            return
-        children = self._children.values()
-        if any(c.state == KILLED and c.kill_kind == jobs.FAIL_MEMORY for c in children):
-            return  # one is being killed for memory: its memory is on its way back
-        running = [c for c in children if c.state == BUSY and c.started and c.jobs]
-        # Told by their cap (not by this guard, whose notice stands until the kill line).
-        told = [c for c in running if c.notice == "memory" and c.pid not in self._guard_told]
-        if told or level == pressure.KILL:
-            victim = max(told or running, key=lambda c: c.job_started, default=None)
-            if victim is None:
-                return
-            rss = self._os.rss(victim.pid)
-            victim.killed_usage.rss_seen(rss)
-            which = ("the youngest job told to stop over its cap" if told
-                     else "the youngest job")
-            why = (f"{guard.describe(usage)}: {which}, RSS "
-                   f"{format_size(rss or victim.killed_usage.rss_peak)}, killed at once "
-                   f"before the kernel's OOM killer")
-            self._log.warning("%s: job %d: %s", victim.describe(), victim.jobs[0].id, why)
-            self._kill(victim, now, jobs.FAIL_MEMORY, why, signal.SIGKILL)
-            return
-        quiet = [c for c in running if c.notice is None]
-        victim = max(quiet, key=lambda c: c.job_started, default=None)
-        if victim is None:
-            return
-        rss = self._os.rss(victim.pid)
-        victim.killed_usage.rss_seen(rss)
-        grace = self.settings.kill_grace
-        job = victim.jobs[0]
-        why = (f"{guard.describe(usage)}: the youngest job, RSS {format_size(rss or 0)}, "
-               f"told to stop, killed after {grace:g} s or at once near the limit")
-        victim.retire()
-        if self.notify(job.id, "memory", jobs.FAIL_MEMORY, why, grace):
-            self._guard_told.add(victim.pid)
-            self._log.warning("%s: job %d: %s", victim.describe(), job.id, why)
+        recall = overruns.overran(child, others, self.run_times, now)
+        if recall is not None:
+            self.recalled += recall.asked
+            self._log.info("%s: %d jobs recalled, %s", child.describe(), recall.asked,
+                           recall.why)
+            self._event(child, "recalled", f"{recall.asked} jobs {recall.why}")
 
     # -- stopping and killing ----------------------------------------------------
 
@@ -938,3 +789,4 @@ class Pool:
     def _event(self, child: ChildProcess, what: str, detail: str) -> None:
         self._outcomes.append(ChildEvent(child.pid, child.worker_no, what, detail))
         self._log.debug("%s %s %s", child.describe(), what, detail)
+

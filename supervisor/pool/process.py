@@ -6,7 +6,8 @@ wraps one worker. It owns the parent's ends of the child's pipes (registered wit
 parent's selector, with the pool as the key's data), the ``FrameReader`` and
 ``FrameWriter`` on them, the jobs it was sent and has not answered (``jobs``, in the
 order the child runs them: the head runs once its START came, the rest are queued and
-unstarted) and every deadline the head job and the child's life carry.
+unstarted), the deadlines of the child's life, and the head job's record (``Head``, in
+``head.py``: made when a job reaches the head, dropped at its answer).
 
 It sends (``run``, ``push``, ``skip``, ``recall``, ``stop``), signals (``kill``,
 ``escalate``), reads (``read``: what the frames meant, as typed events in the order
@@ -33,8 +34,8 @@ import selectors
 import signal
 from collections import deque
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import partial
-from typing import NamedTuple
 
 from shared import wire
 from shared.jobs import (
@@ -48,6 +49,7 @@ from shared.jobs import (
     ClaimedJob,
 )
 from shared.procfs import GroupSample
+from supervisor.pool.head import Head, KillVerdict, Notice
 from supervisor.pool.killedusage import KilledUsage
 from supervisor.pool.oscalls import OsCalls
 from supervisor.pool.outcomes import (
@@ -59,23 +61,42 @@ from supervisor.pool.outcomes import (
     JobRecord,
     JobReturned,
     JobStarted,
+    ReturnTo,
 )
 from supervisor.pool.settings import PoolSettings
-from workers.registry import get_handler as _get_handler
 
-# A child's states, as the parent sees it.
-BOOTING = "booting"  # forked, READY not seen yet
-IDLE = "idle"  # ready for a job
-BUSY = "busy"  # jobs in flight: the head running (or about to), the rest queued
-STOPPING = "stopping"  # told STOP, or its last answer said so, running nothing: to exit
-KILLED = "killed"  # signalled by the parent: waiting to reap it
-DEAD = "dead"  # reaped; the record is being wound up
+
+class ChildState(StrEnum):
+    """A child's state, as the parent sees it (its value is what ``status`` shows)."""
+
+    BOOTING = "booting"  # forked, READY not seen yet
+    IDLE = "idle"  # ready for a job
+    BUSY = "busy"  # jobs in flight: the head running (or about to), the rest queued
+    STOPPING = "stopping"  # told STOP, or its last answer said so, running nothing: to exit
+    KILLED = "killed"  # signalled by the parent: waiting to reap it
+    DEAD = "dead"  # reaped; the record is being wound up
+
+
+BOOTING = ChildState.BOOTING
+IDLE = ChildState.IDLE
+BUSY = ChildState.BUSY
+STOPPING = ChildState.STOPPING
+KILLED = ChildState.KILLED
+DEAD = ChildState.DEAD
 
 ACTIVE_STATES = frozenset({BOOTING, IDLE, BUSY})  # count toward the pool's size
 
-# A silent child whose group used at least this share of one CPU since the last look is
-# busy, not hung (busy native code on a loaded machine still gets far more).
-BUSY_CPU_SHARE = 0.05
+
+class Overdue(StrEnum):
+    """Which of a child's deadlines has passed (``ChildProcess.overdue``)."""
+
+    JOB = "job"  # its head ran past its timeout
+    HEARTBEAT = "heartbeat"  # its head was silent for its heartbeat timeout
+    NOTICE = "notice"  # a stop notice's grace is over
+    MEMORY = "memory"  # its RSS is due for a sample
+    OVERRUN = "overrun"  # its head ran past its kind's p95
+    BOOT = "boot"  # not ready within the boot timeout
+    EXIT = "exit"  # asked to go and still there
 
 NO_LIMIT = 2**30  # what an empty child may hold (more than any depth): its next job sets it
 
@@ -116,15 +137,19 @@ ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | JobCh
     JobExpired | \
     Readied | Leaving | CrossedSkip | Broken
 
-class Recall(NamedTuple):
-    """Why a queued job was asked back, and whether it then goes back to the database
-    (``release``: its queue was paused, the database is away) or to another child."""
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """Why a queued job was asked back, and where it goes once given back: to the
+    database (its queue was paused, the database is away) or to another child."""
 
     why: str
-    release: bool
+    to: ReturnTo
 
 
 _READIED = Readied()
+# What each of ``Head.deadlines`` means once it passed, in the same order.
+_HEAD_DEADLINES = (Overdue.JOB, Overdue.HEARTBEAT, Overdue.NOTICE, Overdue.MEMORY,
+                   Overdue.OVERRUN)
 _LEAVING = Leaving()
 
 READ_CHUNK = 64 * 1024
@@ -149,7 +174,9 @@ _JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned, JobChe
 
 
 class ChildProcess:
-    """One child from fork until it is reaped: pipes, frames, jobs and deadlines."""
+    """One child from fork until it is reaped: pipes, frames, jobs and deadlines. The
+    job at the head of its pipe and all it carries is ``head`` (a ``Head``, made when
+    that job reaches the head and dropped at its answer)."""
 
     __slots__ = (
         "_log",
@@ -159,51 +186,32 @@ class ChildProcess:
         "_settings",
         "_tag",
         "_write",
-        "alive_at",
-        "beat_deadline",
-        "beat_timeout",
         "boot_deadline",
         "boot_error",
         "broken",
-        "cpu_seen",
-        "cpu_seen_at",
         "exit_deadline",
         "expected_exit",
-        "job_deadline",
-        "job_started",
+        "head",
         "jobs",
         "jobs_done",
-        "kill_kind",
-        "kill_message",
         "killed_usage",
         "limit",
         "max_jobs",
-        "mem_deadline",
-        "native",
-        "native_since",
-        "notice",
-        "notice_deadline",
-        "notice_kind",
-        "notice_message",
         "outgoing",
-        "overrun",
         "pid",
         "read_fd",
         "read_open",
         "reader",
         "ready",
-        "recall_at",
         "recalling",
         "retire_after_job",
         "sent",
         "sigkilled",
         "skipping",
         "spawned_at",
-        "started",
         "state",
         "stop_sent",
         "threads",
-        "timeout",
         "worker_no",
         "write_fd",
         "write_registered",
@@ -228,42 +236,21 @@ class ChildProcess:
         self.state = BOOTING
         self.ready = False
         self.jobs: deque[ClaimedJob] = deque()  # sent, unanswered, in running order
-        self.started = False  # the head of ``jobs`` runs: its START came
+        self.head: Head | None = None  # the first of ``jobs``, as it is watched
         self.skipping: set[int] = set()  # told SKIP: must never START
         # Asked back with SKIP, still queued here until the child says SKIPPED (it never
         # ran: returned, released or given to another child) or START (it took it
         # first: it runs).
         self.recalling: dict[int, Recall] = {}
-        # When the running head job overruns (its kind's p95 run time, issue 28): the
-        # jobs queued behind it are recalled then. None: not started, or looked at.
-        self.recall_at: float | None = None
-        self.overrun = False  # its head overran: no more jobs until that one ends
         self.limit = NO_LIMIT  # jobs it may hold: the least depth of those it holds
         self.sent = 0  # jobs ever sent (never more than its max_jobs)
         self.outgoing: list[bytes] = []  # RUN frames for a busy child, sent by ``push``
         self.stop_sent = False
-        self.job_started = 0.0
-        self.timeout: float | None = None
-        self.job_deadline: float | None = None
-        self.beat_deadline: float | None = None
-        # Liveness of the head job: its heartbeat timeout (its kind's, else the pool's),
-        # the last sign of life (a beat, or CPU time seen moving), the CPU seconds of
-        # the child's group at the last look once silent (None: not looked yet) and
-        # when, and whether it is known to be busy in native code (silent, CPU moving).
-        self.beat_timeout = settings.heartbeat_timeout
-        self.alive_at = now
-        self.cpu_seen: float | None = None
-        self.cpu_seen_at = now
-        self.native = False
-        self.native_since = now  # when it was first seen busy in native code
-        self.mem_deadline: float | None = None  # next RSS sample (a memory limit is set)
         self.boot_deadline: float | None = now + settings.boot_timeout
         self.exit_deadline: float | None = None  # STOP or SIGTERM sent: SIGKILL then
         self.retire_after_job = False  # no more jobs: it stops once it runs none
         self.expected_exit = False  # the parent asked it to go: not a boot failure
         self.sigkilled = False
-        self.kill_kind: str | None = None  # failure kind for the job if the kill ends it
-        self.kill_message: str | None = None
         # What the running job cost as the parent saw it, for when no answer says so.
         self.killed_usage = KilledUsage()
         self.boot_error: str | None = None  # what the child said before dying at boot
@@ -271,14 +258,6 @@ class ChildProcess:
         self.read_open = True
         self.write_registered = False
         self.jobs_done = 0
-        # The stop notice sent for the running job (issue 28): its reason, when the job
-        # is killed unless it answered first (None: only a drain's grace bounds it), and
-        # what it fails of then. A handler that lets Stopping out after a notice is
-        # answered as ``notice_kind`` (a drain's or a fence's: stopped, released).
-        self.notice: str | None = None
-        self.notice_deadline: float | None = None
-        self.notice_kind: str | None = None
-        self.notice_message = ""
         self._settings = settings
         self._max_frame = wire.HEADER_SIZE + settings.max_frame_bytes  # a whole frame
         self._os = oscalls
@@ -300,6 +279,43 @@ class ChildProcess:
         jobs = self.jobs
         return jobs[0] if jobs else None
 
+    @property
+    def started(self) -> bool:
+        """The head of its queue runs: its START came."""
+        head = self.head
+        return head is not None and head.started
+
+    @property
+    def overrun(self) -> bool:
+        """Its head overran: no more jobs until that one ends."""
+        head = self.head
+        return head is not None and head.overrun
+
+    @property
+    def job_started(self) -> float | None:
+        """When the head's clock started (its START, or its arrival at the head)."""
+        head = self.head
+        return head.armed_at if head is not None else None
+
+    @property
+    def job_deadline(self) -> float | None:
+        """When the head runs past its timeout (None: no head, or no timeout)."""
+        head = self.head
+        return head.job_deadline if head is not None else None
+
+    @property
+    def beat_deadline(self) -> float | None:
+        """When the head's silence is judged next (None: no head)."""
+        head = self.head
+        return head.beat_deadline if head is not None else None
+
+    @property
+    def recall_at(self) -> float | None:
+        """When the head overruns and what queues behind it is recalled (None: no
+        head, not started, or looked at already)."""
+        head = self.head
+        return head.recall_at if head is not None else None
+
     def room(self, depth: int) -> int:
         """How many more jobs it may take whose queue holds ``depth`` per child: none
         once told to stop, past its job limit, or holding a job that wants a child
@@ -316,37 +332,32 @@ class ChildProcess:
         """The earliest moment the parent must look at this child again."""
         state = self.state
         if state == BUSY:
-            dues = [d for d in (self.beat_deadline, self.job_deadline, self.mem_deadline,
-                                self.notice_deadline, self.recall_at) if d is not None]
-            return min(dues, default=None)
+            head = self.head
+            if head is None:
+                return None
+            return min((d for d in head.deadlines() if d is not None), default=None)
         if state == BOOTING:
             return self.boot_deadline
         return self.exit_deadline
 
-    def overdue(self, now: float) -> str | None:
-        """Which of its deadlines has passed: ``job`` (timeout), ``heartbeat``,
-        ``memory`` (sample its RSS), ``notice`` (a stop notice's grace is over),
-        ``overrun`` (its head ran past its kind's p95),
-        ``boot``, ``exit`` (asked to go), or None."""
+    def overdue(self, now: float) -> Overdue | None:
+        """Which of its deadlines has passed (the first, in ``Overdue``'s order), or
+        None."""
         state = self.state
         if state == BUSY:
-            if self.job_deadline is not None and now >= self.job_deadline:
-                return "job"
-            if self.beat_deadline is not None and now >= self.beat_deadline:
-                return "heartbeat"
-            # A notice's grace that ran out comes before a memory sample: the kill
-            # is due whatever the sample would say.
-            if self.notice_deadline is not None and now >= self.notice_deadline:
-                return "notice"
-            if self.mem_deadline is not None and now >= self.mem_deadline:
-                return "memory"
-            if self.recall_at is not None and now >= self.recall_at:
-                return "overrun"
+            head = self.head
+            if head is None:
+                return None
+            # A notice's grace that ran out comes before a memory sample: the kill is
+            # due whatever the sample would say.
+            for due, which in zip(head.deadlines(), _HEAD_DEADLINES, strict=True):
+                if due is not None and now >= due:
+                    return which
         elif state == BOOTING:
             if self.boot_deadline is not None and now >= self.boot_deadline:
-                return "boot"
+                return Overdue.BOOT
         elif self.exit_deadline is not None and now >= self.exit_deadline:
-            return "exit"
+            return Overdue.EXIT
         return None
 
     # -- what the pool decides about it ------------------------------------------
@@ -364,50 +375,25 @@ class ChildProcess:
             self.tell_stop()
 
     def silent(self, now: float, sample: GroupSample | None) -> str | None:
-        """Its heartbeat deadline passed: judge it from ``sample`` (its group's CPU
-        time and its state, read now; None: unreadable). Returns why it is hung, or
-        None when it is only busy (its CPU time moved: a handler holding the GIL in
-        native code starves the heartbeat thread) or not judged yet (the first look
-        takes the CPU baseline), its deadline moved to the next look. Hung: stopped
-        (T), or neither beats nor CPU time moved for its heartbeat timeout, or still
-        in uninterruptible sleep (D) then."""
-        timeout = self.beat_timeout
-        if sample is None:
-            return f"no heartbeat for {timeout} s"
-        state = sample.state
-        if state in ("T", "t"):
-            return f"stopped (state {state}), no heartbeat for {timeout} s"
-        seen = self.cpu_seen
-        first = seen is None
-        # Moving means a real share of a CPU: a process whose threads only wait for
-        # the GIL still wakes every switch interval, a fraction of a percent.
-        used = 0.0 if seen is None else sample.cpu_seconds - seen
-        if state != "D" and used > 0 and used >= BUSY_CPU_SHARE * (now - self.cpu_seen_at):
-            self.alive_at = now
-            if not self.native:
-                self.native_since = self.cpu_seen_at
-            self.native = True
-        self.cpu_seen = sample.cpu_seconds
-        self.cpu_seen_at = now
-        if not first and now - self.alive_at >= timeout:
-            if state == "D":
-                return f"in uninterruptible sleep (state D), no heartbeat for {timeout} s"
-            return f"no heartbeat and no CPU time for {timeout} s"
-        self.beat_deadline = now + self._settings.cpu_probe(timeout)
-        return None
+        """Its heartbeat deadline passed: judge its head from ``sample`` (its group's
+        CPU time and its state, read now; None: unreadable), as ``Head.silent`` says.
+        Returns why it is hung, or None when it is only busy or not judged yet."""
+        head = self.head
+        if head is None:
+            return None
+        return head.silent(now, sample, self._settings)
 
     def memory_sampled(self, now: float) -> None:
         """Its RSS was under the cap: sample it again after the interval."""
-        self.mem_deadline = now + self._settings.memory_sample_interval()
+        if self.head is not None:
+            self.head.mem_deadline = now + self._settings.memory_sample_interval()
 
     def after_nap(self, now: float, late: float) -> None:
         """The parent did not run for ``late`` seconds past a deadline, so it could not
         hear this child: a busy one gets a fresh heartbeat window, a booting one the
         lost time again. Job timeouts stand: they are the job's budget of wall time."""
-        if self.state == BUSY and self.beat_deadline is not None:
-            self.alive_at = max(self.alive_at, now)
-            self.cpu_seen = None
-            self.beat_deadline = max(self.beat_deadline, now + self.beat_timeout)
+        if self.state == BUSY and self.head is not None:
+            self.head.after_nap(now)
         elif self.state == BOOTING and self.boot_deadline is not None:
             self.boot_deadline = max(self.boot_deadline, now) + late
 
@@ -434,7 +420,7 @@ class ChildProcess:
         if len(jobs) == 1:
             self.state = BUSY
             self.limit = depth
-            self._arm_head(job, now)
+            self._arm_head(now)
             self.send(data)
         else:
             if depth < self.limit:
@@ -447,24 +433,18 @@ class ChildProcess:
         if self.outgoing:
             self.send(b"")
 
-    def _arm_head(self, job: ClaimedJob, now: float) -> None:
-        """The deadlines of the job at the head: its timeout (already resolved; None
-        or 0: none), its heartbeat (until its START comes, the start is awaited that
-        long), the memory sample."""
-        timeout = job.timeout
-        self.job_started = now
-        self.timeout = timeout
-        self.job_deadline = now + timeout if timeout else None
-        handle = _get_handler(job.kind)
-        beat_timeout = handle.defaults.heartbeat_timeout if handle is not None else None
-        self.beat_timeout = beat_timeout or self._settings.heartbeat_timeout
-        self.beat_deadline = now + self.beat_timeout
-        self.alive_at = now
-        self.cpu_seen = None
-        self.native = False
+    def _arm_head(self, now: float) -> None:
+        """A fresh record for the job now at the head of ``jobs`` (none left: no head).
+        A kill verdict passed on the child carries over: it ends whichever job the
+        child holds, unless an answer came first."""
+        old = self.head
+        kill = old.kill if old is not None else None
+        jobs = self.jobs
+        if not jobs:
+            self.head = None
+            return
+        self.head = Head.arm(jobs[0], now, self._settings, kill=kill)
         self.killed_usage.armed()
-        if self._settings.samples_memory:
-            self.mem_deadline = now + self._settings.memory_sample_interval()
 
     def skip(self, job_id: int, now: float) -> ClaimedJob | None:
         """Take a queued, unstarted job back and tell the child to skip it. Returns
@@ -477,8 +457,8 @@ class ChildProcess:
         del jobs[i]
         self.skipping.add(job_id)
         self.send(wire.Skip(job_id).encode())
-        if i == 0 and jobs:
-            self._arm_head(jobs[0], now)
+        if i == 0:
+            self._arm_head(now)
         return job
 
     def recall(self, job_id: int, why: str, *, release: bool = True) -> bool:
@@ -492,7 +472,7 @@ class ChildProcess:
         i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
         if i is None or (i == 0 and self.started) or job_id in self.recalling:
             return False
-        self.recalling[job_id] = Recall(why, release)
+        self.recalling[job_id] = Recall(why, ReturnTo.DATABASE if release else ReturnTo.CHILD)
         self.send(wire.Skip(job_id).encode())
         return True
 
@@ -502,15 +482,12 @@ class ChildProcess:
         ``stopping`` (and ``Stopping``, if it opted in). ``kind``: what a ``Stopping``
         it lets out, or the kill at ``deadline`` (None: no kill of its own), fails it
         as. Returns the job, or None if no job runs here (or it was told already)."""
-        job = self.job
-        if job is None or not self.started or self.notice is not None:
+        head = self.head
+        if head is None or not head.started or head.notice is not None:
             return None
-        self.notice = reason
-        self.notice_kind = kind
-        self.notice_message = message
-        self.notice_deadline = deadline
-        self.send(wire.Stopping(job.id, reason).encode())
-        return job
+        head.notice = Notice(reason, kind, message, deadline)
+        self.send(wire.Stopping(head.job.id, reason).encode())
+        return head.job
 
     def checkpoint_written(self, job_id: int, written: bool) -> None:
         """Tell a handler waiting on a flushed checkpoint that it was written."""
@@ -650,10 +627,13 @@ class ChildProcess:
             return
         # Asked back, but it took the job before it read the SKIP: the job runs here.
         self.recalling.pop(job_id, None)
-        self.started = True
-        job = jobs[0]
-        self._arm_head(job, now)
-        news.append(JobStarted(job))
+        head = self.head
+        if head is None or head.job is not jobs[0]:  # queued without ``run``: never armed
+            head = self.head = Head.arm(jobs[0], now, self._settings,
+                                        kill=head.kill if head is not None else None)
+        self.killed_usage.armed()
+        head.start(now, self._settings)  # its deadlines count from its START
+        news.append(JobStarted(jobs[0]))
         if self.state == STOPPING:
             # It took the job before it read STOP: the job runs; stop after it.
             self.state = BUSY
@@ -674,10 +654,9 @@ class ChildProcess:
             return
         job = jobs[i]
         del jobs[i]
-        if i == 0 and jobs:
-            self._arm_head(jobs[0], now)
-        news.append(JobReturned(job, f"given back: {recall.why}", True,
-                                release=recall.release))
+        if i == 0:
+            self._arm_head(now)
+        news.append(JobReturned(job, f"given back: {recall.why}", recall.to))
 
     def _on_answer(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
         jobs = self.jobs
@@ -685,13 +664,15 @@ class ChildProcess:
             self._log.warning("%s answered with no job in flight", self.describe())
             return
         job = jobs[0]
-        duration = now - self.job_started
+        head = self.head
+        started = head is not None and head.started
+        duration = now - head.armed_at if head is not None else 0.0
         if frame.type == _DONE:
             done = _unpack_done(frame)
             if done.job != job.id:
                 self._stray(done.job)
                 return
-            if not self.started:  # an answer says it ran, START or not
+            if not started:  # an answer says it ran, START or not
                 news.append(JobStarted(job))
             news.append(JobDone(job, done.result, duration,
                                 self.killed_usage.tree_peak(done.usage), done.output))
@@ -702,35 +683,30 @@ class ChildProcess:
                 self._stray(answer.job)
                 return
             kind = answer.kind
-            if kind == FAIL_EXPIRED and not self.started:
+            if kind == FAIL_EXPIRED and not started:
                 news.append(JobExpired(job))  # it never ran: no start to record
             else:
-                if not self.started:
+                if not started:
                     news.append(JobStarted(job))
                 message = answer.message
                 if kind == FAIL_STOPPED:
                     # Stopping let out: the notice's kind, or an ordinary error without one.
-                    kind = self.notice_kind or FAIL_ERROR
-                    if kind == FAIL_MEMORY:
+                    notice = head.notice if head is not None else None
+                    kind = notice.kind if notice is not None else FAIL_ERROR
+                    if kind == FAIL_MEMORY and notice is not None:
                         # The memory cap's notice: its errors entry says why it was
                         # told, not only that it stopped.
-                        message = f"{self.notice_message}; it stopped itself first"
+                        message = f"{notice.message}; it stopped itself first"
                 news.append(JobFailed(job, kind, message, answer.traceback,
                                       answer.retry_delay, kind in TERMINAL_FAILURES, duration,
                                       self.killed_usage.tree_peak(answer.usage),
                                       answer.output))
             self.killed_usage.answered(answer.usage)
         jobs.popleft()
-        self.started = False
-        self.recall_at = None
-        self.overrun = False
-        if self.notice is not None:
-            self.notice = self.notice_kind = self.notice_deadline = None
-        if self.kill_kind is not None:
-            self.kill_kind = self.kill_message = None
+        self.head = None  # answered: its record, notice and kill verdict with it
         self.jobs_done += 1
         if jobs:
-            self._arm_head(jobs[0], now)  # its START follows: the deadlines move then
+            self._arm_head(now)  # its START follows: the deadlines move then
         else:
             self.limit = NO_LIMIT
         if frame.flags & _FLAG_LAST:
@@ -759,10 +735,8 @@ class ChildProcess:
         beat = wire.Heartbeat.decode(frame)
         if beat.job != job.id:
             return  # not a sign of life of this job
-        self.beat_deadline = now + self.beat_timeout
-        self.alive_at = now
-        self.cpu_seen = None
-        self.native = False
+        if self.head is not None:
+            self.head.beat(now)
         if beat.progress is not None:
             news.append(JobProgress(job, beat.progress))
 
@@ -786,10 +760,10 @@ class ChildProcess:
         """Signal the child's whole group; after SIGTERM, SIGKILL is due at the exit
         deadline. ``kind`` is what the job in flight, if any, fails of; ``boot``: a
         boot failure, not an exit the parent expected."""
-        if self.job is not None and kind is not None and self.kill_kind is None:
-            self.kill_kind = kind
-            self.kill_message = message
-            if self.started:
+        head = self.head
+        if head is not None and kind is not None and head.kill is None:
+            head.kill = KillVerdict(kind, message)
+            if head.started:
                 # The one extra read of a kill: the job's last CPU time and RSS.
                 self.killed_usage.sampled(self._os.group_sample(self.pid))
         self.expected_exit = self.expected_exit or not boot
@@ -837,18 +811,20 @@ class ChildProcess:
         self._os.clear_shm(self.pid)  # a killed child removed nothing of its pools'
         self.outgoing.clear()
         jobs = self.jobs
-        if jobs and self.started:
-            wall = now - self.job_started
-            records.append(JobFailed(jobs.popleft(), self.kill_kind or FAIL_CRASHED,
-                                     self.kill_message or how, None, None, False, wall,
-                                     self.killed_usage.usage(wall)))
-        self.started = False
+        head = self.head
+        if jobs and head is not None and head.started:
+            wall = now - head.armed_at
+            kill = head.kill
+            records.append(JobFailed(jobs.popleft(), kill.kind if kill else FAIL_CRASHED,
+                                     kill.message if kill else how, None, None, False,
+                                     wall, self.killed_usage.usage(wall)))
+        self.head = None
         recalling = self.recalling
         while jobs:
             job = jobs.popleft()
             recall = recalling.get(job.id)
-            records.append(JobReturned(job, f"never started: {how}", True,
-                                       release=recall is not None and recall.release))
+            records.append(JobReturned(job, f"never started: {how}",
+                                       recall.to if recall is not None else ReturnTo.CHILD))
         recalling.clear()
         return records
 

@@ -4,8 +4,8 @@ A job queued behind the one a child runs has not started: asked back (SKIP, thro
 ``ChildProcess.recall``), it comes back when the child says SKIPPED, or runs where it
 was if the child took it first, so none runs twice. Three policies decide when that is
 worth a round trip to the child; each is a function over the children, returning how
-many jobs it asked back. The overrun's recall (a head past its kind's p95) belongs to
-the pool's deadlines and stays there.
+many jobs it asked back. The overrun's recall (a head past its kind's p95) is the
+pool's deadline, judged in ``overruns``.
 
 - ``take_back``: a paused queue starts nothing more; its queued jobs go back to the table.
 - ``rebalance``: at the end of a queue's work an idle child takes the last half of the
@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Callable, Collection, Iterable, Set
 
 from shared import jobs
+from supervisor.pool.outcomes import ReturnTo
 from supervisor.pool.process import BUSY, ChildProcess
 from supervisor.pool.runtimes import RunTimes
 from supervisor.tuning import Tuning
@@ -32,14 +33,20 @@ def _queued(child: ChildProcess) -> list[jobs.ClaimedJob]:
             if job.id not in child.recalling]
 
 
+def _armed_at(child: ChildProcess) -> float:
+    """When the clock of the job at its head started (its START, once running)."""
+    head = child.head
+    return head.armed_at if head is not None else 0.0
+
+
 def _coming_back(child: ChildProcess) -> int:
     """Jobs the child was asked to give back for another child (not released)."""
-    return sum(1 for recall in child.recalling.values() if not recall.release)
+    return sum(1 for recall in child.recalling.values() if recall.to is ReturnTo.CHILD)
 
 
 def take_back(children: Iterable[ChildProcess], queue: str) -> int:
     """Ask for the jobs of ``queue`` queued unstarted (the queue was paused): each comes
-    back as ``JobReturned(release=True)``, or runs if its child took it first."""
+    back as ``JobReturned`` to the database, or runs if its child took it first."""
     asked = 0
     why = f"queue {queue} paused"
     for child in list(children):
@@ -73,7 +80,7 @@ def rebalance(children: Collection[ChildProcess], idle: int, run_times: RunTimes
                 continue
             if len(queued) == 1:
                 median = run_times.median(child.jobs[0].kind)
-                if median is not None and median - (now - child.job_started) < tuning.steal_min:
+                if median is not None and median - (now - _armed_at(child)) < tuning.steal_min:
                     continue
             donor, most = child, queued
         if donor is None:
@@ -94,7 +101,7 @@ def free_for(children: Collection[ChildProcess], over: Set[str], wanted: int) ->
         (child for child in children
          if child.state == BUSY and child.started and len(child.jobs) > 1
          and child.jobs[0].queue in over and not child.recalling),
-        key=lambda child: child.job_started)
+        key=_armed_at)
     asked = 0
     for child in donors[:max(0, wanted - freeing)]:
         why = (f"its child is owed to a queue below its share "
