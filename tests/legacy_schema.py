@@ -18,8 +18,14 @@ _FILE = re.compile(r"^shared/schema/(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(_REPOSITORY), *args], check=True,
-                          capture_output=True, text=True).stdout
+    done = subprocess.run(["git", "-C", str(_REPOSITORY), *args], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the schema files from before the baseline are read from git "
+                           f"commit {LAST_LEGACY_COMMIT}, which this checkout cannot show "
+                           f"(a shallow clone?): git {' '.join(args)}: "
+                           f"{done.stderr.strip()}")
+    return done.stdout
 
 
 @functools.cache
