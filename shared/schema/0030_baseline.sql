@@ -1421,7 +1421,5 @@ INSERT INTO supervisor.rollup_mark (rolled_until) VALUES (date_trunc('minute', n
 ALTER TABLE ONLY supervisor.schedule_fires
     ADD CONSTRAINT schedule_fires_schedule_fkey FOREIGN KEY (schedule) REFERENCES supervisor.schedules(name) ON DELETE CASCADE;
 
-
---
--- PostgreSQL database dump complete
---
+-- Back on for the files after this one, which `migrate` may apply in the same transaction.
+SET LOCAL check_function_bodies = DEFAULT;
