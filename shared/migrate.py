@@ -5,6 +5,12 @@ missing ones in one transaction that first takes a transaction-level advisory lo
 two ``supervisor migrate`` runs (or two supervisors starting at once) serialize: the
 second waits, then finds nothing left to do. Each applied file is recorded in
 ``supervisor.migrations``.
+
+The first file is the baseline (``0030_baseline.sql``): the files 0001-0029 folded into
+one before the first release. A database those files carried to 0029 is at the
+baseline's shape already; it takes ``upgrade_from_0029.sql`` in the baseline's place,
+keeps every row (its 0001-0029 records included) and is recorded at 0030. A database
+stopped anywhere before 0029 is refused with the way forward.
 """
 
 from __future__ import annotations
@@ -21,6 +27,14 @@ from shared.db import SchemaMissing
 MIGRATION_LOCK_KEY = 0x5355_5056_4D49_4752 & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMIGR"
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+BASELINE_VERSION = 30
+"""The first version a fresh database is created at: the old files folded into one."""
+LEGACY_LATEST_VERSION = 29
+"""The last of the old files: a database at it is upgraded into the baseline in place."""
+LAST_LEGACY_COMMIT = "2964f1d20082"
+"""A commit whose ``shared/schema`` still holds the old files (0001-0029)."""
+_UPGRADE_FILE = "upgrade_from_0029.sql"
 
 _BOOTSTRAP = """
 CREATE SCHEMA IF NOT EXISTS supervisor;
@@ -55,6 +69,38 @@ def available_migrations() -> list[Migration]:
     if len(set(versions)) != len(versions):
         raise RuntimeError(f"duplicate migration versions in shared/schema: {versions}")
     return found
+
+
+def baseline_upgrade() -> Migration:
+    """What a database at the last old version runs in the baseline's place: recorded as
+    the baseline's version and name, so the two ways in end at the same row."""
+    from importlib import resources
+
+    sql = resources.files("shared").joinpath("schema", _UPGRADE_FILE).read_text("utf-8")
+    baseline = available_migrations()[0]
+    return Migration(baseline.version, baseline.name, sql)
+
+
+def pending_migrations(done: set[int]) -> list[Migration]:
+    """The migrations a database that recorded versions ``done`` still needs, in order.
+    Raises ``SchemaMissing`` for a database the old files left short of their last."""
+    available = available_migrations()
+    if done and BASELINE_VERSION not in done:
+        reached = max(done)
+        if reached < LEGACY_LATEST_VERSION:
+            raise SchemaMissing(legacy_schema_message(reached))
+        if reached == LEGACY_LATEST_VERSION:
+            later = [m for m in available if m.version > BASELINE_VERSION]
+            return [baseline_upgrade(), *later]
+    return [m for m in available if m.version not in done]
+
+
+def legacy_schema_message(version: int) -> str:
+    """One line for a database the old, unfolded files left before their last (0029)."""
+    return (f"the supervisor schema is at version {version}, from before the baseline "
+            f"({BASELINE_VERSION:04d}) that only a database at {LEGACY_LATEST_VERSION:04d} "
+            f"can be upgraded into: run `supervisor migrate` with pg-supervisor at commit "
+            f"{LAST_LEGACY_COMMIT} first, then with this one")
 
 
 def latest_version() -> int:
@@ -93,9 +139,7 @@ def migrate(conn: psycopg.Connection) -> list[Migration]:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         conn.execute(_BOOTSTRAP)
         done = {row[0] for row in conn.execute("SELECT version FROM supervisor.migrations")}
-        for migration in available_migrations():
-            if migration.version in done:
-                continue
+        for migration in pending_migrations(done):
             conn.execute(migration.sql)  # trusted, shipped SQL
             conn.execute(
                 "INSERT INTO supervisor.migrations (version, name) VALUES (%s, %s)",

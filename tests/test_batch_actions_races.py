@@ -12,10 +12,11 @@ import time
 
 import psycopg
 import pytest
+from legacy_schema import migrate_the_old_way
 
 from shared.batches import Callback, find_batch
 from shared.enqueue import enqueue_many
-from shared.migrate import _BOOTSTRAP, available_migrations, current_version
+from shared.migrate import available_migrations, current_version
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,14 +101,10 @@ def test_two_connections_failing_at_once_abort_the_batch_once(conn, dsn):
 
 
 def test_schema_0025_on_a_database_holding_a_half_done_batch(fresh_dsn):
+    """The old files to 0024, a half-done batch, the rest of them as the old `migrate`
+    ran them, then today's `supervisor migrate` (the upgrade into the baseline)."""
     with psycopg.connect(fresh_dsn, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute(_BOOTSTRAP)
-            for m in available_migrations():
-                if m.version < 25:
-                    conn.execute(m.sql)
-                    conn.execute("INSERT INTO supervisor.migrations (version, name) "
-                                 "VALUES (%s, %s)", (m.version, m.name))
+        migrate_the_old_way(conn, upto=24)
         batch = conn.execute(
             "INSERT INTO supervisor.batches (total, callback_kind, callback_queue, "
             "callback_args) VALUES (4, 'cb', 'default', '{}') RETURNING id").fetchone()[0]
@@ -115,6 +112,7 @@ def test_schema_0025_on_a_database_holding_a_half_done_batch(fresh_dsn):
                             "RETURNING id", (batch,)).fetchone()[0] for _ in range(4)]
         conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now() "
                      "WHERE id = %s", (ids[0],))
+        assert 25 in migrate_the_old_way(conn)
     done = subprocess.run([sys.executable, "-m", "supervisor", "migrate", "--dsn", fresh_dsn],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -20,6 +20,7 @@ import sys
 import psycopg
 import pytest
 from e2e import ROOT, TESTS_DIR
+from legacy_schema import migrate_the_old_way
 
 from shared import batches
 from shared.enqueue import enqueue, enqueue_many
@@ -115,16 +116,10 @@ def test_plain_sql_is_refused_by_the_schema(conn, column, constraint):
 
 @pytest.fixture
 def legacy(fresh_dsn):
-    """A database at schema 0021 (before the limits), connection autocommit."""
+    """A database the old files (git history) took to 0021, before the limits;
+    connection autocommit."""
     with psycopg.connect(fresh_dsn, autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA supervisor; CREATE TABLE supervisor.migrations ("
-                     "version integer PRIMARY KEY, name text NOT NULL, "
-                     "applied_at timestamptz NOT NULL DEFAULT now())")
-        for migration in available_migrations():
-            if migration.version < 22:
-                conn.execute(migration.sql)
-                conn.execute("INSERT INTO supervisor.migrations VALUES (%s, %s)",
-                             (migration.version, migration.name))
+        migrate_the_old_way(conn, upto=21)
         yield conn
 
 
@@ -154,7 +149,8 @@ def test_the_migration_mends_live_rows_and_their_queue_keeps_running(legacy):
         conn.execute("UPDATE supervisor.jobs SET state = 'running', attempt = 1, "
                      "lease_owner = 'me', lease_expires_at = now() + interval '1 minute', "
                      "heartbeat_at = now() WHERE id = %s", (ids[0],))
-    assert 22 in [m.version for m in migrate(conn)]  # and any later ones
+    assert 22 in migrate_the_old_way(conn)  # and the rest of the old files
+    assert [m.version for m in migrate(conn)] == [available_migrations()[0].version]
     keys = {r[0] for r in conn.execute("SELECT concurrency_key FROM supervisor.jobs "
                                        "WHERE id = ANY(%s)", (ids,))}
     assert keys == {short_name(key)}
@@ -176,6 +172,7 @@ def test_the_migration_mends_live_rows_and_their_queue_keeps_running(legacy):
 
 def test_the_breaker_records_and_pauses_a_legacy_long_kind(legacy):
     conn = legacy
+    migrate_the_old_way(conn)
     migrate(conn)
     store = Store(conn, "me")
     breaker = Breaker(BreakerSettings(failures=2, window=60.0, cooldown=60.0))

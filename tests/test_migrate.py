@@ -9,10 +9,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from legacy_schema import migrate_the_old_way
 
 from shared.db import SchemaMissing
 from shared.migrate import (
-    _BOOTSTRAP,
     available_migrations,
     current_version,
     ensure_schema,
@@ -98,15 +98,11 @@ def test_a_schema_newer_than_the_code_is_refused_by_run_and_migrate(dsn, tmp_pat
 
 def test_migrate_upgrades_a_database_at_0008_and_its_held_dependents(fresh_dsn):
     """Jobs held by 0008's depends_on (an array and watched dependencies, no edges) are
-    carried into 0009's edges and counters, and released as their dependencies finish."""
+    carried into 0009's edges and counters by the old files (git history), into the
+    baseline by today's `supervisor migrate`, and released as their dependencies
+    finish."""
     with psycopg.connect(fresh_dsn, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute(_BOOTSTRAP)
-            for m in available_migrations():
-                if m.version <= 8:
-                    conn.execute(m.sql)
-                    conn.execute("INSERT INTO supervisor.migrations (version, name) "
-                                 "VALUES (%s, %s)", (m.version, m.name))
+        migrate_the_old_way(conn, upto=8)
         a, b, c = (conn.execute("INSERT INTO supervisor.jobs (kind, watched) VALUES ('k', true) "
                                 "RETURNING id").fetchone()[0] for _ in range(3))
         conn.execute("UPDATE supervisor.jobs SET state = 'completed' WHERE id = %s", (c,))
@@ -114,6 +110,7 @@ def test_migrate_upgrades_a_database_at_0008_and_its_held_dependents(fresh_dsn):
             "INSERT INTO supervisor.jobs (kind, state, run_at, depends_on) "
             "VALUES ('k', 'scheduled', '9999-12-31 00:00:00+00', %s) RETURNING id",
             (deps,)).fetchone()[0] for deps in ([a, b, c], [c])]
+        migrate_the_old_way(conn)
     done = subprocess.run([sys.executable, "-m", "supervisor", "migrate", "--dsn", fresh_dsn],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

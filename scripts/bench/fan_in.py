@@ -19,10 +19,11 @@ import time
 
 import common
 import psycopg
+from legacy_schema import migrate_the_old_way
 from psycopg.conninfo import make_conninfo
 
 from shared.enqueue import enqueue
-from shared.migrate import _BOOTSTRAP, available_migrations
+from shared.migrate import BASELINE_VERSION, available_migrations, migrate
 
 HOLD = "9999-12-31 00:00:00+00"
 _READ = """
@@ -32,18 +33,17 @@ FROM pg_stat_user_tables WHERE schemaname = 'supervisor'
 
 
 def database_at(base_dsn: str, name: str, version: int) -> str:
-    """A fresh database with the migrations up to ``version`` applied."""
+    """A fresh database with the migrations up to ``version`` applied (before the
+    baseline: the old files, from git history)."""
     common.drop_database(base_dsn, name)
     with psycopg.connect(base_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn = make_conninfo(base_dsn, dbname=name)
-    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
-        conn.execute(_BOOTSTRAP)
-        for m in available_migrations():
-            if m.version <= version:
-                conn.execute(m.sql)
-                conn.execute("INSERT INTO supervisor.migrations (version, name) "
-                             "VALUES (%s, %s)", (m.version, m.name))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if version >= BASELINE_VERSION:
+            migrate(conn)
+        else:  # the files from before the baseline, from git history
+            migrate_the_old_way(conn, upto=version)
     return dsn
 
 

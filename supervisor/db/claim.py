@@ -345,8 +345,8 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
 
 def _keyed(aged: bool, bounded: bool = False) -> str:
     """The claim of a queue with a per-key limit: the schema's claim_keyed() serialises
-    these claims per queue and skips keys at their limit (shared/schema/0007_limits.sql;
-    with aging, the overload of 0011_aged_keyed_claim.sql, which orders as
+    these claims per queue and skips keys at their limit (shared/schema/0030_baseline.sql,
+    first written by 0007; with aging, the overload first written by 0011, which orders as
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
     function predates the trace_context (0008), checkpoint (0015), expires_at (0016),
     cpus and memory (0017) columns: they are
