@@ -1,43 +1,30 @@
 """The schema files from before the baseline (0001-0029, folded into 0030_baseline.sql),
-read from git history: for the tests and benchmarks that build a database the way the
-old code did, then carry it into today's schema."""
+kept as they stood at git commit ``LAST_LEGACY_COMMIT`` in ``schema_before_baseline/``
+(copies, so a shallow clone runs these tests too): for the tests and benchmarks that
+build a database the way the old code did, then carry it into today's schema."""
 
 from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from pathlib import Path
 
 import psycopg
 
-from shared.migrate import _BOOTSTRAP, LAST_LEGACY_COMMIT, LEGACY_LATEST_VERSION, Migration
+from shared.migrate import _BOOTSTRAP, LEGACY_LATEST_VERSION, Migration
 
-_REPOSITORY = Path(__file__).resolve().parent.parent
-_FILE = re.compile(r"^shared/schema/(\d{4})_([a-z0-9_]+)\.sql$")
-
-
-def _git(*args: str) -> str:
-    done = subprocess.run(["git", "-C", str(_REPOSITORY), *args], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the schema files from before the baseline are read from git "
-                           f"commit {LAST_LEGACY_COMMIT}, which this checkout cannot show "
-                           f"(a shallow clone?): git {' '.join(args)}: "
-                           f"{done.stderr.strip()}")
-    return done.stdout
+_FILES = Path(__file__).resolve().parent / "schema_before_baseline"
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 @functools.cache
 def legacy_migrations() -> tuple[Migration, ...]:
-    """The old files 0001-0029 as they stood at ``LAST_LEGACY_COMMIT``, in order."""
-    names = _git("ls-tree", "--name-only", LAST_LEGACY_COMMIT, "shared/schema/").split()
+    """The old files 0001-0029, in order."""
     found = []
-    for name in names:
-        match = _FILE.match(name)
+    for path in _FILES.iterdir():
+        match = _FILE.match(path.name)
         if match:
-            sql = _git("show", f"{LAST_LEGACY_COMMIT}:{name}")
-            found.append(Migration(int(match.group(1)), match.group(2), sql))
+            found.append(Migration(int(match.group(1)), match.group(2), path.read_text()))
     found.sort(key=lambda m: m.version)
     assert found and found[-1].version == LEGACY_LATEST_VERSION, [m.version for m in found]
     return tuple(found)

@@ -1,8 +1,8 @@
 """The baseline (issue 40): one file that builds what the old files 0001-0029 built, and
 the upgrade that carries a database those files took to 0029 into it, every row kept.
 
-The old files come from git history (tests/legacy_schema.py); both schemas are compared
-as ``pg_dump --schema-only`` prints them."""
+The old files are kept in tests/schema_before_baseline/ (tests/legacy_schema.py); both
+schemas are compared as ``pg_dump --schema-only`` prints them."""
 
 from __future__ import annotations
 
