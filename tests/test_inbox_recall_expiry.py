@@ -98,3 +98,36 @@ def test_a_skip_that_crossed_its_jobs_start_does_not_skip_the_jobs_next_attempt(
     assert inbox.next_run().id == 7
     assert inbox.next_run().id == 8
     assert inbox.take_dropped() == b""
+
+
+class _ThreadReadsInTheWindow:
+    """A poller whose ``poll`` first lets the "heartbeat thread" read (``read``: its
+    ``skim`` or its ``look``) in the window between ``wait``'s check and its block, with
+    the next RUN just written, then blocks for at most a second and records what it
+    saw."""
+
+    def __init__(self, inbox: JobInbox, write_fd: int, read) -> None:
+        self.inbox, self.write_fd, self.read, self.real = inbox, write_fd, read, inbox._poller
+        self.events: list | None = None
+
+    def poll(self, timeout=None):
+        if self.events is None:
+            os.write(self.write_fd, run(7))
+            self.read()
+            self.events = self.real.poll(1000)
+            return self.events
+        return self.real.poll(timeout)
+
+
+@pytest.mark.parametrize("reader", ["skim", "look"])
+def test_a_read_by_the_heartbeat_thread_never_leaves_wait_blocked_on_an_empty_pipe(
+        pipe, reader):
+    r, w = pipe
+    inbox = JobInbox(r)
+    window = _ThreadReadsInTheWindow(inbox, w, getattr(inbox, reader))
+    inbox._poller = window
+    inbox.wait()
+    # The RUN stayed on the pipe for the waiting loop: its block woke on it, not at
+    # the second's end with the job already taken into the queue behind its back.
+    assert window.events, "the thread took the RUN while wait was about to block"
+    assert inbox.next_run().id == 7

@@ -294,7 +294,7 @@ class JobRunner:
         """The heartbeat thread's look at the pipe while a job runs (not once its
         handler closed or replaced the read end: that fd may be the handler's now)."""
         if self.pipe.intact()[0]:
-            self.inbox.poll()
+            self.inbox.look()
 
     def _on_stopping(self, notice: wire.Stopping) -> None:
         current = self.heartbeat.current
