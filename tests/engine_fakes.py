@@ -14,7 +14,7 @@ from shared.db import DatabaseUnavailable
 from shared.horizon import HorizonReport
 from shared.jobs import ClaimedJob
 from supervisor.config import RunConfig
-from supervisor.db import ClaimKey, ClaimResult, Database, FailuresWritten
+from supervisor.db import ClaimKey, ClaimResult, Database, FailuresWritten, LaterWork
 from supervisor.engine import Engine
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.pool import JobDone, JobFailed, JobStarted, RunTimes
@@ -116,7 +116,7 @@ class FakeStore:
     def started(self, items):
         self._record("started", sorted(a.id for a in items))
 
-    def renew(self, items, progress=None):
+    def renew(self, items):
         self._record("renew", [a.id for a in items])
         return self._fenced(a.id for a in items)
 
@@ -138,7 +138,7 @@ class FakeStore:
     def paused_kinds(self):
         return {}
 
-    def record_crashes(self, kinds, window, cooldown, failures):
+    def record_crashes(self, kinds, limits):
         return []
 
     def queue_pauses(self, queues):
@@ -146,7 +146,7 @@ class FakeStore:
         return {q: q in self.stop_running for q in self.paused}
 
     def left_for_later(self, queues, kinds):
-        return 0, None
+        return LaterWork()
 
     def unhandled_waiting(self, queues, kinds) -> dict[str, int]:
         return {}
@@ -165,10 +165,10 @@ class FakeStore:
     def expire(self, batch) -> int:
         return 0  # no job here carries an expires_at
 
-    def prune(self, retention, discarded, batch) -> int:
+    def prune(self, prune) -> int:
         return 0
 
-    def prune_batches(self, retention, batch) -> int:
+    def prune_batches(self, prune) -> int:
         return 0
 
     def read_limits(self, queues):  # no global limits here (tests/test_limits_*.py)

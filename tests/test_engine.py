@@ -10,7 +10,7 @@ import pytest
 from engine_fakes import make_engine
 
 from shared.usage import Usage
-from supervisor.db import Attempt
+from supervisor.db import Attempt, KindPause
 from supervisor.pool import JobDone
 from supervisor.tuning import DEFAULT
 
@@ -569,7 +569,7 @@ def test_the_first_claim_leaves_out_kinds_paused_before_the_start():
     """The claim sent ahead of the poll still knows the paused kinds: read first."""
     engine, db, store, pool, clock = make_engine()
     store.add("default", 2)
-    store.paused_kinds = lambda: {"k": ("paused by hand", None)}
+    store.paused_kinds = lambda: {"k": KindPause("paused by hand", None)}
     engine.tick(clock.now, pool)
     assert [params["kinds"] for params, _ in db.claims.sent] in ([], [[]])
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from engine_fakes import make_engine
 
 from shared.jobs import ClaimedJob
+from supervisor.db import KindPause
 from supervisor.engine.polling import MIN_POLL_GAP, POLL_JITTER_HIGH, POLL_JITTER_LOW, PROMOTE_AGAIN
 
 
@@ -54,7 +55,7 @@ def test_a_job_found_due_during_the_poll_is_promoted_a_moment_later():
 def test_a_paused_kind_leaves_the_claims_and_its_waiting_jobs_go_back():
     engine, _db, store, _pool, clock = make_engine()
     engine.ledger.add_claimed([job(1), job(2, kind="other")])
-    store.paused_kinds = lambda: {"k": ("paused by hand", None)}
+    store.paused_kinds = lambda: {"k": KindPause("paused by hand", None)}
     engine.poller.read_kind_pauses(clock.now)
     assert "k" not in engine.claimer.kinds
     assert [j.id for j in engine.outbox.pending.releases] == [1]

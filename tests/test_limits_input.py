@@ -35,7 +35,7 @@ from shared.validation import (
     short_name,
 )
 from supervisor.breaker import Breaker, BreakerSettings
-from supervisor.db import Store
+from supervisor.db import Store, TrippedKind
 from supervisor.db.history import roll_up
 
 pytestmark = pytest.mark.timeout(120)
@@ -181,7 +181,7 @@ def test_the_breaker_records_and_pauses_a_legacy_long_kind(legacy):
         breaker.crashed(long_kind)
     breaker.crashed("short")
     tripped = breaker.record(store)
-    assert tripped == [(short_name(long_kind), 3)]
+    assert tripped == [TrippedKind(short_name(long_kind), 3)]
     breaker.refresh(store)
     assert breaker.active([long_kind, "short"]) == ["short"]
 

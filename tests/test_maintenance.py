@@ -24,19 +24,20 @@ def test_prune_reads_the_finished_index_not_the_table(conn):
 
 
 def test_discarded_jobs_outlive_completed_ones(conn):
-    from supervisor.db import Store
+    from supervisor.db import Prune, Store
 
     ids = enqueue_many("k", [{"i": i} for i in range(4)], conn=conn)
     conn.execute("UPDATE supervisor.jobs SET finished_at = now() - interval '10 days', "
                  "state = CASE WHEN id % 2 = 0 THEN 'discarded' ELSE 'completed' END")
-    pruned = Store(conn, "me").prune(retention=7 * 86400.0, discarded=30 * 86400.0, batch=100)
+    pruned = Store(conn, "me").prune(Prune(retention=7 * 86400.0, discarded=30 * 86400.0,
+                                            batch=100))
     left = conn.execute("SELECT state, count(*) FROM supervisor.jobs GROUP BY 1").fetchall()
     assert pruned == 2 and left == [("discarded", 2)], (ids, left)
 
 
 def test_batch_rows_are_pruned_with_their_members_and_callback(conn):
     from shared.batches import Callback
-    from supervisor.db import Store
+    from supervisor.db import Prune, PruneBatches, Store
 
     store = Store(conn, "me")
     old = enqueue_many("k", [{}, {}], then=Callback("cb", {}), conn=conn)
@@ -53,11 +54,11 @@ def test_batch_rows_are_pruned_with_their_members_and_callback(conn):
                  "WHERE state = 'completed'")
     week = 7 * 86400.0
     # Members and callbacks still there: no batch row goes before them.
-    assert store.prune_batches(week, 100) == 0
-    store.prune(week, week, 100)
+    assert store.prune_batches(PruneBatches(week, 100)) == 0
+    store.prune(Prune(week, week, 100))
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 1  # open one
     # The old batch's members and callback are gone: its row goes; the young batch (its
     # row finished now) and the open batch (a member left) stay.
-    assert store.prune_batches(week, 100) == 1
+    assert store.prune_batches(PruneBatches(week, 100)) == 1
     left = [r[0] for r in conn.execute("SELECT id FROM supervisor.batches ORDER BY id")]
     assert left == [young.id, still_open.id]

@@ -11,8 +11,7 @@ import pytest
 from e2e import job_row, run_burst
 
 from shared.enqueue import enqueue
-from shared.jobs import FAIL_SNOOZE
-from supervisor.db.store import Failure, Store
+from supervisor.db import Snooze, Store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,7 +26,7 @@ def test_store_snooze_schedules_later_without_spending_the_attempt(conn):
     job_id = enqueue("k", max_attempts=1, conn=conn)
     store = Store(conn, "me")
     [job] = store.claim("default", ["k"], 1)
-    assert store.snooze([Failure(job_id, job.attempt, FAIL_SNOOZE, "snoozed", None, 90.0)]) == []
+    assert store.snooze([Snooze(job_id, job.attempt, 90.0)]) == []
     state, attempt, errors, owner, due_in = _row(conn, job_id)
     assert (state, attempt, errors, owner) == ("scheduled", 0, [], None)
     assert 80 < due_in <= 90
@@ -38,7 +37,7 @@ def test_store_snooze_is_fenced_by_the_lease(conn):
     job_id = enqueue("k", conn=conn)
     [job] = Store(conn, "me").claim("default", ["k"], 1)
     other = Store(conn, "someone-else")
-    fenced = other.snooze([Failure(job_id, job.attempt, FAIL_SNOOZE, "snoozed", None, 5.0)])
+    fenced = other.snooze([Snooze(job_id, job.attempt, 5.0)])
     assert fenced == [job_id]
     assert _row(conn, job_id)[:2] == ("running", 1)
 

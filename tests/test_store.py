@@ -11,8 +11,8 @@ import pytest
 
 from shared.enqueue import enqueue, enqueue_many
 from shared.jobs import FAIL_DISCARD, FAIL_ERROR, FAIL_SHUTDOWN, Backoff
+from supervisor.db import Attempt, Completion, Failure, Renewal, Rescued, Store
 from supervisor.db.claim import ClaimRequest, claim_sql, variant
-from supervisor.db.store import Attempt, Completion, Failure, Store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -110,7 +110,7 @@ def test_fenced_writes_after_the_lease_moved_on_change_nothing(conn):
     [first] = old.claim("default", ["k"], 1)
     old.started([Attempt(job_id, first.attempt)])
     expire_lease(conn, job_id)
-    assert Store(conn, "maint").rescue_expired() == [(job_id, "old", False)]
+    assert Store(conn, "maint").rescue_expired() == [Rescued(job_id, "old", False)]
     make_due(conn, job_id)
     new = Store(conn, "new")
     assert new.promote_due() == 1
@@ -121,7 +121,7 @@ def test_fenced_writes_after_the_lease_moved_on_change_nothing(conn):
     assert old.complete([stale]) == [job_id]
     assert old.fail([Failure(job_id, first.attempt, FAIL_ERROR, "x")]) == [job_id]
     assert old.release([Attempt(job_id, first.attempt)]) == [job_id]
-    assert old.renew([Attempt(job_id, first.attempt)]) == [job_id]
+    assert old.renew([Renewal(job_id, first.attempt)]) == [job_id]
     assert old.interrupt([Failure(job_id, first.attempt, FAIL_SHUTDOWN, "x")]) == [job_id]
     # The right attempt from the wrong owner is fenced as well.
     assert old.complete([Completion(job_id, second.attempt, None)]) == [job_id]
@@ -201,10 +201,10 @@ def test_renew_extends_the_lease_and_stores_progress(conn):
     store = Store(conn, "me", lease_ttl=5)
     [job] = store.claim("default", ["k"], 1)
     store.lease_ttl = 500
-    assert store.renew([Attempt(job_id, job.attempt)], {job_id: {"done": 2, "total": 3}}) == []
+    assert store.renew([Renewal(job_id, job.attempt, {"done": 2, "total": 3})]) == []
     ttl, progress = row(conn, job_id, "extract(epoch FROM lease_expires_at - now()), progress")
     assert ttl > 400 and progress == {"done": 2, "total": 3}
-    store.renew([Attempt(job_id, job.attempt)])
+    store.renew([Renewal(job_id, job.attempt)])
     assert row(conn, job_id, "progress")[0] == {"done": 2, "total": 3}
 
 
@@ -223,6 +223,10 @@ def test_promote_due_moves_only_due_jobs(conn):
     assert counts["empty"]["available"] == 0
 
 
+def by_id(rescued: Rescued) -> int:
+    return rescued.id
+
+
 def test_rescue_expired_counts_the_attempt_and_discards_at_the_limit(conn):
     keep = enqueue("k", max_attempts=5, conn=conn)
     last = enqueue("k", max_attempts=1, conn=conn)
@@ -233,7 +237,8 @@ def test_rescue_expired_counts_the_attempt_and_discards_at_the_limit(conn):
     expire_lease(conn, keep)
     expire_lease(conn, last)
     rescued = Store(conn, "maint").rescue_expired()
-    assert sorted(rescued) == sorted([(keep, "lost", False), (last, "lost", False)])
+    assert sorted(rescued, key=by_id) == sorted(
+        [Rescued(keep, "lost", False), Rescued(last, "lost", False)], key=by_id)
     assert row(conn, keep, "state, attempt")[0] == "retryable"
     assert row(conn, last, "state")[0] == "discarded"
     assert row(conn, fresh, "state")[0] == "running"
@@ -250,7 +255,8 @@ def test_rescue_gives_back_a_job_that_never_started_without_spending_its_attempt
     for job_id in (never, ran):
         expire_lease(conn, job_id)
     rescued = Store(conn, "maint").rescue_expired()
-    assert sorted(rescued) == sorted([(never, "lost", True), (ran, "lost", False)])
+    assert sorted(rescued, key=by_id) == sorted(
+        [Rescued(never, "lost", True), Rescued(ran, "lost", False)], key=by_id)
     assert row(conn, never, "state, attempt, errors, lease_owner") == ("available", 0, [], None)
     assert row(conn, ran, "state, attempt")[0] == "discarded"
 

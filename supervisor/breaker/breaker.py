@@ -7,7 +7,7 @@ poll interval. The statements are the store's (``Store.record_crashes``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,13 +15,31 @@ from shared import defaults
 from shared.validation import short_name
 
 if TYPE_CHECKING:
+    class Tripped(Protocol):
+        """A kind the crashes just recorded paused (``supervisor.db.TrippedKind``)."""
+
+        @property
+        def kind(self) -> str: ...
+
+        @property
+        def crashes(self) -> int: ...
+
+    class Pause(Protocol):
+        """Why a kind is paused, for how long (``supervisor.db.KindPause``)."""
+
+        @property
+        def reason(self) -> str: ...
+
+        @property
+        def seconds_left(self) -> float | None: ...
+
     class Store(Protocol):
         """The two statements of ``supervisor.db.Store`` the breaker runs."""
 
-        def record_crashes(self, kinds: list[str], window: float, cooldown: float,
-                           failures: int) -> list[tuple[str, int]]: ...
+        def record_crashes(self, kinds: Sequence[str],
+                           limits: BreakerSettings) -> Sequence[Tripped]: ...
 
-        def paused_kinds(self) -> dict[str, tuple[str, float | None]]: ...
+        def paused_kinds(self) -> Mapping[str, Pause]: ...
 
 log = logging.getLogger("supervisor.breaker")
 
@@ -56,19 +74,19 @@ class Breaker:
         if self.on:
             self.pending.append(short_name(kind))
 
-    def record(self, store: Store) -> list[tuple[str, int]]:
+    def record(self, store: Store) -> Sequence[Tripped]:
         """Write the pending crashes; returns the kinds this tripped, with their count."""
         if not self.pending:
             return []
         kinds, self.pending = self.pending, []
-        s = self.settings
-        return store.record_crashes(kinds, s.window, s.cooldown, s.failures)
+        return store.record_crashes(kinds, self.settings)
 
     def refresh(self, store: Store) -> tuple[set[str], set[str]]:
         """Read the paused kinds; returns (newly paused, newly resumed) since last read."""
-        now_paused = {kind: f"{reason}" + (f", {left:.0f} s left" if left is not None else
-                                           ", until resumed")
-                      for kind, (reason, left) in store.paused_kinds().items()}
+        now_paused = {kind: f"{pause.reason}" + (
+                          f", {pause.seconds_left:.0f} s left"
+                          if pause.seconds_left is not None else ", until resumed")
+                      for kind, pause in store.paused_kinds().items()}
         before = set(self.paused)
         self.paused = now_paused
         return set(now_paused) - before, before - set(now_paused)

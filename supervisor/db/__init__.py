@@ -4,7 +4,9 @@ Door: ``Database`` (connections, outage and reconnect, ``call``; every wait for 
 bounded by a client-side deadline, ``DatabaseHung``, and ended by a stop signal seen
 through ``Interrupt``), ``Store`` (every SQL
 statement, blocking), ``NonBlockingQuery`` and ``Prepared`` (a statement run without
-stopping the loop), the write records ``Completion`` and ``Failure``, the claim's
+stopping the loop), the per-job write records (``Attempt``, ``Completion``, ``Failure``,
+``Renewal``, ``Snooze``), the other statements' parameter records
+(``supervisor.db.params``) and typed rows (``supervisor.db.rows``), the claim's
 ``ClaimRequest``, ``ClaimResult`` and ``ClaimKey`` (``Store.run_claim``, ``Store.send_claim``; the
 statement is built in ``supervisor.db.claim``), and ``connection_lost``. The other
 statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
@@ -31,9 +33,11 @@ from supervisor.db.leases import (
     return_leases,
 )
 from supervisor.db.nonblocking import NonBlockingQuery, Prepared
-from supervisor.db.records import Attempt, FailuresWritten
+from supervisor.db.params import CrashCount, CrashLimits, Heartbeat, Prune, PruneBatches
+from supervisor.db.records import Attempt, FailuresWritten, Renewal, Snooze
 from supervisor.db.refused import Apart, refused, write_apart
 from supervisor.db.refused import reason as refusal_reason
+from supervisor.db.rows import KindPause, LaterWork, Rescued, TrippedKind
 from supervisor.db.run_outcomes import (
     RunFailures,
     Waiting,
@@ -44,8 +48,10 @@ from supervisor.db.run_outcomes import (
 from supervisor.db.store import Completion, Failure, Store, StoreSettings
 
 __all__ = ["Apart", "Attempt", "ClaimBounds", "ClaimKey", "ClaimRequest", "ClaimResult",
-           "Completion", "Database", "DatabaseHung", "Failure", "FailuresWritten", "HistoryWriter",
-           "Interrupt", "Interrupted", "LeaseRow", "NonBlockingQuery", "Prepared", "RunFailures",
-           "Slice", "Store", "StoreSettings", "StoredLimits", "Waiting", "cancelled_dependents",
+           "Completion", "CrashCount", "CrashLimits", "Database", "DatabaseHung", "Failure",
+           "FailuresWritten", "Heartbeat", "HistoryWriter", "Interrupt", "Interrupted",
+           "KindPause", "LaterWork", "LeaseRow", "NonBlockingQuery", "Prepared", "Prune",
+           "PruneBatches", "Renewal", "Rescued", "RunFailures", "Slice", "Snooze", "Store",
+           "StoreSettings", "StoredLimits", "TrippedKind", "Waiting", "cancelled_dependents",
            "connection_lost", "kind_run_p95", "read_limits", "refusal_reason", "refused",
            "renew_lease", "return_leases", "run_failures", "waiting", "write_apart"]

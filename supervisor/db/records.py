@@ -1,4 +1,6 @@
-"""The outcomes the parent writes for running jobs: a completion or a failed attempt.
+"""The per-job rows the parent writes for its jobs, one frozen record per statement's
+row (a start or release names an ``Attempt``; a completion, failure, snooze or lease
+renewal carries what its statement stores).
 
 Their own module because both the store (which writes them alone) and the claim (which
 carries completions in its statement) take them, and neither should import the other
@@ -20,6 +22,28 @@ class Attempt:
 
     id: int
     attempt: int
+
+
+@dataclass(slots=True, frozen=True)
+class Renewal:
+    """One running job's lease renewal, with what rides on it: ``progress`` (the latest
+    report, stored as JSON) and ``checkpoint`` (its state, already JSON text); None
+    leaves the stored one as it is."""
+
+    id: int
+    attempt: int
+    progress: dict | None = None
+    checkpoint: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Snooze:
+    """A job whose handler raised ``workers.Snooze``: due again ``delay`` seconds from
+    now (a negative or missing delay: at once), the attempt not counted."""
+
+    id: int
+    attempt: int
+    delay: float | None
 
 
 @dataclass(slots=True, frozen=True)

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import psycopg
@@ -27,7 +26,9 @@ from supervisor.db.attempt_cost import usage_params
 from supervisor.db.claim import HEAD, ClaimKey, ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
-from supervisor.db.records import Attempt, Completion, Failure, FailuresWritten
+from supervisor.db.params import CrashCount, CrashLimits, Heartbeat, Prune, PruneBatches
+from supervisor.db.records import Attempt, Completion, Failure, FailuresWritten, Renewal, Snooze
+from supervisor.db.rows import KindPause, LaterWork, Rescued, TrippedKind
 from supervisor.db.sql import (
     BEAT,
     COMPLETE,
@@ -64,14 +65,6 @@ from supervisor.db.sql import (
 log = logging.getLogger("supervisor.store")
 
 T = TypeVar("T")
-
-
-class Rescued(NamedTuple):
-    """A running job whose lease had expired, put back by the maintenance leader."""
-
-    id: int
-    lost_owner: str
-    never_started: bool  # given back without spending its attempt
 
 
 @dataclass(frozen=True)
@@ -254,31 +247,24 @@ class Store:
             return []
         return self._fenced("interrupt", INTERRUPT, self._failure_params(items), items)
 
-    def snooze(self, items: Sequence[Failure]) -> list[int]:
-        """Jobs whose handler raised ``workers.Snooze``: scheduled ``retry_delay`` seconds
-        from now, the attempt not counted, no errors entry. Returns the fenced-off ids."""
+    def snooze(self, items: Sequence[Snooze]) -> list[int]:
+        """Jobs whose handler raised ``workers.Snooze``: scheduled ``delay`` seconds from
+        now, the attempt not counted, no errors entry. Returns the fenced-off ids."""
         if not items:
             return []
-        params = {"owner": self.owner, "ids": [f.id for f in items],
-                  "attempts": [f.attempt for f in items],
-                  "delays": [max(f.retry_delay or 0.0, 0.0) for f in items]}
+        params = _attempt_params(self.owner, items) | {
+            "delays": [max(s.delay or 0.0, 0.0) for s in items]}
         return self._fenced("snooze", SNOOZE, params, items)
 
-    def renew(
-        self, items: Sequence[Attempt], progress: Mapping[int, dict] | None = None,
-        checkpoints: Mapping[int, str] | None = None,
-    ) -> list[int]:
-        """Extend the leases of running jobs by the lease TTL, storing progress and
-        checkpoints (JSON text) where given (keyed by job id). Returns the fenced-off
-        ids."""
+    def renew(self, items: Sequence[Renewal]) -> list[int]:
+        """Extend the leases of running jobs by the lease TTL, storing each one's progress
+        and checkpoint where given. Returns the fenced-off ids."""
         if not items:
             return []
-        progress = progress or {}
-        checkpoints = checkpoints or {}
         params = _attempt_params(self.owner, items) | {
             "ttl": self.lease_ttl,
-            "progress": [_json_or_none(progress.get(a.id)) for a in items],
-            "checkpoints": [checkpoints.get(a.id) for a in items]}
+            "progress": [_json_or_none(r.progress) for r in items],
+            "checkpoints": [r.checkpoint for r in items]}
         return self._fenced("renew", RENEW, params, items)
 
     def promote_due(self, limit: int = 1000) -> int:
@@ -296,7 +282,8 @@ class Store:
         params = {"limit": limit, "base": b.base, "factor": b.factor, "cap": b.cap,
                   "jitter": b.jitter, "ttl": self.lease_ttl}
         rows = self.connection.execute(RESCUE, params).fetchall()
-        return [Rescued(*row) for row in rows]
+        return [Rescued(job_id, lost_owner, never_started)
+                for job_id, lost_owner, never_started in rows]
 
     def seconds_until_due(self, queues: Sequence[str], kinds: Sequence[str]) -> float | None:
         """Seconds until the earliest scheduled or retrying job of ``kinds`` in
@@ -338,12 +325,9 @@ class Store:
         leases.return_leases(self.connection, self.owner, queues)
 
     # -- maintenance --------------------------------------------------------------------
-    def beat(self, host: str, pid: int, queues: Sequence[str], children: int, busy: int,
-             info: dict) -> None:
+    def beat(self, heartbeat: Heartbeat) -> None:
         """Record this supervisor's heartbeat row (for ``status`` and stale detection)."""
-        self.connection.execute(BEAT, {"id": self.owner, "host": host, "pid": pid,
-                                       "queues": list(queues), "children": children, "busy": busy,
-                                       "info": orjson.dumps(info).decode()})
+        self.connection.execute(BEAT, heartbeat.bind(self.owner))
 
     def lead_chores(self, lock_key: int, stale_after: float) -> list[Rescued] | None:
         """If this supervisor wins the round's advisory lock: rescue expired leases and
@@ -357,17 +341,15 @@ class Store:
             self.connection.execute(DROP_STALE, {"stale": stale_after})
         return rescued
 
-    def prune(self, retention: float, discarded: float, batch: int) -> int:
-        """Delete up to ``batch`` finished jobs older than ``retention`` s (discarded
-        ones: older than ``discarded`` s); how many."""
-        cur = self.connection.execute(PRUNE, {"retention": min(retention, discarded),
-                                              "discarded": discarded, "batch": batch})
+    def prune(self, prune: Prune) -> int:
+        """Delete one batch of finished jobs past their retention (``Prune``); how many."""
+        cur = self.connection.execute(PRUNE, prune.bind())
         return max(cur.rowcount, 0)
 
-    def prune_batches(self, retention: float, batch: int) -> int:
-        """Delete up to ``batch`` finished batches older than ``retention`` s whose
-        members and callback were all pruned; how many."""
-        cur = self.connection.execute(PRUNE_BATCHES, {"retention": retention, "batch": batch})
+    def prune_batches(self, prune: PruneBatches) -> int:
+        """Delete one batch of finished batches past the retention whose members and
+        callback were all pruned (``PruneBatches``); how many."""
+        cur = self.connection.execute(PRUNE_BATCHES, prune.bind())
         return max(cur.rowcount, 0)
 
     def expire(self, batch: int) -> int:
@@ -415,22 +397,20 @@ class Store:
         return self.connection.execute(KIND_MEMORY_SAVE, {
             "kinds": list(peaks), "peaks": list(peaks.values())}).rowcount
 
-    def record_crashes(self, kinds: Sequence[str], window: float, cooldown: float,
-                       failures: int) -> list[tuple[str, int]]:
-        """Record one crash per entry of ``kinds``; a kind with more than ``failures``
-        within ``window`` seconds (across supervisors) is paused for ``cooldown``.
-        Returns the kinds this paused, with their count."""
-        tripped = [(kind, int(n)) for kind, n in self.connection.execute(KIND_CRASHES, {
-            "kinds": list(kinds), "window": window, "cooldown": cooldown,
-            "failures": failures}).fetchall()]
+    def record_crashes(self, kinds: Sequence[str], limits: CrashLimits) -> list[TrippedKind]:
+        """Record one crash per entry of ``kinds``; a kind past ``limits`` (more than
+        ``failures`` within ``window`` seconds, across supervisors) is paused for
+        ``cooldown``. Returns the kinds this paused, with their count."""
+        tripped = [TrippedKind(kind, int(n)) for kind, n in self.connection.execute(
+            KIND_CRASHES, CrashCount(kinds, limits).bind()).fetchall()]
         if tripped:
-            self.connection.execute(KIND_CRASHES_CLEAR, {"kinds": [k for k, _ in tripped],
-                                                         "window": window})
+            self.connection.execute(KIND_CRASHES_CLEAR, {"kinds": [t.kind for t in tripped],
+                                                         "window": limits.window})
         return tripped
 
-    def paused_kinds(self) -> dict[str, tuple[str, float | None]]:
-        """Kinds paused now: kind -> (why, seconds left or None: until resumed)."""
-        return {kind: (reason, left) for kind, reason, left in
+    def paused_kinds(self) -> dict[str, KindPause]:
+        """Kinds paused now, each with why and for how long."""
+        return {kind: KindPause(reason, left) for kind, reason, left in
                 self.connection.execute(PAUSED_KINDS)}
 
     def queues_with_work(self, queues: Sequence[str], kinds: Sequence[str],
@@ -463,12 +443,12 @@ class Store:
         row = self.connection.execute(HAS_DUE_WORK, params).fetchone()
         return bool(row and row[0])
 
-    def left_for_later(self, queues: Sequence[str],
-                       kinds: Sequence[str]) -> tuple[int, datetime | None]:
-        """(how many, earliest run_at) of scheduled or retrying jobs in ``queues``."""
+    def left_for_later(self, queues: Sequence[str], kinds: Sequence[str]) -> LaterWork:
+        """How many scheduled or retrying jobs of ``kinds`` wait in ``queues``, and the
+        earliest run_at among them."""
         row = self.connection.execute(LEFT_FOR_LATER,
                                       {"queues": list(queues), "kinds": list(kinds)}).fetchone()
-        return (row[0], row[1]) if row else (0, None)
+        return LaterWork(row[0], row[1]) if row else LaterWork()
 
     def unhandled_waiting(self, queues: Sequence[str], kinds: Sequence[str]) -> dict[str, int]:
         """How many jobs wait in ``queues`` per kind not among ``kinds`` (no handler)."""
@@ -498,7 +478,9 @@ class Store:
         return fenced
 
 
-def _attempt_params(owner: str, items: Sequence[Attempt]) -> dict[str, Any]:
+def _attempt_params(owner: str,
+                    items: Sequence[Attempt] | Sequence[Renewal] | Sequence[Snooze],
+                    ) -> dict[str, Any]:
     """The parameters of a fenced write that names attempts only."""
     return {"owner": owner, "ids": [a.id for a in items],
             "attempts": [a.attempt for a in items]}

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shared import defaults
-from supervisor.db import Attempt
+from supervisor.db import Renewal
 from supervisor.engine.notices import notify_fence
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class LeaseKeeper:
         if not held:
             self.leases_renewed_at = sent
             return
-        fenced = self.db.call(lambda s: s.renew([Attempt(j.id, j.attempt) for j in held]), None,
+        fenced = self.db.call(lambda s: s.renew([Renewal(j.id, j.attempt) for j in held]), None,
                               "renewing leases")
         if fenced is None:
             return

@@ -10,10 +10,10 @@ after the claim is sent, so these round trips overlap the claim's execution.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared import defaults
+from supervisor.db import LaterWork
 from supervisor.engine.horizon import HorizonWatch
 from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 
@@ -137,12 +137,12 @@ class Housekeeping:
 
     def _record_crashes(self, now: float) -> None:
         tripped = self.db.call(self.breaker.record, None, "recording crashes for the breaker")
-        for kind, crashes in tripped or ():
+        for trip in tripped or ():
             log.warning("kind %s paused on every supervisor for %.0f s: %d crashes "
-                        "within %.0f s (breaker_failures %d)", kind,
-                        self.config.breaker_cooldown, crashes, self.config.breaker_window,
+                        "within %.0f s (breaker_failures %d)", trip.kind,
+                        self.config.breaker_cooldown, trip.crashes, self.config.breaker_window,
                         self.config.breaker_failures)
-            self.metrics.kind_tripped(kind)
+            self.metrics.kind_tripped(trip.kind)
         if tripped:
             self.poller.read_kind_pauses(now)
 
@@ -188,9 +188,9 @@ class Housekeeping:
         if more:
             self.poller.poll(now, pool)
             return
-        nothing_later: tuple[int, datetime | None] = (0, None)
-        left, next_at = db.call(lambda s: s.left_for_later(queues, kinds),
-                                nothing_later, "checking for work")
+        later_work = db.call(lambda s: s.left_for_later(queues, kinds), LaterWork(),
+                             "checking for work")
+        left, next_at = later_work.count, later_work.earliest
         later = (f"; {left} jobs are due later than the {horizon:.0f} s horizon, the next at "
                  f"{next_at:%Y-%m-%d %H:%M:%S %Z}" if left else "")
         none_waiting: dict[str, int] = {}

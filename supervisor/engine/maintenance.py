@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from shared import defaults
-from supervisor.db import HistoryWriter, Store
+from supervisor.db import Heartbeat, HistoryWriter, Prune, PruneBatches, Store
 
 log = logging.getLogger("supervisor.maintenance")
 
@@ -69,15 +69,15 @@ class Maintenance:
         jobs were rescued. Database errors propagate to the caller's wrapper; the next
         round comes one interval later."""
         self.next_round = self.clock() + self.settings.interval
-        store.beat(self.host, self.pid, self.queues, children, busy, info)
+        store.beat(Heartbeat(self.host, self.pid, self.queues, children, busy, info))
         if not may_lead:
             return 0
         rescued = store.lead_chores(LEADER_LOCK_KEY, self.settings.stale_after)
         if rescued is None:
             return 0
         if rescued:
-            lost = sorted({owner for _, owner, _ in rescued if owner})
-            unstarted = sum(1 for *_, never_ran in rescued if never_ran)
+            lost = sorted({r.lost_owner for r in rescued if r.lost_owner})
+            unstarted = sum(1 for r in rescued if r.never_started)
             log.warning("rescued %d jobs whose lease expired (%d had not started: back "
                         "without spending an attempt; lost supervisors: %s)",
                         len(rescued), unstarted, ", ".join(lost) or "?")
@@ -106,8 +106,8 @@ class Maintenance:
         pruned = 0
         while True:
             settings = self.settings
-            deleted = store.prune(settings.retention, settings.discarded_retention,
-                                  settings.prune_batch)
+            deleted = store.prune(Prune(settings.retention, settings.discarded_retention,
+                                        settings.prune_batch))
             pruned += deleted
             if deleted < self.settings.prune_batch or self.clock() >= deadline:
                 break
@@ -117,7 +117,8 @@ class Maintenance:
         # is pruned with them, never before a member or its callback.
         batches = 0
         while True:
-            deleted = store.prune_batches(self.settings.retention, self.settings.prune_batch)
+            deleted = store.prune_batches(PruneBatches(self.settings.retention,
+                                                       self.settings.prune_batch))
             batches += deleted
             if deleted < self.settings.prune_batch or self.clock() >= deadline:
                 break

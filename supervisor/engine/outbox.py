@@ -44,6 +44,8 @@ from supervisor.db import (
     Database,
     Failure,
     FailuresWritten,
+    Renewal,
+    Snooze,
     Store,
     write_apart,
 )
@@ -398,7 +400,8 @@ class Outbox:
             fenced += self._interrupt(store, pending.interrupts)
             pending.interrupts = []
         if pending.snoozes:
-            fenced += self._apart("snooze", pending.snoozes, store.snooze)
+            fenced += self._apart("snooze", [Snooze(f.id, f.attempt, f.retry_delay)
+                                             for f in pending.snoozes], store.snooze)
             pending.snoozes = []
         if pending.releases:
             fenced += self._release(store, pending.releases)
@@ -445,14 +448,15 @@ class Outbox:
         # One value PostgreSQL will not store must not hold up every write behind it
         # (they come first): the others are written, the bad one's lease is renewed
         # without it, and its progress or checkpoint is dropped.
-        apart = write_apart([Attempt(job_id, attempt) for job_id, attempt in attempts.items()],
-                            lambda part: store.renew(part, reports, states))
+        apart = write_apart([Renewal(job_id, attempt, reports.get(job_id), states.get(job_id))
+                             for job_id, attempt in attempts.items()], store.renew)
         fenced = set(apart.fenced)
         if apart.refused:
             for item, exc in apart.refused:
                 log.warning("job %d: its progress or checkpoint could not be stored "
                             "(%s); dropped", item.id, reason(exc))
-            bare = write_apart([item for item, _ in apart.refused], store.renew)
+            bare = write_apart([Renewal(item.id, item.attempt) for item, _ in apart.refused],
+                               store.renew)
             fenced.update(bare.fenced)
             fenced.update(item.id for item, _ in bare.refused)
             # Its checkpoint was not written: a handler waiting on it is told so.

@@ -31,7 +31,7 @@ import psycopg
 from shared import defaults, jobs, wire
 from shared.frames import FrameReader
 from shared.jobs import ClaimedJob
-from supervisor.db import Attempt, Database, Store, StoreSettings
+from supervisor.db import Attempt, Database, Renewal, Store, StoreSettings
 from supervisor.engine import Outbox, handler_max_attempts, resolve_timeout, retry_delay
 from supervisor.observe import SupervisorMetrics
 from supervisor.testing.connection import checked_schema, connection, dsn_of, environment_dsn
@@ -324,16 +324,16 @@ class _Drain:
         return answer
 
     def _progress(self, job: ClaimedJob, report: dict) -> None:
-        self.store.renew([Attempt(job.id, job.attempt)], {job.id: report})
+        self.store.renew([Renewal(job.id, job.attempt, progress=report)])
 
     def _checkpoint(self, job: ClaimedJob, state_json: str) -> None:
         """A checkpoint, written at once (fenced like a supervisor's)."""
-        self.store.renew([Attempt(job.id, job.attempt)], None, {job.id: state_json})
+        self.store.renew([Renewal(job.id, job.attempt, checkpoint=state_json)])
 
     def _checkpoint_here(self, job_id: int, state: bytes, flush: bool) -> None:
         attempt = self._attempts.get(job_id)
         if attempt is not None:
-            self.store.renew([Attempt(job_id, attempt)], None, {job_id: state.decode()})
+            self.store.renew([Renewal(job_id, attempt, checkpoint=state.decode())])
 
     def _write(self, job: ClaimedJob, answer: wire.Done | wire.Failed) -> None:
         """The outcome, booked as ``supervisor.engine.reporting`` books it."""
