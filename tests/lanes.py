@@ -59,7 +59,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_pool_queue_units.py",
     "test_pool_rebalance.py", "test_pool_recall_units.py", "test_schedules_slots.py",
     "test_operator_truth_verdicts.py", "test_pool_discard_notices.py", "test_crash_rule.py",
-    "test_scheduling.py", "test_stop_notices.py", "test_store_settings.py",
+    "test_scheduling.py", "test_stop_notices.py", "test_store_params.py", "test_store_settings.py",
     "test_tuning_table.py", "test_usage_meter.py",
     "test_wire.py",
 })
