@@ -11,8 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from shared.usage import Usage
+
+
+class FencedRow(Protocol):
+    """What every per-job write below names, and the fence checks: the job, and the
+    attempt its row must still be on."""
+
+    @property
+    def id(self) -> int:
+        """The job's id."""
+
+    @property
+    def attempt(self) -> int:
+        """The attempt the write is for."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -27,7 +27,15 @@ from supervisor.db.claim import HEAD, ClaimKey, ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
 from supervisor.db.params import CrashCount, CrashLimits, Heartbeat, Prune, PruneBatches
-from supervisor.db.records import Attempt, Completion, Failure, FailuresWritten, Renewal, Snooze
+from supervisor.db.records import (
+    Attempt,
+    Completion,
+    Failure,
+    FailuresWritten,
+    FencedRow,
+    Renewal,
+    Snooze,
+)
 from supervisor.db.rows import KindPause, LaterWork, Rescued, TrippedKind
 from supervisor.db.sql import (
     BEAT,
@@ -462,13 +470,13 @@ class Store:
                 "messages": [f.message for f in items],
                 "tracebacks": [f.traceback for f in items]}
 
-    def _fenced(self, what: str, sql: str, params: dict, items: Sequence,
+    def _fenced(self, what: str, sql: str, params: dict, items: Sequence[FencedRow],
                 expected: frozenset[int] | set[int] = frozenset()) -> list[int]:
         written = {row[0] for row in self.connection.execute(sql, params, prepare=False)}
         return self._report_fenced(what, items, written, expected)
 
     @staticmethod
-    def _report_fenced(what: str, items: Sequence, written: set[int],
+    def _report_fenced(what: str, items: Sequence[FencedRow], written: set[int],
                        expected: frozenset[int] | set[int] = frozenset()) -> list[int]:
         ids = [item.id for item in items]
         fenced = [i for i in ids if i not in written]
@@ -478,9 +486,7 @@ class Store:
         return fenced
 
 
-def _attempt_params(owner: str,
-                    items: Sequence[Attempt] | Sequence[Renewal] | Sequence[Snooze],
-                    ) -> dict[str, Any]:
+def _attempt_params(owner: str, items: Sequence[FencedRow]) -> dict[str, Any]:
     """The parameters of a fenced write that names attempts only."""
     return {"owner": owner, "ids": [a.id for a in items],
             "attempts": [a.attempt for a in items]}
