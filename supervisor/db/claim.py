@@ -436,7 +436,7 @@ FROM claimed"""
 @functools.cache
 def claim_sql(v: ClaimVariant) -> str:
     """The text of variant ``v`` (``%(name)s`` placeholders), built once."""
-    columns = _COLUMNS
+    columns: tuple[str, ...] = _COLUMNS
     if v.keyed:
         claim = _keyed(v.aged, v.bounded)
     elif v.fair:
