@@ -283,7 +283,14 @@ def _fair_candidates(bounded: bool = False) -> str:
     round the draw picks which batches. No row says whose turn it is, so claims of
     several supervisors never queue on one; each claim is fair on its own and in
     expectation across claims. A batch alone takes the whole LIMIT (work-conserving).
-    Its own statement: queues that are not fair run the plain claim unchanged."""
+    Its own statement: queues that are not fair run the plain claim unchanged.
+
+    Under a held horizon the entries of the members claimed since stay in both indexes,
+    so each scan starts at a cursor (``supervisor.engine.cursors``): the loose scan at
+    ``first_batch`` (no lower batch has waiting members), the group of jobs of no batch
+    at the key ``start``; and the lock finds the chosen ids by primary key only. Each
+    job comes back with its batch and the loose scan's first batch found again
+    (``_FAIR_COLUMNS``), which is where the next claim's loose scan starts."""
     rules = _rules(bounded)
     # FOR UPDATE (added by _lock_and_update) takes no UNION or window: the turn is
     # chosen inside the ARRAY, and the outer select only locks what it chose.
