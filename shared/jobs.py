@@ -197,3 +197,8 @@ class ClaimedJob:
     # Its heartbeat timeout in seconds, resolved at claim beside ``timeout`` (its
     # handler's ``@job(heartbeat_timeout=...)``; None: the pool's).
     heartbeat_timeout: float | None = None
+    # A fair claim's (``fair = "batch"``; None from any other): the job's batch (None:
+    # of no batch), and the lowest batch id that had waiting members in its queue when
+    # the claim began, the same on each job it took (None: no batch had any).
+    batch_id: int | None = None
+    first_batch: int | None = None

@@ -23,6 +23,11 @@
 -- The carried completions' and starts' state test compares in the "C" collation, and
 -- their redundant "j.id = ANY" is gone (issue 40: through the primary key, one probe per
 -- row of the batch, never the partial index on running rows; _FENCE in supervisor/db/sql.py).
+-- Issues 40 and 42 together: a fair claim's group of jobs of no batch starts after the
+-- same key, its loose scan of the batches at a batch id (first_batch: the fair claim's
+-- batch cursor), and it also returns each job's batch_id and that first batch found
+-- again (first_batch), for the cursors; the three fair forms were regenerated from the
+-- builder.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -545,6 +550,7 @@ WHERE id = ANY(ARRAY(
     WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
         (SELECT batch_id FROM supervisor.jobs
          WHERE state = 'available' AND queue = %(queue)s AND batch_id IS NOT NULL
+           AND batch_id >= %(first_batch)s::bigint
          ORDER BY batch_id LIMIT 1)
         UNION ALL
         SELECT (SELECT j.batch_id FROM supervisor.jobs j
@@ -567,13 +573,14 @@ WHERE id = ANY(ARRAY(
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = %(queue)s
                 AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
               LIMIT %(limit)s) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, random()
     LIMIT %(limit)s))
-      AND state = 'available' AND queue = %(queue)s
+      AND state || '' = 'available' AND queue = %(queue)s
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
@@ -582,7 +589,12 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
           resources::text AS resources,
-          extract(epoch FROM run_at)::float8 AS run_at
+          extract(epoch FROM run_at)::float8 AS run_at,
+          batch_id,
+          (SELECT f.batch_id FROM supervisor.jobs f
+           WHERE f.state = 'available' AND f.queue = %(queue)s AND f.batch_id IS NOT NULL
+             AND f.batch_id >= %(first_batch)s::bigint
+           ORDER BY f.batch_id LIMIT 1) AS first_batch
 
 -- @@ claim_fair_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -598,6 +610,7 @@ WHERE id = ANY(ARRAY(
     WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
         (SELECT batch_id FROM supervisor.jobs
          WHERE state = 'available' AND queue = $6 AND batch_id IS NOT NULL
+           AND batch_id >= $7::bigint
          ORDER BY batch_id LIMIT 1)
         UNION ALL
         SELECT (SELECT j.batch_id FROM supervisor.jobs j
@@ -613,30 +626,36 @@ WHERE id = ANY(ARRAY(
                     AND kind = ANY($3::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
-                  LIMIT $7) AS due) AS m
+                  LIMIT $8) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = $6
                 AND kind = ANY($3::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > ($9::int, to_timestamp($10::float8), $11::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $7) AS head
+              LIMIT $8) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, random()
-    LIMIT $7))
-      AND state = 'available' AND queue = $6
+    LIMIT $8))
+      AND state || '' = 'available' AND queue = $6
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
-    LIMIT $7
+    LIMIT $8
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
           resources::text AS resources,
-          extract(epoch FROM run_at)::float8 AS run_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
+          extract(epoch FROM run_at)::float8 AS run_at,
+          batch_id,
+          (SELECT f.batch_id FROM supervisor.jobs f
+           WHERE f.state = 'available' AND f.queue = $6 AND f.batch_id IS NOT NULL
+             AND f.batch_id >= $7::bigint
+           ORDER BY f.batch_id LIMIT 1) AS first_batch)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at, batch_id, first_batch,
        false AS done
 FROM claimed
 
@@ -676,6 +695,7 @@ WHERE id = ANY(ARRAY(
     WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
         (SELECT batch_id FROM supervisor.jobs
          WHERE state = 'available' AND queue = $16 AND batch_id IS NOT NULL
+           AND batch_id >= $17::bigint
          ORDER BY batch_id LIMIT 1)
         UNION ALL
         SELECT (SELECT j.batch_id FROM supervisor.jobs j
@@ -691,31 +711,37 @@ WHERE id = ANY(ARRAY(
                     AND kind = ANY($13::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
-                  LIMIT $17) AS due) AS m
+                  LIMIT $18) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = $16
                 AND kind = ANY($13::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > ($19::int, to_timestamp($20::float8), $21::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $17) AS head
+              LIMIT $18) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, random()
-    LIMIT $17))
-      AND state = 'available' AND queue = $16
+    LIMIT $18))
+      AND state || '' = 'available' AND queue = $16
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
-    LIMIT $17
+    LIMIT $18
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
           resources::text AS resources,
-          extract(epoch FROM run_at)::float8 AS run_at)
-SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
+          extract(epoch FROM run_at)::float8 AS run_at,
+          batch_id,
+          (SELECT f.batch_id FROM supervisor.jobs f
+           WHERE f.state = 'available' AND f.queue = $16 AND f.batch_id IS NOT NULL
+             AND f.batch_id >= $17::bigint
+           ORDER BY f.batch_id LIMIT 1) AS first_batch)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at, batch_id, first_batch,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

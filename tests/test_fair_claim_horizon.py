@@ -8,9 +8,11 @@ indexes (``supervisor/db/claim.py``, ``_fair_candidates``: its loose scan of
 ``jobs_fair_idx`` from the lowest batch id, its group of jobs of no batch from the head
 of ``jobs_available_idx``), so it walks the entry of every member claimed since the
 snapshot was taken: entries no scan may mark dead while the snapshot can still see the
-rows. The fix is described in docs/reliability.md ("Batch pipelines under a kill storm,
-and batch features under a held horizon"); ``supervisor/db`` and
-``supervisor/engine`` are another helper's to change, hence the strict xfail.
+rows. The fix (docs/reliability.md, "A fair claim from its cursors"): the group of jobs
+of no batch starts at the plain claim's cursor (``ClaimRequest.start``), the loose scan
+at a batch cursor (``ClaimRequest.first_batch``), both kept by ``ClaimCursors``. Here each
+claim is given the cursors its supervisor would hold after the pipeline (the first
+waiting job's key and batch): how they are kept is tests/test_claim_cursors.py's.
 
 Index entries read are the claim's own transaction's counts
 (``pg_stat_get_xact_tuples_returned``), not timings.
@@ -77,21 +79,17 @@ def _claims_after_a_pipeline(dsn: str, conn: psycopg.Connection,
                          "finished_at = now(), lease_owner = NULL, lease_expires_at = NULL "
                          "WHERE id = ANY(%s)", (done,))
         waiting = _batch(conn, 200)
-        first = conn.execute("SELECT priority, extract(epoch FROM run_at)::float8 "
+        first = conn.execute("SELECT priority, extract(epoch FROM run_at)::float8, batch_id "
                              "FROM supervisor.jobs WHERE id = %s", (waiting[0],)).fetchone()
-        plain = _entries_read(dsn, ClaimRequest("f", ["k"], LIMIT,
-                                                start=ClaimKey(first[0], first[1])))
-        fair = _entries_read(dsn, ClaimRequest("f", ["k"], LIMIT, fair=True))
+        start = ClaimKey(first[0], first[1])
+        plain = _entries_read(dsn, ClaimRequest("f", ["k"], LIMIT, start=start))
+        fair = _entries_read(dsn, ClaimRequest("f", ["k"], LIMIT, start=start, fair=True,
+                                               first_batch=first[2]))
     finally:
         holder.close()
     return plain, fair
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the fair claim scans jobs_fair_idx and jobs_available_idx from their heads, "
-    "reading every member claimed under a held snapshot; fix in docs/reliability.md, "
-    "'Batch pipelines under a kill storm, and batch features under a held horizon' "
-    "(supervisor/db/claim.py, another helper's)"))
 def test_a_fair_claim_under_a_held_snapshot_reads_about_what_it_takes(dsn, conn):
     (plain, plain_taken), (fair, fair_taken) = _claims_after_a_pipeline(dsn, conn)
     assert plain_taken == fair_taken == LIMIT

@@ -56,6 +56,9 @@ CACHED_PLAN_BATCH = 16
 _COLUMNS = ("id", "kind", "queue", "attempt", "max_attempts", "priority", "timeout", "args",
             "wait", "trace_context", "checkpoint", "expires_at", "cpus", "memory", "resources",
             "run_at")
+# A fair claim's two more: the job's batch, and the lowest batch that had waiting
+# members in the queue when the claim began (where its next claim's loose scan starts).
+_FAIR_COLUMNS = ("batch_id", "first_batch")
 # The carrying form's extra column: true for a row that is a written completion.
 _DONE = "done"
 
@@ -84,6 +87,8 @@ class ClaimKey:
 
 # The start of a scan from the head of the index: before every key.
 HEAD = ClaimKey(-(1 << 31), float("-inf"))
+# The start of a fair claim's loose scan from the lowest batch: before every batch id.
+LOWEST_BATCH = -(1 << 63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +118,15 @@ class ClaimRequest:
     # What a job may reserve to be taken; None: any job (the measured statements, no
     # reservation condition).
     bounds: ClaimBounds | None = None
-    # The plain claim takes only jobs after this key; None: from the head of the
-    # index. Aged, per-key and fair claims always scan from the head.
+    # The plain claim, and a fair claim's group of jobs of no batch, take only jobs
+    # after this key; None: from the head of the index. Aged and per-key claims always
+    # scan from the head.
     start: ClaimKey | None = None
     # Round-robin by batch (a queue's ``fair = "batch"``); a per-key limit wins over it.
     fair: bool = False
+    # A fair claim's loose scan of the batches starts at this batch id (no batch below it
+    # has waiting members in the queue: ``ClaimCursors``); None: at the lowest.
+    first_batch: int | None = None
 
     @property
     def writes(self) -> int:
@@ -200,6 +209,30 @@ _FROM_START = ("(priority, run_at, id) > (%(start_priority)s::int, "
                "to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)")
 
 
+# A fair claim's loose scan of the batches starts at the batch id ``first_batch``
+# (LOWEST_BATCH: every batch), so the entries of the batches a pipeline finished, which a
+# held horizon keeps, are never read.
+_FROM_FIRST_BATCH = "batch_id >= %(first_batch)s::bigint"
+
+# What a fair claim returns beyond ``_COLUMNS`` (``_FAIR_COLUMNS``): the row's batch,
+# and the loose scan's first batch found again (one probe, run once: it refers to no
+# row), in the statement's snapshot, so it counts the members this claim takes.
+_FAIR_RETURNING = f""",
+          batch_id,
+          (SELECT f.batch_id FROM supervisor.jobs f
+           WHERE f.state = 'available' AND f.queue = %(queue)s AND f.batch_id IS NOT NULL
+             AND f.{_FROM_FIRST_BATCH}
+           ORDER BY f.batch_id LIMIT 1) AS first_batch"""
+
+
+# The lock's test that a chosen job is still waiting, by primary key only. Written as
+# ``state = 'available'`` it lets the planner lock through jobs_available_idx (its partial
+# predicate proven), filtering the queue's whole index by id, which it did when the
+# statistics held few waiting jobs: under a held horizon that walks every entry claimed
+# since (tests/test_fair_claim_horizon.py read 3,020 entries so, 20 without).
+_STILL_AVAILABLE = "state || '' = 'available'"
+
+
 def _rules(bounded: bool = False) -> str:
     rules = (*RULES, BOUNDED) if bounded else RULES
     return "".join(f"\n      AND {rule}" for rule in rules)
@@ -250,7 +283,14 @@ def _fair_candidates(bounded: bool = False) -> str:
     round the draw picks which batches. No row says whose turn it is, so claims of
     several supervisors never queue on one; each claim is fair on its own and in
     expectation across claims. A batch alone takes the whole LIMIT (work-conserving).
-    Its own statement: queues that are not fair run the plain claim unchanged."""
+    Its own statement: queues that are not fair run the plain claim unchanged.
+
+    Under a held horizon the entries of the members claimed since stay in both indexes,
+    so each scan starts at a cursor (``supervisor.engine.cursors``): the loose scan at
+    ``first_batch`` (no lower batch has waiting members), the group of jobs of no batch
+    at the key ``start``; and the lock finds the chosen ids by primary key only. Each
+    job comes back with its batch and the loose scan's first batch found again
+    (``_FAIR_COLUMNS``), which is where the next claim's loose scan starts."""
     rules = _rules(bounded)
     # FOR UPDATE (added by _lock_and_update) takes no UNION or window: the turn is
     # chosen inside the ARRAY, and the outer select only locks what it chose.
@@ -259,6 +299,7 @@ def _fair_candidates(bounded: bool = False) -> str:
     WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
         (SELECT batch_id FROM supervisor.jobs
          WHERE state = 'available' AND queue = %(queue)s AND batch_id IS NOT NULL
+           AND {_FROM_FIRST_BATCH}
          ORDER BY batch_id LIMIT 1)
         UNION ALL
         SELECT (SELECT j.batch_id FROM supervisor.jobs j
@@ -279,13 +320,14 @@ def _fair_candidates(bounded: bool = False) -> str:
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = %(queue)s
-                AND kind = ANY(%(kinds)s::text[]) AND run_at <= now(){rules}
+                AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
+                AND {_FROM_START}{rules}
               ORDER BY priority, run_at, id
               LIMIT %(limit)s) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, random()
     LIMIT %(limit)s))
-      AND state = 'available' AND queue = %(queue)s
+      AND {_STILL_AVAILABLE} AND queue = %(queue)s
       AND {_NOT_PAUSED}
     LIMIT %(limit)s"""
 
@@ -317,7 +359,7 @@ SELECT aged.id FROM levels CROSS JOIN LATERAL (
     LIMIT %(limit)s) AS aged"""
 
 
-def _lock_and_update(candidates: str) -> str:
+def _lock_and_update(candidates: str, returning: str = "") -> str:
     """Lock the candidates and mark them running under this supervisor's lease.
 
     Kept in this exact form (DESIGN): the CTE-join claim fell to a full scan after
@@ -340,7 +382,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           trace_context::text AS trace_context, checkpoint::text AS checkpoint,
           extract(epoch FROM expires_at)::float8 AS expires_at, cpus, memory,
           resources::text AS resources,
-          extract(epoch FROM run_at)::float8 AS run_at"""
+          extract(epoch FROM run_at)::float8 AS run_at{returning}"""
 
 
 def _keyed(aged: bool, bounded: bool = False) -> str:
@@ -371,7 +413,7 @@ FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_
 JOIN supervisor.jobs j ON j.id = k.id"""
 
 
-def _carrying(claim: str) -> str:
+def _carrying(claim: str, columns: Sequence[str] = _COLUMNS) -> str:
     """``claim`` carrying the completions of the jobs that just finished and the starts
     of those that began: one round trip and one commit (one WAL flush) instead of two,
     which is what bounds short jobs. A row must not be updated twice in one statement
@@ -381,19 +423,19 @@ def _carrying(claim: str) -> str:
 started AS ({STARTED.strip()}
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS ({claim})
-SELECT {", ".join(_COLUMNS)},
+SELECT {", ".join(columns)},
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, {", ".join(["NULL"] * (len(_COLUMNS) - 1))}, true FROM done"""
+SELECT id, {", ".join(["NULL"] * (len(columns) - 1))}, true FROM done"""
 
 
-def _alone(claim: str) -> str:
+def _alone(claim: str, columns: Sequence[str] = _COLUMNS) -> str:
     """A claim that carries no writes, in ``_carrying``'s row shape. Its plan may be
     cached (the parent prepares it): no batch arrays, so no plan that fits one batch
     size and not another."""
     return f"""WITH claimed AS ({claim})
-SELECT {", ".join(_COLUMNS)},
+SELECT {", ".join(columns)},
        false AS done
 FROM claimed"""
 
@@ -401,16 +443,18 @@ FROM claimed"""
 @functools.cache
 def claim_sql(v: ClaimVariant) -> str:
     """The text of variant ``v`` (``%(name)s`` placeholders), built once."""
+    columns: tuple[str, ...] = _COLUMNS
     if v.keyed:
         claim = _keyed(v.aged, v.bounded)
     elif v.fair:
-        claim = _lock_and_update(_fair_candidates(v.bounded))
+        claim = _lock_and_update(_fair_candidates(v.bounded), _FAIR_RETURNING)
+        columns = (*_COLUMNS, *_FAIR_COLUMNS)
     else:
         claim = _lock_and_update(_candidates(v.aged, v.bounded))
     if v.shape is Shape.CARRYING:
-        return _carrying(claim)
+        return _carrying(claim, columns)
     if v.shape is Shape.ALONE:
-        return _alone(claim)
+        return _alone(claim, columns)
     return claim
 
 
@@ -432,6 +476,7 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         "limit": request.limit, "aging": float(request.aging),
         "start_priority": start.priority, "start_run_at": start.run_at,
         "start_id": start.id,
+        "first_batch": LOWEST_BATCH if request.first_batch is None else request.first_batch,
         "kind_attempts": [max_attempts.get(kind) for kind in kinds],
         "default_attempts": default_attempts}
     if request.per_key is not None:
@@ -463,6 +508,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
      i_run_at) = (
         at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
+    i_batch, i_first_batch = at.get("batch_id"), at.get("first_batch")
 
     def make(v: Sequence[Any]) -> ClaimedJob | int:
         if i_done is not None and v[i_done]:
@@ -474,7 +520,9 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
                           expires_at=v[i_expires_at], cpus=v[i_cpus], memory=v[i_memory],
                           resources=None if v[i_resources] is None
                           else _resources(v[i_resources]),
-                          run_at=v[i_run_at])
+                          run_at=v[i_run_at],
+                          batch_id=None if i_batch is None else v[i_batch],
+                          first_batch=None if i_first_batch is None else v[i_first_batch])
     return make
 
 

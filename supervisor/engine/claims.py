@@ -107,11 +107,14 @@ class Claimer:
         aging, per_key = self.scheduler.aging(queue), self.scheduler.per_key(queue)
         fair = self.scheduler.fair(queue)
         plain = aging <= 0 and per_key is None and not fair
+        fair_start = self.cursors.fair_start(queue) if fair and per_key is None else None
         request = ClaimRequest(queue, self.kinds, wanted, aging, per_key,
                                self.outbox.take_completions(), self.outbox.take_starts(now),
                                self._bounds(),
-                               self.cursors.start(queue) if plain else None,
-                               fair=fair)
+                               self.cursors.start(queue) if plain
+                               else fair_start.loose if fair_start else None,
+                               fair=fair,
+                               first_batch=fair_start.first_batch if fair_start else None)
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0
@@ -154,7 +157,9 @@ class Claimer:
                 self.db.failed(f"claim for queue {queue!r}", outcome)
             return []
         fenced, claimed = outcome.fenced, outcome.jobs
-        if request.aging <= 0 and request.per_key is None and not request.fair:
+        if request.per_key is None and request.fair:
+            self.cursors.fair_claimed(queue, claimed, wanted)
+        elif request.aging <= 0 and request.per_key is None:
             self.cursors.claimed(queue, claimed)
         if fenced:
             self.metrics.fenced("complete", len(fenced))

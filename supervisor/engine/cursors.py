@@ -21,11 +21,25 @@ reads from the head, as every claim did before.
 
 Aged and per-key claims scan from the head as before (``ClaimRequest.start`` is None):
 their candidates are found per priority level and per key, not past one key.
+
+A fair queue (``fair = "batch"``) keeps two cursors (``FairStart``). Its group of jobs of
+no batch starts at a key, kept as above, except that the claim takes turns between
+groups: the key moves past the jobs of no batch it took (the group is taken from its
+front), and past every job it took only when the claim came back short (it then took
+every due job past the key). Its loose scan of the batches starts at a batch id: the
+lowest batch that still had waiting members when the last claim began (the claim
+returns it), so a pipeline's finished batches fall behind for good. A member made
+available again in a batch behind it (retried, rescued, resumed, a late commit) is
+told by no notice that names its batch, so every poll sends the next claim back to the
+lowest batch (a job made available behind a cursor waits at most for the next poll), as
+does a notice that moves the key back. Polls read a fair queue from the head: its
+waiting members may stand behind the key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey
@@ -34,6 +48,16 @@ from supervisor.db import ClaimKey
 # such a poll walks every entry claimed since the hold began, so it is kept rare; it only
 # catches what no notification tells (see above).
 HEAD_POLL_EVERY = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class FairStart:
+    """Where a fair claim starts: its group of jobs of no batch after ``loose`` (None:
+    the head of the index), its loose scan of the batches at ``first_batch`` (None: the
+    lowest batch)."""
+
+    loose: ClaimKey | None
+    first_batch: int | None
 
 
 class ClaimCursors:
@@ -45,6 +69,10 @@ class ClaimCursors:
         self._moves: dict[str, int] = {}  # queue -> times a poll moved its cursor back
         self._asked: dict[str, int] = {}  # queue -> _moves when its claim went out
         self._next_head_poll = float("-inf")
+        self._loose: dict[str, ClaimKey] = {}  # fair queue -> its jobs of no batch start
+        self._first_batch: dict[str, int] = {}  # fair queue -> its batch scan's start
+        self._polls = 0  # polls so far: a fair claim out across one learns nothing
+        self._fair_asked: dict[str, tuple[int, int]] = {}  # queue -> (_moves, _polls)
 
     def start(self, queue: str) -> ClaimKey | None:
         """Where ``queue``'s next plain claim, going out now, starts; None: at the head
@@ -52,9 +80,34 @@ class ClaimCursors:
         self._asked[queue] = self._moves.get(queue, 0)
         return self._from(queue)
 
+    def fair_start(self, queue: str) -> FairStart:
+        """Where ``queue``'s next fair claim, going out now, starts."""
+        self._fair_asked[queue] = (self._moves.get(queue, 0), self._polls)
+        return FairStart(self._loose.get(queue), self._first_batch.get(queue))
+
+    def fair_claimed(self, queue: str, jobs: Sequence[ClaimedJob], limit: int) -> None:
+        """The fair claim of ``queue`` for ``limit`` jobs took ``jobs`` (see the module's
+        words), unless a cursor was moved back while it was out."""
+        asked = self._fair_asked.pop(queue, None)
+        if asked != (self._moves.get(queue, 0), self._polls) or not jobs:
+            return
+        # Short: every due job past the key was taken. Else only the jobs of no batch
+        # are known to be taken from the front of their group.
+        passed = jobs if len(jobs) < limit else [job for job in jobs if job.batch_id is None]
+        if passed:
+            last = max(ClaimKey.of(job) for job in passed)
+            held = self._loose.get(queue)
+            self._loose[queue] = last if held is None else max(held, last)
+        first_batch = jobs[0].first_batch
+        if first_batch is not None:
+            self._first_batch[queue] = first_batch
+
     def poll_starts(self, now: float, listening: bool) -> dict[str, ClaimKey]:
         """Where a poll at ``now`` looks for each queue's work (queues left out: from the
-        head). From the head once per ``HEAD_POLL_EVERY`` and always without LISTEN."""
+        head). From the head once per ``HEAD_POLL_EVERY`` and always without LISTEN.
+        Each poll sends the fair claims' batch scans back to the lowest batch."""
+        self._polls += 1
+        self._first_batch.clear()
         if not listening or now >= self._next_head_poll:
             self._next_head_poll = now + HEAD_POLL_EVERY
             return {}
@@ -77,14 +130,19 @@ class ClaimCursors:
         """A job of each queue was found waiting at ``first[queue]`` (by a poll, or named
         by a notification): a cursor past it moves back to it."""
         for queue, key in first.items():
-            last = self._last.get(queue)
-            # A notification's key has no id (0): its job may be at the cursor's own
-            # priority and run_at, so it counts as behind when it ties.
-            if last is not None and key <= last and key.before() < last:
-                self._last[queue] = key.before()
-                self._moves[queue] = self._moves.get(queue, 0) + 1
+            for cursors in (self._last, self._loose):
+                last = cursors.get(queue)
+                # A notification's key has no id (0): its job may be at the cursor's own
+                # priority and run_at, so it counts as behind when it ties.
+                if last is not None and key <= last and key.before() < last:
+                    cursors[queue] = key.before()
+                    self._moves[queue] = self._moves.get(queue, 0) + 1
+                    # Its batch, if any, is not told: the batch scan starts over.
+                    self._first_batch.pop(queue, None)
 
     def forget(self) -> None:
         """Every queue's next claim scans from the head (the set of kinds changed, or
         notifications may have been lost with the connection)."""
         self._last.clear()
+        self._loose.clear()
+        self._first_batch.clear()
