@@ -70,10 +70,12 @@ JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned, JobChec
                JobExpired)
 
 
-@dataclass(slots=True)
 class Heard:
     """What one read said of the child itself, beyond its job records: the pool acts
-    on it once the whole read is gathered."""
+    on it once the whole read is gathered. A plain class whose fields default at class
+    level, not a dataclass: one is made per read, on the per-job path, and an instance
+    that sets only the fields a read changed skips a generated ``__init__`` of seven
+    assignments."""
 
     started: bool = False  # a job of its queue started
     answered: bool = False  # its head answered (done, failed or expired)
