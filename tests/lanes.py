@@ -40,6 +40,7 @@ DATABASE_FIXTURES = frozenset({
 UNIT_MODULES: frozenset[str] = frozenset({
     "test_admission_container.py", "test_arbiter_states.py", "test_child_faults.py",
     "test_child_head.py",
+    "test_child_news.py",
     "test_child_keeper.py",
     "test_claim_resolves_heartbeat.py",
     "test_child_process.py",

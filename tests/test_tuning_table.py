@@ -42,6 +42,7 @@ DISPATCH_PATH = (
     "supervisor/pool/overruns.py",
     "supervisor/pool/discards.py",
     "supervisor/pool/memorywatch.py",
+    "supervisor/pool/news.py",
 )
 
 ALWAYS = {0, 1, -1}

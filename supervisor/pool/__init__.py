@@ -10,6 +10,7 @@ database.
 
 from supervisor.pool.outcomes import (
     ChildEvent,
+    ChildEventKind,
     JobCheckpoint,
     JobDone,
     JobExpired,
@@ -27,6 +28,6 @@ from supervisor.pool.report import ChildReport
 from supervisor.pool.runtimes import RunTimes
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "ChildReport", "JobCheckpoint", "JobDone", "JobExpired", "JobFailed",
-           "JobProgress", "JobReturned", "JobStarted", "NativeJob", "Outcome", "Pool",
-           "PoolHalted", "PoolSettings", "ReturnTo", "RunTimes"]
+__all__ = ["ChildEvent", "ChildEventKind", "ChildReport", "JobCheckpoint", "JobDone",
+           "JobExpired", "JobFailed", "JobProgress", "JobReturned", "JobStarted", "NativeJob",
+           "Outcome", "Pool", "PoolHalted", "PoolSettings", "ReturnTo", "RunTimes"]

@@ -113,14 +113,30 @@ class JobCheckpoint:
     flush: bool
 
 
+class ChildEventKind(StrEnum):
+    """What happened to a child (``ChildEvent.what``); its value is the word logs and
+    metrics use."""
+
+    SPAWNED = "spawned"  # forked
+    READY = "ready"  # its first READY came
+    NATIVE = "native"  # silent, but its CPU time moves: busy in native code
+    RECALLED = "recalled"  # its head overran: the jobs behind it were asked back
+    STOPPING = "stopping"  # told to stop (or its last answer said it leaves)
+    KILLED = "killed"  # signalled by the parent
+    EXITED = "exited"  # reaped
+    RECYCLED = "recycled"  # reaped, having left on reaching its job or memory limit
+    BOOT_FAILED = "boot_failed"  # reaped before it was ready, not asked to go
+
+
 @dataclass(slots=True)
 class ChildEvent:
-    """Something happened to a child: spawned, ready, stopping, killed, exited,
-    recycled, boot_failed. ``detail`` says why or how, in words."""
+    """Something happened to a child (``what``: spawned, ready, stopping, killed,
+    exited, recycled, boot_failed, native, recalled). ``detail`` says why or how, in
+    words."""
 
     pid: int
     worker_no: int
-    what: str
+    what: ChildEventKind
     detail: str
 
 

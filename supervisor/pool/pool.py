@@ -33,9 +33,11 @@ from supervisor.pool import guards, overruns, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
 from supervisor.pool.discards import DiscardNotices
 from supervisor.pool.memorywatch import MemoryWatch
+from supervisor.pool.news import ChildNews, CrossedSkip, Heard, Leaving, Readied
 from supervisor.pool.oscalls import OsCalls, monotonic
 from supervisor.pool.outcomes import (
     ChildEvent,
+    ChildEventKind,
     JobCheckpoint,
     JobDone,
     JobExpired,
@@ -48,19 +50,7 @@ from supervisor.pool.outcomes import (
     PoolHalted,
     ReturnTo,
 )
-from supervisor.pool.process import (
-    ACTIVE_STATES,
-    BOOTING,
-    BUSY,
-    IDLE,
-    Broken,
-    ChildNews,
-    ChildProcess,
-    CrossedSkip,
-    Leaving,
-    Overdue,
-    Readied,
-)
+from supervisor.pool.process import ACTIVE_STATES, BOOTING, BUSY, IDLE, ChildProcess, Overdue
 from supervisor.pool.report import ChildReport
 from supervisor.pool.runtimes import RunTimes, ran_for
 from supervisor.pool.settings import PoolSettings
@@ -460,48 +450,53 @@ class Pool:
         engine in the order the child said them; what becomes of the child itself is
         decided once, from its state after the whole read (an answer, the START of the
         next job and the one after may all come in one write)."""
+        heard = self._gather(child, news)
+        if heard.answered:
+            self._after_answer(child, now, heard.leaving)
+        elif heard.started:
+            self._arm(child.deadline())
+        self._watch_head(child)
+        if heard.gave_back and child.state == BUSY and not heard.answered:
+            self._idle_if_empty(child)
+        if heard.crossed is not None:
+            self._kill(child, now, None, "started a job it was told to skip",
+                       signal.SIGKILL)
+        if heard.readied:
+            self._on_ready(child, now)
+        if heard.broken is not None:
+            self._kill(child, now, jobs.FAIL_CRASHED,
+                       f"child {child.pid} broke the wire protocol: {heard.broken.why}",
+                       signal.SIGKILL)
+
+    def _gather(self, child: ChildProcess, news: list[ChildNews]) -> Heard:
+        """Pass the job records of one read on, in order (a job that ended or came back
+        is released, an answer's run time is fed), and gather what it said of the
+        child itself."""
         outcomes = self._outcomes
-        answered = leaving = started = gave_back = readied = False
-        crossed: CrossedSkip | None = None
-        broken: Broken | None = None
+        heard = Heard()
         for said in news:
             if isinstance(said, JobStarted):
-                started = True
+                heard.started = True
             elif isinstance(said, _ANSWERS):
                 self._release(child, said.job)
-                answered = True
+                heard.answered = True
                 if not isinstance(said, JobExpired):
                     self.run_times.ran(said.job.kind, said.job.queue, ran_for(said))
             elif isinstance(said, JobReturned):
                 self._release(child, said.job)
-                gave_back = True
+                heard.gave_back = True
             elif not isinstance(said, JobProgress | JobCheckpoint):  # news of the child
                 if isinstance(said, Leaving):
-                    leaving = True
+                    heard.leaving = True
                 elif isinstance(said, Readied):
-                    readied = True
+                    heard.readied = True
                 elif isinstance(said, CrossedSkip):
-                    crossed = said
+                    heard.crossed = said
                 else:
-                    broken = said
+                    heard.broken = said
                 continue
             outcomes.append(said)
-        if answered:
-            self._after_answer(child, now, leaving)
-        elif started:
-            self._arm(child.deadline())
-        self._watch_head(child)
-        if gave_back and child.state == BUSY and not answered:
-            self._idle_if_empty(child)
-        if crossed is not None:
-            self._kill(child, now, None, "started a job it was told to skip",
-                       signal.SIGKILL)
-        if readied:
-            self._on_ready(child, now)
-        if broken is not None:
-            self._kill(child, now, jobs.FAIL_CRASHED,
-                       f"child {child.pid} broke the wire protocol: {broken.why}",
-                       signal.SIGKILL)
+        return heard
 
     def _after_answer(self, child: ChildProcess, now: float, leaving: bool) -> None:
         """The child answered for its head job: recycle, retire, idle it, or watch
@@ -529,7 +524,7 @@ class Pool:
         child.killed_usage.ready(self._os.group_sample(child.pid))
         self._crashes.ready()
         self._respawn.ready()
-        self._event(child, "ready", "")
+        self._event(child, ChildEventKind.READY, "")
         if child.state != BOOTING:
             return
         if self._stopping or child.retire_after_job:
@@ -576,9 +571,9 @@ class Pool:
         if not child.ready and not child.expected_exit:
             self._boot_failed(child, status, now)
         elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHILD_RECYCLE:
-            self._event(child, "recycled", how)
+            self._event(child, ChildEventKind.RECYCLED, how)
         else:
-            self._event(child, "exited", how)
+            self._event(child, ChildEventKind.EXITED, how)
 
     def _boot_failed(self, child: ChildProcess, status: int, now: float) -> None:
         """A child died before it was ready: fork again later if that was not its
@@ -586,7 +581,7 @@ class Pool:
         detail = f"{child.describe()} {describe_child_exit(status)}"
         if child.boot_error:
             detail += f": {child.boot_error}"
-        self._event(child, "boot_failed", detail)
+        self._event(child, ChildEventKind.BOOT_FAILED, detail)
         self._log.error("%s died before it was ready", detail)
         if not boot_failure_of_code(status, bool(child.boot_error), child.sigkilled):
             self._respawn.died(now)  # not the code's fault: fork again, spaced out
@@ -650,7 +645,7 @@ class Pool:
         self._children[child.pid] = child
         self._by_fd[child.read_fd] = self._by_fd[child.write_fd] = child
         self._arm(child.boot_deadline)
-        self._event(child, "spawned", f"max_jobs={max_jobs}")
+        self._event(child, ChildEventKind.SPAWNED, f"max_jobs={max_jobs}")
         return True
 
     # -- deadlines ---------------------------------------------------------------
@@ -740,7 +735,7 @@ class Pool:
             detail = (f"job {head.job.id} holds the GIL in native code: no "
                       f"heartbeat for {head.beat_timeout} s, CPU time moving")
             self._log.info("%s is busy: %s", child.describe(), detail)
-            self._event(child, "native", detail)
+            self._event(child, ChildEventKind.NATIVE, detail)
 
     def _overran(self, child: ChildProcess, now: float) -> None:
         """The head job ran past its kind's overrun time: the child takes no more jobs
@@ -753,7 +748,7 @@ class Pool:
             self.recalled += recall.asked
             self._log.info("%s: %d jobs recalled, %s", child.describe(), recall.asked,
                            recall.why)
-            self._event(child, "recalled", f"{recall.asked} jobs {recall.why}")
+            self._event(child, ChildEventKind.RECALLED, f"{recall.asked} jobs {recall.why}")
 
     # -- stopping and killing ----------------------------------------------------
 
@@ -771,7 +766,7 @@ class Pool:
         child.stop(now, told=told)
         self._arm(child.exit_deadline)
         self._size_dirty = True
-        self._event(child, "stopping", why)
+        self._event(child, ChildEventKind.STOPPING, why)
 
     def _kill(self, child: ChildProcess, now: float, kind: str | None, message: str,
               sig: int = signal.SIGTERM, *, boot: bool = False) -> None:
@@ -784,9 +779,9 @@ class Pool:
         child.kill(sig, now, kind, message, boot=boot)
         self._arm(child.exit_deadline)
         self._size_dirty = True
-        self._event(child, "killed", message)
+        self._event(child, ChildEventKind.KILLED, message)
 
-    def _event(self, child: ChildProcess, what: str, detail: str) -> None:
+    def _event(self, child: ChildProcess, what: ChildEventKind, detail: str) -> None:
         self._outcomes.append(ChildEvent(child.pid, child.worker_no, what, detail))
         self._log.debug("%s %s %s", child.describe(), what, detail)
 

@@ -20,14 +20,24 @@ state depended on least, and the least work lost. The limit is read once, at sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from shared.memlimit import headroom
 from shared.units import format_size
 
 CHECK_INTERVAL = 0.05  # seconds between two reads of the container's usage while busy
 
-NOTICE = "notice"  # past the limit less its headroom: the youngest job is told to stop
-KILL = "kill"  # within half the headroom of the limit: the youngest job is killed now
+
+
+class Pressure(StrEnum):
+    """How close the container's memory is to its limit (``ContainerGuard.level``)."""
+
+    NOTICE = "notice"  # past the limit less its headroom: the youngest job is told to stop
+    KILL = "kill"  # within half the headroom of the limit: the youngest job is killed now
+
+
+NOTICE = Pressure.NOTICE
+KILL = Pressure.KILL
 
 
 @dataclass
@@ -47,7 +57,7 @@ class ContainerGuard:
         """Usage past which the youngest job is killed at once."""
         return self.limit - headroom(self.limit) // 2
 
-    def level(self, usage: int | None) -> str | None:
+    def level(self, usage: int | None) -> Pressure | None:
         """``KILL``, ``NOTICE`` or None (fine, or the usage cannot be read)."""
         if usage is None or usage < self.notice_line:
             return None

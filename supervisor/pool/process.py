@@ -1,5 +1,5 @@
-"""One forked child as the parent sees it: its pid, its pipes and frames, its queue of
-jobs and their deadlines, and what its frames mean.
+"""One forked child as the parent sees it: its pid, its pipes, its queue of jobs and
+their deadlines, from its fork to its reaping.
 
 A ``ChildProcess`` is one child from fork until it is reaped, as uvicorn's ``Process``
 wraps one worker. It owns the parent's ends of the child's pipes (registered with the
@@ -10,9 +10,11 @@ unstarted), the deadlines of the child's life, and the head job's record (``Head
 ``head.py``: made when a job reaches the head, dropped at its answer).
 
 It sends (``run``, ``push``, ``skip``, ``recall``, ``stop``), signals (``kill``,
-``escalate``), reads (``read``: what the frames meant, as typed events in the order
+``escalate``), reads (``read``: what the frames meant, as typed news in the order
 they were said) and winds itself up once reaped (``close``: the running job fails, the
-queued ones come back unstarted). It decides nothing: which child gets a job, when one
+queued ones come back unstarted). What a frame means is ``news.hear``'s; it moves the
+child through the verbs of its life here (``booted``, ``took``, ``answered``,
+``take_out``, ``broke``). It decides nothing: which child gets a job, when one
 is stopped or killed and what replaces it is ``Pool``'s policy, made from the events
 ``read`` returns.
 
@@ -38,32 +40,28 @@ from enum import StrEnum
 from functools import partial
 
 from shared import wire
-from shared.jobs import (
-    FAIL_ARGS,
-    FAIL_CRASHED,
-    FAIL_ERROR,
-    FAIL_EXPIRED,
-    FAIL_MEMORY,
-    FAIL_STOPPED,
-    TERMINAL_FAILURES,
-    ClaimedJob,
-)
+from shared.jobs import FAIL_ARGS, FAIL_CRASHED, ClaimedJob
 from shared.procfs import GroupSample
 from supervisor.pool.head import Head, KillVerdict, Notice
 from supervisor.pool.killedusage import KilledUsage
-from supervisor.pool.oscalls import OsCalls
-from supervisor.pool.outcomes import (
-    JobCheckpoint,
-    JobDone,
-    JobExpired,
-    JobFailed,
-    JobProgress,
-    JobRecord,
-    JobReturned,
-    JobStarted,
-    ReturnTo,
+from supervisor.pool.news import (
+    JOB_RECORDS,
+    Broken,
+    ChildNews,
+    CrossedSkip,
+    Leaving,
+    Readied,
+    hear,
 )
+from supervisor.pool.oscalls import OsCalls
+from supervisor.pool.outcomes import JobFailed, JobRecord, JobReturned, ReturnTo
 from supervisor.pool.settings import PoolSettings
+
+# The news of a child's frames is ``news``'s; it is named here too, where the pool and
+# the tests have always found it.
+__all__ = ["ACTIVE_STATES", "BOOTING", "BUSY", "DEAD", "IDLE", "KILLED", "NO_LIMIT",
+           "STOPPING", "Broken", "ChildNews", "ChildProcess", "ChildState", "CrossedSkip",
+           "Leaving", "Overdue", "Readied", "Recall"]
 
 
 class ChildState(StrEnum):
@@ -98,44 +96,9 @@ class Overdue(StrEnum):
     BOOT = "boot"  # not ready within the boot timeout
     EXIT = "exit"  # asked to go and still there
 
+
 NO_LIMIT = 2**30  # what an empty child may hold (more than any depth): its next job sets it
 
-
-# -- what a child's frames mean -------------------------------------------------------
-#
-# ``read`` returns these in the order the child said them, together with the job
-# records of ``outcomes`` (``JobStarted``, ``JobDone``, ``JobFailed``, ``JobProgress``,
-# ``JobReturned``), which the pool passes on to the engine as they are.
-
-@dataclass(frozen=True, slots=True)
-class Readied:
-    """Its first READY: it booted and may be given jobs."""
-
-
-@dataclass(frozen=True, slots=True)
-class Leaving:
-    """The answer just before this one was its last: the child exits right after it
-    (its job or memory limit was reached), so it must never be given another job."""
-
-
-@dataclass(frozen=True, slots=True)
-class CrossedSkip:
-    """It started a job it had been told to skip (its START crossed the SKIP): the job
-    was given back or to another child meanwhile, so this child must be killed."""
-
-    job_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Broken:
-    """A frame that cannot be trusted (``why``): its read end is closed; kill it."""
-
-    why: str
-
-
-ChildNews = JobStarted | JobDone | JobFailed | JobProgress | JobReturned | JobCheckpoint | \
-    JobExpired | \
-    Readied | Leaving | CrossedSkip | Broken
 
 @dataclass(frozen=True, slots=True)
 class Recall:
@@ -146,11 +109,9 @@ class Recall:
     to: ReturnTo
 
 
-_READIED = Readied()
 # What each of ``Head.deadlines`` means once it passed, in the same order.
 _HEAD_DEADLINES = (Overdue.JOB, Overdue.HEARTBEAT, Overdue.NOTICE, Overdue.MEMORY,
                    Overdue.OVERRUN)
-_LEAVING = Leaving()
 
 READ_CHUNK = 64 * 1024
 EVENT_READ = selectors.EVENT_READ
@@ -158,19 +119,6 @@ EVENT_WRITE = selectors.EVENT_WRITE
 
 _pack_run = wire.Run.pack
 _STOP_FRAME = wire.Stop().encode()
-_DONE = wire.DONE
-_FAILED = wire.FAILED
-_HEARTBEAT = wire.HEARTBEAT
-_START = wire.START
-_SKIPPED = wire.SKIPPED
-_CHECKPOINT = wire.CHECKPOINT
-_ANSWERS = (_DONE, _FAILED)
-_unpack_done = wire.Done.unpack
-_decode_failed = wire.Failed.decode
-_unpack_start = wire.Start.unpack
-_FLAG_LAST = wire.FLAG_LAST
-_JOB_RECORDS = (JobStarted, JobDone, JobFailed, JobProgress, JobReturned, JobCheckpoint,
-                JobExpired)
 
 
 class ChildProcess:
@@ -266,6 +214,11 @@ class ChildProcess:
         self._log = log
         self._write = partial(oscalls.write, write_fd)
         selector.register(read_fd, EVENT_READ, tag)
+
+    @property
+    def log(self) -> logging.Logger:
+        """Where what it does wrong is logged."""
+        return self._log
 
     def describe(self) -> str:
         """``worker 3 (pid 1234)``, for messages."""
@@ -449,17 +402,12 @@ class ChildProcess:
     def skip(self, job_id: int, now: float) -> ClaimedJob | None:
         """Take a queued, unstarted job back and tell the child to skip it. Returns
         the job, or None if it is not queued here (unknown, or already running)."""
-        jobs = self.jobs
-        i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
-        if i is None or (i == 0 and self.started):
+        at = self.queued_at(job_id)
+        if at is None:
             return None
-        job = jobs[i]
-        del jobs[i]
         self.skipping.add(job_id)
         self.send(wire.Skip(job_id).encode())
-        if i == 0:
-            self._arm_head(now)
-        return job
+        return self.take_out(at, now)
 
     def recall(self, job_id: int, why: str, *, release: bool = True) -> bool:
         """Ask the child to give back a job queued here that it has not started: SKIP
@@ -468,9 +416,7 @@ class ChildProcess:
         and only its SKIPPED or START says which. False if the job is not queued here
         (unknown, running, or already asked for). ``release``: once given back it goes
         to the database, else to another child."""
-        jobs = self.jobs
-        i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
-        if i is None or (i == 0 and self.started) or job_id in self.recalling:
+        if job_id in self.recalling or self.queued_at(job_id) is None:
             return False
         self.recalling[job_id] = Recall(why, ReturnTo.DATABASE if release else ReturnTo.CHILD)
         self.send(wire.Skip(job_id).encode())
@@ -552,12 +498,8 @@ class ChildProcess:
 
     def read(self, now: float) -> list[ChildNews]:
         """One read from the child's pipe: what its frames meant, in the order it
-        said them (empty: nothing there, only heartbeats, or end of file, after which
-        ``read_open`` is False). READY ends its boot, START makes the head of its queue
-        the running job, SKIPPED gives back a job it was asked for, DONE and FAILED end
-        the head (an answer for any other job is dropped: it belongs to the head of
-        this child's queue, nobody else's), HEARTBEAT keeps the head alive and carries
-        its progress."""
+        said them (``news.hear``; empty: nothing there, only heartbeats, or end of
+        file, after which ``read_open`` is False)."""
         news: list[ChildNews] = []
         self._read_once(now, news)
         return news
@@ -581,170 +523,71 @@ class ChildProcess:
         if not data:
             self._close_read()
             return False
-        try:
-            frames = self.reader.feed(data)
-        except wire.ProtocolError as exc:
-            self._broke(exc, news)
-            return False
-        for frame in frames:
-            mtype = frame.type
-            try:
-                if mtype == _START:
-                    self._on_start(frame, now, news)
-                elif mtype in _ANSWERS:
-                    self._on_answer(frame, now, news)
-                elif mtype == _HEARTBEAT:
-                    self._on_heartbeat(frame, now, news)
-                elif mtype == _SKIPPED:
-                    self._on_skipped(frame, now, news)
-                elif mtype == _CHECKPOINT:
-                    self._on_checkpoint(frame, news)
-                elif mtype == wire.READY:
-                    if not self.ready:
-                        self.ready = True
-                        self.boot_deadline = None
-                        news.append(_READIED)
-                elif mtype == wire.BOOT_ERROR:
-                    said = wire.BootError.decode(frame)
-                    self.boot_error = f"{said.kind} error: {said.message}"
-            except wire.ProtocolError as exc:
-                self._broke(exc, news)
-                break
+        hear(self, data, now, news)
         return True
 
-    def _on_start(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
-        job_id = _unpack_start(frame)
-        if job_id in self.skipping:
-            self.skipping.discard(job_id)
-            self._log.warning("%s started job %d although told to skip it",
-                              self.describe(), job_id)
-            news.append(CrossedSkip(job_id))
-            return
-        jobs = self.jobs
-        if not jobs or self.started or jobs[0].id != job_id:
-            self._log.warning("%s started job %d, not the next of its queue: ignored",
-                              self.describe(), job_id)
-            return
-        # Asked back, but it took the job before it read the SKIP: the job runs here.
-        self.recalling.pop(job_id, None)
+    # -- what its frames do to it (``news.hear``) -------------------------------
+
+    def booted(self) -> None:
+        """Its first READY came: it may be given jobs."""
+        self.ready = True
+        self.boot_deadline = None
+
+    def took(self, now: float) -> ClaimedJob:
+        """Its START for the head of its queue came: the job runs here (even if it was
+        asked back: it took the job before it read the SKIP), its deadlines count from
+        now. Returns the job."""
+        job = self.jobs[0]
+        self.recalling.pop(job.id, None)
         head = self.head
-        if head is None or head.job is not jobs[0]:  # queued without ``run``: never armed
-            head = self.head = Head.arm(jobs[0], now, self._settings,
+        if head is None or head.job is not job:  # queued without ``run``: never armed
+            head = self.head = Head.arm(job, now, self._settings,
                                         kill=head.kill if head is not None else None)
         self.killed_usage.armed()
-        head.start(now, self._settings)  # its deadlines count from its START
-        news.append(JobStarted(jobs[0]))
+        head.start(now, self._settings)
         if self.state == STOPPING:
             # It took the job before it read STOP: the job runs; stop after it.
             self.state = BUSY
             self.exit_deadline = None
             self.retire_after_job = True
+        return job
 
-    def _on_skipped(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
-        job_id = wire.Skipped.decode(frame).job
-        recall = self.recalling.pop(job_id, None)
-        if recall is None:  # a cancelled job, already forgotten (``skip``)
-            self.skipping.discard(job_id)
-            return
+    def answered(self, now: float) -> None:
+        """Its head answered: the head's record goes (its notice and kill verdict with
+        it) and the next job, if any, is armed; its START follows."""
         jobs = self.jobs
-        i = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
-        if i is None or (i == 0 and self.started):
-            self._log.warning("%s gave back job %d, which it does not hold unstarted: "
-                              "ignored", self.describe(), job_id)
-            return
-        job = jobs[i]
-        del jobs[i]
-        if i == 0:
-            self._arm_head(now)
-        news.append(JobReturned(job, f"given back: {recall.why}", recall.to))
-
-    def _on_answer(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
-        jobs = self.jobs
-        if not jobs:
-            self._log.warning("%s answered with no job in flight", self.describe())
-            return
-        job = jobs[0]
-        head = self.head
-        started = head is not None and head.started
-        duration = now - head.armed_at if head is not None else 0.0
-        if frame.type == _DONE:
-            done = _unpack_done(frame)
-            if done.job != job.id:
-                self._stray(done.job)
-                return
-            if not started:  # an answer says it ran, START or not
-                news.append(JobStarted(job))
-            news.append(JobDone(job, done.result, duration,
-                                self.killed_usage.tree_peak(done.usage), done.output))
-            self.killed_usage.answered(done.usage)
-        else:
-            answer = _decode_failed(frame)
-            if answer.job != job.id:
-                self._stray(answer.job)
-                return
-            kind = answer.kind
-            if kind == FAIL_EXPIRED and not started:
-                news.append(JobExpired(job))  # it never ran: no start to record
-            else:
-                if not started:
-                    news.append(JobStarted(job))
-                message = answer.message
-                if kind == FAIL_STOPPED:
-                    # Stopping let out: the notice's kind, or an ordinary error without one.
-                    notice = head.notice if head is not None else None
-                    kind = notice.kind if notice is not None else FAIL_ERROR
-                    if kind == FAIL_MEMORY and notice is not None:
-                        # The memory cap's notice: its errors entry says why it was
-                        # told, not only that it stopped.
-                        message = f"{notice.message}; it stopped itself first"
-                news.append(JobFailed(job, kind, message, answer.traceback,
-                                      answer.retry_delay, kind in TERMINAL_FAILURES, duration,
-                                      self.killed_usage.tree_peak(answer.usage),
-                                      answer.output))
-            self.killed_usage.answered(answer.usage)
         jobs.popleft()
-        self.head = None  # answered: its record, notice and kill verdict with it
+        self.head = None
         self.jobs_done += 1
         if jobs:
-            self._arm_head(now)  # its START follows: the deadlines move then
+            self._arm_head(now)
         else:
             self.limit = NO_LIMIT
-        if frame.flags & _FLAG_LAST:
-            news.append(_LEAVING)
 
-    def _stray(self, job_id: int) -> None:
-        # Not the job at the head of its queue (a copy its handler forked, say): drop it.
-        self._log.warning("%s answered for job %d while running job %d: answer dropped",
-                          self.describe(), job_id, self.jobs[0].id)
+    def queued_at(self, job_id: int) -> int | None:
+        """Where ``job_id`` waits in its queue, unstarted (None: not held here, or it
+        runs)."""
+        jobs = self.jobs
+        at = next((i for i, job in enumerate(jobs) if job.id == job_id), None)
+        if at is None or (at == 0 and self.started):
+            return None
+        return at
 
-    def _on_checkpoint(self, frame: wire.Frame, news: list[ChildNews]) -> None:
-        said = wire.Checkpoint.decode(frame)
-        job = self.job
-        if job is None or job.id != said.job or not self.started:
-            # Not the running job's (a copy its handler forked): never stored; a handler
-            # waiting on it is told so rather than left waiting.
-            if said.flush:
-                self.send(wire.Checkpointed(said.job, False).encode())
-            return
-        news.append(JobCheckpoint(job, said.state.decode(), said.flush))
+    def take_out(self, at: int, now: float) -> ClaimedJob:
+        """Remove the unstarted job at ``at`` of its queue (``queued_at``); the next one
+        is armed if it was the head. Returns the job."""
+        jobs = self.jobs
+        job = jobs[at]
+        del jobs[at]
+        if at == 0:
+            self._arm_head(now)
+        return job
 
-    def _on_heartbeat(self, frame: wire.Frame, now: float, news: list[ChildNews]) -> None:
-        job = self.job
-        if job is None:
-            return
-        beat = wire.Heartbeat.decode(frame)
-        if beat.job != job.id:
-            return  # not a sign of life of this job
-        if self.head is not None:
-            self.head.beat(now)
-        if beat.progress is not None:
-            news.append(JobProgress(job, beat.progress))
-
-    def _broke(self, exc: Exception, news: list[ChildNews]) -> None:
-        self.broken = str(exc)
-        self._log.error("%s sent a bad frame: %s", self.describe(), exc)
+    def broke(self, why: str) -> None:
+        """A frame could not be trusted: its read end is closed (the pool kills it)."""
+        self.broken = why
+        self._log.error("%s sent a bad frame: %s", self.describe(), why)
         self._close_read()
-        news.append(Broken(self.broken))
 
     # -- signals -----------------------------------------------------------------
 
@@ -800,7 +643,7 @@ class ChildProcess:
         if any, as failed and its queued jobs as returned unstarted."""
         self.state = DEAD
         records: list[JobRecord] = [news for news in self.drain(now)
-                                    if isinstance(news, _JOB_RECORDS)]
+                                    if isinstance(news, JOB_RECORDS)]
         self._close_read()
         if self.write_registered:
             self._sel.unregister(self.write_fd)
