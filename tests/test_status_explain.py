@@ -7,6 +7,7 @@ published them on its heartbeat; and a debug line when a value moved.
 from __future__ import annotations
 
 import math
+import re
 
 import orjson
 import psycopg
@@ -96,7 +97,13 @@ def test_status_explain_shows_each_served_queues_rules(dsn, tmp_path):
         assert "rules: supervisor/tuning.py" in text
         for line in ("default ", "weighted_a ", "weighted_b "):
             assert any(row.startswith(line) for row in text.splitlines()), (line, text)
-        assert f"{expected['value']} ({expected['rule']})" in text and "1 (long_job)" in text
+        # The text is a later heartbeat's than the figures above: the claim's latency
+        # (and so the depth) may have moved in between on a loaded machine; the rule
+        # that sets the depth is printed with its value either way.
+        tuning = text[text.index("tuning of "):]
+        default_row = next(row for row in tuning.splitlines() if row.startswith("default "))
+        assert re.search(r"\b\d+ \((claim_round_trips|claim_covers)\)", default_row), text
+        assert "1 (long_job)" in text
         # The first measured run time moved the depth: said at debug.
         assert "queue default: depth is now " in sup.err
         assert "(was 1 (unmeasured))" in sup.err
