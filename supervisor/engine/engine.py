@@ -225,7 +225,7 @@ class Engine:
         if not self.db.up:
             retry = self.db.next_retry()
             return min([retry if retry is not None else now + 1.0, *fence])
-        due = [self.leases.next_renew, self.planner.limits.next_refresh, *fence,
+        due = [self.leases.next_renew, self.planner.limits.wake_at(), *fence,
                *self.poller.deadlines(), *self.housekeeping.deadlines()]
         for at in (self.db.next_expiry(), self.planner.next_token_at(now),
                    self.outbox.next_flush_at(self.claim_in_flight, pool.busy_count() == 0,
