@@ -272,8 +272,9 @@ def describe(name: str, records: list, extra: dict) -> str:
                  f"({extra['rows'] / jobs:.2f}/job)")
         loop = extra["loop"]
         if loop:
+            waits = loop["voluntary_ctxt_switches"] / jobs
             line += (f"; per job: {extra['commits'] / jobs:.2f} statements (the run's "
-                     f"commits); from the first job on, per job: {loop['voluntary_ctxt_switches'] / jobs:.2f} waits "
+                     f"commits); from the first job on, per job: {waits:.2f} waits "
                      f"(voluntary switches), {loop['syscr'] / jobs:.2f} reads and "
                      f"{loop['syscw'] / jobs:.2f} writes (syscalls)")
         if extra["wakeups"]:
