@@ -102,18 +102,38 @@ def test_a_completion_waits_for_a_coming_claim_no_longer_than_its_bound():
 
 def test_completions_of_jobs_of_100_ms_or_more_do_not_wait_for_a_claim():
     """Beside a job of 0.1 s or more one claim per job costs little, and holding the
-    claim for half a window let children wait for a late one: such completions make
-    the claim go out after the flush interval, as before issue 31."""
+    claim for half a window let children wait for a late one. Issue 43: with two
+    children no other completion is due within the flush interval, so waiting it out
+    batched nothing and cost the loop a timer wake per job: the claim carrying the
+    completion goes out in the turn that read it, not a flush interval later."""
     engine, db, _store, pool, clock = busy_with_a_window_of_four()
     job = pool.jobs.pop(1)
     pool.idle += 1
     pool.outcomes.append(JobDone(job, '{"ok": true}', 0.2, Usage(0.2, 0.2, 1 << 20)))
     engine.tick(clock.now, pool)  # job 3 goes to the free child: one place free of four
+    (params, _), = db.claims.sent
+    assert params["limit"] == 1 and [c.id for c in params["completions"]] == [1]
+    assert not engine.outbox.pending.completions  # nothing left for a timer to write
+
+
+def test_long_jobs_completions_still_share_a_claim_when_many_children_end_them():
+    """Sixteen children of 100 ms jobs end one every 6 ms: the flush interval batches
+    completions there, so a lone completion still waits it out (issue 48's rate)."""
+    engine, db, store, pool, clock = make_engine(children=16, prefetch=2)
+    store.add(n=80)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert pool.busy_count() == 16 and not db.claims.sent
+    job = pool.jobs.pop(1)
+    pool.idle += 1
+    pool.outcomes.append(JobDone(job, '{"ok": true}', 0.1, Usage(0.1, 0.1, 1 << 20)))
+    engine.tick(clock.now, pool)
     assert not db.claims.sent
     clock.now += 0.03  # past the flush interval
     engine.tick(clock.now, pool)
     (params, _), = db.claims.sent
-    assert params["limit"] == 1 and [c.id for c in params["completions"]] == [1]
+    assert [c.id for c in params["completions"]] == [1]
 
 
 def test_a_completion_carrying_an_unwritten_start_waits_no_longer_than_the_start_hold():

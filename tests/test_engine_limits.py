@@ -9,6 +9,7 @@ from engine_fakes import FakePool, make_engine
 
 from supervisor.db import LeaseRow, StoredLimits
 from supervisor.engine.leases import running_slice
+from supervisor.engine.limits import LOOK_SLACK
 
 
 class StartLaterPool(FakePool):
@@ -50,3 +51,51 @@ def test_a_renewal_keeps_the_slots_of_jobs_whose_start_has_not_come_back():
     assert kept[-1] == 2, kept
     # What the arithmetic would store had it been told nothing runs here.
     assert running_slice(2, "me", 2, 0, others)[0] == 1
+
+
+def _busy_with_nothing_else_due(limits_read):
+    """Two children running, the first limits look done, no poll or write due soon."""
+    engine, db, store, pool, clock = make_engine(children=2)
+    reads: list[float] = []
+
+    def read_limits(queues):
+        reads.append(clock.now)
+        return limits_read
+
+    store.read_limits = read_limits
+    store.renew_lease = lambda queue, decide, to_row: decide({})
+    store.add(n=2)
+    engine.planner.wake(["default"])
+    engine.tick(clock.now, pool)
+    clock.now += 0.01
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    assert pool.busy_count() == 2
+    clock.now += 0.6  # the look of 0.5 s is due: done now
+    engine.tick(clock.now, pool)
+    engine.poller.next_poll = clock.now + 5.0
+    engine.outbox.take_starts(clock.now, every=True)
+    return engine, pool, clock, reads
+
+
+def test_without_a_global_limit_the_limits_look_wakes_no_loop_of_its_own():
+    """Issue 43: with no limit on the served queues the look for one rode a timer wake
+    of its own every 0.5 s (24 of the 4.5 wakes per 100 ms job counted then). It now
+    asks the loop to wake only ``LOOK_SLACK`` later, and a wake for anything else once
+    it is due does it: a limit newly set still arrives within a second."""
+    engine, pool, clock, reads = _busy_with_nothing_else_due({})
+    limits = engine.planner.limits
+    assert engine.next_deadline(clock.now, pool) == limits.next_refresh + LOOK_SLACK
+    looked = len(reads)
+    clock.now = limits.next_refresh + 0.01  # a child's answer wakes the loop
+    engine.tick(clock.now, pool)
+    assert len(reads) == looked + 1
+
+
+def test_with_a_global_limit_the_slice_is_renewed_on_time():
+    """A limit kept here: its slice's renewal wakes the loop when due, as before."""
+    engine, pool, clock, _reads = _busy_with_nothing_else_due(
+        {"default": StoredLimits(max_running=4)})
+    limits = engine.planner.limits
+    assert engine.next_deadline(clock.now, pool) == limits.next_refresh

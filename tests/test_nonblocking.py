@@ -113,3 +113,20 @@ def test_with_prepares_off_nothing_is_prepared(runner):
     query.prepares = False
     assert run(query, sel, Prepared("SELECT %(n)s::int"), {"n": 4}, prepare=True) == [(4,)]
     assert run(query, sel, SERVER_PREPARED, {}) == []
+
+
+def test_a_statement_that_went_out_whole_wakes_the_loop_only_for_its_answer(runner):
+    """Issue 43: the socket was watched for writing after every send, so each claim cost
+    the loop a turn for the socket's writability before the one for the answer."""
+    query, sel, _ = runner
+    masks = []
+    for prepare in (False, True, True, True):  # plain, sent once, prepared, executed
+        outcomes: list = []
+        query.send(Prepared("SELECT %(n)s::int + 1"), {"n": 1}, outcomes.append,
+                   prepare=prepare)
+        while not outcomes:
+            for key, mask in sel.select(5):
+                masks.append(mask)
+                key.data.handle_event(key, mask)
+        assert outcomes == [[(2,)]]
+    assert not [mask for mask in masks if mask & selectors.EVENT_WRITE]

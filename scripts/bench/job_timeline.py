@@ -11,12 +11,23 @@ run the supervisor process's own CPU (in all, and from the first job's start on,
 leaves out its start-up), every PostgreSQL process's CPU, the database's committed
 transactions and the rows of supervisor.jobs it updated, each also per job.
 
+The loop's rhythm, per job and from the first job's start on (all from ``/proc`` of the
+supervisor process, so the code measured needs nothing added): its voluntary context
+switches (each a wait the loop, or a statement it waited on, gave the CPU up in: the
+loop's wake-ups and blocking round trips), and its read and write system calls
+(``syscr``/``syscw``: the frames on the children's pipes and the wake-up fds; libpq's
+socket ``send``/``recv`` are not among them). Statements are the transactions the
+database committed (every statement of the supervisor is its own, in autocommit).
+``--wakeups``: also scrape ``supervisor_loop_wakeups_total`` by reason from the metrics
+port every 0.5 s (the scrapes cost the parent a little CPU, and wake it: they are
+counted under ``scrape``).
+
 ``--code DIR [DIR ...]``: each checkout's supervisor in turn within every round, on a
 database its own code migrated (``common.scratch_database_for``), for a before/after
 comparison in one run.
 
 Usage: python scripts/bench/job_timeline.py [--ms 20] [--jobs 500] [--rounds 2]
-       [--code DIR ...]
+       [--code DIR ...] [--no-pool] [--wakeups]
 """
 
 from __future__ import annotations
@@ -70,6 +81,48 @@ def process_cpu(pid: int) -> float | None:
     return _stat_cpu(stat[stat.rindex(")") + 2:].split(), False)
 
 
+def loop_counters(pid: int) -> dict[str, int] | None:
+    """The supervisor process's voluntary context switches and read/write system calls
+    so far; None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        io = Path(f"/proc/{pid}/io").read_text()
+    except OSError:
+        return None
+    counters = {}
+    for line in (*status.splitlines(), *io.splitlines()):
+        key, _, value = line.partition(":")
+        if key in ("voluntary_ctxt_switches", "syscr", "syscw"):
+            counters[key] = int(value)
+    return counters
+
+
+def scrape_wakeups(port: int) -> dict[str, float] | None:
+    """``supervisor_loop_wakeups_total`` by reason, from the metrics port (None: no
+    answer yet)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+            body = r.read().decode()
+    except OSError:
+        return None
+    found = {}
+    for line in body.splitlines():
+        if line.startswith("supervisor_loop_wakeups_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            found[reason] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def postgres_cpu() -> float:
     """CPU seconds of every process named postgres, and of the children they reaped."""
     total = 0.0
@@ -109,16 +162,22 @@ def through_pool(n: int, jobs: int) -> tuple[list, dict]:
         return pool.map(timed_spin, [n] * jobs, chunksize=1), {}
 
 
-def through_supervisor(dsn: str, n: int, jobs: int) -> tuple[list, dict]:
+def through_supervisor(dsn: str, n: int, jobs: int, wakeups: bool = False
+                       ) -> tuple[list, dict]:
     common.reset(dsn)
     enqueue_many("run_cpu_timed", [{"n": n}] * jobs, queue="bench_timed", dsn=dsn)
     env = common.supervisor_env(dsn)
     before_commits, before_pg, before_rows = commits(dsn), postgres_cpu(), rows_updated(dsn)
     began = time.time()
-    proc = subprocess.Popen(common.supervisor_cmd("--burst", "-q", "bench_timed", "-n", "2"),
+    port = free_port() if wakeups else None
+    extra_args = ("--metrics-port", str(port)) if port is not None else ()
+    proc = subprocess.Popen(common.supervisor_cmd("--burst", "-q", "bench_timed", "-n", "2",
+                                                  *extra_args),
                             env=env, cwd=str(common.SCRIPTS))
     parent_cpu = [0.0]
     samples: list[tuple[float, float]] = []  # (time, the parent's CPU so far)
+    counted: list[tuple[float, dict[str, int]]] = []  # (time, ``loop_counters``)
+    woke: list[tuple[float, dict[str, float]]] = []  # (time, wake-ups by reason)
 
     backends: dict[int, float] = {}  # the run's own PostgreSQL backends: CPU last seen
     pids: set[int] = set()
@@ -131,6 +190,13 @@ def through_supervisor(dsn: str, n: int, jobs: int) -> tuple[list, dict]:
                 if cpu is not None:
                     parent_cpu[0] = cpu
                     samples.append((time.time(), cpu))
+                counters = loop_counters(proc.pid)
+                if counters is not None:
+                    counted.append((time.time(), counters))
+                if port is not None and len(samples) % 25 == 1:
+                    scraped = scrape_wakeups(port)
+                    if scraped is not None:
+                        woke.append((time.time(), scraped))
                 # Other work on this shared server is not the run's: only the backends
                 # connected to its database count (their CPU read every 20 ms, so the
                 # last few ms of each are missed; the list asked for every 0.2 s, each
@@ -162,7 +228,19 @@ def through_supervisor(dsn: str, n: int, jobs: int) -> tuple[list, dict]:
     first = min(r[3] for r in records)
     at_first = [cpu for t, cpu in samples if t <= first]
     extra["startup_cpu"] = at_first[-1] if at_first else 0.0
+    extra["loop"] = since_first(counted, first)
+    extra["wakeups"] = since_first(woke, first)
     return records, extra
+
+
+def since_first(series: list, first: float) -> dict:
+    """A counter series' growth from the first job's start to its last reading."""
+    if not series:
+        return {}
+    before = [c for t, c in series if t <= first]
+    base = before[-1] if before else {}
+    last = series[-1][1]
+    return {key: value - base.get(key, 0) for key, value in last.items()}
 
 
 def describe(name: str, records: list, extra: dict) -> str:
@@ -192,6 +270,17 @@ def describe(name: str, records: list, extra: dict) -> str:
                  f"({extra['backends_cpu'] / jobs * 1000:.2f} ms/job), "
                  f"{extra['commits']} commits, {extra['rows']} row writes "
                  f"({extra['rows'] / jobs:.2f}/job)")
+        loop = extra["loop"]
+        if loop:
+            waits = loop["voluntary_ctxt_switches"] / jobs
+            line += (f"; per job: {extra['commits'] / jobs:.2f} statements (the run's "
+                     f"commits); from the first job on, per job: {waits:.2f} waits "
+                     f"(voluntary switches), {loop['syscr'] / jobs:.2f} reads and "
+                     f"{loop['syscw'] / jobs:.2f} writes (syscalls)")
+        if extra["wakeups"]:
+            line += "; wake-ups per job: " + ", ".join(
+                f"{reason} {count / jobs:.2f}" for reason, count in
+                sorted(extra["wakeups"].items()))
     return line
 
 
@@ -203,6 +292,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--code", nargs="*", default=[str(common.ROOT)])
     parser.add_argument("--no-pool", action="store_true", help="skip the Pool's runs")
+    parser.add_argument("--wakeups", action="store_true",
+                        help="scrape the loop's wake-ups by reason (metrics port)")
     args = parser.parse_args()
     n = round(iterations_per_ms() * args.ms)
     names = {code: f"{DATABASE}_{i}" for i, code in enumerate(args.code)}
@@ -216,7 +307,8 @@ def main() -> None:
             for code, dsn in dsns.items():
                 os.environ["BENCH_CODE"] = code
                 label = f"supervisor ({os.path.basename(code.rstrip('/'))})"
-                print(describe(label, *through_supervisor(dsn, n, args.jobs)), flush=True)
+                print(describe(label, *through_supervisor(dsn, n, args.jobs,
+                                                                  args.wakeups)), flush=True)
         print(f"load average {os.getloadavg()}", flush=True)
     finally:
         os.environ.pop("BENCH_CODE", None)

@@ -184,7 +184,10 @@ class Engine:
         # A child stuck on a long job takes nothing more until it ends: claiming for
         # it would only have the jobs wait here, leased, instead of in the table.
         stuck = pool.overrunning_heads()
-        eager = self.outbox.due(now, self.claim_in_flight, claim_coming=self._claim_coming(pool))
+        outbox = self.outbox
+        eager = (outbox.due(now, self.claim_in_flight, claim_coming=self._claim_coming(pool))
+                 or (bool(outbox.pending.completions)
+                     and self.claimer.carries_alone(pool.busy_count(), outbox.flush_interval)))
         self.claimer.claim(now, pool.size() - sum(stuck.values()), eager=eager, set_aside=stuck)
         self.dispatch(pool)
         if pool.idle_count() and not self.ledger.waiting_counts():
@@ -222,7 +225,7 @@ class Engine:
         if not self.db.up:
             retry = self.db.next_retry()
             return min([retry if retry is not None else now + 1.0, *fence])
-        due = [self.leases.next_renew, self.planner.limits.next_refresh, *fence,
+        due = [self.leases.next_renew, self.planner.limits.wake_at(), *fence,
                *self.poller.deadlines(), *self.housekeeping.deadlines()]
         for at in (self.db.next_expiry(), self.planner.next_token_at(now),
                    self.outbox.next_flush_at(self.claim_in_flight, pool.busy_count() == 0,

@@ -49,6 +49,10 @@ REFRESH_INTERVAL = 0.5  # seconds between reads of the limits and slice renewals
 # yet), the next renewal comes this soon, so the share moves over in a fraction of a
 # second instead of a whole interval.
 CATCH_UP_INTERVAL = 0.1
+# With no limit to keep (no served queue has one, no slice held), a refresh only looks
+# for a new limit: it wakes the loop this late, so while jobs run it rides on a wake that
+# comes anyway (a child's answer, a claim's) instead of a timer of its own (issue 43).
+LOOK_SLACK = 0.5
 
 # (how many it could run now, how many it runs, whether it has work) for a queue.
 Wants = Callable[[str], tuple[int, int, bool]]
@@ -76,6 +80,14 @@ class GlobalLimits:
     def due(self, now: float) -> bool:
         """Whether ``refresh`` should run now."""
         return now >= self.next_refresh
+
+    def wake_at(self) -> float:
+        """When the loop must wake for ``refresh`` at the latest: when it is due while
+        a limit is kept here, ``LOOK_SLACK`` later when none is (a limit newly set
+        then reaches this supervisor within ``interval + LOOK_SLACK``, a second)."""
+        if self.leased or any(s != _NONE for s in self.settings.values()):
+            return self.next_refresh
+        return self.next_refresh + LOOK_SLACK
 
     def refresh(self, store: Store, now: float, wants: Wants) -> None:
         """Read the limits; renew the slice of each queue with a running or rate limit;
