@@ -38,7 +38,9 @@ def main() -> None:
     parser.add_argument("--code", nargs="*", default=[str(common.ROOT)])
     args = parser.parse_args()
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    dsn = common.scratch_database(args.dsn, DATABASE)
+    # Each checkout drains a database its own code migrated (see scratch_database_for).
+    dsns = {code: common.scratch_database_for(args.dsn, f"{DATABASE}_{i}", code)
+            for i, code in enumerate(args.code)}
     cases = [(code, case) for code in args.code for case in CASES]
     names = {item: item[1] if len(args.code) == 1 else f"{item[0]}, {item[1]}"
              for item in cases}
@@ -47,12 +49,13 @@ def main() -> None:
         for i in range(args.rounds):
             for code, case in cases if i % 2 == 0 else cases[::-1]:
                 os.environ["BENCH_CODE"] = code
-                rates[names[code, case]].append(drain(dsn, args.jobs, CASES[case]))
+                rates[names[code, case]].append(drain(dsns[code], args.jobs, CASES[case]))
             print(f"round {i + 1}: " + "; ".join(f"{c} {r[-1]:,.0f}/s"
                                                  for c, r in rates.items()), flush=True)
     finally:
         os.environ.pop("BENCH_CODE", None)
-        common.drop_database(args.dsn, DATABASE)
+        for i in range(len(args.code)):
+            common.drop_database(args.dsn, f"{DATABASE}_{i}")
     for case in rates:
         print(f"{case}: {common.median(rates[case]):,.0f} jobs/s (median of {args.rounds}; "
               f"{sorted(round(r) for r in rates[case])})")
