@@ -5,6 +5,7 @@ setting runs A to the end first (which is what makes the first half able to fail
 Shares are counted, not timed: how fast is measured by scripts/bench/fair_batches.py
 (docs/benchmarks.md)."""
 
+import time
 from collections import Counter
 
 import pytest
@@ -33,22 +34,26 @@ def two_batches(dsn, tmp_path, *settings, supervisors=1):
         wait_until(lambda: len(runs(log)) >= 10, timeout=120, what="A running")
         second = enqueue_many("fair_member", [{"batch": "B"}] * MEMBERS, queue="fair",
                               dsn=dsn, then=Callback("fair_done", {}, queue="fair"))
+        committed = time.time()  # B's members are claimable from here
         first.wait(timeout=180)
         second.wait(timeout=180)
     finally:
         for sup in sups:
             sup.stop()
-    return [r["batch"] for r in sorted(runs(log), key=lambda r: r["t"])]
+    ordered = sorted(runs(log), key=lambda r: r["t"])
+    return [r["batch"] for r in ordered], sum(r["t"] <= committed for r in ordered)
 
 
 @pytest.mark.parametrize("supervisors", [1, 2])  # two: one child each, no shared turn
 def test_a_fair_queue_serves_a_second_batch_at_once_and_in_turns(dsn, tmp_path,
                                                                  supervisors):
-    order = two_batches(dsn, tmp_path, "--queue-setting", "fair.fair=batch",
-                        supervisors=supervisors)
+    order, before_b = two_batches(dsn, tmp_path, "--queue-setting", "fair.fair=batch",
+                                  supervisors=supervisors)
     b_first = order.index("B")
-    # B's first job started within the few A jobs already in the children's hands.
-    assert b_first <= 10 + 2 * 2, order[:40]
+    # B's first job started within the few A jobs already in the children's hands when
+    # B committed (counted from the commit: on a loaded machine more A jobs ran between
+    # the tenth seen and the enqueue's commit, 18 before B's first in one CI run).
+    assert b_first - before_b <= 2 * 2, (before_b, order[:40])
     # While both had jobs waiting (until one of them ran its last), they took turns.
     both = order[b_first:min(len(order) - order[::-1].index("A"),
                              len(order) - order[::-1].index("B"))]
@@ -58,5 +63,5 @@ def test_a_fair_queue_serves_a_second_batch_at_once_and_in_turns(dsn, tmp_path,
 
 
 def test_without_the_setting_the_second_batch_waits_for_the_first(dsn, tmp_path):
-    order = two_batches(dsn, tmp_path)
+    order, _ = two_batches(dsn, tmp_path)
     assert order.index("B") >= MEMBERS - 5  # A (nearly) to its end first
