@@ -28,7 +28,6 @@ from shared import jobs
 from shared.exitcodes import CLI_JOBS_FAILED
 from supervisor.config import RunConfig
 from supervisor.engine import Engine, make_owner
-from supervisor.forkwaves import ForkWaves
 from supervisor.observe import (
     BurstProgress,
     Failures,
@@ -39,7 +38,7 @@ from supervisor.observe import (
     run_summary,
     wants_tracing,
 )
-from supervisor.pool import NativeJob, Pool, PoolHalted, RunTimes
+from supervisor.pool import ForkWaves, NativeJob, Pool, PoolHalted, RunTimes
 from supervisor.schedules import ScheduleSpec
 from supervisor.signals import (
     DUPLICATE_WINDOW,
@@ -144,7 +143,7 @@ class Arbiter:
         self.engine.watch_signals(self.inbox.wakeup_fd)
         # The children boot while the parent connects (start-up is on the clock of every
         # batch run), and they inherit no database socket: the first wave of them, the
-        # others once the first job is placed (``supervisor.forkwaves``).
+        # others once the first job is placed (``supervisor.pool.forkwaves``).
         self.fork_waves.start(self.clock())
         opened = False
         try:

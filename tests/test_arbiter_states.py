@@ -399,7 +399,7 @@ def test_run_forks_one_child_per_cpu_before_it_connects_and_the_rest_once_a_job_
     nothing more while the first claim is out; once a child holds a job, the rest are
     forked a few per recount, and the loop turns at once to do it."""
     from shared.cpus import CpuCount
-    from supervisor.forkwaves import FORKS_PER_RECOUNT
+    from supervisor.pool.forkwaves import FORKS_PER_RECOUNT
 
     calls: list[str] = []
     clock = Clock()

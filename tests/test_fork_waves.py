@@ -12,8 +12,8 @@ from pool_fakes import Harness, exited
 from shared import wire
 from shared.exitcodes import CHILD_IMPORT_ERROR
 from shared.jobs import ClaimedJob
-from supervisor.forkwaves import FORKS_PER_RECOUNT, HOLD_LIMIT, ForkWaves, first_wave
 from supervisor.pool import PoolHalted
+from supervisor.pool.forkwaves import FORKS_PER_RECOUNT, HOLD_LIMIT, ForkWaves, first_wave
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -37,9 +37,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"arbiter", "config", "apps", "signals", "observe", "schedules", "admin",
             "dashboard", "namesake", "breaker"},
     "arbiter": {"engine", "pool", "observe", "schedules", "signals", "config", "apps",
-                "tuning", "forkwaves"},
+                "tuning"},
     # When the children are forked at start (issue 48): it paces the pool it is given.
-    "forkwaves": {"pool"},
     "config": {"pool", "queue_policy", "tuning"},
     "engine": {"db", "pool", "observe", "schedules", "config", "queue_policy", "admission",
                "breaker", "tuning"},

@@ -8,6 +8,7 @@ jobs run here, which the pool feeds at each answer and the engine reads. Behind 
 database.
 """
 
+from supervisor.pool.forkwaves import ForkWaves
 from supervisor.pool.outcomes import (
     ChildEvent,
     ChildEventKind,
@@ -28,6 +29,6 @@ from supervisor.pool.report import ChildReport
 from supervisor.pool.runtimes import RunTimes
 from supervisor.pool.settings import PoolSettings
 
-__all__ = ["ChildEvent", "ChildEventKind", "ChildReport", "JobCheckpoint", "JobDone",
+__all__ = ["ChildEvent", "ChildEventKind", "ChildReport", "ForkWaves", "JobCheckpoint", "JobDone",
            "JobExpired", "JobFailed", "JobProgress", "JobReturned", "JobStarted", "NativeJob",
            "Outcome", "Pool", "PoolHalted", "PoolSettings", "ReturnTo", "RunTimes"]

@@ -98,7 +98,7 @@ class Pool:
         self._size_dirty = True  # a child left the active states: recount in tick
         # The most children one recount forks (None: every one missing; 0: none for
         # now); the rest are forked by the next ones, which the loop makes at once
-        # (issue 48: ``supervisor.forkwaves``).
+        # (issue 48: ``supervisor.pool.forkwaves``).
         self.fork_batch: int | None = None
         self._nap = guards.nap_threshold(settings)
         self._no_procfs = False  # warned once that /proc cannot be read

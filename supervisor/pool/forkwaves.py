@@ -24,7 +24,7 @@ replacement, a recycle) stays a few per recount, so no turn of the loop is held 
 
 from __future__ import annotations
 
-from supervisor.pool import Pool
+from supervisor.pool.pool import Pool
 
 # After the hold, the most children one recount of the pool forks: the loop's turn
 # recounts twice (reap, tick), and between turns it hears READYs and claims.
