@@ -130,6 +130,9 @@ class Tuning:
     rebalance_share: float = _rule(
         0.5, "an idle child takes this share (the last jobs) of the fullest pipe",
         "scripts/bench/fair_drain.py")
+    newcomer_place: int = _rule(
+        2, "a fair queue's newly arrived batch runs its first job at this place in a "
+        "child's pipe: right after the job it runs", "scripts/bench/fair_batches.py")
 
     # -- the planner (engine/planner.py, engine/allotment.py) ------------------------
     claim_when_free: float = _rule(

@@ -559,7 +559,8 @@ WHERE id = ANY(ARRAY(
                 ORDER BY j.batch_id LIMIT 1)
         FROM batches s WHERE s.b IS NOT NULL)
     SELECT turn.id FROM (
-        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+        SELECT m.id, m.priority, m.n, batches.b = ANY(%(held_batches)s::bigint[]) AS held
+        FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
                   WHERE state = 'available' AND queue = %(queue)s AND batch_id = batches.b
@@ -569,7 +570,7 @@ WHERE id = ANY(ARRAY(
                   LIMIT %(limit)s) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
-        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = %(queue)s
                 AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
@@ -578,7 +579,7 @@ WHERE id = ANY(ARRAY(
               ORDER BY priority, run_at, id
               LIMIT %(limit)s) AS head
         WHERE head.batch_id IS NULL) AS turn
-    ORDER BY turn.priority, turn.n, random()
+    ORDER BY turn.priority, turn.n, turn.held, random()
     LIMIT %(limit)s))
       AND state || '' = 'available' AND queue = %(queue)s
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
@@ -619,30 +620,31 @@ WHERE id = ANY(ARRAY(
                 ORDER BY j.batch_id LIMIT 1)
         FROM batches s WHERE s.b IS NOT NULL)
     SELECT turn.id FROM (
-        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+        SELECT m.id, m.priority, m.n, batches.b = ANY($8::bigint[]) AS held
+        FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
                   WHERE state = 'available' AND queue = $6 AND batch_id = batches.b
                     AND kind = ANY($3::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
-                  LIMIT $8) AS due) AS m
+                  LIMIT $9) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
-        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = $6
                 AND kind = ANY($3::text[]) AND run_at <= now()
-                AND (priority, run_at, id) > ($9::int, to_timestamp($10::float8), $11::bigint)
+                AND (priority, run_at, id) > ($10::int, to_timestamp($11::float8), $12::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $8) AS head
+              LIMIT $9) AS head
         WHERE head.batch_id IS NULL) AS turn
-    ORDER BY turn.priority, turn.n, random()
-    LIMIT $8))
+    ORDER BY turn.priority, turn.n, turn.held, random()
+    LIMIT $9))
       AND state || '' = 'available' AND queue = $6
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
-    LIMIT $8
+    LIMIT $9
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -704,30 +706,31 @@ WHERE id = ANY(ARRAY(
                 ORDER BY j.batch_id LIMIT 1)
         FROM batches s WHERE s.b IS NOT NULL)
     SELECT turn.id FROM (
-        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+        SELECT m.id, m.priority, m.n, batches.b = ANY($18::bigint[]) AS held
+        FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
                   WHERE state = 'available' AND queue = $16 AND batch_id = batches.b
                     AND kind = ANY($13::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
-                  LIMIT $18) AS due) AS m
+                  LIMIT $19) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
-        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = $16
                 AND kind = ANY($13::text[]) AND run_at <= now()
-                AND (priority, run_at, id) > ($19::int, to_timestamp($20::float8), $21::bigint)
+                AND (priority, run_at, id) > ($20::int, to_timestamp($21::float8), $22::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $18) AS head
+              LIMIT $19) AS head
         WHERE head.batch_id IS NULL) AS turn
-    ORDER BY turn.priority, turn.n, random()
-    LIMIT $18))
+    ORDER BY turn.priority, turn.n, turn.held, random()
+    LIMIT $19))
       AND state || '' = 'available' AND queue = $16
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
-    LIMIT $18
+    LIMIT $19
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -745,3 +748,4 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
+

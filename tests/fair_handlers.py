@@ -1,5 +1,6 @@
 """Handlers for the fair queue tests (issue 42), loaded with ``--app fair_handlers``: a
-member that records its start (to the file named by ``E2E_LOG``) and runs 20 ms."""
+member that records its start (to the file named by ``E2E_LOG``) and runs 20 ms, or
+``seconds``."""
 
 import time
 
@@ -9,9 +10,9 @@ from workers import job
 
 
 @job(queue="fair")
-def fair_member(batch: str) -> None:
+def fair_member(batch: str, seconds: float = 0.02) -> None:
     record("run", batch=batch)
-    time.sleep(0.02)
+    time.sleep(seconds)
 
 
 @job(queue="fair")

@@ -127,6 +127,10 @@ class ClaimRequest:
     # A fair claim's loose scan of the batches starts at this batch id (no batch below it
     # has waiting members in the queue: ``ClaimCursors``); None: at the lowest.
     first_batch: int | None = None
+    # A fair claim's batches with jobs in this supervisor's hands (running, queued in a
+    # pipe, waiting for a child): at equal turn a batch not among them goes first, so a
+    # claim of one job made when a new batch arrives takes the newcomer's.
+    held_batches: Sequence[int] = ()
 
     @property
     def writes(self) -> int:
@@ -280,7 +284,8 @@ def _fair_candidates(bounded: bool = False) -> str:
     every waiting member when none is loose). The LIMIT best by (priority, number, a
     random draw) are taken: at equal
     priority every batch gets a job before any gets a second, and when the LIMIT ends a
-    round the draw picks which batches. No row says whose turn it is, so claims of
+    round the batches this supervisor holds no job of go first (``held_batches``), then
+    the draw picks which. No row says whose turn it is, so claims of
     several supervisors never queue on one; each claim is fair on its own and in
     expectation across claims. A batch alone takes the whole LIMIT (work-conserving).
     Its own statement: queues that are not fair run the plain claim unchanged.
@@ -308,7 +313,8 @@ def _fair_candidates(bounded: bool = False) -> str:
                 ORDER BY j.batch_id LIMIT 1)
         FROM batches s WHERE s.b IS NOT NULL)
     SELECT turn.id FROM (
-        SELECT m.id, m.priority, m.n FROM batches CROSS JOIN LATERAL (
+        SELECT m.id, m.priority, m.n, batches.b = ANY(%(held_batches)s::bigint[]) AS held
+        FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
                   WHERE state = 'available' AND queue = %(queue)s AND batch_id = batches.b
@@ -317,7 +323,7 @@ def _fair_candidates(bounded: bool = False) -> str:
                   LIMIT %(limit)s) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
-        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id)
+        SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
               WHERE state = 'available' AND queue = %(queue)s
                 AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
@@ -325,7 +331,7 @@ def _fair_candidates(bounded: bool = False) -> str:
               ORDER BY priority, run_at, id
               LIMIT %(limit)s) AS head
         WHERE head.batch_id IS NULL) AS turn
-    ORDER BY turn.priority, turn.n, random()
+    ORDER BY turn.priority, turn.n, turn.held, random()
     LIMIT %(limit)s))
       AND {_STILL_AVAILABLE} AND queue = %(queue)s
       AND {_NOT_PAUSED}
@@ -477,6 +483,7 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         "start_priority": start.priority, "start_run_at": start.run_at,
         "start_id": start.id,
         "first_batch": LOWEST_BATCH if request.first_batch is None else request.first_batch,
+        "held_batches": list(request.held_batches),
         "kind_attempts": [max_attempts.get(kind) for kind in kinds],
         "default_attempts": default_attempts}
     if request.per_key is not None:

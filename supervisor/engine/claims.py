@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import psycopg
 
@@ -101,11 +101,14 @@ class Claimer:
         return True
 
     def claim(self, now: float, pool_size: int, eager: bool = False,
-              set_aside: Mapping[str, int] | None = None) -> None:
+              set_aside: Mapping[str, int] | None = None,
+              batches_held: Callable[[str], Collection[int]] | None = None) -> None:
         """Make the claim that is due, if none is in flight. ``eager``: outcomes are
         due to be written anyway, so even a small claim is worth its statement.
         ``set_aside``: jobs per queue held by children left out of ``pool_size``
-        (stuck on a long job): they occupy no child of those the claim is sized for."""
+        (stuck on a long job): they occupy no child of those the claim is sized for.
+        ``batches_held(queue)``: the batches of a fair queue this supervisor holds jobs
+        of (a fair claim serves the others first at equal turn)."""
         runner = self.db.claims
         if self.in_flight is not None or not self.accepting or runner is None:
             return
@@ -114,7 +117,8 @@ class Claimer:
             outstanding[queue] = max(0, outstanding.get(queue, 0) - count)
         # Jobs queued in children's pipes count as waiting: held, not started.
         plans = self.scheduler.plan_claims(now, pool_size, outstanding,
-                                           self.ledger.unstarted_counts(), eager)
+                                           self.ledger.unstarted_counts(), eager,
+                                           ready=self.ledger.waiting_counts())
         if not plans:
             return
         plans.sort(key=lambda plan: self._last_turn.get(plan[0], -1))
@@ -126,13 +130,16 @@ class Claimer:
         fair = self.scheduler.fair(queue)
         plain = aging <= 0 and per_key is None and not fair
         fair_start = self.cursors.fair_start(queue) if fair and per_key is None else None
+        held = (sorted(batches_held(queue)) if fair_start is not None and batches_held
+                else ())
         request = ClaimRequest(queue, self.kinds, wanted, aging, per_key,
                                self.outbox.take_completions(), self.outbox.take_starts(now),
                                self._bounds(),
                                self.cursors.start(queue) if plain
                                else fair_start.loose if fair_start else None,
                                fair=fair,
-                               first_batch=fair_start.first_batch if fair_start else None)
+                               first_batch=fair_start.first_batch if fair_start else None,
+                               held_batches=held)
         started = time.perf_counter()
         self.in_flight = (queue, wanted)
         traced_at = self.tracer.now() if self.tracer is not None else 0

@@ -54,6 +54,9 @@ class Dispatcher:
     def _dispatch_one(self, pool: Pool, queue: str) -> None:
         ledger = self.ledger
         depth = self._pipeline(queue)
+        if depth > 1 and self.planner.fair(queue) and self._newcomer_waits(pool, queue):
+            pool.push()
+            return
         # A global max_running (supervisor queues limit) caps the children that run
         # the queue here; past it, only the pipes of children already running it are
         # topped up (a queued job runs after the one ahead of it, never beside it).
@@ -68,6 +71,27 @@ class Dispatcher:
             if room is not None and pool.idle_count() < idle:
                 room -= 1
         pool.push()
+
+    def _newcomer_waits(self, pool: Pool, queue: str) -> bool:
+        """A fair queue whose pipes hold jobs queued behind running ones: a batch none
+        of whose jobs a child holds (it just arrived) has its first job placed right
+        after a running job, not behind every queued one (issue 42). When no child has
+        that place free, the one that should end first is asked for its queued jobs
+        (``Pool.make_way``); True while that answer is awaited (nothing else of the
+        queue is dispatched meanwhile, so the place stays free for the newcomer)."""
+        waiting = self.ledger.waiting.get(queue)
+        if not waiting or pool.idle_count():
+            return False
+        held = pool.batch_counts(queue)
+        newcomer = next((job for job in waiting if job.batch_id not in held), None)
+        if newcomer is None:
+            return False
+        self.ledger.to_front(newcomer)
+        if pool.dispatch(newcomer, self.planner.tuning.newcomer_place):
+            self.ledger.pop_waiting(queue)
+            self.ledger.sent(newcomer)
+            return False
+        return pool.make_way(queue, held)
 
     def _dispatch_shared(self, pool: Pool) -> None:
         ledger, planner = self.ledger, self.planner

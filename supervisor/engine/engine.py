@@ -188,10 +188,17 @@ class Engine:
         eager = (outbox.due(now, self.claim_in_flight, claim_coming=self._claim_coming(pool))
                  or (bool(outbox.pending.completions)
                      and self.claimer.carries_alone(pool.busy_count(), outbox.flush_interval)))
-        self.claimer.claim(now, pool.size() - sum(stuck.values()), eager=eager, set_aside=stuck)
+        self.claimer.claim(now, pool.size() - sum(stuck.values()), eager=eager, set_aside=stuck,
+                           batches_held=lambda queue: self._batches_held(pool, queue))
         self.dispatch(pool)
         if pool.idle_count() and not self.ledger.waiting_counts():
             pool.rebalance(self.dispatcher.nothing_to_claim)
+
+    def _batches_held(self, pool: Pool, queue: str) -> set[int]:
+        """The batches of ``queue`` this supervisor holds jobs of: in children, or
+        claimed and waiting for one."""
+        in_children = {batch for batch in pool.batch_counts(queue) if batch is not None}
+        return in_children | self.ledger.batches_waiting(queue)
 
     def _hand_back_news(self, now: float, pool: Pool) -> None:
         """Tell the pool which checkpoints were written and which jobs were discarded;

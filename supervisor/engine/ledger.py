@@ -49,9 +49,21 @@ class Ledger:
         queue_jobs = self.waiting.get(queue)
         return queue_jobs.popleft() if queue_jobs else None
 
+    def to_front(self, job: ClaimedJob) -> None:
+        """Move a waiting job to the front of its queue's order (a newcomer batch's
+        first job in a fair queue goes next)."""
+        queue_jobs = self.waiting[job.queue]
+        queue_jobs.remove(job)
+        queue_jobs.appendleft(job)
+
     def unpop_waiting(self, job: ClaimedJob) -> None:
         """Put back a job that could not be dispatched after all."""
         self.waiting.setdefault(job.queue, deque()).appendleft(job)
+
+    def batches_waiting(self, queue: str) -> set[int]:
+        """The batches of ``queue``'s jobs waiting for a child."""
+        return {job.batch_id for job in self.waiting.get(queue, ())
+                if job.batch_id is not None}
 
     def waiting_jobs(self) -> list[ClaimedJob]:
         """Every waiting job (for lease renewal)."""

@@ -56,6 +56,11 @@ class Scheduler:
         # Queues with a per-key limit whose last claim came back short: their keys with
         # work may all be at the limit, so a job of theirs ending may free one.
         self._keys_full: set[str] = set()
+        # Fair queues (``fair = "batch"``) woken by a NOTIFY: their next claim takes a
+        # job even when their pipes are full, so a batch that just arrived is claimed
+        # now (the claim serves batches held here last) and the dispatcher can make way
+        # for its first job, rather than after every job already queued (issue 42).
+        self._scouting: set[str] = set()
         self._shares_key: tuple[int, frozenset[str]] | None = None
         self._shares: dict[str, float] = {}
         self.buckets = {
@@ -71,6 +76,8 @@ class Scheduler:
         for queue in queues:
             if queue in self.policies:
                 self.demand.add(queue)
+                if self.fair(queue):
+                    self._scouting.add(queue)
                 if queue in self._claiming:
                     self._woken_while_claiming.add(queue)
 
@@ -156,12 +163,15 @@ class Scheduler:
     def plan_claims(
         self, now: float, pool_size: int, outstanding: Mapping[str, int],
         waiting: Mapping[str, int], eager: bool = False,
+        ready: Mapping[str, int] | None = None,
     ) -> list[tuple[str, int]]:
         """``(queue, n)`` claims to make now; rate-limit tokens for them are taken.
 
         A queue that still has jobs waiting for a child only claims once it may take at
         least half its window, so short jobs are claimed in batches, not one by one;
-        ``eager`` (outcomes are waiting to be written anyway) lifts that rule.
+        ``eager`` (outcomes are waiting to be written anyway) lifts that rule. A fair
+        queue woken by a NOTIFY with its pipes full claims one job (a newcomer batch's
+        first), unless a claimed job already waits for a child (``ready``: per queue).
         """
         running = {q: n - waiting.get(q, 0) for q, n in outstanding.items()}
         targets = self.advance(now, pool_size, running, waiting)
@@ -172,10 +182,17 @@ class Scheduler:
             policy = self.policies[queue]
             depth = self.depth.depth(queue, policy.prefetch)
             allowance = claim_allowance(depth, targets[queue], outstanding.get(queue, 0))
-            if allowance <= 0:
+            # Not for a queue with no child to run it (all stuck on long jobs): its
+            # claim would go straight back, and the release's NOTIFY would wake it again.
+            scout = (queue in self._scouting and depth > 1 and targets[queue] > 0
+                     and not (ready or {}).get(queue, 0))
+            self._scouting.discard(queue)
+            if scout:
+                allowance = max(allowance, 1)
+            elif allowance <= 0:
                 continue
             window = targets[queue] * depth
-            if (not eager and waiting.get(queue, 0) > 0
+            if (not eager and not scout and waiting.get(queue, 0) > 0
                     and allowance < window * self.tuning.claim_when_free):
                 continue
             if self.limits.settings:

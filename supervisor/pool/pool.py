@@ -222,6 +222,12 @@ class Pool:
         return Counter(child.jobs[0].queue for child in self._children.values()
                        if child.overrun and child.state == BUSY and child.jobs)
 
+    def batch_counts(self, queue: str) -> Counter[int | None]:
+        """Jobs of ``queue`` in children (running or queued) per batch (None: jobs of no
+        batch): which batches of a fair queue this supervisor is serving."""
+        return Counter(job.batch_id for child in self._children.values()
+                       for job in child.jobs if job.queue == queue)
+
     def held_count(self) -> int:
         """Jobs in children: running, or queued behind a running one."""
         return len(self._in_flight)
@@ -428,6 +434,15 @@ class Pool:
         asked = recalls.free_for(self._children.values(), over, wanted)
         self.recalled += asked
         return asked
+
+    def make_way(self, queue: str, held: Counter[int | None]) -> bool:
+        """A newcomer batch of fair ``queue`` waits for a child (``held``: the queue's
+        jobs in children per batch): the child that should end first gives back its
+        pipe (``recalls.make_way``). True while a way is being made, so the caller
+        keeps the newcomer first until that child can take it."""
+        asked = recalls.make_way(self._children.values(), queue, held)
+        self.recalled += asked
+        return asked > 0 or recalls.making_way(self._children.values(), queue)
 
     # -- what the children say ---------------------------------------------------
 

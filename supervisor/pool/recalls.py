@@ -13,11 +13,15 @@ pool's deadline, judged in ``overruns``.
 - ``free_for``: a queue below its allotment has jobs waiting and no child is idle; the
   children of queues above their own give back their pipes, so the next to finish goes
   to the queue owed it (issue 44).
+- ``make_way``: in a fair queue a batch that just arrived has its first job claimed and
+  no child holds a job of it; the child that should end its job first gives back its
+  pipe, so the newcomer runs next there, not after every job already queued (issue 42).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Set
 
 from shared import jobs
@@ -109,3 +113,34 @@ def free_for(children: Collection[ChildProcess], over: Set[str], wanted: int) ->
         for job in _queued(child):
             asked += child.recall(job.id, why, release=False)
     return asked
+
+
+def make_way(children: Collection[ChildProcess], queue: str,
+             held: Counter[int | None]) -> int:
+    """A fair queue's newcomer batch waits for a child (``held``: the queue's jobs in
+    children per batch, none of the newcomer's). Of the children running ``queue`` whose
+    next job belongs to a batch with another job held here (not a batch's only one, such
+    as an earlier newcomer's), the one whose head started first, and so should end
+    first, gives back every job queued behind its head; they come back behind the
+    newcomer. Returns how many were asked back; 0 while a way is already being made
+    (jobs of ``queue`` on their way back to another child), or when no child qualifies.
+    """
+    mine = [child for child in children
+            if child.state == BUSY and child.jobs and child.jobs[0].queue == queue]
+    if any(_coming_back(child) for child in mine):
+        return 0
+    donors = sorted((child for child in mine
+                     if child.started and len(child.jobs) > 1 and not child.recalling
+                     and held[child.jobs[1].batch_id] > 1),
+                    key=_armed_at)
+    if not donors:
+        return 0
+    donor = donors[0]
+    why = f"a new batch of fair queue {queue} runs next"
+    return sum(donor.recall(job.id, why, release=False) for job in _queued(donor))
+
+
+def making_way(children: Iterable[ChildProcess], queue: str) -> bool:
+    """Whether jobs of ``queue`` are on their way back from a child for another one."""
+    return any(_coming_back(child) for child in children
+               if child.jobs and child.jobs[0].queue == queue)
