@@ -76,6 +76,30 @@ def test_a_claim_out_while_the_cursor_moved_back_does_not_move_it_forward():
     assert cursors.start("q") == ClaimKey(0, 130.0, 4)
 
 
+def test_a_job_told_at_the_cursor_while_a_claim_is_out_is_not_passed():
+    # Found by the pause-and-resume storm (tests/test_run_pipeline.py): the cursor had
+    # already moved back to (0, 100.0, 0) for an earlier release; a claim went out from
+    # there; a second release of jobs at that key committed while it was out, so its
+    # notice moved nothing; the claim's answer (its snapshot before the release) then
+    # moved the cursor past them, and they waited for the poll from the head.
+    cursors = ClaimCursors()
+    cursors.start("q")
+    cursors.claimed("q", [_job(5, 0, 100.0)])
+    cursors.observed({"q": ClaimKey(0, 100.0)})  # the first release
+    assert cursors.start("q") == ClaimKey(0, 100.0)  # the claim goes out from here
+    cursors.observed({"q": ClaimKey(0, 100.0)})  # the second release, while it is out
+    cursors.claimed("q", [_job(6, 0, 100.0), _job(7, 0, 100.0)])
+    assert cursors.start("q") == ClaimKey(0, 100.0)
+    # A job told ahead of where the claim ended does not hold the cursor back.
+    cursors.observed({"q": ClaimKey(0, 500.0)})
+    cursors.claimed("q", [_job(8, 0, 100.0), _job(9, 0, 120.0)])
+    assert cursors.start("q") == ClaimKey(0, 120.0, 9)
+    # One a poll found (its id known) holds it just before that job.
+    cursors.observed({"q": ClaimKey(0, 120.0, 12)})
+    cursors.claimed("q", [_job(12, 0, 120.0), _job(13, 0, 130.0)])
+    assert cursors.start("q") == ClaimKey(0, 120.0, 11)
+
+
 def test_polls_look_from_the_cursors_but_from_the_head_now_and_then_and_without_listen():
     cursors = ClaimCursors()
     cursors.start("q")

@@ -73,29 +73,35 @@ class ClaimCursors:
         self._first_batch: dict[str, int] = {}  # fair queue -> its batch scan's start
         self._polls = 0  # polls so far: a fair claim out across one learns nothing
         self._fair_asked: dict[str, tuple[int, int]] = {}  # queue -> (_moves, _polls)
+        # queue -> the first key told (NOTIFY, poll) while its claim was out: that claim's
+        # snapshot may predate the job, so the cursor may not pass it on the answer.
+        self._told_while_out: dict[str, ClaimKey] = {}
 
     def start(self, queue: str) -> ClaimKey | None:
         """Where ``queue``'s next plain claim, going out now, starts; None: at the head
         of the index."""
         self._asked[queue] = self._moves.get(queue, 0)
+        self._told_while_out.pop(queue, None)
         return self._from(queue)
 
     def fair_start(self, queue: str) -> FairStart:
         """Where ``queue``'s next fair claim, going out now, starts."""
         self._fair_asked[queue] = (self._moves.get(queue, 0), self._polls)
+        self._told_while_out.pop(queue, None)
         return FairStart(self._loose.get(queue), self._first_batch.get(queue))
 
     def fair_claimed(self, queue: str, jobs: Sequence[ClaimedJob], limit: int) -> None:
         """The fair claim of ``queue`` for ``limit`` jobs took ``jobs`` (see the module's
         words), unless a cursor was moved back while it was out."""
         asked = self._fair_asked.pop(queue, None)
+        told = self._told_while_out.pop(queue, None)
         if asked != (self._moves.get(queue, 0), self._polls) or not jobs:
             return
         # Short: every due job past the key was taken. Else only the jobs of no batch
         # are known to be taken from the front of their group.
         passed = jobs if len(jobs) < limit else [job for job in jobs if job.batch_id is None]
         if passed:
-            last = max(ClaimKey.of(job) for job in passed)
+            last = _not_past(max(ClaimKey.of(job) for job in passed), told)
             held = self._loose.get(queue)
             self._loose[queue] = last if held is None else max(held, last)
         first_batch = jobs[0].first_batch
@@ -120,16 +126,20 @@ class ClaimCursors:
         """The plain claim of ``queue`` took ``jobs``: the next one starts past them,
         unless a poll moved the cursor back while it was out (it started past the job
         the poll found, so it cannot have taken it)."""
+        told = self._told_while_out.pop(queue, None)
         if self._asked.pop(queue, None) != self._moves.get(queue, 0):
             return
         keys = [ClaimKey.of(job) for job in jobs]
         if keys:
-            self._last[queue] = max(keys)
+            self._last[queue] = _not_past(max(keys), told)
 
     def observed(self, first: Mapping[str, ClaimKey]) -> None:
         """A job of each queue was found waiting at ``first[queue]`` (by a poll, or named
         by a notification): a cursor past it moves back to it."""
         for queue, key in first.items():
+            if queue in self._asked or queue in self._fair_asked:  # its claim is out
+                told = self._told_while_out.get(queue)
+                self._told_while_out[queue] = key if told is None else min(told, key)
             for cursors in (self._last, self._loose):
                 last = cursors.get(queue)
                 # A notification's key has no id (0): its job may be at the cursor's own
@@ -146,3 +156,16 @@ class ClaimCursors:
         self._last.clear()
         self._loose.clear()
         self._first_batch.clear()
+
+
+def _not_past(end: ClaimKey, told: ClaimKey | None) -> ClaimKey:
+    """Where the next claim starts after one that ended at ``end``: not past a job told
+    while that claim was out (``told``), which its snapshot may not have seen. Without
+    this a release committed while a claim was out from the very key the release named
+    (the cursor already moved back there, so the notice moved nothing) was passed over
+    for good, until the next poll from the head (a pause-and-resume storm left six jobs
+    waiting 60 s)."""
+    if told is None or told > end:
+        return end
+    # Just before it: a poll names its job's id, a notification none (before them all).
+    return ClaimKey(told.priority, told.run_at, told.id - 1) if told.id else told.before()
