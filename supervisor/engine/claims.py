@@ -117,8 +117,7 @@ class Claimer:
             outstanding[queue] = max(0, outstanding.get(queue, 0) - count)
         # Jobs queued in children's pipes count as waiting: held, not started.
         plans = self.scheduler.plan_claims(now, pool_size, outstanding,
-                                           self.ledger.unstarted_counts(), eager,
-                                           ready=self.ledger.waiting_counts())
+                                           self.ledger.unstarted_counts(), eager)
         if not plans:
             return
         plans.sort(key=lambda plan: self._last_turn.get(plan[0], -1))

@@ -54,7 +54,7 @@ class Dispatcher:
     def _dispatch_one(self, pool: Pool, queue: str) -> None:
         ledger = self.ledger
         depth = self._pipeline(queue)
-        if depth > 1 and self.planner.fair(queue) and self._newcomer_waits(pool, queue):
+        if self.planner.fair(queue) and self._newcomer_waits(pool, queue, depth):
             pool.push()
             return
         # A global max_running (supervisor queues limit) caps the children that run
@@ -72,21 +72,24 @@ class Dispatcher:
                 room -= 1
         pool.push()
 
-    def _newcomer_waits(self, pool: Pool, queue: str) -> bool:
-        """A fair queue whose pipes hold jobs queued behind running ones: a batch none
-        of whose jobs a child holds (it just arrived) has its first job placed right
-        after a running job, not behind every queued one (issue 42). When no child has
-        that place free, the one that should end first is asked for its queued jobs
-        (``Pool.make_way``); True while that answer is awaited (nothing else of the
-        queue is dispatched meanwhile, so the place stays free for the newcomer)."""
+    def _newcomer_waits(self, pool: Pool, queue: str, depth: int) -> bool:
+        """A fair queue's batch none of whose jobs a child holds (it just arrived) has
+        its first job go first (issue 42): ahead of the jobs claimed before it here, and
+        where pipes hold ``depth`` > 1 jobs, right after a running job rather than behind
+        every queued one. When no child has that place free, the one that should end
+        first is asked for its queued jobs (``Pool.make_way``); True while that answer
+        is awaited (nothing else of the queue is dispatched meanwhile, so the place
+        stays free for the newcomer)."""
         waiting = self.ledger.waiting.get(queue)
-        if not waiting or pool.idle_count():
+        if not waiting:
             return False
         held = pool.batch_counts(queue)
         newcomer = next((job for job in waiting if job.batch_id not in held), None)
         if newcomer is None:
             return False
         self.ledger.to_front(newcomer)
+        if depth <= 1 or pool.idle_count():
+            return False  # the next child free takes it
         if pool.dispatch(newcomer, self.planner.tuning.newcomer_place):
             self.ledger.pop_waiting(queue)
             self.ledger.sent(newcomer)

@@ -163,15 +163,15 @@ class Scheduler:
     def plan_claims(
         self, now: float, pool_size: int, outstanding: Mapping[str, int],
         waiting: Mapping[str, int], eager: bool = False,
-        ready: Mapping[str, int] | None = None,
     ) -> list[tuple[str, int]]:
         """``(queue, n)`` claims to make now; rate-limit tokens for them are taken.
 
         A queue that still has jobs waiting for a child only claims once it may take at
         least half its window, so short jobs are claimed in batches, not one by one;
         ``eager`` (outcomes are waiting to be written anyway) lifts that rule. A fair
-        queue woken by a NOTIFY with its pipes full claims one job (a newcomer batch's
-        first), unless a claimed job already waits for a child (``ready``: per queue).
+        queue woken by a NOTIFY with no room claims one job anyway (a newcomer batch's
+        first, which the dispatcher then puts first), up to one per child beyond its
+        window.
         """
         running = {q: n - waiting.get(q, 0) for q, n in outstanding.items()}
         targets = self.advance(now, pool_size, running, waiting)
@@ -184,8 +184,10 @@ class Scheduler:
             allowance = claim_allowance(depth, targets[queue], outstanding.get(queue, 0))
             # Not for a queue with no child to run it (all stuck on long jobs): its
             # claim would go straight back, and the release's NOTIFY would wake it again.
-            scout = (queue in self._scouting and depth > 1 and targets[queue] > 0
-                     and not (ready or {}).get(queue, 0))
+            # At most one job per child beyond the window: a producer's stream of NOTIFYs
+            # must not pile claimed jobs up here.
+            scout = (queue in self._scouting and targets[queue] > 0
+                     and outstanding.get(queue, 0) < (depth + 1) * targets[queue])
             self._scouting.discard(queue)
             if scout:
                 allowance = max(allowance, 1)
