@@ -1,5 +1,5 @@
 """A fair queue's newly arrived batch runs its first job next (issue 42), in its two
-parts, against fakes: the scheduler claims one job for a fair queue a NOTIFY woke even
+parts, against fakes (and a fair queue's claims coming back full spare its poll): the scheduler claims one job for a fair queue a NOTIFY woke even
 with its pipes full (and not when nothing could run it), and the pool's ``make_way`` has
 the child whose head started first give back what is queued behind it, unless its next
 job is itself a batch's only one. Through real supervisors: tests/test_fair_run.py."""
@@ -61,6 +61,18 @@ def test_no_scout(case):
     s.wake(["q"])
     size = 0 if case == "every child stuck" else 2
     assert s.plan_claims(0.0, size, outstanding, {"q": 6}) == []
+
+
+def test_a_queue_whose_claims_come_back_full_is_known_busy_until_one_comes_back_short():
+    # The poll takes that word for a fair queue instead of reading it from the head of
+    # the claim index (under a held horizon: every entry claimed since the hold began).
+    s = scheduler()
+    s.wake(["q"])
+    asked = dict(s.plan_claims(0.0, 2, {}, {}))["q"]
+    s.claimed("q", asked, asked)
+    assert s.known_busy("q")
+    s.claimed("q", 4, 1)
+    assert not s.known_busy("q") and "q" not in s.demand
 
 
 def job(job_id: int, batch: int | None) -> ClaimedJob:

@@ -76,6 +76,7 @@ class ClaimCursors:
         # queue -> the first key told (NOTIFY, poll) while its claim was out: that claim's
         # snapshot may predate the job, so the cursor may not pass it on the answer.
         self._told_while_out: dict[str, ClaimKey] = {}
+        self.head_poll = True  # the last poll read every queue from the head
 
     def start(self, queue: str) -> ClaimKey | None:
         """Where ``queue``'s next plain claim, going out now, starts; None: at the head
@@ -114,7 +115,8 @@ class ClaimCursors:
         Each poll sends the fair claims' batch scans back to the lowest batch."""
         self._polls += 1
         self._first_batch.clear()
-        if not listening or now >= self._next_head_poll:
+        self.head_poll = not listening or now >= self._next_head_poll
+        if self.head_poll:
             self._next_head_poll = now + HEAD_POLL_EVERY
             return {}
         return {queue: start for queue in self._last if (start := self._from(queue))}

@@ -61,6 +61,9 @@ class Scheduler:
         # now (the claim serves batches held here last) and the dispatcher can make way
         # for its first job, rather than after every job already queued (issue 42).
         self._scouting: set[str] = set()
+        # Queues whose last claim came back with every job it asked for: they surely
+        # hold more work, which a poll need not read again (``known_busy``).
+        self._full: set[str] = set()
         self._shares_key: tuple[int, frozenset[str]] | None = None
         self._shares: dict[str, float] = {}
         self.buckets = {
@@ -227,6 +230,10 @@ class Scheduler:
         self._claiming.discard(queue)
         woken = queue in self._woken_while_claiming
         self._woken_while_claiming.discard(queue)
+        if got >= asked > 0:
+            self._full.add(queue)
+        else:
+            self._full.discard(queue)
         if got < asked:
             self._refund(queue, asked - got)
             if woken:
@@ -319,6 +326,11 @@ class Scheduler:
                     coming.add(queue)
         self._short_since = short_since
         return coming
+
+    def known_busy(self, queue: str) -> bool:
+        """Whether ``queue``'s last claim took every job it asked for (more surely
+        waits) and it still has demand: a poll may take its word instead of reading."""
+        return queue in self._full and queue in self.demand
 
     def fair(self, queue: str) -> bool:
         """Whether ``queue``'s claims serve its batches round-robin (``fair = "batch"``)."""

@@ -110,12 +110,21 @@ class Poller:
         db, queues, kinds = self.db, self.queues, self.claimer.kinds
         self.last_poll = now
         db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
-        starts = self.claimer.cursors.poll_starts(now, db.listen)
-        with_work = db.call(lambda s: s.queues_with_work(queues, kinds, starts), None,
+        cursors, planner = self.claimer.cursors, self.planner
+        starts = cursors.poll_starts(now, db.listen)
+        # A fair queue's poll reads its waiting jobs from the head of the claim index (its
+        # members may wait behind its cursor): under a held horizon that walks every entry
+        # claimed since the hold began, once a second. While its claims come back full it
+        # surely has work, and what is made available behind is told by NOTIFY; the poll
+        # from the head, once a minute, still reads it (issue 40).
+        known = set() if cursors.head_poll else {
+            queue for queue in queues if planner.fair(queue) and planner.known_busy(queue)}
+        read = [queue for queue in queues if queue not in known]
+        with_work = db.call(lambda s: s.queues_with_work(read, kinds, starts), None,
                             "polling for work")
         if with_work is not None:
-            self.claimer.cursors.observed(with_work)
-            self.planner.observed(set(with_work) | db.take_notified())
+            cursors.observed(with_work)
+            planner.observed(set(with_work) | known | db.take_notified())
         due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
         # Due already (it came due while this poll ran): promote it a moment from now.
         self.next_promote = None if due_in is None else now + max(due_in, PROMOTE_AGAIN)
