@@ -33,7 +33,9 @@ available again in a batch behind it (retried, rescued, resumed, a late commit) 
 told by no notice that names its batch, so every poll sends the next claim back to the
 lowest batch (a job made available behind a cursor waits at most for the next poll), as
 does a notice that moves the key back. Polls read a fair queue from the head: its
-waiting members may stand behind the key.
+waiting members may stand behind the key. While its last claim came back full the poll
+skips it (the queue surely has work; ``polling.Poller``), so under a held horizon that
+read happens once a minute, with the poll from the head, rather than every second.
 """
 
 from __future__ import annotations
