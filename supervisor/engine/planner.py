@@ -189,11 +189,14 @@ class Scheduler:
             # claim would go straight back, and the release's NOTIFY would wake it again.
             # At most one job per child beyond the window: a producer's stream of NOTIFYs
             # must not pile claimed jobs up here.
-            scout = (queue in self._scouting and targets[queue] > 0
+            # Only with no room: a queue with room claims by the usual rules, and a scout
+            # there would only break its claims into small ones (each fair claim reads
+            # every waiting batch's head: 3.5x the index entries per job at 500 jobs/s).
+            scout = (allowance <= 0 and queue in self._scouting and targets[queue] > 0
                      and outstanding.get(queue, 0) < (depth + 1) * targets[queue])
             self._scouting.discard(queue)
             if scout:
-                allowance = max(allowance, 1)
+                allowance = 1
             elif allowance <= 0:
                 continue
             window = targets[queue] * depth
