@@ -258,7 +258,10 @@ class Engine:
 
     def dispatch(self, pool: Pool) -> None:
         """Queue waiting jobs in children's pipes (``engine.dispatcher``)."""
-        self.dispatcher.dispatch(pool)
+        # With no job waiting there is nothing to hand out, and nothing left to push
+        # (each dispatch pushes what it queued): most turns (issue 43).
+        if self.ledger.has_waiting():
+            self.dispatcher.dispatch(pool)
 
     # -- stopping -----------------------------------------------------------------------
     def watch_signals(self, wakeup_fd: int) -> None:
