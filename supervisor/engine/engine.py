@@ -195,7 +195,7 @@ class Engine:
                          and claimer.carries_alone(pool.busy_count(), outbox.flush_interval)))
             claimer.claim(now, pool.size() - sum(stuck.values()), eager=eager, set_aside=stuck)
         self.dispatch(pool)
-        if pool.idle_count() and not self.ledger.waiting_counts():
+        if pool.idle_count() and not self.ledger.has_waiting():
             pool.rebalance(self.dispatcher.nothing_to_claim)
 
     def _hand_back_news(self, now: float, pool: Pool) -> None:
