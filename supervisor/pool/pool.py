@@ -286,13 +286,13 @@ class Pool:
         armed at the head of that child's queue and again at its START. False if no
         child has room; args too large for a RUN frame fail at once (kind ``args``).
         Frames for busy children go out at ``push``."""
-        self._busy = None
         now = self._clock()
         cap = self.run_times.pipe_cap(job.kind)
         if cap is not None and cap < depth:
             depth = cap  # a heavy-tailed kind: few jobs may queue behind one of its runs
         if self._idle and not own_queue:
             child = self._idle[0]
+            self._busy = None
             if not child.run(job, now, depth):
                 self._too_large(child, job)
                 return True
@@ -305,6 +305,7 @@ class Pool:
             if roomiest is None:
                 return False
             child = roomiest
+            self._busy = None
             if not child.run(job, now, depth):
                 self._too_large(child, job)
                 return True
@@ -332,6 +333,8 @@ class Pool:
         best = None
         most = 0
         for child in self._children.values():
+            if len(child.jobs) >= depth:
+                continue  # no room at this depth, whatever else holds: the usual case
             room = child.room(depth)
             if room > most and (queue is None or (child.jobs and child.jobs[0].queue == queue)):
                 best, most = child, room
