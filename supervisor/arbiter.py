@@ -218,7 +218,7 @@ class Arbiter:
         self.engine.tick(now, self.pool)
         self.fork_waves.after_tick(now, placed=self.pool.busy_count() > 0,
                                    claiming=self.engine.claim_in_flight,
-                                   waiting=bool(self.engine.ledger.waiting_counts()))
+                                   waiting=self.engine.ledger.has_waiting())
         if self.state == RUNNING and self.engine.burst_finished:
             self.begin_drain()
         self._check_grace(now)
@@ -240,15 +240,15 @@ class Arbiter:
         if self.inbox.has_pending():  # a wait for the database read the wake-up: act now
             return 0.0
         now = self.clock()
-        due = [now + MAX_WAIT, self.engine.next_deadline(now, self.pool)]
+        due = min(now + MAX_WAIT, self.engine.next_deadline(now, self.pool))
         server = self.metrics_server
         for t in (self.pool.next_deadline(), self.fork_waves.next_deadline(),
                   self.drain_deadline, self.stop_deadline,
                   server.next_deadline() if server is not None else None,
                   self.progress.next_update if self.progress is not None else None):
-            if t is not None:
-                due.append(t)
-        return max(0.0, min(due) - now)
+            if t is not None and t < due:
+                due = t
+        return max(0.0, due - now)
 
     # -- signals -------------------------------------------------------------------------
     def _handle_signals(self) -> None:

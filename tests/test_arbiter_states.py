@@ -39,6 +39,9 @@ class FakeLedger:
     def waiting_counts(self) -> dict[str, int]:
         return dict(self.waiting)
 
+    def has_waiting(self) -> bool:
+        return any(self.waiting.values())
+
 
 class FakeReporter:
     def __init__(self) -> None:

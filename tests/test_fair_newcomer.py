@@ -1,8 +1,9 @@
 """A fair queue's newly arrived batch runs its first job next (issue 42), in its two
-parts, against fakes (and a fair queue's claims coming back full spare its poll): the scheduler claims one job for a fair queue a NOTIFY woke even
+parts, against fakes: the scheduler claims one job for a fair queue a NOTIFY woke even
 with its pipes full (and not when nothing could run it), and the pool's ``make_way`` has
 the child whose head started first give back what is queued behind it, unless its next
-job is itself a batch's only one. Through real supervisors: tests/test_fair_run.py."""
+job is itself a batch's only one. A fair queue whose claims come back full is known
+busy, which spares its poll. Through real supervisors: tests/test_fair_run.py."""
 
 from __future__ import annotations
 

@@ -78,9 +78,12 @@ class Claimer:
         demand, run_times = self.scheduler.demand, self.run_times
         if not (self.accepting and demand and busy > 0) or run_times is None:
             return False
-        average, long_job = run_times.queue_average, self.scheduler.tuning.long_job
-        return all((run_time := average(queue)) is not None and run_time < long_job
-                   for queue in demand)
+        average, long_job = run_times.average, self.scheduler.tuning.long_job
+        for queue in demand:  # a plain loop: asked a few times every turn (issue 43)
+            run_time = average.get(queue)
+            if run_time is None or run_time >= long_job:
+                return False
+        return True
 
     def carries_alone(self, busy: int, window: float) -> bool:
         """A completion waiting now would be the only one its write carries: every queue
@@ -100,6 +103,12 @@ class Claimer:
                 return False
         return True
 
+    @property
+    def can_send(self) -> bool:
+        """A claim may be sent now: none is in flight, claiming has not stopped for a
+        drain, and the claim connection is open."""
+        return self.in_flight is None and self.accepting and self.db.claims is not None
+
     def claim(self, now: float, pool_size: int, eager: bool = False,
               set_aside: Mapping[str, int] | None = None,
               batches_held: Callable[[str], Collection[int]] | None = None) -> None:
@@ -111,7 +120,7 @@ class Claimer:
         of (a fair claim serves the others first at equal turn)."""
         runner = self.db.claims
         if self.in_flight is not None or not self.accepting or runner is None:
-            return
+            return  # ``can_send`` is False
         outstanding = self.ledger.outstanding()
         for queue, count in (set_aside or {}).items():
             outstanding[queue] = max(0, outstanding.get(queue, 0) - count)

@@ -173,7 +173,7 @@ class Engine:
         if db.up and (self.claimer.answers or not self.claim_in_flight):
             self.housekeeping.run(now, pool, may_lead=leases.may_lead(now))
         if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0,
-                                     self._claim_coming(pool)):
+                                     self._claim_coming_for_outbox(pool)):
             self.flush(now)
         self._hand_back_news(now, pool)
         self.housekeeping.check_burst(now, pool)
@@ -181,17 +181,22 @@ class Engine:
 
     def _claim(self, now: float, pool: Pool) -> None:
         """Claim for the children that can take jobs, then dispatch what came."""
-        # A child stuck on a long job takes nothing more until it ends: claiming for
-        # it would only have the jobs wait here, leased, instead of in the table.
-        stuck = pool.overrunning_heads()
-        outbox = self.outbox
-        eager = (outbox.due(now, self.claim_in_flight, claim_coming=self._claim_coming(pool))
-                 or (bool(outbox.pending.completions)
-                     and self.claimer.carries_alone(pool.busy_count(), outbox.flush_interval)))
-        self.claimer.claim(now, pool.size() - sum(stuck.values()), eager=eager, set_aside=stuck,
-                           batches_held=lambda queue: self._batches_held(pool, queue))
+        claimer = self.claimer
+        # What the claim is sized by is only worked out when one can be sent: most
+        # turns come while one is out (issue 43).
+        if claimer.can_send:
+            # A child stuck on a long job takes nothing more until it ends: claiming for
+            # it would only have the jobs wait here, leased, instead of in the table.
+            stuck = pool.overrunning_heads()
+            outbox = self.outbox
+            eager = (outbox.due(now, self.claim_in_flight,
+                                claim_coming=self._claim_coming_for_outbox(pool))
+                     or (bool(outbox.pending.completions)
+                         and claimer.carries_alone(pool.busy_count(), outbox.flush_interval)))
+            claimer.claim(now, pool.size() - sum(stuck.values()), eager=eager, set_aside=stuck,
+                          batches_held=lambda queue: self._batches_held(pool, queue))
         self.dispatch(pool)
-        if pool.idle_count() and not self.ledger.waiting_counts():
+        if pool.idle_count() and not self.ledger.has_waiting():
             pool.rebalance(self.dispatcher.nothing_to_claim)
 
     def _batches_held(self, pool: Pool, queue: str) -> set[int]:
@@ -227,24 +232,31 @@ class Engine:
 
     def next_deadline(self, now: float, pool: Pool) -> float:
         """When ``tick`` must run again at the latest (the loop may wake earlier)."""
+        db = self.db
         fence_at = self.leases.fence_at(pool)
-        fence = [] if fence_at is None else [fence_at]
-        if not self.db.up:
-            retry = self.db.next_retry()
-            return min([retry if retry is not None else now + 1.0, *fence])
-        due = [self.leases.next_renew, self.planner.limits.wake_at(), *fence,
-               *self.poller.deadlines(), *self.housekeeping.deadlines()]
-        for at in (self.db.next_expiry(), self.planner.next_token_at(now),
+        if not db.up:
+            retry = db.next_retry()
+            due = retry if retry is not None else now + 1.0
+            return due if fence_at is None else min(due, fence_at)
+        due = min(self.leases.next_renew, self.planner.limits.wake_at(),
+                  *self.poller.deadlines(), *self.housekeeping.deadlines())
+        # Asked once a turn: no list of every deadline, the earliest kept as they come.
+        for at in (fence_at, db.next_expiry(), self.planner.next_token_at(now),
                    self.outbox.next_flush_at(self.claim_in_flight, pool.busy_count() == 0,
-                                             self._claim_coming(pool)),
+                                             self._claim_coming_for_outbox(pool)),
                    self.housekeeping.burst_check_at(pool)):
-            if at is not None:
-                due.append(at)
-        return min(due)
+            if at is not None and at < due:
+                due = at
+        return due
 
     def _claim_coming(self, pool: Pool) -> bool:
         """A claim will be sent as the running jobs end (``Claimer.coming``)."""
         return not self.fenced and self.claimer.coming(pool.busy_count())
+
+    def _claim_coming_for_outbox(self, pool: Pool) -> bool:
+        """``_claim_coming`` as the outbox's timing reads it: only pending outcomes
+        wait for a claim, so with none pending it is not worked out (False)."""
+        return self.outbox.since is not None and self._claim_coming(pool)
 
     @property
     def claim_in_flight(self) -> bool:
@@ -253,7 +265,10 @@ class Engine:
 
     def dispatch(self, pool: Pool) -> None:
         """Queue waiting jobs in children's pipes (``engine.dispatcher``)."""
-        self.dispatcher.dispatch(pool)
+        # With no job waiting there is nothing to hand out, and nothing left to push
+        # (each dispatch pushes what it queued): most turns (issue 43).
+        if self.ledger.has_waiting():
+            self.dispatcher.dispatch(pool)
 
     # -- stopping -----------------------------------------------------------------------
     def watch_signals(self, wakeup_fd: int) -> None:

@@ -169,10 +169,11 @@ class LeaseKeeper:
         already: nothing is due for the fence until a renewal lifts it)."""
         return None if self.fenced else self._deadline(pool)
 
-    def _deadline(self, pool: Pool) -> float | None:
+    def _deadline(self, pool: Pool, holds: bool | None = None) -> float | None:
+        """The fence's time; ``holds``: ``_holds(pool)``, when the caller knows it."""
         limits = self.planner.limits
         slice_at = limits.slices_lapse_at(pool.occupied()) if limits.allowed else None
-        if not self._holds(pool):
+        if not (self._holds(pool) if holds is None else holds):
             return slice_at
         lease_at = self.leases_renewed_at + self.config.lease_ttl - self.fence_margin
         return lease_at if slice_at is None else min(lease_at, slice_at)
@@ -180,9 +181,10 @@ class LeaseKeeper:
     def check(self, now: float, pool: Pool) -> None:
         """Fence when the leases or slices went unrenewed too long; lift it once they
         are renewed again."""
-        if not self._holds(pool):
+        holds = self._holds(pool)
+        if not holds:
             self.leases_renewed_at = now  # nothing leased: a claim's lease starts later
-        fence_at = self._deadline(pool)
+        fence_at = self._deadline(pool, holds)
         overdue = fence_at is not None and now >= fence_at
         if overdue:
             if not self.fenced:

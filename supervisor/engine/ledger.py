@@ -36,6 +36,10 @@ class Ledger:
         """Jobs waiting for a child, per queue."""
         return {q: len(d) for q, d in self.waiting.items() if d}
 
+    def has_waiting(self) -> bool:
+        """Whether any job waits for a child."""
+        return any(self.waiting.values())
+
     def take_waiting_at(self, queue: str, index: int) -> ClaimedJob:
         """The waiting job of ``queue`` at ``index`` (admission may start a later job
         before an earlier one that does not fit), removed."""

@@ -279,10 +279,11 @@ class Outbox:
                 return self.starts_since + self.tuning.start_hold
             return None
         pending = self.pending
-        if (pending.count() >= self.tuning.write_batch or (idle and not claim_in_flight)
+        count = pending.count()
+        if (count >= self.tuning.write_batch or (idle and not claim_in_flight)
                 or pending.flushed):
             return self.since  # a flushed checkpoint's handler waits for its write
-        only_completions = pending.count() == len(pending.completions) and not self._solo
+        only_completions = count == len(pending.completions) and not self._solo
         if only_completions and claim_in_flight:
             return self.since + max(self.flush_interval, self.tuning.carry_limit)
         if only_completions and claim_coming:

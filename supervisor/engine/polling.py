@@ -128,7 +128,7 @@ class Poller:
         due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
         # Due already (it came due while this poll ran): promote it a moment from now.
         self.next_promote = None if due_in is None else now + max(due_in, PROMOTE_AGAIN)
-        if self.ledger.waiting_counts() or pool.busy_count():
+        if self.ledger.has_waiting() or pool.busy_count():
             # Catches a pause whose NOTIFY was missed (say, while reconnecting), a job of
             # a queue paused with --stop-running that started all the same (its child
             # took it before the pause's SKIP came), and, with no LISTEN (behind a

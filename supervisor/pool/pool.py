@@ -84,6 +84,10 @@ class Pool:
         self._in_flight: dict[int, ChildProcess] = {}  # job id -> child, until answered
         self._pushing: set[ChildProcess] = set()  # busy children with RUN frames to write
         self._outcomes: list[Outcome] = []
+        # Children holding jobs, counted once after a change: the loop asks several
+        # times a turn (issue 43). None: a child's jobs may have changed since. Only
+        # dispatch, a child's frames, a cancel and a reap change what children hold.
+        self._busy: int | None = None
         self._crashes = CrashLoop(settings.crash_loop_limit, settings.crash_loop_window)
         self._respawn = RespawnBackoff()
         self._target = settings.size
@@ -199,7 +203,10 @@ class Pool:
 
     def busy_count(self) -> int:
         """Children holding jobs (running one, with or without more queued)."""
-        return sum(1 for child in self._children.values() if child.jobs)
+        busy = self._busy
+        if busy is None:
+            busy = self._busy = sum(1 for child in self._children.values() if child.jobs)
+        return busy
 
     def occupied(self) -> Counter[str]:
         """Children per queue whose pipe holds its jobs (a child runs one queue at a
@@ -291,6 +298,7 @@ class Pool:
             depth = cap  # a heavy-tailed kind: few jobs may queue behind one of its runs
         if self._idle and not own_queue:
             child = self._idle[0]
+            self._busy = None
             if not child.run(job, now, depth):
                 self._too_large(child, job)
                 return True
@@ -303,6 +311,7 @@ class Pool:
             if roomiest is None:
                 return False
             child = roomiest
+            self._busy = None
             if not child.run(job, now, depth):
                 self._too_large(child, job)
                 return True
@@ -330,6 +339,8 @@ class Pool:
         best = None
         most = 0
         for child in self._children.values():
+            if len(child.jobs) >= depth:
+                continue  # no room at this depth, whatever else holds: the usual case
             room = child.room(depth)
             if room > most and (queue is None or (child.jobs and child.jobs[0].queue == queue)):
                 best, most = child, room
@@ -353,6 +364,7 @@ class Pool:
             return False
         if child.state != BUSY:
             return False
+        self._busy = None
         now = self._clock()
         job = child.skip(job_id, now)
         if job is None:  # it is the running one: told first, killed after the grace
@@ -453,6 +465,7 @@ class Pool:
             return
         if key.fd == child.read_fd:
             if mask & selectors.EVENT_READ:
+                self._busy = None
                 now = self._clock()
                 news = child.read(now)
                 if news:
@@ -571,6 +584,7 @@ class Pool:
     def _on_exit(self, child: ChildProcess, status: int) -> None:
         now = self._clock()
         self._size_dirty = True
+        self._busy = None
         if child.state == IDLE:
             self._idle.remove(child)
         held = list(child.jobs)
