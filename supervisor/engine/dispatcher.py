@@ -90,7 +90,8 @@ class Dispatcher:
         self.ledger.to_front(newcomer)
         if depth <= 1 or pool.idle_count():
             return False  # the next child free takes it
-        if pool.dispatch(newcomer, self.planner.tuning.newcomer_place):
+        # Only behind a job of its own queue: a child runs one queue at a time.
+        if pool.dispatch(newcomer, self.planner.tuning.newcomer_place, own_queue=True):
             self.ledger.pop_waiting(queue)
             self.ledger.sent(newcomer)
             return False
@@ -103,6 +104,11 @@ class Dispatcher:
         # counted by started jobs, two children made idle in one turn both went to the
         # first queue, and a second queue owed one waited behind its pipes (issue 44).
         held = pool.occupied()
+        # A fair queue's newcomer goes first among its waiting jobs; while a child is
+        # giving back its pipe for one, the queue tops up no pipe (the place is kept).
+        making_way = {queue for queue in ledger.waiting_counts()
+                      if planner.fair(queue)
+                      and self._newcomer_waits(pool, queue, self._pipeline(queue))}
         while pool.idle_count() > 0:
             waiting = ledger.waiting_counts()
             chosen = planner.next_queue(size, waiting, held) if waiting else None
@@ -123,7 +129,8 @@ class Dispatcher:
             targets = planner.targets(size, waiting)
             for queue in waiting:
                 depth = self._pipeline(queue)
-                if depth < planner.tuning.min_top_up_pipe or held[queue] > targets.get(queue, 0):
+                if (depth < planner.tuning.min_top_up_pipe or held[queue] > targets.get(queue, 0)
+                        or queue in making_way):
                     continue
                 while (job := ledger.pop_waiting(queue)) is not None:
                     if not pool.dispatch(job, depth, own_queue=True):
