@@ -69,11 +69,11 @@ class LaterDrops:
     every dirty buffer of the server written and fsynced, 0.3-3 s while other tests
     write (a test's teardown took longer than its call for most database tests). The
     names are unique, so a database dropped a moment later changes nothing for the next
-    test. Two threads, so that two drops can share one checkpoint. At most ``backlog``
-    wait at a time (``drop`` blocks beyond that); ``wait`` returns once every drop asked
-    for is done, and raises the first that failed."""
+    test. Four threads, so that drops waiting together share one checkpoint. At most
+    ``backlog`` wait at a time (``drop`` blocks beyond that); ``wait`` returns once
+    every drop asked for is done, and raises the first that failed."""
 
-    def __init__(self, backlog: int = 16, threads: int = 2) -> None:
+    def __init__(self, backlog: int = 32, threads: int = 4) -> None:
         self._queue: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=backlog)
         self._threads = threads
         self._started = False
