@@ -2,7 +2,8 @@
 starts or touches a PostgreSQL.
 
 * ``pg_base_dsn`` (session): a server to create databases on (see ``pgharness``).
-* ``fresh_dsn``: a brand-new empty database for this test, dropped afterwards.
+* ``fresh_dsn``: a brand-new empty database for this test, dropped afterwards (on a
+  thread of its own: see ``pgharness.LaterDrops``).
 * ``dsn``: a brand-new database with the schema migrated (cloned from a template that
   is migrated once per session, so it costs one CREATE DATABASE).
 * ``conn``: an autocommit psycopg connection to ``dsn``.
@@ -25,6 +26,11 @@ if lanes.no_database():
     lanes.refuse_databases(pgharness)
 
 
+# The per-test databases are dropped behind the tests (pgharness.LaterDrops); the
+# session's fixtures wait for the drops before the template and the server go.
+LATER_DROPS = pgharness.LaterDrops()
+
+
 def pytest_configure(config):
     lanes.check_stale(Path(__file__).parent)
 
@@ -42,8 +48,11 @@ def pg_base_dsn():
     try:
         yield dsn
     finally:
-        if server is not None:
-            server.close()
+        try:
+            LATER_DROPS.wait()
+        finally:
+            if server is not None:
+                server.close()
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +66,7 @@ def _migrated_template(pg_base_dsn):
     try:
         yield name
     finally:
+        LATER_DROPS.wait()
         pgharness.drop_database(pg_base_dsn, name)
 
 
@@ -64,14 +74,14 @@ def _migrated_template(pg_base_dsn):
 def fresh_dsn(pg_base_dsn):
     name = pgharness.unique_name("supervisor_t")
     yield pgharness.create_database(pg_base_dsn, name)
-    pgharness.drop_database(pg_base_dsn, name)
+    LATER_DROPS.drop(pg_base_dsn, name)
 
 
 @pytest.fixture
 def dsn(pg_base_dsn, _migrated_template):
     name = pgharness.unique_name("supervisor_t")
     yield pgharness.create_database(pg_base_dsn, name, template=_migrated_template)
-    pgharness.drop_database(pg_base_dsn, name)
+    LATER_DROPS.drop(pg_base_dsn, name)
 
 
 @pytest.fixture

@@ -17,9 +17,12 @@ from shared.enqueue import enqueue, enqueue_many
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 APP = "batches_handlers"
-# Seconds the producer's transaction stays open: past four 8 s leases, long enough for
-# the checks below (about 20 s) with room to spare on a loaded machine.
-HOLD = 35.0
+# The supervisors' lease: short, so that holding the producer's transaction open past
+# several of them takes seconds (leases renew every LEASE / 3; tests elsewhere run 2-3 s).
+LEASE = 4.0
+# Seconds the producer's transaction stays open: past four leases, long enough for the
+# checks below (about 10 s) with room to spare on a loaded machine.
+HOLD = 5 * LEASE
 
 
 def states(dsn, ids):
@@ -32,13 +35,13 @@ def test_a_producer_transaction_held_open_past_four_leases_stalls_nobody(dsn, tm
     log = tmp_path / "runs.log"
     config = tmp_path / "supervisor.toml"
     config.write_text("maintenance_interval = 0.5\npoll_interval = 0.2\n")
-    sups = [Supervisor(dsn, "-n", "3", "-q", "bt", "--lease-ttl", "8", "--config", str(config),
-                       log_path=log, app=APP) for _ in range(2)]
+    sups = [Supervisor(dsn, "-n", "3", "-q", "bt", "--lease-ttl", str(LEASE), "--config",
+                       str(config), log_path=log, app=APP) for _ in range(2)]
     producer = psycopg.connect(dsn)  # a transaction, left open below
     try:
         # Jobs that outlive the lease (each needs renewals) on both supervisors, and the
         # dependency, which finishes while the producer's transaction is open.
-        long_ids = enqueue_many("bt_member", [{"n": i, "sleep": 14.0} for i in range(4)],
+        long_ids = enqueue_many("bt_member", [{"n": i, "sleep": 1.75 * LEASE} for i in range(4)],
                                 queue="bt", dsn=dsn)
         dependency = enqueue("bt_member", {"n": 100, "sleep": 2.0}, queue="bt", dsn=dsn)
         wait_until(lambda: set(states(dsn, [*long_ids, dependency]).values()) == {"running"},

@@ -62,7 +62,9 @@ def test_after_a_sigkill_the_rescued_job_resumes_from_the_last_checkpoint_writte
     log = tmp_path / "runs.log"
     config = tmp_path / "supervisor.toml"
     config.write_text("maintenance_interval = 0.5\npoll_interval = 0.2\n")
-    job_id = enqueue("ck_batch", {"steps": 12, "step": 1.0}, dsn=dsn)
+    # Half-second steps: nothing here is timed by the step (the kill comes once a
+    # checkpoint of four is written, the rescue once the 3 s lease has expired).
+    job_id = enqueue("ck_batch", {"steps": 12, "step": 0.5}, dsn=dsn)
     args = ("-n", "1", "--lease-ttl", "3", "--config", str(config))
     first = Supervisor(dsn, *args, log_path=log, app=APP)
     try:

@@ -34,7 +34,9 @@ def test_pause_with_stop_running_hands_running_jobs_back_unspent_until_resume(
         dsn, tmp_path):
     log = tmp_path / "runs.log"
     config = tmp_path / "supervisor.toml"
-    config.write_text("kill_grace = 1.5\npoll_interval = 0.2\n")
+    # grace: the SIGTERM drain at the end (cleanup, nothing asserted) kills the jobs still
+    # running after 2 s instead of waiting the default 25 s for them.
+    config.write_text("kill_grace = 1.5\npoll_interval = 0.2\ngrace = 2\n")
     raising = enqueue("ck_batch", {"steps": 600, "step": 0.1}, dsn=dsn)
     flag = enqueue("ck_flag", dsn=dsn)
     deaf = enqueue("ck_ignore", dsn=dsn)
@@ -108,7 +110,7 @@ def test_a_job_inside_a_gil_holding_native_call_is_killed_after_kill_grace_unspe
     # grace is 1 s: a job still there to record its return was never killed.
     log = tmp_path / "runs.log"
     config = tmp_path / "supervisor.toml"
-    config.write_text("kill_grace = 1\npoll_interval = 0.2\n")
+    config.write_text("kill_grace = 1\npoll_interval = 0.2\ngrace = 2\n")  # grace: as above
     native = enqueue("ck_native", {"seconds": 8.0}, dsn=dsn)
     sup = Supervisor(dsn, "-n", "2", "--config", str(config), log_path=log, app=APP)
     try:

@@ -196,7 +196,9 @@ def test_an_entry_another_process_still_uses_stays_and_the_jobs_own_goes(dsn):
 def test_a_child_killed_over_its_timeout_leaves_nothing_of_its_pools(dsn, tmp_path):
     report = tmp_path / "report"
     hung = enqueue("cost_joblib_hang", {"report": str(report)}, dsn=dsn)
-    burst(dsn, "--timeout", "20")
+    # The job writes its report once loky's workers are up (1-3 s on a loaded 2-vCPU
+    # machine), then hangs until its timeout kills its child: 10 s leaves room for both.
+    burst(dsn, "--timeout", "10")
     assert job_row(dsn, hung)["state"] == "discarded"
     pid, *seen = report.read_text().split()
     assert any(name.startswith("sem.loky-") for name in seen), seen
