@@ -28,6 +28,10 @@ def _paused_kinds(dsn: str) -> list[str]:
 def test_a_job_the_kernel_kills_is_recorded_as_memory_with_its_rss_never_poison(
         dsn, tmp_path):
     with memory_cgroup(2 * GIB) as cgroup:
+        # Due 3 s from now, so the burst waits for it (its horizon) rather than finding
+        # no work: enqueued after the start, it lost that race once the start got quicker.
+        job_id = enqueue("mem_hold", {"megabytes": 600, "pause": 0.05}, max_attempts=2,
+                         delay=3.0, dsn=dsn)
         sup = Supervisor(dsn, "--burst", "-n", "1", "--poll-interval", "0.1",
                          app="memory_handlers", wrapper=cgroup.wrapper)
         try:
@@ -36,8 +40,7 @@ def test_a_job_the_kernel_kills_is_recorded_as_memory_with_its_rss_never_poison(
             # still thinks 2 GiB, so the kernel is the one that kills (the case of a
             # container whose limit nobody read, or a job that outran the guard).
             cgroup.set_limit(300 * MIB)
-            job_id = enqueue("mem_hold", {"megabytes": 600, "pause": 0.05},
-                             max_attempts=2, dsn=dsn)
+            assert job_row(dsn, job_id)["state"] == "scheduled"  # not started yet
             assert sup.wait(180) == CLI_JOBS_FAILED, sup.err
         finally:
             sup.stop()
