@@ -28,10 +28,10 @@ def _paused_kinds(dsn: str) -> list[str]:
 def test_a_job_the_kernel_kills_is_recorded_as_memory_with_its_rss_never_poison(
         dsn, tmp_path):
     with memory_cgroup(2 * GIB) as cgroup:
-        # Due 3 s from now, so the burst waits for it (its horizon) rather than finding
+        # Due 5 s from now, so the burst waits for it (its horizon) rather than finding
         # no work: enqueued after the start, it lost that race once the start got quicker.
         job_id = enqueue("mem_hold", {"megabytes": 600, "pause": 0.05}, max_attempts=2,
-                         delay=3.0, dsn=dsn)
+                         delay=5.0, dsn=dsn)
         sup = Supervisor(dsn, "--burst", "-n", "1", "--poll-interval", "0.1",
                          app="memory_handlers", wrapper=cgroup.wrapper)
         try:
