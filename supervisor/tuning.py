@@ -156,7 +156,8 @@ class Tuning:
 
     # -- the outbox (engine/outbox.py) -----------------------------------------------
     write_batch: int = _rule(
-        512, "this many waiting outcomes are written at once, whatever else is due",
+        512, "this many waiting outcomes are written at once, unless only completions "
+        "wait and a claim in flight will carry them",
         "scripts/bench/drain_ceiling.py")
     carry_limit: float = _rule(
         0.5, "seconds completions wait at most for a claim in flight to carry them",

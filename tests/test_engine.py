@@ -160,7 +160,8 @@ def test_a_completion_carrying_an_unwritten_start_waits_no_longer_than_the_start
 
 def test_a_completion_no_claim_will_carry_is_written_within_the_flush_interval():
     """The queue came back short (no work left for now): no claim is coming, so the
-    completion is written on its own after the flush interval, not held."""
+    completion is written after the flush interval, not held; it goes on the claim
+    connection in a claim of no job, so the loop does not wait for it (issue 48)."""
     engine, db, store, pool, clock = make_engine(children=2, prefetch=2)
     store.add(n=3)
     engine.tick(clock.now, pool)
@@ -168,10 +169,50 @@ def test_a_completion_no_claim_will_carry_is_written_within_the_flush_interval()
     engine.tick(clock.now, pool)
     pool.finish(1)
     engine.tick(clock.now, pool)
-    assert "complete" not in store.names()
+    assert "complete" not in store.names() and not db.claims.sent
     clock.now += 0.03
     engine.tick(clock.now, pool)
-    assert ("complete", [1]) in store.calls and not db.claims.sent
+    (params, _), = db.claims.sent
+    assert params["limit"] == 0 and [c.id for c in params["completions"]] == [1]
+    assert "complete" not in store.names()  # nothing written that blocks the loop
+    assert engine.claim_in_flight and not engine.outbox.count()
+    depth_latency = engine.planner.depth.latency
+    assert db.claims.answer() == []
+    assert engine.planner.depth.latency == depth_latency  # no claim was measured
+    assert not engine.claim_in_flight and not engine.outbox.count()
+
+
+def test_a_carry_that_fails_hands_its_completions_back_to_be_written():
+    """A claim of no job that fails (the connection dropped) loses nothing: its
+    completions wait in the outbox again and are written when the database is back."""
+    engine, db, store, pool, clock = make_engine(children=2, prefetch=2)
+    store.add(n=3)
+    engine.tick(clock.now, pool)
+    db.claims.answer()
+    engine.tick(clock.now, pool)
+    pool.finish(1)
+    engine.tick(clock.now, pool)
+    clock.now += 0.03
+    engine.tick(clock.now, pool)
+    (params, _), = db.claims.sent
+    assert params["limit"] == 0
+    db.claims.fail(psycopg.errors.QueryCanceled("canceling statement due to statement timeout"))
+    assert [c.id for c in engine.outbox.pending.completions] == [1]
+
+
+def test_completions_wait_for_a_claim_in_flight_past_the_write_batch():
+    """Only completions wait and a claim is out: its answer lets the next claim carry
+    them however many they are, rather than a blocking write of the batch (issue 48:
+    500 completions written at once held the loop 100-500 ms on a busy server)."""
+    from shared.jobs import ClaimedJob
+    from supervisor.engine.outbox import Outbox
+    from supervisor.observe.metrics import SupervisorMetrics
+    outbox = Outbox(SupervisorMetrics("me"), 0.02)
+    for job_id in range(1, DEFAULT.write_batch + 10):
+        outbox.completed(ClaimedJob(job_id, "k", "default", 1, 5, 0, None, "{}"), "1", 100.0)
+    assert outbox.next_flush_at(claim_in_flight=True) == 100.0 + DEFAULT.carry_limit
+    assert outbox.next_flush_at(claim_in_flight=False) == 100.0  # no claim: at once
+    assert outbox.carries_alone()
 
 
 def test_the_depth_counts_the_childs_run_time_not_the_parents_reading_of_it():
@@ -475,7 +516,10 @@ def test_a_long_jobs_start_rides_on_a_claim_once_old_or_is_written_within_the_ho
     assert deadline <= clock.now + START_HOLD / 2 + 1e-9
     clock.now += START_HOLD / 2 + 0.001
     engine.tick(clock.now, pool)
-    assert ("started", [3]) in store.calls  # written on its own within the hold
+    # Written within the hold, in a claim of no job (it does not hold the loop).
+    (params, _), = db.claims.sent
+    assert params["limit"] == 0 and list(params["starts"]) == [Attempt(3, 1)]
+    assert ("started", [3]) not in store.calls
 
 
 def test_prefetch_depth_follows_run_times():

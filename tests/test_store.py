@@ -333,3 +333,39 @@ def test_claims_without_writes_or_with_a_few_run_prepared_and_large_batches_do_n
                                "GROUP BY state", (ids,)).fetchall())
     assert states == {"completed": 6 + len(large), "running": 50 - 6 - len(large),
                       "available": 10}
+
+
+def test_a_claim_of_no_job_writes_its_completions_and_starts_and_takes_nothing(conn, dsn):
+    """``Claimer.carry`` (issue 48): completions and starts go on the non-blocking claim
+    connection in a claim whose limit is 0. It writes them, fenced as ever (a job whose
+    lease moved on is reported, not written), and takes no job though jobs wait."""
+    import selectors
+
+    from supervisor.db.nonblocking import NonBlockingQuery
+
+    enqueue_many("k", [{}] * 6, conn=conn)
+    store = Store(conn, "me")
+    held = store.claim("default", ["k"], 4)
+    conn.execute("UPDATE supervisor.jobs SET lease_owner = 'other' WHERE id = %s",
+                 (held[3].id,))
+    with psycopg.connect(dsn, autocommit=True) as own:
+        sel = selectors.DefaultSelector()
+        out: list = []
+        request = ClaimRequest("default", ["k"], 0,
+                               completions=[Completion(j.id, j.attempt, '"ok"')
+                                            for j in (held[0], held[1], held[3])],
+                               starts=[Attempt(held[2].id, held[2].attempt)])
+        Store(own, "me").send_claim(NonBlockingQuery(own, sel), request, out.append)
+        while not out:
+            for key, mask in sel.select(5):
+                key.data.handle_event(key, mask)
+        sel.close()
+    assert not isinstance(out[0], Exception), out[0]
+    assert out[0].jobs == [] and out[0].fenced == [held[3].id]
+    rows = dict(conn.execute("SELECT id, state FROM supervisor.jobs").fetchall())
+    assert [rows[j.id] for j in held] == ["completed", "completed", "running", "running"]
+    assert sorted(state for job_id, state in rows.items()
+                  if job_id not in {j.id for j in held}) == ["available", "available"]
+    started = conn.execute("SELECT attempted_at IS NOT NULL FROM supervisor.jobs WHERE id = %s",
+                           (held[2].id,)).fetchone()[0]
+    assert started

@@ -174,7 +174,9 @@ class Engine:
             self.housekeeping.run(now, pool, may_lead=leases.may_lead(now))
         if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0,
                                      self._claim_coming_for_outbox(pool)):
-            self.flush(now)
+            # Completions alone ride a claim of no job rather than hold the loop.
+            if not self.claimer.carry(now, self.queues[0]):
+                self.flush(now)
         self._hand_back_news(now, pool)
         self.housekeeping.check_burst(now, pool)
         self.draining.tick(now, pool)

@@ -9,7 +9,12 @@ here; the outbox decides when they must be written and writes them, one fenced
 statement per kind. Completions usually ride on the next claim instead
 (``take_completions``); a claim that fails hands them back, and a claim refused for
 its data (a result PostgreSQL will not store) marks them to be written on their own,
-where the bad one is found job by job and becomes that job's failure.
+where the bad one is found job by job and becomes that job's failure. When no claim is
+due, completions (and starts) with nothing else waiting go on the claim connection all
+the same, in a claim of no job (``Claimer.carry``): the loop never waits for the write
+every short job needs. While a claim is in flight they wait for it, however many
+(``carry_limit`` bounds the wait, not ``write_batch``): a blocking write of 500 of them
+took 100-500 ms on a busy server, and 64 children ran dry behind it (issue 48).
 
 Completions wait at most ``claim_carry_wait`` for a claim not sent yet that is sure to
 come (the queue has work, children are busy: it goes out once half its window is free).
@@ -280,12 +285,12 @@ class Outbox:
             return None
         pending = self.pending
         count = pending.count()
+        only_completions = count == len(pending.completions) and not self._solo
+        if only_completions and claim_in_flight and not pending.flushed:
+            return self.since + max(self.flush_interval, self.tuning.carry_limit)
         if (count >= self.tuning.write_batch or (idle and not claim_in_flight)
                 or pending.flushed):
             return self.since  # a flushed checkpoint's handler waits for its write
-        only_completions = count == len(pending.completions) and not self._solo
-        if only_completions and claim_in_flight:
-            return self.since + max(self.flush_interval, self.tuning.carry_limit)
         if only_completions and claim_coming:
             wait_until = self.since + max(self.flush_interval, self.tuning.claim_carry_wait)
             if self.carried_start_due is not None:
@@ -329,6 +334,15 @@ class Outbox:
             self.pending.starts.setdefault(start.id, PendingStart(start.attempt, at))
         if starts:
             self.starts_since = min(s.at for s in self.pending.starts.values())
+
+    def carries_alone(self) -> bool:
+        """Only completions and starts wait: they can ride a claim that takes no job, on
+        the claim connection, instead of a write that holds the loop (``Claimer.carry``).
+        Anything else (failures, releases, checkpoints, progress) goes by ``flush``."""
+        pending = self.pending
+        return (not self._solo and not pending.progress and not pending.checkpoints
+                and pending.count() == len(pending.completions)
+                and bool(pending.completions or pending.starts))
 
     def take_completions(self) -> list[Completion]:
         """The completions a claim should carry (none while one must be written alone)."""
