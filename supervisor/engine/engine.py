@@ -172,11 +172,11 @@ class Engine:
         # the first maintenance round (30 ms on a loaded machine) held it unread.
         if db.up and (self.claimer.answers or not self.claim_in_flight):
             self.housekeeping.run(now, pool, may_lead=leases.may_lead(now))
-        if db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0,
-                                     self._claim_coming_for_outbox(pool)):
-            # Completions alone ride a claim of no job rather than hold the loop.
-            if not self.claimer.carry(now, self.queues[0]):
-                self.flush(now)
+        # Completions alone ride a claim of no job rather than hold the loop.
+        if (db.up and self.outbox.due(now, self.claim_in_flight, pool.busy_count() == 0,
+                                      self._claim_coming_for_outbox(pool))
+                and not self.claimer.carry(now, self.queues[0])):
+            self.flush(now)
         self._hand_back_news(now, pool)
         self.housekeeping.check_burst(now, pool)
         self.draining.tick(now, pool)
