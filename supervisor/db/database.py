@@ -163,6 +163,10 @@ class Database:
                 work.prepare_threshold = None  # see the module docstring
                 for extra in conns[2:]:
                     close_quietly(extra)
+            else:
+                # The claims prepared on this connection run on their generic plan
+                # (supervisor.db.nonblocking explains why); nothing else is prepared here.
+                claims.execute("SET plan_cache_mode = force_generic_plan")
         except psycopg.Error as exc:
             for conn in conns:
                 close_quietly(conn)

@@ -11,7 +11,16 @@ named statement per parameter-type signature, as psycopg does) and then only bou
 executed: a claim that carries no writes costs the server about a millisecond of parse
 and planning otherwise, which is most of an idle pickup. Preparing costs a round trip of
 its own, so a statement is prepared at its second use, not its first: the first claim
-after start-up, which idle children wait for, goes out in one round trip. Off with
+after start-up, which idle children wait for, goes out in one round trip. The claim
+connection plans its prepared statements once, generically (``plan_cache_mode =
+force_generic_plan``, set by ``Database`` when it opens it): left to choose, PostgreSQL
+judged the generic plan of a claim carrying writes costlier than a custom one and
+planned every execution anew, 0.5 ms of the server's CPU each time. Measured on this
+machine (2 vCPU, PostgreSQL 15, one claim of 1 or 16 jobs carrying as many completions,
+600 in a row): 1.0-1.05 ms of backend CPU a claim planned each time against 0.65-0.83 ms
+generic for one job; 1.87 against 0.93 ms for 16; and with a million jobs waiting 2.0
+against 1.13 ms, the generic plan still an index scan (a sequential scan would cost a
+hundred times more). Off with
 ``prepares=False`` (behind a pooler in transaction mode, where a named statement may be
 unknown on the next server connection), and off for good on a connection where
 preparing failed once.

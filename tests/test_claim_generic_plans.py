@@ -1,0 +1,73 @@
+"""The claim connection plans its prepared claims once, generically (``Database`` sets
+``plan_cache_mode = force_generic_plan`` on it; ``supervisor.db.nonblocking`` says why):
+left to choose, PostgreSQL planned every claim carrying writes anew, half of the
+server's CPU for a claim of one job. What must hold with the generic plan: every claim
+form still reaches its jobs through the claim index, never a sequential scan of the
+table, with tens of thousands of jobs waiting."""
+
+from __future__ import annotations
+
+import selectors
+
+import psycopg
+
+from shared.enqueue import enqueue_many
+from supervisor.db import Completion, Database
+from supervisor.db.claim import ClaimRequest
+from supervisor.db.nonblocking import Prepared
+
+BACKLOG = 30_000
+
+
+def _answer(db: Database, send) -> object:
+    out: list = []
+    send(out.append)
+    while not out:
+        for key, mask in db.selector.select(5):
+            key.data.handle_event(key, mask)
+    assert not isinstance(out[0], Exception), out[0]
+    return out[0]
+
+
+def _scans(conn: psycopg.Connection) -> tuple[int, int]:
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    return conn.execute("SELECT seq_scan, idx_scan FROM pg_stat_user_tables "
+                        "WHERE relid = 'supervisor.jobs'::regclass").fetchone()
+
+
+def test_prepared_claims_run_generic_plans_through_the_index(dsn, conn):
+    enqueue_many("k", [{}] * BACKLOG, conn=conn)
+    conn.execute("ANALYZE supervisor.jobs")
+    db = Database(dsn, "me", 30.0, selectors.DefaultSelector(), statement_timeout=10.0)
+    db.open()
+    try:
+        runner = db.claims
+        assert runner is not None and runner.prepares
+        mode = _answer(db, lambda cb: runner.send(Prepared("SHOW plan_cache_mode"), {}, cb))
+        assert mode == [("force_generic_plan",)]
+        seq_before, _ = _scans(conn)
+        held: dict[str, list] = {"plain": [], "aged": [], "fair": []}
+        for _ in range(4):  # prepared at the second use, then executed generically
+            for form, request in (("plain", ClaimRequest("default", ["k"], 2)),
+                                  ("aged", ClaimRequest("default", ["k"], 2, aging=60)),
+                                  ("fair", ClaimRequest("default", ["k"], 2, fair=True))):
+                done = [Completion(j.id, j.attempt, '"ok"') for j in held[form]]
+                request = ClaimRequest(request.queue, request.kinds, request.limit,
+                                       request.aging, fair=request.fair, completions=done)
+                result = _answer(db, lambda cb, r=request: db.store.send_claim(runner, r, cb))
+                assert result.fenced == [] and len(result.jobs) == 2  # type: ignore[attr-defined]
+                held[form] = result.jobs  # type: ignore[attr-defined]
+        plans = _answer(db, lambda cb: runner.send(
+            Prepared("SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements"),
+            {}, cb))
+        _answer(db, lambda cb: runner.send(Prepared("SELECT pg_stat_force_next_flush()"), {}, cb))
+        _answer(db, lambda cb: runner.send(Prepared("SELECT 1"), {}, cb))
+    finally:
+        db.close()
+    generic, custom = plans[0]  # type: ignore[index]
+    assert generic >= 6 and custom == 0, plans
+    seq_after, _ = _scans(conn)
+    assert seq_after == seq_before, "a claim scanned supervisor.jobs sequentially"
+    done = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state = 'completed'"
+                        ).fetchone()[0]
+    assert done == 3 * 2 * 3  # every claim but each form's last had its completions written
