@@ -286,7 +286,10 @@ def test_claim_plan_uses_the_index_after_analyze(conn):
     assert "Seq Scan on jobs" not in plan, plan
 
 
-def test_claims_without_writes_or_with_a_few_run_prepared_and_large_batches_do_not(dsn, conn):
+def test_claims_on_the_claim_connection_run_prepared_whatever_they_carry(dsn, conn):
+    """Every non-blocking claim is a prepared statement, a large batch of completions
+    too: the claim connection forces the generic plan (tests/test_claim_generic_plans.py),
+    which measured cheaper than one planned for the batch at every size."""
     import selectors
 
     from supervisor.db.claim import CACHED_PLAN_BATCH
@@ -328,7 +331,9 @@ def test_claims_without_writes_or_with_a_few_run_prepared_and_large_batches_do_n
                              " ORDER BY name"), {}, next(waiting))
         executions = next(waiting)
         sel.close()
-    assert executions == [(1,), (1,)]  # the claim alone and the small batch; the large one not
+    # The claim alone (its second use), and the carrying form for the small batches
+    # and the large one alike.
+    assert executions == [(1,), (2,)]
     states = dict(conn.execute("SELECT state, count(*) FROM supervisor.jobs WHERE id = ANY(%s) "
                                "GROUP BY state", (ids,)).fetchall())
     assert states == {"completed": 6 + len(large), "running": 50 - 6 - len(large),

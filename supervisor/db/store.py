@@ -156,7 +156,7 @@ class Store:
                      else self._claim_result(request, outcome))
 
         runner.send(claim.claim_prepared(claim.variant(request, blocking=False)),
-                    self._claim_params(request), answered, prepare=claim.prepare(request),
+                    self._claim_params(request), answered, prepare=True,
                     row_factory=claim.row_maker)
 
     def _claim_params(self, request: ClaimRequest) -> dict[str, Any]:
