@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench_run
@@ -43,9 +45,18 @@ def ours(dsn: str, tasks: list[int]) -> float:
 
 
 def noop_default(dsn: str, jobs: int) -> float:
+    """Jobs/s of ``supervisor run -n 2 --burst`` draining ``jobs`` no-ops, start-up
+    included; exits if any job did not complete (a rate must not come from a run that
+    stopped early)."""
     common.reset(dsn)
     enqueue_many("run_noop", [{}] * jobs, queue="bench", dsn=dsn)
-    return jobs / bench_run.run_supervisor(dsn, "bench", 2)
+    rate = jobs / bench_run.run_supervisor(dsn, "bench", 2)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        done = conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state = 'completed'"
+                            " AND attempt = 1").fetchone()[0]
+    if done != jobs:
+        raise SystemExit(f"only {done} of {jobs} no-op jobs completed on their first attempt")
+    return rate
 
 
 def run(base_dsn: str, runs: int = 3, cpu_seconds: float = 10.0, noop_jobs: int = 20_000,
