@@ -124,3 +124,28 @@ def test_an_operators_cancel_stops_the_job_and_drops_what_waits():
     engine.leases.cancelled({1, 2}, pool)
     assert sorted(pool.cancelled) == [1, 2]
     assert not engine.ledger.waiting_jobs()
+
+
+def test_at_exit_what_a_lost_claim_left_under_our_name_goes_back():
+    """A drain's write cut short drops both connections, the claim in flight with them:
+    the server committed it, so its jobs are leased to us and never reached us. At exit
+    they go back at once (attempt not counted) instead of waiting out their lease; what
+    runs here, waits for a child, or has an outcome unwritten stays ours."""
+    engine, _db, store, pool, clock = running_one()
+    engine.ledger.add_claimed([job(2)])
+    engine.outbox.released([job(3)], clock.now)
+    engine.close(pool, clock.now)
+    names = store.names()
+    # Job 1 runs, job 2 waits; job 3's release was written first, so it is not ours.
+    assert ("reconcile", [1, 2]) in store.calls
+    assert names.index("release") < names.index("reconcile") < names.index("leave")
+
+
+def test_at_exit_with_the_database_away_nothing_is_given_back():
+    """Unwritten outcomes keep their jobs leased (they ran: they must not go back as
+    never started), and with the database away there is nothing to ask anyway."""
+    engine, db, store, pool, clock = running_one()
+    db.break_connection()
+    db.server_up = False
+    engine.close(pool, clock.now)
+    assert "reconcile" not in store.names()

@@ -72,9 +72,16 @@ class Interrupt:
 
     URGENT, SOFT = "urgent", "soft"
     URGENT_GRACE = 0.05  # seconds a wait may go on once a stop signal arrived
+    # Seconds a wait may last before a soft signal ends it. A drain's first write gives
+    # back every claimed job not started: at -n 16 that was 3,000 rows, which took more
+    # than the 0.25 s this once was on a loaded machine; the cut dropped both
+    # connections, and the claim in flight with them, whose jobs then waited out their
+    # lease (issue 48, docs/reliability.md). A hung server still holds a drain no longer
+    # than this per wait.
+    SOFT_PATIENCE = 2.0
 
     def __init__(self, fd: int, urgent: Collection[int] = URGENT_SIGNALS,
-                 patience: float = 0.25) -> None:
+                 patience: float = SOFT_PATIENCE) -> None:
         self.fd = fd
         self.urgent = set(urgent)
         self.soft: set[int] = set()

@@ -306,6 +306,7 @@ class Engine:
         self.collect(pool, now)
         self.db.reopen_for_exit()
         self.flush(now, last_chance=True)
+        self.leases.give_back_lost_claims(pool)
         self.housekeeping.save_kind_memory()
         self.db.call(lambda store: self.planner.limits.close(store), None,
                      "giving back global limit slices")

@@ -141,6 +141,15 @@ class LeaseKeeper:
         self.claimer.cursors.forget()  # notifications sent while away were lost
         self.write_outbox(now)
         self.renew(pool)
+        self.give_back_lost_claims(pool)
+
+    def give_back_lost_claims(self, pool: Pool) -> None:
+        """Release the jobs leased under our name that we do not hold: a claim whose
+        answer was lost with its connection took them, and they never reached us. On a
+        reconnect, and at exit (a drain's write cut short drops the claim in flight too;
+        without this its jobs waited out their lease)."""
+        if not self.db.up:
+            return
         held = ([j.id for j in pool.running()] + [j.id for j in self.ledger.waiting_jobs()]
                 + self.outbox.held_ids())
         returned: list[int] = self.db.call(lambda s: s.reconcile(held), [],
