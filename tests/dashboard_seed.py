@@ -182,12 +182,20 @@ class DashboardProcess:
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True,
                                      cwd=Path(__file__).resolve().parent.parent)
-        self.first_line = self.proc.stderr.readline()
-        match = re.search(r"on (http://\S+/)", self.first_line)
+        # The address is said once it serves, after uvicorn's own start-up lines and
+        # any warning about the host or the token.
+        seen: list[str] = []
+        match = None
+        while match is None and len(seen) < 20:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+            match = re.search(r"dashboard on (http://\S+/)", line)
         if match is None:
             rest = self.proc.stderr.read() if self.proc.poll() is not None else ""
             self.close()
-            raise RuntimeError(f"dashboard did not start: {self.first_line}{rest}")
+            raise RuntimeError(f"dashboard did not start: {''.join(seen)}{rest}")
         self.url = match.group(1).rstrip("/")
         # Keep reading its log so a chatty server never blocks on a full pipe.
         self.log: list[str] = []

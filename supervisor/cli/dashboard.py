@@ -61,7 +61,6 @@ def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple
     shown = f"[{host}]" if ":" in host else host
     mode = ("actions need the token" if token
             else f"read-only ({dashboard.TOKEN_ENV} is not set)")
-    click.echo(f"supervisor dashboard on http://{shown}:{bound_port}/ ({mode})", err=True)
     if not dashboard.is_loopback(host):
         click.echo(f"supervisor: listening on {host}: every request needs a token (HTTP "
                    "Basic password or Authorization: Bearer); use TLS in front of it",
@@ -73,4 +72,6 @@ def dashboard_command(host: str, port: int, refresh: float, allowed_hosts: tuple
                                                        read_token=read_token),
                                host=host, allowed_hosts=allowed_hosts)
     with quiet_stop_signals():  # SIGTERM exits 0, Ctrl-C 130; never 143 or Aborted!
-        dashboard.serve(app, sock)
+        # Said once it serves (``serve``'s ``ready``): a stop after it is a clean one.
+        dashboard.serve(app, sock, ready=lambda: click.echo(
+            f"supervisor dashboard on http://{shown}:{bound_port}/ ({mode})", err=True))

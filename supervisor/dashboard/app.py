@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -172,11 +173,29 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(app: Starlette, sock: socket.socket, *, log_level: str = "info") -> None:
-    """Serve ``app`` on the bound ``sock`` until SIGINT or SIGTERM."""
+class _AnnouncingServer(uvicorn.Server):
+    """uvicorn's server, saying so once it serves: by then its own signal handlers
+    are in place, so a stop that follows the announcement is a clean shutdown. Said
+    before, a SIGTERM could land while asyncio was still building its loop, and the
+    half-built loop printed a traceback as it was collected (one CI run)."""
+
+    def __init__(self, config: uvicorn.Config, ready: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self.ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and self.ready is not None:
+            self.ready()
+
+
+def serve(app: Starlette, sock: socket.socket, *, log_level: str = "info",
+          ready: Callable[[], None] | None = None) -> None:
+    """Serve ``app`` on the bound ``sock`` until SIGINT or SIGTERM; ``ready`` is called
+    once it serves."""
     # A page's request is cheap and its refresh comes again: do not let an open
     # keep-alive connection hold a shutdown for long.
     config = uvicorn.Config(app, log_level=log_level, access_log=False,
                             server_header=False, proxy_headers=False,
                             timeout_graceful_shutdown=3)
-    uvicorn.Server(config).run(sockets=[sock])
+    _AnnouncingServer(config, ready).run(sockets=[sock])
