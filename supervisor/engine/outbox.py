@@ -286,7 +286,7 @@ class Outbox:
         pending = self.pending
         count = pending.count()
         only_completions = count == len(pending.completions) and not self._solo
-        if only_completions and claim_in_flight and not pending.flushed:
+        if only_completions and claim_in_flight:  # count() holds the flushed: none here
             return self.since + max(self.flush_interval, self.tuning.carry_limit)
         if (count >= self.tuning.write_batch or (idle and not claim_in_flight)
                 or pending.flushed):
