@@ -198,6 +198,8 @@ UNIT_TESTS: frozenset[str] = frozenset({
     "test_shm_cleanup.py::test_a_dead_childs_entries_go_unless_a_process_outside_its_group_uses_them",
     "test_shm_cleanup.py::test_a_link_goes_but_not_what_it_points_to_and_an_older_namesake_stays",
     "test_shm_cleanup.py::test_pid_tokens_are_runs_of_digits_between_separators",
+    "test_shm_cleanup.py::test_settle_gives_up_at_its_timeout_and_leaves_the_entries_to_the_tracker",
+    "test_shm_cleanup.py::test_settle_waits_for_a_trackers_unlinks_and_not_for_what_the_child_still_uses",
     "test_shm_cleanup.py::test_the_janitor_removes_what_the_tree_names_or_uses_and_nothing_else",
     "test_start_path.py::test_a_version_module_that_does_more_is_left_to_read_its_own",
     "test_start_path.py::test_psycopgs_versions_from_their_dist_info_names_are_what_metadata_says",

@@ -103,6 +103,49 @@ def test_a_link_goes_but_not_what_it_points_to_and_an_older_namesake_stays(tmp_p
     assert not link.exists() and (target / "precious").exists() and older.exists()
 
 
+class _Tracker:
+    """A pool's resource tracker as the child sees it: the entries it was told to
+    unlink go after ``polls`` of the child's looks."""
+
+    def __init__(self, paths, polls: int) -> None:
+        self.paths, self.polls, self.looks = list(paths), polls, 0
+
+    def sleep(self, _seconds: float) -> None:
+        self.looks += 1
+        if self.looks == self.polls:
+            for path in self.paths:
+                path.unlink()
+
+
+def test_settle_waits_for_a_trackers_unlinks_and_not_for_what_the_child_still_uses(tmp_path):
+    janitor = ShmJanitor(str(tmp_path))
+    released = [tmp_path / f"sem.loky-{os.getpid()}-r{i}" for i in range(3)]
+    for path in released:
+        path.write_text("")
+    kept = tmp_path / f"sem.loky-{os.getpid()}-kept"  # a pool the child keeps maps it
+    kept.write_text("")
+    another = tmp_path / "sem.loky-999999-x"  # another process's: never waited for
+    another.write_text("")
+    tracker = _Tracker(released, polls=4)
+    with open(kept):
+        assert janitor.settle(5.0, sleep=tracker.sleep) is True
+    assert tracker.looks == 4  # it waited for the tracker, and no longer
+    assert kept.exists() and another.exists()  # it removes nothing itself
+
+
+def test_settle_gives_up_at_its_timeout_and_leaves_the_entries_to_the_tracker(tmp_path):
+    janitor = ShmJanitor(str(tmp_path))
+    slow = tmp_path / f"sem.loky-{os.getpid()}-slow"
+    slow.write_text("")
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    assert janitor.settle(0.05, sleep=sleep, clock=lambda: now[0]) is False
+    assert 0.05 <= now[0] < 0.06 and slow.exists()
+
+
 def test_a_dead_childs_entries_go_unless_a_process_outside_its_group_uses_them(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

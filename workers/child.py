@@ -262,7 +262,8 @@ class JobRunner:
 
     def _reap_job_leftovers(self) -> int:
         """Kill what the job left running, sparing what belongs to the child."""
-        KEEPER.retire_job_pools()
+        if KEEPER.retire_job_pools():
+            self.shm.settle()  # the next job finds none of its semaphores in /dev/shm
         if not KEEPER.holds():
             return reap_leftovers(self.shm.before_reap)
         return reap_leftovers(partial(self.shm.before_reap, keeping=True), KEEPER.spare)

@@ -33,9 +33,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+
+from shared.procfs import descendants
 
 SHM_DIR = "/dev/shm"
+# How long a child waits for a pool's tracker to unlink what the pool's shutdown
+# released (``ShmJanitor.settle``), and how often it looks meanwhile.
+SETTLE_TIMEOUT = 1.0
+SETTLE_POLL = 0.002
 # A pid has no leading zero and at most 7 digits (pid_max is at most 4194304).
 _PID_TOKEN = re.compile(rb"(?<![0-9A-Za-z])([1-9][0-9]{0,6})(?=[-_.]|$)")
 _PREFIX = SHM_DIR + "/"
@@ -192,6 +199,29 @@ class ShmJanitor:
         gone = remove(due, self._directory)
         self.removed += gone
         return gone
+
+    def settle(self, timeout: float = SETTLE_TIMEOUT, *, sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> bool:
+        """A job's process pool was just shut down by its own library (loky's executor,
+        ``workers.childscope``): wait, at most ``timeout`` seconds, until the entries
+        named for the child that appeared since it started and that it no longer has
+        open or mapped are gone. The library's resource tracker, a process of its own,
+        unlinks those semaphores once told, a few ms later, and later still on a busy
+        machine: without the wait the next job in this child could find them. Removing
+        them here instead would race the tracker, which prints a traceback for each one
+        it finds gone. True if none was left."""
+        deadline = clock() + timeout
+        while True:
+            new = listing(self._directory) - self._at_boot
+            pending = {name for name in new if self._me in pid_tokens(name)}
+            if pending:  # what the child or a process under it still uses is not due
+                users = {self._me, *descendants(self._me)}
+                pending -= referenced(users, self._directory)
+            if not pending:
+                return True
+            if clock() >= deadline:
+                return False
+            sleep(SETTLE_POLL)
 
     def at_exit(self) -> int:
         """The child is about to exit, its tree already reaped: remove every entry it
