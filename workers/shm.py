@@ -200,7 +200,8 @@ class ShmJanitor:
         self.removed += gone
         return gone
 
-    def settle(self, timeout: float = SETTLE_TIMEOUT, *, sleep: Callable[[float], None] = time.sleep,
+    def settle(self, timeout: float = SETTLE_TIMEOUT, *,
+               sleep: Callable[[float], None] = time.sleep,
                clock: Callable[[], float] = time.monotonic) -> bool:
         """A job's process pool was just shut down by its own library (loky's executor,
         ``workers.childscope``): wait, at most ``timeout`` seconds, until the entries
