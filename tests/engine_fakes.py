@@ -14,7 +14,7 @@ from shared.db import DatabaseUnavailable
 from shared.horizon import HorizonReport
 from shared.jobs import ClaimedJob
 from supervisor.config import RunConfig
-from supervisor.db import ClaimKey, ClaimResult, Database, FailuresWritten, LaterWork
+from supervisor.db import ClaimKey, ClaimResult, Database, FailuresWritten, LaterWork, LeadRound
 from supervisor.engine import Engine
 from supervisor.observe.metrics import SupervisorMetrics
 from supervisor.pool import JobDone, JobFailed, JobStarted, RunTimes
@@ -158,9 +158,9 @@ class FakeStore:
     def beat(self, *args) -> None:
         self._record("beat")
 
-    def lead_chores(self, key, stale_after):
+    def lead_chores(self, key, stale_after, rescue_floor=float("-inf")):
         self._record("lead")
-        return []
+        return LeadRound([], 0.0, True)
 
     def expire(self, batch) -> int:
         return 0  # no job here carries an expires_at

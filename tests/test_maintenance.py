@@ -62,3 +62,66 @@ def test_batch_rows_are_pruned_with_their_members_and_callback(conn):
     assert store.prune_batches(PruneBatches(week, 100)) == 1
     left = [r[0] for r in conn.execute("SELECT id FROM supervisor.batches ORDER BY id")]
     assert left == [young.id, still_open.id]
+
+
+def _lease_index_reads(conn) -> int:
+    conn.execute("SELECT pg_stat_force_next_flush()")  # this session's own reads first
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    return conn.execute("SELECT idx_tup_read FROM pg_stat_user_indexes "
+                        "WHERE indexrelname = 'jobs_lease_idx'").fetchone()[0]
+
+
+def _rescue(dsn, floor: float):
+    """One leader's chores from ``floor`` on a connection of its own, its statistics
+    flushed: (the round, lease index entries it read)."""
+    import psycopg
+
+    from supervisor.db import Store
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        led = Store(conn, "leader").lead_chores(42, 60.0, floor)
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT 1")  # the flush happens as this statement ends
+    return led
+
+
+def test_a_floored_rescue_skips_the_dead_entries_a_held_snapshot_keeps(dsn, conn):
+    """Issue 40: under a held snapshot every job that ran leaves its lease entry in the
+    index, with a lease in the past. A rescue from a floor (the last round's clock less
+    the TTL) reads past none of them, and still finds a lease that expired above it;
+    the full scan finds one below it."""
+    import psycopg
+
+    from supervisor.db import FULL_SCAN, Attempt, Completion, Store
+
+    ids = enqueue_many("k", [{"i": i} for i in range(3000)], conn=conn)
+    holder = psycopg.connect(dsn)
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM supervisor.jobs").fetchone()
+        worker = Store(conn, "worker")
+        claimed = worker.claim("default", ["k"], 3000)
+        worker.started([Attempt(j.id, j.attempt) for j in claimed])
+        # Their leases written an hour ago, then completed: 3,000 dead 'running'
+        # versions in the lease index that the snapshot keeps.
+        conn.execute("UPDATE supervisor.jobs SET lease_expires_at = now() - interval '1 hour'")
+        worker.complete([Completion(j.id, j.attempt, "null") for j in claimed[2:]])
+        old, recent = claimed[0].id, claimed[1].id
+        conn.execute("UPDATE supervisor.jobs SET lease_expires_at = now() - interval '5 s' "
+                     "WHERE id = %s", (recent,))
+        floor = conn.execute("SELECT extract(epoch FROM now() - interval '1 minute')"
+                             "::float8").fetchone()[0]
+        before = _lease_index_reads(conn)
+        led = _rescue(dsn, floor)
+        floored_reads = _lease_index_reads(conn) - before
+        assert led is not None and led.rescue_open
+        assert [r.id for r in led.rescued] == [recent]
+        before = _lease_index_reads(conn)
+        led = _rescue(dsn, FULL_SCAN)
+        full_reads = _lease_index_reads(conn) - before
+        assert led is not None and [r.id for r in led.rescued] == [old]
+    finally:
+        holder.close()
+    assert floored_reads < 10, (floored_reads, full_reads)
+    assert full_reads >= len(ids) - 2, full_reads  # every dead entry, read again

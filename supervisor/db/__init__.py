@@ -37,7 +37,7 @@ from supervisor.db.params import CrashCount, CrashLimits, Heartbeat, Prune, Prun
 from supervisor.db.records import Attempt, FailuresWritten, Renewal, Snooze
 from supervisor.db.refused import Apart, refused, write_apart
 from supervisor.db.refused import reason as refusal_reason
-from supervisor.db.rows import KindPause, LaterWork, Rescued, TrippedKind
+from supervisor.db.rows import KindPause, LaterWork, LeadRound, Rescued, TrippedKind
 from supervisor.db.run_outcomes import (
     RunFailures,
     Waiting,
@@ -45,13 +45,22 @@ from supervisor.db.run_outcomes import (
     run_failures,
     waiting,
 )
-from supervisor.db.store import Completion, Failure, Store, StoreSettings
+from supervisor.db.store import (
+    FULL_SCAN,
+    RESCUE_LIMIT,
+    Completion,
+    Failure,
+    Store,
+    StoreSettings,
+)
 
-__all__ = ["Apart", "Attempt", "ClaimBounds", "ClaimKey", "ClaimRequest", "ClaimResult",
-           "Completion", "CrashCount", "CrashLimits", "Database", "DatabaseHung", "Failure",
-           "FailuresWritten", "Heartbeat", "HistoryWriter", "Interrupt", "Interrupted",
-           "KindPause", "LaterWork", "LeaseRow", "NonBlockingQuery", "Prepared", "Prune",
-           "PruneBatches", "Renewal", "Rescued", "RunFailures", "Slice", "Snooze", "Store",
-           "StoreSettings", "StoredLimits", "TrippedKind", "Waiting", "cancelled_dependents",
-           "connection_lost", "kind_run_p95", "read_limits", "refusal_reason", "refused",
-           "renew_lease", "return_leases", "run_failures", "waiting", "write_apart"]
+__all__ = ["FULL_SCAN", "RESCUE_LIMIT", "Apart", "Attempt", "ClaimBounds", "ClaimKey",
+           "ClaimRequest", "ClaimResult", "Completion", "CrashCount", "CrashLimits",
+           "Database", "DatabaseHung", "Failure", "FailuresWritten", "Heartbeat",
+           "HistoryWriter", "Interrupt", "Interrupted", "KindPause", "LaterWork",
+           "LeadRound", "LeaseRow", "NonBlockingQuery", "Prepared", "Prune",
+           "PruneBatches", "Renewal", "Rescued", "RunFailures", "Slice", "Snooze",
+           "Store", "StoreSettings", "StoredLimits", "TrippedKind", "Waiting",
+           "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
+           "refusal_reason", "refused", "renew_lease", "return_leases", "run_failures",
+           "waiting", "write_apart"]

@@ -17,6 +17,17 @@ class Rescued:
 
 
 @dataclass(slots=True, frozen=True)
+class LeadRound:
+    """A maintenance round this supervisor led: what its rescue put back, the server's
+    clock when the round began (epoch seconds), and whether a rescue could run (not in
+    the first lease TTL after the server started, when every lease looks expired)."""
+
+    rescued: list[Rescued]
+    began_at: float
+    rescue_open: bool
+
+
+@dataclass(slots=True, frozen=True)
 class TrippedKind:
     """A kind the breaker just paused, with the crashes that tripped it."""
 

@@ -183,7 +183,11 @@ WHERE id = ANY(ARRAY(
 
 # The old lease_owner is read in SET (which sees the row before the update) and comes
 # back as the last errors entry's "supervisor", so no self-join is needed to return it.
-RESCUE = """
+# The outer test of j is _RUNNING for the reason the fence is: compared as the index's
+# predicate, the planner joined jobs_lease_idx ("lease_expires_at < now()", every entry
+# below the clock) to the primary key in a BitmapAnd for the rows found, which under a
+# held horizon read every job run since the hold began, each round that rescued one.
+RESCUE = f"""
 UPDATE supervisor.jobs AS j
 SET state = CASE WHEN o.unstarted THEN 'available'
                  WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
@@ -208,6 +212,9 @@ FROM (
     WHERE id = ANY(ARRAY(
         SELECT id FROM supervisor.jobs
         WHERE state = 'running' AND lease_expires_at < now()
+          -- Leases below the floor were looked at by an earlier round (RescueFloor); a
+          -- full scan passes -Infinity.
+          AND lease_expires_at >= to_timestamp(%(floor)s)
           -- Right after the server restarted, every lease looks expired; its owners are
           -- reconnecting to renew them. Only a lease that stays expired past that counts.
           AND pg_postmaster_start_time() < now() - %(ttl)s * interval '1 second'
@@ -215,7 +222,7 @@ FROM (
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED))
 ) AS o
-WHERE j.id = o.id AND j.state = 'running' AND j.lease_expires_at < now()
+WHERE j.id = o.id AND {_RUNNING} AND j.lease_expires_at < now()
 RETURNING j.id, o.lost, o.unstarted
 """
 
@@ -320,7 +327,12 @@ SET heartbeat_at = now(), children = EXCLUDED.children, busy = EXCLUDED.busy,
     queues = EXCLUDED.queues, info = EXCLUDED.info
 """
 
-TRY_LEAD = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+# Whether this supervisor leads the round; the server's clock, from which the next round's
+# rescue floor is set; and whether a rescue may run at all (RESCUE's own guard, below).
+TRY_LEAD = """
+SELECT pg_try_advisory_xact_lock(%(key)s), extract(epoch FROM now())::float8,
+       pg_postmaster_start_time() < now() - %(ttl)s * interval '1 second'
+"""
 
 PRUNE = """
 DELETE FROM supervisor.jobs

@@ -36,7 +36,7 @@ from supervisor.db.records import (
     Renewal,
     Snooze,
 )
-from supervisor.db.rows import KindPause, LaterWork, Rescued, TrippedKind
+from supervisor.db.rows import KindPause, LaterWork, LeadRound, Rescued, TrippedKind
 from supervisor.db.sql import (
     BEAT,
     COMPLETE,
@@ -73,6 +73,9 @@ from supervisor.db.sql import (
 log = logging.getLogger("supervisor.store")
 
 T = TypeVar("T")
+
+RESCUE_LIMIT = 1000  # jobs one rescue puts back at most
+FULL_SCAN = float("-inf")  # a rescue floor below every lease: look at every expired one
 
 
 @dataclass(frozen=True)
@@ -281,14 +284,16 @@ class Store:
         cur = self.connection.execute(PROMOTE, {"limit": limit}, prepare=self._again(PROMOTE))
         return cur.rowcount
 
-    def rescue_expired(self, limit: int = 1000) -> list[Rescued]:
-        """Running jobs whose lease expired (any owner). One that had started: the
-        attempt counts, an errors entry names the lost owner, then retryable with
-        backoff or discarded at max_attempts. One that had not: available again, the
-        attempt not counted. Returns what was rescued, one ``Rescued`` a job."""
+    def rescue_expired(self, limit: int = RESCUE_LIMIT, floor: float = FULL_SCAN
+                       ) -> list[Rescued]:
+        """Running jobs whose lease expired (any owner), at or above ``floor`` (epoch
+        seconds; ``FULL_SCAN``: every one). One that had started: the attempt counts,
+        an errors entry names the lost owner, then retryable with backoff or discarded
+        at max_attempts. One that had not: available again, the attempt not counted.
+        Returns what was rescued, one ``Rescued`` a job."""
         b = self.backoff
         params = {"limit": limit, "base": b.base, "factor": b.factor, "cap": b.cap,
-                  "jitter": b.jitter, "ttl": self.lease_ttl}
+                  "jitter": b.jitter, "ttl": self.lease_ttl, "floor": floor}
         rows = self.connection.execute(RESCUE, params).fetchall()
         return [Rescued(job_id, lost_owner, never_started)
                 for job_id, lost_owner, never_started in rows]
@@ -337,17 +342,20 @@ class Store:
         """Record this supervisor's heartbeat row (for ``status`` and stale detection)."""
         self.connection.execute(BEAT, heartbeat.bind(self.owner))
 
-    def lead_chores(self, lock_key: int, stale_after: float) -> list[Rescued] | None:
-        """If this supervisor wins the round's advisory lock: rescue expired leases and
-        drop supervisors silent for ``stale_after`` s, in one transaction. Returns the
-        rescued jobs, or None when another supervisor leads."""
+    def lead_chores(self, lock_key: int, stale_after: float,
+                    rescue_floor: float = FULL_SCAN) -> LeadRound | None:
+        """If this supervisor wins the round's advisory lock: rescue expired leases (at
+        or above ``rescue_floor``) and drop supervisors silent for ``stale_after`` s, in
+        one transaction. Returns the round, or None when another supervisor leads."""
         with self.connection.transaction():
-            won = self.connection.execute(TRY_LEAD, {"key": lock_key}).fetchone()
-            if won is None or not won[0]:
+            row = self.connection.execute(TRY_LEAD, {"key": lock_key,
+                                                     "ttl": self.lease_ttl}).fetchone()
+            if row is None or not row[0]:
                 return None
-            rescued = self.rescue_expired()
+            _, began_at, rescue_open = row
+            rescued = self.rescue_expired(floor=rescue_floor) if rescue_open else []
             self.connection.execute(DROP_STALE, {"stale": stale_after})
-        return rescued
+        return LeadRound(rescued, began_at, bool(rescue_open))
 
     def prune(self, prune: Prune) -> int:
         """Delete one batch of finished jobs past their retention (``Prune``); how many."""

@@ -4,7 +4,8 @@ Every supervisor records a heartbeat (host, pid, children, busy, queues) for ``s
 One supervisor at a time, whoever wins a transaction-level advisory lock in a round,
 does the chores: rescue jobs whose lease expired (their supervisor died or lost its
 database), prune finished jobs past their retention in bounded batches, and drop
-supervisors that stopped beating. The lock is taken per round, so when the leader dies
+supervisors that stopped beating. Where each rescue's scan of the lease index starts is
+``RescueFloor``'s to say. The lock is taken per round, so when the leader dies
 another takes over at its next round. The statements are the store's; this module only
 says when and in what order. The leader also asks for the per-minute history (the
 roll-up of finished jobs and each queue's depth): that is sent on a connection of its
@@ -21,11 +22,22 @@ import uuid
 from dataclasses import dataclass
 
 from shared import defaults
-from supervisor.db import Heartbeat, HistoryWriter, Prune, PruneBatches, Store
+from supervisor.db import (
+    FULL_SCAN,
+    RESCUE_LIMIT,
+    Heartbeat,
+    HistoryWriter,
+    LeadRound,
+    Prune,
+    PruneBatches,
+    Store,
+)
 
 log = logging.getLogger("supervisor.maintenance")
 
 LEADER_LOCK_KEY = 0x5355_5056_4D41_494E & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMAIN"
+# Seconds between rescues that scan the whole lease index (RescueFloor).
+FULL_RESCUE_EVERY = 300.0
 
 
 def make_owner() -> str:
@@ -44,6 +56,46 @@ class MaintenanceSettings:
     prune_batch: int = 1000  # rows per DELETE: the table is never locked for long
     prune_budget: float = 0.2  # seconds of pruning per round at most
     stale_after: float = 60.0  # a supervisor silent this long is dropped from the registry
+    lease_ttl: float = defaults.LEASE_TTL  # how far ahead every lease is written
+
+
+class RescueFloor:
+    """Where the next rescue's scan of the lease index (``lease_expires_at``, running
+    jobs) starts: a floor below which an earlier round already looked (issue 40).
+
+    Under a held MVCC horizon no dead row version can go, and the index keeps an entry
+    for every job that ran since the hold began, each with its lease in the past: a
+    rescue from the index's start walked them all, every round (1.2 million entries
+    after 20 minutes at 1,000 jobs/s). But a lease is only ever written as ``now() +
+    ttl``, so once a round has seen every expired lease, a lease below that round's
+    clock minus the TTL can only come from a statement that began more than a TTL
+    before the round, and was expired before it was written: later rounds start there.
+    A round that may not rescue (the server just restarted) or that put back a full
+    batch moves nothing. A row another statement had locked when a round passed it is
+    left by ``SKIP LOCKED``; the full scan every ``full_every`` seconds (and the first
+    round, and every round of a supervisor that has not led yet) finds it."""
+
+    def __init__(self, ttl: float, full_every: float = FULL_RESCUE_EVERY,
+                 clock=time.monotonic) -> None:
+        self.ttl = ttl
+        self.full_every = full_every
+        self.clock = clock
+        self._floor: float | None = None  # server epoch seconds; None: scan everything
+        self._full_due = 0.0
+
+    def next(self) -> float:
+        """The floor for this round's rescue (``FULL_SCAN``: the whole index)."""
+        if self._floor is None or self.clock() >= self._full_due:
+            return FULL_SCAN
+        return self._floor
+
+    def after(self, round_: LeadRound, floor: float) -> None:
+        """A round this supervisor led, rescued from ``floor``, has ended."""
+        if not round_.rescue_open or len(round_.rescued) >= RESCUE_LIMIT:
+            return  # it did not see every expired lease: the next round looks again
+        if floor == FULL_SCAN:
+            self._full_due = self.clock() + self.full_every
+        self._floor = round_.began_at - self.ttl
 
 
 class Maintenance:
@@ -58,6 +110,7 @@ class Maintenance:
         self.next_round = clock()
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self.rescue_floor = RescueFloor(settings.lease_ttl, clock=clock)
 
     def due(self, now: float) -> bool:
         """Whether a round is due."""
@@ -72,9 +125,12 @@ class Maintenance:
         store.beat(Heartbeat(self.host, self.pid, self.queues, children, busy, info))
         if not may_lead:
             return 0
-        rescued = store.lead_chores(LEADER_LOCK_KEY, self.settings.stale_after)
-        if rescued is None:
+        floor = self.rescue_floor.next()
+        led = store.lead_chores(LEADER_LOCK_KEY, self.settings.stale_after, floor)
+        if led is None:
             return 0
+        self.rescue_floor.after(led, floor)
+        rescued = led.rescued
         if rescued:
             lost = sorted({r.lost_owner for r in rescued if r.lost_owner})
             unstarted = sum(1 for r in rescued if r.never_started)
