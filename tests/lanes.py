@@ -56,7 +56,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_pool_container_memory.py", "test_pool_guards.py", "test_pool_killed_usage.py",
     "test_pool_liveness.py",
     "test_pool_free_for.py", "test_fair_newcomer.py", "test_pool_pipeline.py",
-    "test_pool_policy.py", "test_rescue_floor.py",
+    "test_pool_policy.py", "test_scan_floor.py",
     "test_fork_waves.py",
     "test_pool_queue_units.py",
     "test_pool_rebalance.py", "test_pool_recall_units.py", "test_schedules_slots.py",

@@ -1,9 +1,10 @@
-"""Maintenance statements against a real database: the prune stays on its index."""
+"""Maintenance statements against a real database: the prune stays on its index, and
+the rescue and the prune from their floors read none of what a held snapshot keeps."""
 
 import pytest
 
 from shared.enqueue import enqueue_many
-from supervisor.db.sql import PRUNE
+from supervisor.db.sql import PRUNE_DISCARDED, PRUNE_DONE
 
 
 @pytest.mark.slow
@@ -12,13 +13,14 @@ def test_prune_reads_the_finished_index_not_the_table(conn):
     conn.execute("UPDATE supervisor.jobs SET state = 'completed', "
                  "finished_at = now() - (id % 100) * interval '1 day' WHERE id % 4 <> 0")
     conn.execute("ANALYZE supervisor.jobs")
-    plan = "\n".join(row[0] for row in conn.execute(
-        "EXPLAIN " + PRUNE, {"retention": 99 * 86400.0, "discarded": 99 * 86400.0,
-                             "batch": 1000}))
-    assert "jobs_finished_idx" in plan, plan
-    assert "Seq Scan on jobs" not in plan, plan
-    deleted = conn.execute(PRUNE, {"retention": 98.5 * 86400.0, "discarded": 98.5 * 86400.0,
-                                   "batch": 1000}).rowcount
+    for statement in (PRUNE_DONE, PRUNE_DISCARDED):
+        for floor in (float("-inf"), 1.7e9):
+            plan = "\n".join(row[0] for row in conn.execute(
+                "EXPLAIN " + statement, {"age": 99 * 86400.0, "batch": 1000, "floor": floor}))
+            assert "jobs_finished_idx" in plan, plan
+            assert "Seq Scan on jobs" not in plan, plan
+    deleted = conn.execute(PRUNE_DONE, {"age": 98.5 * 86400.0, "batch": 1000,
+                                        "floor": float("-inf")}).rowcount
     assert deleted == 200  # ids ending in 99: finished 99 days ago; younger rows stay
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 19_800
 
@@ -29,10 +31,27 @@ def test_discarded_jobs_outlive_completed_ones(conn):
     ids = enqueue_many("k", [{"i": i} for i in range(4)], conn=conn)
     conn.execute("UPDATE supervisor.jobs SET finished_at = now() - interval '10 days', "
                  "state = CASE WHEN id % 2 = 0 THEN 'discarded' ELSE 'completed' END")
-    pruned = Store(conn, "me").prune(Prune(retention=7 * 86400.0, discarded=30 * 86400.0,
-                                            batch=100))
+    store = Store(conn, "me")
+    pruned = store.prune(Prune(done=True, age=7 * 86400.0, batch=100))
+    pruned += store.prune(Prune(done=False, age=30 * 86400.0, batch=100))
     left = conn.execute("SELECT state, count(*) FROM supervisor.jobs GROUP BY 1").fetchall()
     assert pruned == 2 and left == [("discarded", 2)], (ids, left)
+
+
+def test_completed_jobs_keep_their_retention_when_discarded_ones_have_a_shorter_one(conn):
+    """Each kind of end at its own age: a shorter discarded retention prunes discarded
+    jobs sooner and never completed ones (one statement for both once cut every finished
+    job at the shorter of the two)."""
+    from supervisor.db import Prune, Store
+
+    enqueue_many("k", [{"i": i} for i in range(4)], conn=conn)
+    conn.execute("UPDATE supervisor.jobs SET finished_at = now() - interval '5 days', "
+                 "state = CASE WHEN id % 2 = 0 THEN 'discarded' ELSE 'completed' END")
+    store = Store(conn, "me")
+    assert store.prune(Prune(done=True, age=7 * 86400.0, batch=100)) == 0
+    assert store.prune(Prune(done=False, age=3 * 86400.0, batch=100)) == 2
+    left = conn.execute("SELECT state, count(*) FROM supervisor.jobs GROUP BY 1").fetchall()
+    assert left == [("completed", 2)]
 
 
 def test_batch_rows_are_pruned_with_their_members_and_callback(conn):
@@ -55,7 +74,7 @@ def test_batch_rows_are_pruned_with_their_members_and_callback(conn):
     week = 7 * 86400.0
     # Members and callbacks still there: no batch row goes before them.
     assert store.prune_batches(PruneBatches(week, 100)) == 0
-    store.prune(Prune(week, week, 100))
+    store.prune(Prune(True, week, 100))
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone()[0] == 1  # open one
     # The old batch's members and callback are gone: its row goes; the young batch (its
     # row finished now) and the open batch (a member left) stay.
@@ -125,3 +144,46 @@ def test_a_floored_rescue_skips_the_dead_entries_a_held_snapshot_keeps(dsn, conn
         holder.close()
     assert floored_reads < 10, (floored_reads, full_reads)
     assert full_reads >= len(ids) - 2, full_reads  # every dead entry, read again
+
+
+def _index_reads(conn, index: str) -> int:
+    conn.execute("SELECT pg_stat_force_next_flush()")  # this session's own reads first
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    return conn.execute("SELECT idx_tup_read FROM pg_stat_user_indexes "
+                        "WHERE indexrelname = %s", (index,)).fetchone()[0]
+
+
+def test_a_floored_prune_skips_the_rows_deleted_under_a_held_snapshot(dsn, conn):
+    """Issue 40: rows pruned while a snapshot is held keep their entries in the finished
+    index. A prune from the floor the last drained pass left reads none of them; one
+    from the index's start reads them all again."""
+    import psycopg
+
+    from supervisor.db import Prune, Store
+
+    enqueue_many("k", [{"i": i} for i in range(3000)], conn=conn)
+    conn.execute("UPDATE supervisor.jobs SET state = 'completed', "
+                 "finished_at = now() - interval '2 days'")
+    day = 86400.0
+    holder = psycopg.connect(dsn)
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM supervisor.jobs").fetchone()
+        with psycopg.connect(dsn, autocommit=True) as leader:
+            store = Store(leader, "leader")
+            while store.prune(Prune(True, day, 1000)) == 1000:
+                pass
+            floor = leader.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]
+            floor -= day + 1.0
+            reads = {}
+            for name, start in (("floored", floor), ("full", float("-inf"))):
+                leader.execute("SELECT pg_stat_force_next_flush()")
+                before = _index_reads(conn, "jobs_finished_idx")
+                assert store.prune(Prune(True, day, 1000, start)) == 0
+                leader.execute("SELECT pg_stat_force_next_flush()")
+                leader.execute("SELECT 1")
+                reads[name] = _index_reads(conn, "jobs_finished_idx") - before
+    finally:
+        holder.close()
+    assert reads["floored"] < 10, reads
+    assert reads["full"] >= 3000, reads

@@ -69,7 +69,8 @@ def store_on(conn: RecordingConnection) -> Store:
 
 @pytest.mark.parametrize(("record", "statement"), [
     (Heartbeat("host", 7, ["default"], 4, 1, {"x": 1}), statements.BEAT),
-    (Prune(60.0, 120.0, 10), statements.PRUNE),
+    (Prune(True, 60.0, 10), statements.PRUNE_DONE),
+    (Prune(False, 120.0, 10, 1.7e9), statements.PRUNE_DISCARDED),
     (PruneBatches(60.0, 10), statements.PRUNE_BATCHES),
     (CrashCount(["k"], BreakerSettings(failures=2, window=60.0, cooldown=30.0)),
      statements.KIND_CRASHES),
@@ -80,15 +81,15 @@ def test_a_params_record_binds_exactly_its_statements_placeholders(record, state
 
 
 def test_params_records_are_frozen():
-    prune = Prune(60.0, 120.0, 10)
+    prune = Prune(True, 60.0, 10)
     with pytest.raises(FrozenInstanceError):
         prune.batch = 1  # type: ignore[misc]
 
 
-def test_prune_cuts_first_at_the_shorter_of_the_two_retentions():
-    assert Prune(retention=7.0, discarded=3.0, batch=5).bind() == {
-        "retention": 3.0, "discarded": 3.0, "batch": 5}
-    assert Prune(retention=7.0, discarded=30.0, batch=5).bind()["retention"] == 7.0
+def test_a_prune_binds_its_own_age_and_scans_everything_unless_given_a_floor():
+    assert Prune(done=False, age=3.0, batch=5).bind() == {
+        "age": 3.0, "batch": 5, "floor": float("-inf")}
+    assert Prune(done=True, age=7.0, batch=5, floor=12.5).bind()["floor"] == 12.5
 
 
 def test_a_heartbeat_binds_its_info_as_json_under_the_owners_id():

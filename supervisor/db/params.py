@@ -36,17 +36,18 @@ class Heartbeat:
 @dataclass(slots=True, frozen=True)
 class Prune:
     """One batch of the pruning of finished jobs (``Store.prune``): up to ``batch`` rows
-    older than ``retention`` seconds, discarded ones older than ``discarded`` seconds."""
+    that ended ``done`` (completed, cancelled) or else discarded (discarded, expired),
+    finished more than ``age`` seconds ago and not before ``floor`` (epoch seconds;
+    minus infinity: however long ago)."""
 
-    retention: float
-    discarded: float
+    done: bool
+    age: float
     batch: int
+    floor: float = float("-inf")
 
     def bind(self) -> dict[str, Any]:
-        """The statement's parameters. Its outer cut (any finished row) is the shorter of
-        the two ages, so a ``discarded`` shorter than ``retention`` still prunes."""
-        return {"retention": min(self.retention, self.discarded),
-                "discarded": self.discarded, "batch": self.batch}
+        """The statement's parameters."""
+        return {"age": self.age, "batch": self.batch, "floor": self.floor}
 
 
 @dataclass(slots=True, frozen=True)

@@ -334,17 +334,24 @@ SELECT pg_try_advisory_xact_lock(%(key)s), extract(epoch FROM now())::float8,
        pg_postmaster_start_time() < now() - %(ttl)s * interval '1 second'
 """
 
-PRUNE = """
+# One kind of end at a time, each at its own age (completed and cancelled jobs at the
+# retention, discarded and expired ones, the evidence, at theirs), each from a floor
+# below which an earlier pass left nothing (supervisor.engine.maintenance.ScanFloor):
+# under a held horizon the rows deleted since the hold began keep their entries in
+# jobs_finished_idx, and a pass from the index's start read them all again, every
+# batch. The states are literal so the partial index's predicate is implied.
+_PRUNE = """
 DELETE FROM supervisor.jobs
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE state IN ('completed', 'discarded', 'cancelled', 'expired')
-      AND finished_at < now() - %(retention)s * interval '1 second'
-      AND (state NOT IN ('discarded', 'expired')
-           OR finished_at < now() - %(discarded)s * interval '1 second')
+    WHERE state IN ({states})
+      AND finished_at >= to_timestamp(%(floor)s)
+      AND finished_at < now() - %(age)s * interval '1 second'
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED))
 """
+PRUNE_DONE = _PRUNE.format(states="'completed', 'cancelled'")
+PRUNE_DISCARDED = _PRUNE.format(states="'discarded', 'expired'")
 
 # Finished batches past the retention whose members and callback are all gone (pruned
 # by PRUNE at their own retention), in bounded rounds like PRUNE; an open batch stays,

@@ -56,8 +56,9 @@ from supervisor.db.sql import (
     PAUSED,
     PAUSED_KINDS,
     PROMOTE,
-    PRUNE,
     PRUNE_BATCHES,
+    PRUNE_DISCARDED,
+    PRUNE_DONE,
     QUEUE_COUNTS,
     QUEUES_WITH_WORK,
     RECONCILE,
@@ -359,7 +360,8 @@ class Store:
 
     def prune(self, prune: Prune) -> int:
         """Delete one batch of finished jobs past their retention (``Prune``); how many."""
-        cur = self.connection.execute(PRUNE, prune.bind())
+        cur = self.connection.execute(PRUNE_DONE if prune.done else PRUNE_DISCARDED,
+                                      prune.bind())
         return max(cur.rowcount, 0)
 
     def prune_batches(self, prune: PruneBatches) -> int:

@@ -4,8 +4,8 @@ Every supervisor records a heartbeat (host, pid, children, busy, queues) for ``s
 One supervisor at a time, whoever wins a transaction-level advisory lock in a round,
 does the chores: rescue jobs whose lease expired (their supervisor died or lost its
 database), prune finished jobs past their retention in bounded batches, and drop
-supervisors that stopped beating. Where each rescue's scan of the lease index starts is
-``RescueFloor``'s to say. The lock is taken per round, so when the leader dies
+supervisors that stopped beating. Where each rescue's and each prune's scan starts is
+``ScanFloor``'s to say. The lock is taken per round, so when the leader dies
 another takes over at its next round. The statements are the store's; this module only
 says when and in what order. The leader also asks for the per-minute history (the
 roll-up of finished jobs and each queue's depth): that is sent on a connection of its
@@ -27,7 +27,6 @@ from supervisor.db import (
     RESCUE_LIMIT,
     Heartbeat,
     HistoryWriter,
-    LeadRound,
     Prune,
     PruneBatches,
     Store,
@@ -36,8 +35,11 @@ from supervisor.db import (
 log = logging.getLogger("supervisor.maintenance")
 
 LEADER_LOCK_KEY = 0x5355_5056_4D41_494E & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMAIN"
-# Seconds between rescues that scan the whole lease index (RescueFloor).
-FULL_RESCUE_EVERY = 300.0
+# Seconds between passes that scan a whole index from its start (ScanFloor).
+FULL_SCAN_EVERY = 300.0
+# What a prune's floor leaves below its cut: a job's end is written as now(), so only a
+# statement that ran this much longer than the retention could write one below it.
+PRUNE_FLOOR_MARGIN = 1.0
 
 
 def make_owner() -> str:
@@ -59,43 +61,46 @@ class MaintenanceSettings:
     lease_ttl: float = defaults.LEASE_TTL  # how far ahead every lease is written
 
 
-class RescueFloor:
-    """Where the next rescue's scan of the lease index (``lease_expires_at``, running
-    jobs) starts: a floor below which an earlier round already looked (issue 40).
+class ScanFloor:
+    """Where a chore's next scan of an index on a time column starts: a floor below
+    which an earlier pass left nothing to do (issue 40). The rescue's scan of the lease
+    index (``lease_expires_at`` of running jobs) and each prune's scan of the finished
+    index (``finished_at``) keep one each.
 
-    Under a held MVCC horizon no dead row version can go, and the index keeps an entry
-    for every job that ran since the hold began, each with its lease in the past: a
-    rescue from the index's start walked them all, every round (1.2 million entries
-    after 20 minutes at 1,000 jobs/s). But a lease is only ever written as ``now() +
-    ttl``, so once a round has seen every expired lease, a lease below that round's
-    clock minus the TTL can only come from a statement that began more than a TTL
-    before the round, and was expired before it was written: later rounds start there.
-    A round that may not rescue (the server just restarted) or that put back a full
-    batch moves nothing. A row another statement had locked when a round passed it is
-    left by ``SKIP LOCKED``; the full scan every ``full_every`` seconds (and the first
-    round, and every round of a supervisor that has not led yet) finds it."""
+    Under a held MVCC horizon no dead row version can go, and those indexes keep an
+    entry for every job that ran (or was pruned) since the hold began, all below the
+    clock: a scan from the index's start walked them all, every round (1.2 million
+    entries after 20 minutes at 1,000 jobs/s). But the column is only ever written
+    near the writer's clock: a lease as ``now() + ttl``, an end as ``now()``. Once a
+    pass has seen everything below its cut (its server clock less ``below``: the TTL,
+    or the retention), a row below that can only come from a statement that began
+    before the pass and ran for longer than ``below``: later passes start there. A
+    row another statement had locked when a pass went by is left by ``SKIP LOCKED``;
+    a full scan every ``full_every`` seconds (and the first, and the first after a
+    pass that did not see everything) finds it."""
 
-    def __init__(self, ttl: float, full_every: float = FULL_RESCUE_EVERY,
+    def __init__(self, below: float, full_every: float = FULL_SCAN_EVERY,
                  clock=time.monotonic) -> None:
-        self.ttl = ttl
+        self.below = below
         self.full_every = full_every
         self.clock = clock
         self._floor: float | None = None  # server epoch seconds; None: scan everything
         self._full_due = 0.0
 
     def next(self) -> float:
-        """The floor for this round's rescue (``FULL_SCAN``: the whole index)."""
+        """The floor for this pass (``FULL_SCAN``: the whole index)."""
         if self._floor is None or self.clock() >= self._full_due:
             return FULL_SCAN
         return self._floor
 
-    def after(self, round_: LeadRound, floor: float) -> None:
-        """A round this supervisor led, rescued from ``floor``, has ended."""
-        if not round_.rescue_open or len(round_.rescued) >= RESCUE_LIMIT:
-            return  # it did not see every expired lease: the next round looks again
-        if floor == FULL_SCAN:
+    def seen_all(self, server_now: float, used: float) -> None:
+        """A pass from ``used`` saw every row below its cut, as of ``server_now`` (the
+        server's clock, epoch seconds, no later than the pass began). A pass that did
+        not (a full batch, a budget spent, a rescue the server's restart held back)
+        says nothing, and the floor stays where it was."""
+        if used == FULL_SCAN:
             self._full_due = self.clock() + self.full_every
-        self._floor = round_.began_at - self.ttl
+        self._floor = server_now - self.below
 
 
 class Maintenance:
@@ -110,7 +115,11 @@ class Maintenance:
         self.next_round = clock()
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.rescue_floor = RescueFloor(settings.lease_ttl, clock=clock)
+        self.rescue_floor = ScanFloor(settings.lease_ttl, clock=clock)
+        # Completed and cancelled jobs, then discarded and expired ones: each its age.
+        self.prune_floors = {
+            True: ScanFloor(settings.retention + PRUNE_FLOOR_MARGIN, clock=clock),
+            False: ScanFloor(settings.discarded_retention + PRUNE_FLOOR_MARGIN, clock=clock)}
 
     def due(self, now: float) -> bool:
         """Whether a round is due."""
@@ -129,8 +138,9 @@ class Maintenance:
         led = store.lead_chores(LEADER_LOCK_KEY, self.settings.stale_after, floor)
         if led is None:
             return 0
-        self.rescue_floor.after(led, floor)
         rescued = led.rescued
+        if led.rescue_open and len(rescued) < RESCUE_LIMIT:
+            self.rescue_floor.seen_all(led.began_at, floor)
         if rescued:
             lost = sorted({r.lost_owner for r in rescued if r.lost_owner})
             unstarted = sum(1 for r in rescued if r.never_started)
@@ -138,7 +148,7 @@ class Maintenance:
                         "without spending an attempt; lost supervisors: %s)",
                         len(rescued), unstarted, ", ".join(lost) or "?")
         self._expire(store)
-        self._prune(store)
+        self._prune(store, led.began_at)
         if self.history is not None:
             # The per-minute history (dashboard charts): sent, not waited for.
             self.history.request()
@@ -157,16 +167,23 @@ class Maintenance:
         if expired:
             log.info("%d jobs not started before their expires_at ended as expired", expired)
 
-    def _prune(self, store: Store) -> None:
-        deadline = self.clock() + self.settings.prune_budget
+    def _prune(self, store: Store, began_at: float) -> None:
+        """Finished jobs past their retention, a batch at a time within the round's
+        budget: completed and cancelled ones, then discarded and expired ones, each
+        from its floor. ``began_at``: the server's clock as the round began."""
+        settings = self.settings
+        deadline = self.clock() + settings.prune_budget
         pruned = 0
-        while True:
-            settings = self.settings
-            deleted = store.prune(Prune(settings.retention, settings.discarded_retention,
-                                        settings.prune_batch))
-            pruned += deleted
-            if deleted < self.settings.prune_batch or self.clock() >= deadline:
-                break
+        for done, age in ((True, settings.retention), (False, settings.discarded_retention)):
+            floor = self.prune_floors[done].next()
+            while True:
+                deleted = store.prune(Prune(done, age, settings.prune_batch, floor))
+                pruned += deleted
+                if deleted < settings.prune_batch:
+                    self.prune_floors[done].seen_all(began_at, floor)
+                    break
+                if self.clock() >= deadline:
+                    break
         if pruned:
             log.info("pruned %d finished jobs older than the retention", pruned)
         # A batch row goes once its members and its callback have gone (issue 42): it
