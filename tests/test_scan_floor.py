@@ -8,6 +8,7 @@ from __future__ import annotations
 from supervisor.db import FULL_SCAN, RESCUE_LIMIT, LeadRound, Rescued
 from supervisor.engine.maintenance import (
     PRUNE_FLOOR_MARGIN,
+    RESCUE_FLOOR_MARGIN,
     Maintenance,
     MaintenanceSettings,
     ScanFloor,
@@ -84,7 +85,7 @@ def run(maintenance: Maintenance, store: RecordingStore) -> None:
 
 def test_a_round_moves_the_rescue_floor_only_when_it_saw_every_expired_lease():
     clock = Clock()
-    settings = MaintenanceSettings(lease_ttl=30.0, retention=600.0, discarded_retention=900.0,
+    settings = MaintenanceSettings(retention=600.0, discarded_retention=900.0,
                                    prune_batch=10)
     maintenance = Maintenance(["q"], settings, clock=clock)
     store = RecordingStore([led(5_000.0, rescued=RESCUE_LIMIT), led(5_005.0),
@@ -94,13 +95,14 @@ def test_a_round_moves_the_rescue_floor_only_when_it_saw_every_expired_lease():
         clock.now += 5
     run_floors = store.rescue_floors
     # A full batch: more may wait below; the server's restart: no rescue ran at all.
-    assert run_floors == [FULL_SCAN, FULL_SCAN, 4_975.0, 4_975.0]
-    assert maintenance.rescue_floor.next() == 5_080.0
+    margin = RESCUE_FLOOR_MARGIN
+    assert run_floors == [FULL_SCAN, FULL_SCAN, 5_005.0 - margin, 5_005.0 - margin]
+    assert maintenance.rescue_floor.next() == 5_110.0 - margin
 
 
 def test_each_kind_of_end_is_pruned_from_its_own_floor_once_a_pass_drained_it():
     clock = Clock()
-    settings = MaintenanceSettings(lease_ttl=30.0, retention=600.0, discarded_retention=900.0,
+    settings = MaintenanceSettings(retention=600.0, discarded_retention=900.0,
                                    prune_batch=10, prune_budget=60.0)
     maintenance = Maintenance(["q"], settings, clock=clock)
     # Round 1: two full batches of done jobs then a short one; discarded ones: none.

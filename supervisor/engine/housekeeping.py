@@ -71,8 +71,8 @@ class Housekeeping:
         self.maintenance = Maintenance(
             queues, MaintenanceSettings(interval=config.maintenance_interval,
                                         retention=config.retention,
-                                        discarded_retention=config.discarded_retention,
-                                        lease_ttl=config.lease_ttl), clock,
+                                        discarded_retention=config.discarded_retention),
+            clock,
             history)
         self.horizon_watch = HorizonWatch(config.horizon_warn_after, metrics)
         self.next_horizon_look = now  # the first round looks: a hold may predate us

@@ -37,8 +37,10 @@ log = logging.getLogger("supervisor.maintenance")
 LEADER_LOCK_KEY = 0x5355_5056_4D41_494E & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMAIN"
 # Seconds between passes that scan a whole index from its start (ScanFloor).
 FULL_SCAN_EVERY = 300.0
-# What a prune's floor leaves below its cut: a job's end is written as now(), so only a
-# statement that ran this much longer than the retention could write one below it.
+# What a floor leaves below a pass's cut. A lease is written as now() + ttl and an end as
+# now(), so only a statement that ran longer than this (plus the writer's TTL, or the
+# retention) could write one below it.
+RESCUE_FLOOR_MARGIN = 2.0
 PRUNE_FLOOR_MARGIN = 1.0
 
 
@@ -58,7 +60,6 @@ class MaintenanceSettings:
     prune_batch: int = 1000  # rows per DELETE: the table is never locked for long
     prune_budget: float = 0.2  # seconds of pruning per round at most
     stale_after: float = 60.0  # a supervisor silent this long is dropped from the registry
-    lease_ttl: float = defaults.LEASE_TTL  # how far ahead every lease is written
 
 
 class ScanFloor:
@@ -72,9 +73,10 @@ class ScanFloor:
     clock: a scan from the index's start walked them all, every round (1.2 million
     entries after 20 minutes at 1,000 jobs/s). But the column is only ever written
     near the writer's clock: a lease as ``now() + ttl``, an end as ``now()``. Once a
-    pass has seen everything below its cut (its server clock less ``below``: the TTL,
-    or the retention), a row below that can only come from a statement that began
-    before the pass and ran for longer than ``below``: later passes start there. A
+    pass has seen everything below its cut (its server clock, less the retention for a
+    prune), a row more than ``below`` under that cut can only come from a statement
+    that began before the pass and ran for longer than ``below`` (plus its TTL, for a
+    lease): later passes start there. A
     row another statement had locked when a pass went by is left by ``SKIP LOCKED``;
     a full scan every ``full_every`` seconds (and the first, and the first after a
     pass that did not see everything) finds it."""
@@ -115,7 +117,7 @@ class Maintenance:
         self.next_round = clock()
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.rescue_floor = ScanFloor(settings.lease_ttl, clock=clock)
+        self.rescue_floor = ScanFloor(RESCUE_FLOOR_MARGIN, clock=clock)
         # Completed and cancelled jobs, then discarded and expired ones: each its age.
         self.prune_floors = {
             True: ScanFloor(settings.retention + PRUNE_FLOOR_MARGIN, clock=clock),
