@@ -15,7 +15,7 @@ from e2e import ROOT, Supervisor, read_log, wait_until
 from shared.enqueue import enqueue
 from shared.jobs import ClaimedJob
 from supervisor.db import Attempt, ClaimKey, ClaimRequest, Completion, Store
-from supervisor.engine.cursors import HEAD_POLL_EVERY, ClaimCursors
+from supervisor.engine.cursors import HEAD_POLL_EVERY, HEAD_POLL_PER_HELD, ClaimCursors
 
 if str(ROOT) not in sys.path:  # scripts/ is not an installed package
     sys.path.insert(0, str(ROOT))
@@ -109,6 +109,21 @@ def test_polls_look_from_the_cursors_but_from_the_head_now_and_then_and_without_
     assert cursors.poll_starts(HEAD_POLL_EVERY, listening=True) == {}
     assert cursors.poll_starts(HEAD_POLL_EVERY + 1, listening=True) != {}
     assert cursors.poll_starts(HEAD_POLL_EVERY + 2, listening=False) == {}
+
+
+def test_a_held_horizon_spaces_the_poll_from_the_head_by_its_age_until_it_lets_go():
+    cursors = ClaimCursors()
+    cursors.start("q")
+    cursors.claimed("q", [_job(1, 0, 100.0)])
+    assert cursors.poll_starts(0.0, listening=True) == {}  # from the head
+    cursors.horizon_held(600.0)  # a look: held ten minutes
+    gap = HEAD_POLL_PER_HELD * 600.0
+    assert cursors.poll_starts(HEAD_POLL_EVERY, listening=True) != {}
+    assert cursors.poll_starts(gap - 1, listening=True) != {}
+    assert cursors.poll_starts(gap, listening=True) == {}  # from the head again
+    cursors.horizon_held(0.0)  # a look finds it let go: a minute after the last one
+    assert cursors.poll_starts(gap + HEAD_POLL_EVERY - 1, listening=True) != {}
+    assert cursors.poll_starts(gap + HEAD_POLL_EVERY, listening=True) == {}
 
 
 def test_forgetting_sends_every_queue_back_to_the_head():

@@ -108,12 +108,15 @@ class Housekeeping:
                                  "reading each kind's memory use")
             if found is not None:
                 self.admission.measured(found)
-        if self.horizon_watch.warn_after and now >= self.next_horizon_look:
+        if now >= self.next_horizon_look:
+            # Looked at for the warning, and for the claim cursors' poll from the head,
+            # which a held horizon makes costlier the longer it is held.
             self.next_horizon_look = now + defaults.HORIZON_LOOK_EVERY
             report = self.db.call(lambda s: s.horizon(), None,
                                   "reading who holds the MVCC horizon")
             if report is not None:
                 self.horizon_watch.looked(report, now)
+                self.claimer.cursors.horizon_held(report.held_seconds)
         schedules = self.schedules
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")
