@@ -100,11 +100,16 @@ def test_a_round_moves_the_rescue_floor_only_when_it_saw_every_expired_lease():
     assert maintenance.rescue_floor.next() == 5_110.0 - margin
 
 
-def test_each_kind_of_end_is_pruned_from_its_own_floor_once_a_pass_drained_it():
-    clock = Clock()
+def pruning(budget: float) -> Maintenance:
+    """A leader whose rounds prune 10 rows a batch, completed jobs after 600 s and
+    discarded ones after 900 s, within ``budget`` seconds."""
     settings = MaintenanceSettings(retention=600.0, discarded_retention=900.0,
-                                   prune_batch=10, prune_budget=60.0)
-    maintenance = Maintenance(["q"], settings, clock=clock)
+                                   prune_batch=10, prune_budget=budget)
+    return Maintenance(["q"], settings, clock=Clock())
+
+
+def test_each_kind_of_end_is_pruned_from_its_own_floor_once_a_pass_drained_it():
+    maintenance = pruning(budget=60.0)
     # Round 1: two full batches of done jobs then a short one; discarded ones: none.
     store = RecordingStore([led(5_000.0), led(5_005.0)], [10, 10, 3, 0])
     run(maintenance, store)
@@ -116,10 +121,7 @@ def test_each_kind_of_end_is_pruned_from_its_own_floor_once_a_pass_drained_it():
 
 
 def test_a_prune_cut_short_by_its_budget_keeps_its_floor():
-    clock = Clock()
-    settings = MaintenanceSettings(retention=600.0, discarded_retention=900.0,
-                                   prune_batch=10, prune_budget=0.0)
-    maintenance = Maintenance(["q"], settings, clock=clock)
+    maintenance = pruning(budget=0.0)
     store = RecordingStore([led(5_000.0), led(5_005.0)], [10, 0, 10, 0])
     run(maintenance, store)  # a full batch of done jobs, the budget spent: not drained
     run(maintenance, store)
