@@ -73,6 +73,7 @@ UNIT_TESTS: frozenset[str] = frozenset({
     "test_claim_cursors.py::test_a_job_found_behind_moves_the_cursor_back_never_forward",
     "test_claim_cursors.py::test_a_claim_out_while_the_cursor_moved_back_does_not_move_it_forward",
     "test_claim_cursors.py::test_a_held_horizon_spaces_the_poll_from_the_head_by_its_age_until_it_lets_go",
+    "test_claim_cursors.py::test_a_job_told_before_it_is_due_is_told_again_once_due",
     "test_claim_cursors.py::test_a_job_told_at_the_cursor_while_a_claim_is_out_is_not_passed",
     "test_claim_cursors.py::test_polls_look_from_the_cursors_but_from_the_head_now_and_then_and_without_listen",
     "test_claim_cursors.py::test_forgetting_sends_every_queue_back_to_the_head",

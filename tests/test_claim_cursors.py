@@ -15,7 +15,13 @@ from e2e import ROOT, Supervisor, read_log, wait_until
 from shared.enqueue import enqueue
 from shared.jobs import ClaimedJob
 from supervisor.db import Attempt, ClaimKey, ClaimRequest, Completion, Store
-from supervisor.engine.cursors import HEAD_POLL_EVERY, HEAD_POLL_PER_HELD, ClaimCursors
+from supervisor.engine.cursors import (
+    DUE_SLACK,
+    HEAD_POLL_EVERY,
+    HEAD_POLL_HELD_MAX,
+    HEAD_POLL_PER_HELD,
+    ClaimCursors,
+)
 
 if str(ROOT) not in sys.path:  # scripts/ is not an installed package
     sys.path.insert(0, str(ROOT))
@@ -116,14 +122,39 @@ def test_a_held_horizon_spaces_the_poll_from_the_head_by_its_age_until_it_lets_g
     cursors.start("q")
     cursors.claimed("q", [_job(1, 0, 100.0)])
     assert cursors.poll_starts(0.0, listening=True) == {}  # from the head
-    cursors.horizon_held(600.0)  # a look: held ten minutes
-    gap = HEAD_POLL_PER_HELD * 600.0
+    cursors.horizon_held(300.0)  # a look: held five minutes
+    gap = HEAD_POLL_PER_HELD * 300.0
+    assert HEAD_POLL_EVERY < gap < HEAD_POLL_HELD_MAX
     assert cursors.poll_starts(HEAD_POLL_EVERY, listening=True) != {}
     assert cursors.poll_starts(gap - 1, listening=True) != {}
     assert cursors.poll_starts(gap, listening=True) == {}  # from the head again
+    cursors.horizon_held(86_400.0)  # a day: no longer than the cap
+    assert cursors.poll_starts(gap + HEAD_POLL_HELD_MAX - 1, listening=True) != {}
+    assert cursors.poll_starts(gap + HEAD_POLL_HELD_MAX, listening=True) == {}
+    last = gap + HEAD_POLL_HELD_MAX
     cursors.horizon_held(0.0)  # a look finds it let go: a minute after the last one
-    assert cursors.poll_starts(gap + HEAD_POLL_EVERY - 1, listening=True) != {}
-    assert cursors.poll_starts(gap + HEAD_POLL_EVERY, listening=True) == {}
+    assert cursors.poll_starts(last + HEAD_POLL_EVERY - 1, listening=True) != {}
+    assert cursors.poll_starts(last + HEAD_POLL_EVERY, listening=True) == {}
+
+
+def test_a_job_told_before_it_is_due_is_told_again_once_due():
+    # A plain-SQL row inserted available with a future run_at: its notification moves
+    # the cursor back, a claim of a lower priority passes it before it is due, and
+    # nothing tells it when it becomes due but the cursors themselves.
+    wall = [1_000.0]
+    cursors = ClaimCursors(wall=lambda: wall[0])
+    cursors.start("q")
+    cursors.claimed("q", [_job(1, 5, 990.0)])
+    later = ClaimKey(0, 1_030.0)  # priority 0, due in 30 s
+    cursors.observed({"q": later})
+    assert cursors.start("q") == later.before()
+    cursors.claimed("q", [_job(2, 5, 995.0)])  # lower priority, due: passes it
+    assert cursors.poll_starts(0.0, listening=True) == {}  # the first poll: the head
+    wall[0] = 1_030.0 + DUE_SLACK - 0.1
+    assert cursors.poll_starts(1.0, listening=True) == {"q": ClaimKey(5, 995.0, 2)}
+    wall[0] = 1_030.0 + DUE_SLACK
+    assert cursors.poll_starts(2.0, listening=True) == {"q": later.before()}
+    assert cursors.poll_starts(3.0, listening=True) == {"q": later.before()}  # told once
 
 
 def test_forgetting_sends_every_queue_back_to_the_head():

@@ -16,8 +16,12 @@ except one in ``HEAD_POLL_EVERY`` seconds, which reads each queue's first waitin
 from the head of the index: the net for what no trigger tells (another supervisor's
 claim rolled back with the rows it skipped locked, a notification lost with the
 connection, which also forgets every cursor, a row inserted as available with a future
-run_at that a claim of a lower priority passed). Without LISTEN (poll only) every poll
-reads from the head, as every claim did before.
+run_at before this supervisor started, that a claim of a lower priority passed). A key
+told with a run_at in the future is told to the cursor again once it is due
+(``DUE_SLACK``), since a claim of a lower priority may pass it meanwhile. While the
+MVCC horizon is held the poll from the head is spaced by the hold's age
+(``HEAD_POLL_PER_HELD``). Without LISTEN (poll only) every poll reads from the head, as
+every claim did before.
 
 Aged and per-key claims scan from the head as before (``ClaimRequest.start`` is None):
 their candidates are found per priority level and per key, not past one key.
@@ -40,7 +44,9 @@ read happens once a minute, with the poll from the head, rather than every secon
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import heapq
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shared.jobs import ClaimedJob
@@ -51,13 +57,20 @@ from supervisor.db import ClaimKey
 # catches what no notification tells (see above).
 HEAD_POLL_EVERY = 60.0
 # While the horizon is held, the poll from the head waits this many times the hold's age
-# (``ClaimCursors.horizon_held``): its walk grows with the hold, so at a fixed period its
-# reads per job grew too (a poll a minute through a 20-minute hold at 1,000 jobs/s walks
-# 12.6 million entries for 1.2 million jobs); spaced by the hold's age they stay near
-# 1 / HEAD_POLL_PER_HELD entries a job, whatever the hold's length. The price: a job
-# stranded where no notification tells it (a claim rolled back by a supervisor that
-# died) waits up to that long during a hold, where it waited a minute.
-HEAD_POLL_PER_HELD = 3.0
+# (``ClaimCursors.horizon_held``), up to HEAD_POLL_HELD_MAX: its walk grows with the
+# hold, so at a fixed period its reads per job grew too (a poll a minute through a
+# 20-minute hold at 1,000 jobs/s walks 12.6 million entries for 1.2 million jobs);
+# spaced by the hold's age they stay near 1 / HEAD_POLL_PER_HELD entries a job. The
+# price: a job stranded where no notification tells it (a claim rolled back by a
+# supervisor that died) waits up to that long during a hold, where it waited a minute.
+HEAD_POLL_PER_HELD = 4.0
+HEAD_POLL_HELD_MAX = 1800.0
+# A job told with a run_at in the future (a plain-SQL row inserted available and due
+# later) is told again to the cursor this long after its run_at: a claim of a lower
+# priority may pass it before it is due, and nothing else tells it when it becomes due.
+# The slack covers the two clocks (ours and the server's) differing by under a second.
+DUE_SLACK = 1.0
+DUE_LATER_MAX = 1024  # keys kept per queue; past that the poll from the head finds them
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +87,8 @@ class ClaimCursors:
     """The start of each queue's next plain claim, learnt from claims and polls. One
     claim per queue is out at a time (the claimer's rule)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
+        self._wall = wall  # epoch seconds, to compare with the keys' run_at
         self._last: dict[str, ClaimKey] = {}  # queue -> key of the last job claimed
         self._moves: dict[str, int] = {}  # queue -> times a poll moved its cursor back
         self._asked: dict[str, int] = {}  # queue -> _moves when its claim went out
@@ -89,6 +103,8 @@ class ClaimCursors:
         # snapshot may predate the job, so the cursor may not pass it on the answer.
         self._told_while_out: dict[str, ClaimKey] = {}
         self.head_poll = True  # the last poll read every queue from the head
+        # queue -> (run_at, key) of jobs told while not yet due, earliest first (heapq)
+        self._due_later: dict[str, list[tuple[float, ClaimKey]]] = {}
 
     def start(self, queue: str) -> ClaimKey | None:
         """Where ``queue``'s next plain claim, going out now, starts; None: at the head
@@ -136,6 +152,7 @@ class ClaimCursors:
         Each poll sends the fair claims' batch scans back to the lowest batch."""
         self._polls += 1
         self._first_batch.clear()
+        self._tell_due()
         self.head_poll = not listening or now >= self._next_head_poll
         if self.head_poll:
             self._last_head_poll = now
@@ -151,7 +168,24 @@ class ClaimCursors:
         self._next_head_poll = self._last_head_poll + self._head_poll_every()
 
     def _head_poll_every(self) -> float:
-        return max(HEAD_POLL_EVERY, HEAD_POLL_PER_HELD * self._held)
+        return max(HEAD_POLL_EVERY, min(HEAD_POLL_PER_HELD * self._held, HEAD_POLL_HELD_MAX))
+
+    def _tell_due(self) -> None:
+        """Tell the cursors again of the jobs told before they were due that are due
+        now (``DUE_SLACK`` after their run_at)."""
+        if not self._due_later:
+            return
+        due_by = self._wall() - DUE_SLACK
+        now_due: dict[str, ClaimKey] = {}
+        for queue, waiting in list(self._due_later.items()):
+            while waiting and waiting[0][0] <= due_by:
+                _, key = heapq.heappop(waiting)
+                held = now_due.get(queue)
+                now_due[queue] = key if held is None else min(held, key)
+            if not waiting:
+                del self._due_later[queue]
+        if now_due:
+            self.observed(now_due)
 
     def _from(self, queue: str) -> ClaimKey | None:
         return self._last.get(queue)
@@ -170,7 +204,10 @@ class ClaimCursors:
     def observed(self, first: Mapping[str, ClaimKey]) -> None:
         """A job of each queue was found waiting at ``first[queue]`` (by a poll, or named
         by a notification): a cursor past it moves back to it."""
+        wall = self._wall() if first else 0.0
         for queue, key in first.items():
+            if key.run_at > wall:  # not due yet: a claim may pass it before it is
+                self._remember_due(queue, key)
             if queue in self._asked or queue in self._fair_asked:  # its claim is out
                 told = self._told_while_out.get(queue)
                 self._told_while_out[queue] = key if told is None else min(told, key)
@@ -183,6 +220,16 @@ class ClaimCursors:
                     self._moves[queue] = self._moves.get(queue, 0) + 1
                     # Its batch, if any, is not told: the batch scan starts over.
                     self._first_batch.pop(queue, None)
+
+    def _remember_due(self, queue: str, key: ClaimKey) -> None:
+        waiting = self._due_later.setdefault(queue, [])
+        entry = (key.run_at, key)
+        if len(waiting) < DUE_LATER_MAX:
+            heapq.heappush(waiting, entry)
+        elif entry < max(waiting):  # keep the earliest; the poll from the head has the rest
+            waiting.remove(max(waiting))
+            waiting.append(entry)
+            heapq.heapify(waiting)
 
     def forget(self) -> None:
         """Every queue's next claim scans from the head (the set of kinds changed, or
