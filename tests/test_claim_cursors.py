@@ -339,6 +339,29 @@ def test_jobs_made_available_behind_the_cursor_are_claimed(dsn, tmp_path, listen
     assert all(runs.get(job_id) == 1 for job_id in [*behind, *ahead]), runs
 
 
+def test_a_row_inserted_available_for_later_runs_when_due_though_lower_priorities_passed_it(
+        dsn, tmp_path):
+    # A plain-SQL producer inserts a row as available, due in 3 s, at priority 0; jobs of
+    # priority 5 due now are claimed meanwhile, moving the cursor past it. When it comes
+    # due nothing notifies: the cursor itself tells it again (DUE_SLACK after its
+    # run_at), well before the poll from the head a minute later would find it.
+    log = tmp_path / "runs.log"
+    sup = Supervisor(dsn, "-n", "2", "--poll-interval", POLL, log_path=log)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            (later,) = conn.execute(
+                "INSERT INTO supervisor.jobs (kind, priority, run_at) "
+                "VALUES ('e2e_noop', 0, now() + interval '3 seconds') RETURNING id"
+            ).fetchone()
+            lower = [enqueue("e2e_noop", priority=5, conn=conn) for _ in range(20)]
+            wait_until(lambda: _completed(dsn, lower), timeout=60, what="the lower ones")
+            wait_until(lambda: _completed(dsn, [later]), timeout=HEAD_POLL_EVERY / 3,
+                       what="the row due later, done once due")
+    finally:
+        sup.stop()
+    assert _runs(log).get(later) == 1
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("holder", ["rr", "xid"])

@@ -126,3 +126,16 @@ def test_a_prune_cut_short_by_its_budget_keeps_its_floor():
     run(maintenance, store)  # a full batch of done jobs, the budget spent: not drained
     run(maintenance, store)
     assert store.prunes[2] == (True, FULL_SCAN)
+
+
+def test_a_held_horizon_spaces_the_full_scans_by_its_age_until_it_lets_go():
+    clock = Clock()
+    floor = ScanFloor(below=2.0, full_every=300.0, clock=clock)
+    floor.seen_all(5_000.0, floor.next())  # the first, full
+    floor.horizon_held(200.0)  # a look: held 200 s; the next full scan 800 s after
+    clock.now += 799
+    assert floor.next() != FULL_SCAN
+    clock.now += 1
+    assert floor.next() == FULL_SCAN
+    floor.horizon_held(0.0)  # let go: every 300 s again, counted from the last full one
+    assert floor.next() == FULL_SCAN

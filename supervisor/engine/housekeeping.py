@@ -109,14 +109,16 @@ class Housekeeping:
             if found is not None:
                 self.admission.measured(found)
         if now >= self.next_horizon_look:
-            # Looked at for the warning, and for the claim cursors' poll from the head,
-            # which a held horizon makes costlier the longer it is held.
+            # Looked at for the warning, and for the passes from an index's start (the
+            # claim cursors' poll, the chores' full scans), which a held horizon makes
+            # costlier the longer it is held.
             self.next_horizon_look = now + defaults.HORIZON_LOOK_EVERY
             report = self.db.call(lambda s: s.horizon(), None,
                                   "reading who holds the MVCC horizon")
             if report is not None:
                 self.horizon_watch.looked(report, now)
                 self.claimer.cursors.horizon_held(report.held_seconds)
+                self.maintenance.horizon_held(report.held_seconds)
         schedules = self.schedules
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")

@@ -35,8 +35,12 @@ from supervisor.db import (
 log = logging.getLogger("supervisor.maintenance")
 
 LEADER_LOCK_KEY = 0x5355_5056_4D41_494E & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMAIN"
-# Seconds between passes that scan a whole index from its start (ScanFloor).
+# Seconds between passes that scan a whole index from its start (ScanFloor); while the
+# MVCC horizon is held, this many times the hold's age, at most the max: such a pass
+# walks every entry the hold keeps (the claim cursors' net is spaced the same way).
 FULL_SCAN_EVERY = 300.0
+FULL_SCAN_PER_HELD = 4.0
+FULL_SCAN_HELD_MAX = 1800.0
 # What a floor leaves below a pass's cut. A lease is written as now() + ttl and an end as
 # now(), so only a statement that ran longer than this (plus the writer's TTL, or the
 # retention) could write one below it.
@@ -88,6 +92,17 @@ class ScanFloor:
         self.clock = clock
         self._floor: float | None = None  # server epoch seconds; None: scan everything
         self._full_due = 0.0
+        self._last_full = float("-inf")
+        self._held = 0.0  # how long the MVCC horizon was held at the last look, seconds
+
+    def horizon_held(self, seconds: float) -> None:
+        """The MVCC horizon has been held ``seconds`` (0: not held): full passes are
+        spaced by it while it lasts, and back to ``full_every`` once it lets go."""
+        self._held = seconds
+        self._full_due = self._last_full + self._every()
+
+    def _every(self) -> float:
+        return max(self.full_every, min(FULL_SCAN_PER_HELD * self._held, FULL_SCAN_HELD_MAX))
 
     def next(self) -> float:
         """The floor for this pass (``FULL_SCAN``: the whole index)."""
@@ -101,7 +116,8 @@ class ScanFloor:
         not (a full batch, a budget spent, a rescue the server's restart held back)
         says nothing, and the floor stays where it was."""
         if used == FULL_SCAN:
-            self._full_due = self.clock() + self.full_every
+            self._last_full = self.clock()
+            self._full_due = self._last_full + self._every()
         self._floor = server_now - self.below
 
 
@@ -122,6 +138,11 @@ class Maintenance:
         self.prune_floors = {
             True: ScanFloor(settings.retention + PRUNE_FLOOR_MARGIN, clock=clock),
             False: ScanFloor(settings.discarded_retention + PRUNE_FLOOR_MARGIN, clock=clock)}
+
+    def horizon_held(self, seconds: float) -> None:
+        """A look at the MVCC horizon's holder found it held ``seconds`` (0: not held)."""
+        for floor in (self.rescue_floor, *self.prune_floors.values()):
+            floor.horizon_held(seconds)
 
     def due(self, now: float) -> bool:
         """Whether a round is due."""
