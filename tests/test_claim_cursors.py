@@ -349,6 +349,8 @@ def test_a_row_inserted_available_for_later_runs_when_due_though_lower_prioritie
     sup = Supervisor(dsn, "-n", "2", "--poll-interval", POLL, log_path=log)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            first = enqueue("e2e_noop", conn=conn)  # once it ran, the supervisor listens
+            wait_until(lambda: _completed(dsn, [first]), timeout=60, what="the first job")
             (later,) = conn.execute(
                 "INSERT INTO supervisor.jobs (kind, priority, run_at) "
                 "VALUES ('e2e_noop', 0, now() + interval '3 seconds') RETURNING id"
