@@ -80,10 +80,9 @@ class ScanFloor:
     pass has seen everything below its cut (its server clock, less the retention for a
     prune), a row more than ``below`` under that cut can only come from a statement
     that began before the pass and ran for longer than ``below`` (plus its TTL, for a
-    lease): later passes start there. A
-    row another statement had locked when a pass went by is left by ``SKIP LOCKED``;
-    a full scan every ``full_every`` seconds (and the first, and the first after a
-    pass that did not see everything) finds it."""
+    lease): later passes start there. A row another statement had locked when a pass
+    went by is left by ``SKIP LOCKED``; a full scan every ``full_every`` seconds (and
+    the first) finds it."""
 
     def __init__(self, below: float, full_every: float = FULL_SCAN_EVERY,
                  clock=time.monotonic) -> None:
