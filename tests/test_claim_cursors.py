@@ -18,10 +18,9 @@ from supervisor.db import Attempt, ClaimKey, ClaimRequest, Completion, Store
 from supervisor.engine.cursors import (
     DUE_SLACK,
     HEAD_POLL_EVERY,
-    HEAD_POLL_HELD_MAX,
-    HEAD_POLL_PER_HELD,
     ClaimCursors,
 )
+from supervisor.engine.horizon import HELD_SPACING, HELD_SPACING_MAX
 
 if str(ROOT) not in sys.path:  # scripts/ is not an installed package
     sys.path.insert(0, str(ROOT))
@@ -123,15 +122,15 @@ def test_a_held_horizon_spaces_the_poll_from_the_head_by_its_age_until_it_lets_g
     cursors.claimed("q", [_job(1, 0, 100.0)])
     assert cursors.poll_starts(0.0, listening=True) == {}  # from the head
     cursors.horizon_held(300.0)  # a look: held five minutes
-    gap = HEAD_POLL_PER_HELD * 300.0
-    assert HEAD_POLL_EVERY < gap < HEAD_POLL_HELD_MAX
+    gap = HELD_SPACING * 300.0
+    assert HEAD_POLL_EVERY < gap < HELD_SPACING_MAX
     assert cursors.poll_starts(HEAD_POLL_EVERY, listening=True) != {}
     assert cursors.poll_starts(gap - 1, listening=True) != {}
     assert cursors.poll_starts(gap, listening=True) == {}  # from the head again
     cursors.horizon_held(86_400.0)  # a day: no longer than the cap
-    assert cursors.poll_starts(gap + HEAD_POLL_HELD_MAX - 1, listening=True) != {}
-    assert cursors.poll_starts(gap + HEAD_POLL_HELD_MAX, listening=True) == {}
-    last = gap + HEAD_POLL_HELD_MAX
+    assert cursors.poll_starts(gap + HELD_SPACING_MAX - 1, listening=True) != {}
+    assert cursors.poll_starts(gap + HELD_SPACING_MAX, listening=True) == {}
+    last = gap + HELD_SPACING_MAX
     cursors.horizon_held(0.0)  # a look finds it let go: a minute after the last one
     assert cursors.poll_starts(last + HEAD_POLL_EVERY - 1, listening=True) != {}
     assert cursors.poll_starts(last + HEAD_POLL_EVERY, listening=True) == {}

@@ -20,7 +20,7 @@ run_at before this supervisor started, that a claim of a lower priority passed).
 told with a run_at in the future is told to the cursor again once it is due
 (``DUE_SLACK``), since a claim of a lower priority may pass it meanwhile. While the
 MVCC horizon is held the poll from the head is spaced by the hold's age
-(``HEAD_POLL_PER_HELD``). Without LISTEN (poll only) every poll reads from the head, as
+(``horizon.spaced_by_hold``). Without LISTEN (poll only) every poll reads from the head, as
 every claim did before.
 
 Aged and per-key claims scan from the head as before (``ClaimRequest.start`` is None):
@@ -51,20 +51,12 @@ from dataclasses import dataclass
 
 from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey
+from supervisor.engine.horizon import spaced_by_hold
 
 # Seconds between polls that look from the head of the claim index. Under a held horizon
 # such a poll walks every entry claimed since the hold began, so it is kept rare; it only
 # catches what no notification tells (see above).
 HEAD_POLL_EVERY = 60.0
-# While the horizon is held, the poll from the head waits this many times the hold's age
-# (``ClaimCursors.horizon_held``), up to HEAD_POLL_HELD_MAX: its walk grows with the
-# hold, so at a fixed period its reads per job grew too (a poll a minute through a
-# 20-minute hold at 1,000 jobs/s walks 12.6 million entries for 1.2 million jobs);
-# spaced by the hold's age they stay near 1 / HEAD_POLL_PER_HELD entries a job. The
-# price: a job stranded where no notification tells it (a claim rolled back by a
-# supervisor that died) waits up to that long during a hold, where it waited a minute.
-HEAD_POLL_PER_HELD = 4.0
-HEAD_POLL_HELD_MAX = 1800.0
 # A job told with a run_at in the future (a plain-SQL row inserted available and due
 # later) is told again to the cursor this long after its run_at: a claim of a lower
 # priority may pass it before it is due, and nothing else tells it when it becomes due.
@@ -162,13 +154,13 @@ class ClaimCursors:
 
     def horizon_held(self, seconds: float) -> None:
         """The MVCC horizon has been held ``seconds`` (0: not held), as of a look at
-        its holder: the poll from the head is spaced by it (``HEAD_POLL_PER_HELD``),
+        its holder: the poll from the head is spaced by it (``spaced_by_hold``),
         and comes back to ``HEAD_POLL_EVERY`` as soon as a look finds it let go."""
         self._held = seconds
         self._next_head_poll = self._last_head_poll + self._head_poll_every()
 
     def _head_poll_every(self) -> float:
-        return max(HEAD_POLL_EVERY, min(HEAD_POLL_PER_HELD * self._held, HEAD_POLL_HELD_MAX))
+        return spaced_by_hold(HEAD_POLL_EVERY, self._held)
 
     def _tell_due(self) -> None:
         """Tell the cursors again of the jobs told before they were due that are due

@@ -31,16 +31,14 @@ from supervisor.db import (
     PruneBatches,
     Store,
 )
+from supervisor.engine.horizon import spaced_by_hold
 
 log = logging.getLogger("supervisor.maintenance")
 
 LEADER_LOCK_KEY = 0x5355_5056_4D41_494E & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMAIN"
-# Seconds between passes that scan a whole index from its start (ScanFloor); while the
-# MVCC horizon is held, this many times the hold's age, at most the max: such a pass
-# walks every entry the hold keeps (the claim cursors' net is spaced the same way).
+# Seconds between passes that scan a whole index from its start (ScanFloor); longer while
+# the MVCC horizon is held (``horizon.spaced_by_hold``).
 FULL_SCAN_EVERY = 300.0
-FULL_SCAN_PER_HELD = 4.0
-FULL_SCAN_HELD_MAX = 1800.0
 # What a floor leaves below a pass's cut. A lease is written as now() + ttl and an end as
 # now(), so only a statement that ran longer than this (plus the writer's TTL, or the
 # retention) could write one below it.
@@ -101,7 +99,7 @@ class ScanFloor:
         self._full_due = self._last_full + self._every()
 
     def _every(self) -> float:
-        return max(self.full_every, min(FULL_SCAN_PER_HELD * self._held, FULL_SCAN_HELD_MAX))
+        return spaced_by_hold(self.full_every, self._held)
 
     def next(self) -> float:
         """The floor for this pass (``FULL_SCAN``: the whole index)."""
