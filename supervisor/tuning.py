@@ -174,6 +174,10 @@ class Tuning:
     write_retry_after: float = _rule(
         1.0, "seconds before writes that failed for a bad statement go again",
         "scripts/bench/drain_ceiling.py")
+    exit_write_tries: int = _rule(
+        3, "tries of the last write before exit when its statement fails (a lost "
+        "deadlock is transient); what is left then waits out its lease",
+        "scripts/bench/drain_ceiling.py")
 
     def rules(self) -> Iterator[Rule]:
         """Every field with its value, reason and benchmark, in the table's order."""

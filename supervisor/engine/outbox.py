@@ -378,6 +378,13 @@ class Outbox:
             held, began = self.held_ids(), tracer.now()
         fenced = db.call(lambda store: self._write(store, now, last_chance), None,
                          "writing outcomes")
+        tries = self.tuning.exit_write_tries if last_chance else 1
+        while fenced is None and db.up and self.pending.count() and (tries := tries - 1):
+            # At exit there is no next turn: a write that lost a deadlock (to a statement
+            # of the connection the drain abandoned, still finishing on the server) goes
+            # again at once, rather than leaving its jobs to run twice.
+            fenced = db.call(lambda store: self._write(store, now, last_chance), None,
+                             "writing outcomes")
         if tracer is not None and held:
             tracer.wrote(held, began, self.held_ids())
         if fenced is None and db.up:
