@@ -168,6 +168,16 @@ class Backoff:
 DEFAULT_BACKOFF = Backoff()
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimPosition:
+    """A place in the claim index's order after the queue (a job's priority, run_at in
+    epoch seconds, id): where a fair claim's next look at the head starts (issue 40)."""
+
+    priority: int
+    run_at: float
+    id: int
+
+
 @dataclass(slots=True)
 class ClaimedJob:
     """One job as a claim returns it: what the parent needs to run it and fence later
@@ -202,3 +212,6 @@ class ClaimedJob:
     # the claim began, the same on each job it took (None: no batch had any).
     batch_id: int | None = None
     first_batch: int | None = None
+    # A fair claim's, the same on each job it took: where its group of jobs of no batch
+    # starts next (None: nothing was due past its start).
+    loose_next: ClaimPosition | None = None

@@ -28,6 +28,13 @@
 -- batch cursor), and it also returns each job's batch_id and that first batch found
 -- again (first_batch), for the cursors; the three fair forms were regenerated from the
 -- builder.
+-- Issues 40 and 42 again: a fair claim's walk of the batches knows the batches this
+-- supervisor claimed from (known_batches and their keys: each read past the last member
+-- it took) and looks for others only in the gaps between them, from after_batch; every
+-- fair form is a wrapping one (the bare form as the alone form) and returns where its
+-- group of jobs of no batch starts next (loose_priority, loose_run_at, loose_id, from
+-- its look at the head and what it took); the three fair forms were regenerated from
+-- the builder.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -537,7 +544,7 @@ UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_fair
-UPDATE supervisor.jobs
+WITH claimed AS (UPDATE supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
@@ -547,23 +554,40 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
-        (SELECT batch_id FROM supervisor.jobs
-         WHERE state = 'available' AND queue = %(queue)s AND batch_id IS NOT NULL
-           AND batch_id >= %(first_batch)s::bigint
-         ORDER BY batch_id LIMIT 1)
+    WHERE id = ANY(ARRAY(WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
+        SELECT * FROM unnest(%(known_batches)s::bigint[], %(known_priorities)s::int[],
+                             %(known_run_ats)s::float8[], %(known_ids)s::bigint[])),
+    batches(pos, b, p, r, i) AS (
+        SELECT %(after_batch)s::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
         UNION ALL
-        SELECT (SELECT j.batch_id FROM supervisor.jobs j
-                WHERE j.state = 'available' AND j.queue = %(queue)s
-                  AND j.batch_id > s.b
-                ORDER BY j.batch_id LIMIT 1)
-        FROM batches s WHERE s.b IS NOT NULL)
+        SELECT coalesce(gap.b, nk.b),
+               coalesce(gap.b, CASE WHEN EXISTS (
+                   SELECT 1 FROM supervisor.jobs w
+                   WHERE w.state = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
+                     AND (w.priority, w.run_at, w.id)
+                         > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE %(head_priority)s::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE %(head_run_at)s::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
+        FROM batches s
+        LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
+                           ORDER BY k.b LIMIT 1) AS nk ON true
+        CROSS JOIN LATERAL (
+            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+                    WHERE g.state = 'available' AND g.queue = %(queue)s
+                      AND g.batch_id > s.pos
+                      AND g.batch_id < coalesce(nk.b, 9223372036854775807)
+                    ORDER BY g.batch_id LIMIT 1) AS b
+            OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
+        WHERE s.pos IS NOT NULL)
     SELECT turn.id FROM (
         SELECT m.id, m.priority, m.n, batches.b = ANY(%(held_batches)s::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
                   WHERE state = 'available' AND queue = %(queue)s AND batch_id = batches.b
+                    AND (priority, run_at, id)
+                        > (batches.p, to_timestamp(batches.r), batches.i)
                     AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
@@ -592,10 +616,55 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           resources::text AS resources,
           extract(epoch FROM run_at)::float8 AS run_at,
           batch_id,
-          (SELECT f.batch_id FROM supervisor.jobs f
-           WHERE f.state = 'available' AND f.queue = %(queue)s AND f.batch_id IS NOT NULL
-             AND f.batch_id >= %(first_batch)s::bigint
-           ORDER BY f.batch_id LIMIT 1) AS first_batch
+          (WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
+        SELECT * FROM unnest(%(known_batches)s::bigint[], %(known_priorities)s::int[],
+                             %(known_run_ats)s::float8[], %(known_ids)s::bigint[])),
+    batches(pos, b, p, r, i) AS (
+        SELECT %(after_batch)s::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
+        UNION ALL
+        SELECT coalesce(gap.b, nk.b),
+               coalesce(gap.b, CASE WHEN EXISTS (
+                   SELECT 1 FROM supervisor.jobs w
+                   WHERE w.state = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
+                     AND (w.priority, w.run_at, w.id)
+                         > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE %(head_priority)s::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE %(head_run_at)s::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
+        FROM batches s
+        LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
+                           ORDER BY k.b LIMIT 1) AS nk ON true
+        CROSS JOIN LATERAL (
+            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+                    WHERE g.state = 'available' AND g.queue = %(queue)s
+                      AND g.batch_id > s.pos
+                      AND g.batch_id < coalesce(nk.b, 9223372036854775807)
+                    ORDER BY g.batch_id LIMIT 1) AS b
+            OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
+        WHERE s.pos IS NOT NULL)
+           SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch),
+loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = %(queue)s
+                AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
+      AND (expires_at IS NULL OR expires_at > now())
+              ORDER BY priority, run_at, id
+              LIMIT %(limit)s),
+loose_next AS MATERIALIZED (
+    SELECT priority, run_at, id FROM (
+        (SELECT priority, run_at, id - 1 AS id, 0 AS o FROM loose_head
+         WHERE id <> ALL (ARRAY(SELECT id FROM claimed))
+         ORDER BY priority, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id, 1 FROM loose_head
+         ORDER BY priority DESC, run_at DESC, id DESC LIMIT 1)) AS found
+    ORDER BY o LIMIT 1)
+SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at, batch_id, first_batch,
+       (SELECT priority FROM loose_next) AS loose_priority,
+       (SELECT extract(epoch FROM run_at)::float8 FROM loose_next) AS loose_run_at,
+       (SELECT id FROM loose_next) AS loose_id,
+       false AS done
+FROM claimed
 
 -- @@ claim_fair_alone_prepared
 WITH claimed AS (UPDATE supervisor.jobs
@@ -608,43 +677,60 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         WHERE a.kind = supervisor.jobs.kind), $5)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
-        (SELECT batch_id FROM supervisor.jobs
-         WHERE state = 'available' AND queue = $6 AND batch_id IS NOT NULL
-           AND batch_id >= $7::bigint
-         ORDER BY batch_id LIMIT 1)
+    WHERE id = ANY(ARRAY(WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
+        SELECT * FROM unnest($6::bigint[], $7::int[],
+                             $8::float8[], $9::bigint[])),
+    batches(pos, b, p, r, i) AS (
+        SELECT $10::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
         UNION ALL
-        SELECT (SELECT j.batch_id FROM supervisor.jobs j
-                WHERE j.state = 'available' AND j.queue = $6
-                  AND j.batch_id > s.b
-                ORDER BY j.batch_id LIMIT 1)
-        FROM batches s WHERE s.b IS NOT NULL)
+        SELECT coalesce(gap.b, nk.b),
+               coalesce(gap.b, CASE WHEN EXISTS (
+                   SELECT 1 FROM supervisor.jobs w
+                   WHERE w.state = 'available' AND w.queue = $11 AND w.batch_id = nk.b
+                     AND (w.priority, w.run_at, w.id)
+                         > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE $12::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE $13::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
+        FROM batches s
+        LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
+                           ORDER BY k.b LIMIT 1) AS nk ON true
+        CROSS JOIN LATERAL (
+            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+                    WHERE g.state = 'available' AND g.queue = $11
+                      AND g.batch_id > s.pos
+                      AND g.batch_id < coalesce(nk.b, 9223372036854775807)
+                    ORDER BY g.batch_id LIMIT 1) AS b
+            OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
+        WHERE s.pos IS NOT NULL)
     SELECT turn.id FROM (
-        SELECT m.id, m.priority, m.n, batches.b = ANY($8::bigint[]) AS held
+        SELECT m.id, m.priority, m.n, batches.b = ANY($14::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
-                  WHERE state = 'available' AND queue = $6 AND batch_id = batches.b
+                  WHERE state = 'available' AND queue = $11 AND batch_id = batches.b
+                    AND (priority, run_at, id)
+                        > (batches.p, to_timestamp(batches.r), batches.i)
                     AND kind = ANY($3::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
-                  LIMIT $9) AS due) AS m
+                  LIMIT $15) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
-              WHERE state = 'available' AND queue = $6
+              WHERE state = 'available' AND queue = $11
                 AND kind = ANY($3::text[]) AND run_at <= now()
-                AND (priority, run_at, id) > ($10::int, to_timestamp($11::float8), $12::bigint)
+                AND (priority, run_at, id) > ($16::int, to_timestamp($17::float8), $18::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $9) AS head
+              LIMIT $15) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, turn.held, random()
-    LIMIT $9))
-      AND state || '' = 'available' AND queue = $6
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
-    LIMIT $9
+    LIMIT $15))
+      AND state || '' = 'available' AND queue = $11
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $11 AND q.paused)
+    LIMIT $15
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -653,11 +739,53 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           resources::text AS resources,
           extract(epoch FROM run_at)::float8 AS run_at,
           batch_id,
-          (SELECT f.batch_id FROM supervisor.jobs f
-           WHERE f.state = 'available' AND f.queue = $6 AND f.batch_id IS NOT NULL
-             AND f.batch_id >= $7::bigint
-           ORDER BY f.batch_id LIMIT 1) AS first_batch)
+          (WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
+        SELECT * FROM unnest($6::bigint[], $7::int[],
+                             $8::float8[], $9::bigint[])),
+    batches(pos, b, p, r, i) AS (
+        SELECT $10::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
+        UNION ALL
+        SELECT coalesce(gap.b, nk.b),
+               coalesce(gap.b, CASE WHEN EXISTS (
+                   SELECT 1 FROM supervisor.jobs w
+                   WHERE w.state = 'available' AND w.queue = $11 AND w.batch_id = nk.b
+                     AND (w.priority, w.run_at, w.id)
+                         > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE $12::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE $13::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
+        FROM batches s
+        LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
+                           ORDER BY k.b LIMIT 1) AS nk ON true
+        CROSS JOIN LATERAL (
+            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+                    WHERE g.state = 'available' AND g.queue = $11
+                      AND g.batch_id > s.pos
+                      AND g.batch_id < coalesce(nk.b, 9223372036854775807)
+                    ORDER BY g.batch_id LIMIT 1) AS b
+            OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
+        WHERE s.pos IS NOT NULL)
+           SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch),
+loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = $11
+                AND kind = ANY($3::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > ($16::int, to_timestamp($17::float8), $18::bigint)
+      AND (expires_at IS NULL OR expires_at > now())
+              ORDER BY priority, run_at, id
+              LIMIT $15),
+loose_next AS MATERIALIZED (
+    SELECT priority, run_at, id FROM (
+        (SELECT priority, run_at, id - 1 AS id, 0 AS o FROM loose_head
+         WHERE id <> ALL (ARRAY(SELECT id FROM claimed))
+         ORDER BY priority, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id, 1 FROM loose_head
+         ORDER BY priority DESC, run_at DESC, id DESC LIMIT 1)) AS found
+    ORDER BY o LIMIT 1)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at, batch_id, first_batch,
+       (SELECT priority FROM loose_next) AS loose_priority,
+       (SELECT extract(epoch FROM run_at)::float8 FROM loose_next) AS loose_run_at,
+       (SELECT id FROM loose_next) AS loose_id,
        false AS done
 FROM claimed
 
@@ -694,43 +822,60 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         WHERE a.kind = supervisor.jobs.kind), $15)
 WHERE id = ANY(ARRAY(
     SELECT id FROM supervisor.jobs
-    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
-        (SELECT batch_id FROM supervisor.jobs
-         WHERE state = 'available' AND queue = $16 AND batch_id IS NOT NULL
-           AND batch_id >= $17::bigint
-         ORDER BY batch_id LIMIT 1)
+    WHERE id = ANY(ARRAY(WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
+        SELECT * FROM unnest($16::bigint[], $17::int[],
+                             $18::float8[], $19::bigint[])),
+    batches(pos, b, p, r, i) AS (
+        SELECT $20::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
         UNION ALL
-        SELECT (SELECT j.batch_id FROM supervisor.jobs j
-                WHERE j.state = 'available' AND j.queue = $16
-                  AND j.batch_id > s.b
-                ORDER BY j.batch_id LIMIT 1)
-        FROM batches s WHERE s.b IS NOT NULL)
+        SELECT coalesce(gap.b, nk.b),
+               coalesce(gap.b, CASE WHEN EXISTS (
+                   SELECT 1 FROM supervisor.jobs w
+                   WHERE w.state = 'available' AND w.queue = $21 AND w.batch_id = nk.b
+                     AND (w.priority, w.run_at, w.id)
+                         > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE $22::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE $23::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
+        FROM batches s
+        LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
+                           ORDER BY k.b LIMIT 1) AS nk ON true
+        CROSS JOIN LATERAL (
+            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+                    WHERE g.state = 'available' AND g.queue = $21
+                      AND g.batch_id > s.pos
+                      AND g.batch_id < coalesce(nk.b, 9223372036854775807)
+                    ORDER BY g.batch_id LIMIT 1) AS b
+            OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
+        WHERE s.pos IS NOT NULL)
     SELECT turn.id FROM (
-        SELECT m.id, m.priority, m.n, batches.b = ANY($18::bigint[]) AS held
+        SELECT m.id, m.priority, m.n, batches.b = ANY($24::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
-                  WHERE state = 'available' AND queue = $16 AND batch_id = batches.b
+                  WHERE state = 'available' AND queue = $21 AND batch_id = batches.b
+                    AND (priority, run_at, id)
+                        > (batches.p, to_timestamp(batches.r), batches.i)
                     AND kind = ANY($13::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
-                  LIMIT $19) AS due) AS m
+                  LIMIT $25) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
         FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
-              WHERE state = 'available' AND queue = $16
+              WHERE state = 'available' AND queue = $21
                 AND kind = ANY($13::text[]) AND run_at <= now()
-                AND (priority, run_at, id) > ($20::int, to_timestamp($21::float8), $22::bigint)
+                AND (priority, run_at, id) > ($26::int, to_timestamp($27::float8), $28::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $19) AS head
+              LIMIT $25) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, turn.held, random()
-    LIMIT $19))
-      AND state || '' = 'available' AND queue = $16
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
-    LIMIT $19
+    LIMIT $25))
+      AND state || '' = 'available' AND queue = $21
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $21 AND q.paused)
+    LIMIT $25
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -739,13 +884,54 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           resources::text AS resources,
           extract(epoch FROM run_at)::float8 AS run_at,
           batch_id,
-          (SELECT f.batch_id FROM supervisor.jobs f
-           WHERE f.state = 'available' AND f.queue = $16 AND f.batch_id IS NOT NULL
-             AND f.batch_id >= $17::bigint
-           ORDER BY f.batch_id LIMIT 1) AS first_batch)
+          (WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
+        SELECT * FROM unnest($16::bigint[], $17::int[],
+                             $18::float8[], $19::bigint[])),
+    batches(pos, b, p, r, i) AS (
+        SELECT $20::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
+        UNION ALL
+        SELECT coalesce(gap.b, nk.b),
+               coalesce(gap.b, CASE WHEN EXISTS (
+                   SELECT 1 FROM supervisor.jobs w
+                   WHERE w.state = 'available' AND w.queue = $21 AND w.batch_id = nk.b
+                     AND (w.priority, w.run_at, w.id)
+                         > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE $22::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE $23::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
+        FROM batches s
+        LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
+                           ORDER BY k.b LIMIT 1) AS nk ON true
+        CROSS JOIN LATERAL (
+            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+                    WHERE g.state = 'available' AND g.queue = $21
+                      AND g.batch_id > s.pos
+                      AND g.batch_id < coalesce(nk.b, 9223372036854775807)
+                    ORDER BY g.batch_id LIMIT 1) AS b
+            OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
+        WHERE s.pos IS NOT NULL)
+           SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch),
+loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = $21
+                AND kind = ANY($13::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > ($26::int, to_timestamp($27::float8), $28::bigint)
+      AND (expires_at IS NULL OR expires_at > now())
+              ORDER BY priority, run_at, id
+              LIMIT $25),
+loose_next AS MATERIALIZED (
+    SELECT priority, run_at, id FROM (
+        (SELECT priority, run_at, id - 1 AS id, 0 AS o FROM loose_head
+         WHERE id <> ALL (ARRAY(SELECT id FROM claimed))
+         ORDER BY priority, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id, 1 FROM loose_head
+         ORDER BY priority DESC, run_at DESC, id DESC LIMIT 1)) AS found
+    ORDER BY o LIMIT 1)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at, batch_id, first_batch,
+       (SELECT priority FROM loose_next) AS loose_priority,
+       (SELECT extract(epoch FROM run_at)::float8 FROM loose_next) AS loose_run_at,
+       (SELECT id FROM loose_next) AS loose_id,
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
-
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done

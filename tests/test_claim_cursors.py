@@ -12,7 +12,8 @@ import psycopg
 import pytest
 from e2e import ROOT, Supervisor, read_log, wait_until
 
-from shared.enqueue import enqueue
+from shared.batches import Callback
+from shared.enqueue import enqueue, enqueue_many
 from shared.jobs import ClaimedJob
 from supervisor.db import Attempt, ClaimKey, ClaimRequest, Completion, Store
 from supervisor.engine.cursors import (
@@ -215,13 +216,19 @@ def test_the_poll_names_each_queues_first_waiting_job_in_claim_order(conn):
     assert past == {"default": ClaimKey(3, pytest.approx(_run_at(conn, last)), last)}
 
 
+def _told(listener: psycopg.Connection) -> list[tuple[str, int, float, str]]:
+    """The notices on the keys channel so far: (queue, priority, run_at epoch, batch
+    field)."""
+    told = []
+    for note in listener.notifies(timeout=0.5):
+        queue, priority, run_at, batch = note.payload.rsplit("\t", 3)
+        told.append((queue, int(priority), float(run_at), batch))
+    return sorted(told)
+
+
 def _keys(listener: psycopg.Connection) -> list[tuple[str, int, float]]:
     """The keys named on the keys channel so far: (queue, priority, run_at epoch)."""
-    keys = []
-    for note in listener.notifies(timeout=0.5):
-        queue, priority, run_at = note.payload.rsplit("\t", 2)
-        keys.append((queue, int(priority), float(run_at)))
-    return sorted(keys)
+    return [(queue, priority, run_at) for queue, priority, run_at, _ in _told(listener)]
 
 
 def test_the_schema_names_the_key_of_each_job_made_available_and_only_those(dsn, conn):
@@ -247,6 +254,30 @@ def test_the_schema_names_the_key_of_each_job_made_available_and_only_those(dsn,
         taken = store.claim("d", ["k"], 10)
         store.complete([Completion(taken[0].id, taken[0].attempt, "null")])
         assert _keys(listener) == []  # moved later, claimed, completed: nothing to tell
+    finally:
+        listener.close()
+
+
+def test_the_schema_names_the_lowest_batch_a_notice_made_available(dsn, conn):
+    """A fair claim's walk of the batches moves back to it (supervisor.engine.cursors)."""
+    listener = psycopg.connect(dsn, autocommit=True)
+    listener.execute("LISTEN supervisor_job_keys")
+    try:
+        with conn.transaction():
+            first = enqueue_many("k", [{}] * 2, then=Callback("cb", {}), queue="f", conn=conn)
+            second = enqueue_many("k", [{}], then=Callback("cb", {}), queue="f", conn=conn)
+            enqueue("k", queue="g", conn=conn)
+        batches = sorted(told[3] for told in _told(listener) if told[0] == "f")
+        assert batches == [f"b{first.id}", f"b{second.id}"]
+        assert [told[3] for told in _told(listener)] == []
+        enqueue("k", queue="g", conn=conn)
+        assert [told[3] for told in _told(listener)] == ["b"]  # a job of no batch
+        taken = Store(conn, "me").claim("f", ["k"], 1)
+        Store(conn, "me").release([Attempt(taken[0].id, taken[0].attempt)])
+        batch_of = conn.execute("SELECT batch_id FROM supervisor.jobs WHERE id = %s",
+                                (taken[0].id,)).fetchone()
+        assert batch_of is not None
+        assert [told[3] for told in _told(listener)] == [f"b{batch_of[0]}"]
     finally:
         listener.close()
 

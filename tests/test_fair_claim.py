@@ -101,9 +101,9 @@ def test_only_a_fair_queue_runs_the_fair_statement():
     keyed = variant(ClaimRequest("q", ["k"], 5, per_key=2, fair=True), blocking=True)
     assert not plain.fair and fair.fair and not keyed.fair  # a per-key limit wins
     assert "jobs_fair_idx" not in claim_sql(plain) and "batch_id" not in claim_sql(plain)
-    assert "batches(b)" in claim_sql(fair)
+    assert "batches(pos, b" in claim_sql(fair)
     for shape in Shape:
-        assert "batches(b)" in claim_sql(ClaimVariant(False, False, shape, False, True))
+        assert "batches(pos, b" in claim_sql(ClaimVariant(False, False, shape, False, True))
 
 
 def test_the_setting_is_checked():

@@ -26,6 +26,7 @@ import pytest
 from shared.batches import Callback
 from shared.enqueue import enqueue_many
 from supervisor.db import ClaimKey, ClaimRequest, Store
+from supervisor.engine.cursors import ClaimCursors
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -96,3 +97,43 @@ def test_a_fair_claim_under_a_held_snapshot_reads_about_what_it_takes(dsn, conn)
     assert plain <= 4 * LIMIT, plain  # the cursor's claim skips what was claimed
     # Not the entries of the members claimed before it (about 3 x CLAIMED now).
     assert fair <= FAIR_BAR, (fair, plain)
+
+
+def test_a_fair_claim_inside_a_long_batch_reads_past_the_members_it_took(dsn, conn):
+    """Two batches of 2,000 in a fair queue, claimed 20 at a time (and completed) with
+    the cursors a supervisor keeps, under a held snapshot: by the end each claim would
+    walk about 1,000 claimed entries of each batch from its start; read past the last
+    member taken of each (``FairStart.batches``), it reads about what it takes."""
+    first, second = _batch(conn, 2000), _batch(conn, 2000)
+    store, cursors = Store(conn, "me"), ClaimCursors()
+    holder = _held_snapshot(dsn)
+    try:
+        for _ in range(90):  # 1,800 of the 4,000
+            start = cursors.fair_start("f")
+            jobs = store.run_claim(ClaimRequest("f", ["k"], 20, start=start.loose, fair=True,
+                                                first_batch=start.first_batch,
+                                                batch_starts=start.batches)).jobs
+            cursors.fair_claimed("f", jobs, 20)
+            conn.execute("UPDATE supervisor.jobs SET state = 'completed', "
+                         "finished_at = now(), lease_owner = NULL, lease_expires_at = NULL "
+                         "WHERE id = ANY(%s)", ([job.id for job in jobs],))
+        start = cursors.fair_start("f")
+        assert set(start.batches) == {_batch_of(conn, first[0]), _batch_of(conn, second[0])}
+        kept, kept_taken = _entries_read(dsn, ClaimRequest(
+            "f", ["k"], LIMIT, start=start.loose, fair=True, first_batch=start.first_batch,
+            batch_starts=start.batches))
+        from_start, from_start_taken = _entries_read(dsn, ClaimRequest(
+            "f", ["k"], LIMIT, start=start.loose, fair=True, first_batch=start.first_batch))
+    finally:
+        holder.close()
+    assert kept_taken == from_start_taken == LIMIT
+    assert kept <= FAIR_BAR, (kept, from_start)
+    # What the batch cursors save here: each batch's claimed members, walked twice.
+    assert from_start >= 1500, (kept, from_start)
+
+
+def _batch_of(conn: psycopg.Connection, job_id: int) -> int:
+    row = conn.execute("SELECT batch_id FROM supervisor.jobs WHERE id = %s",
+                       (job_id,)).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -57,6 +57,17 @@ def without_storage_settings(schema: list[str]) -> list[str]:
     return sorted(re.sub(r"\n\)\nWITH \(.*\);$", "\n);", block) for block in schema)
 
 
+# The functions the baseline changed beyond the old files: the keys channel's notices
+# name a batch (issues 40 and 42: a fair claim's walk of the batches moves back to it).
+CHANGED_FUNCTIONS = ("supervisor.notify_inserted_jobs()", "supervisor.notify_job_key()")
+
+
+def without_changed_functions(schema: list[str]) -> list[str]:
+    """The statements with the functions the baseline changed left out."""
+    return [block for block in schema
+            if not any(f"CREATE FUNCTION {name}" in block for name in CHANGED_FUNCTIONS)]
+
+
 @needs_pg_dump
 def test_the_baseline_builds_what_the_old_files_built(fresh_dsn, second_fresh_dsn):
     with psycopg.connect(fresh_dsn, autocommit=True) as old, \
@@ -70,7 +81,9 @@ def test_the_baseline_builds_what_the_old_files_built(fresh_dsn, second_fresh_ds
         migrate(old)  # the upgrade: the storage settings the baseline added
     new_schema = schema_of(second_fresh_dsn)
     assert len(new_schema) > 100  # the comparison compares something
-    assert without_storage_settings(old_schema) == without_storage_settings(new_schema)
+    assert without_changed_functions(without_storage_settings(old_schema)) == \
+        without_changed_functions(without_storage_settings(new_schema))
+    assert len(without_changed_functions(new_schema)) == len(new_schema) - 2
     assert schema_of(fresh_dsn) == new_schema
     with psycopg.connect(second_fresh_dsn, autocommit=True) as conn:
         options = conn.execute("SELECT reloptions FROM pg_class "

@@ -792,11 +792,15 @@ DECLARE
 BEGIN
     -- Statement-level with a transition table: a 20k-row COPY costs one small loop over
     -- its distinct queues, not 20k function calls.
-    FOR k IN SELECT DISTINCT ON (queue) queue, priority, run_at FROM new_jobs
+    -- Per queue its first claim-order key and its lowest batch (``b`` + id, ``b`` alone
+    -- for none): a fair claim's walk of the batches moves back to it.
+    FOR k IN SELECT DISTINCT ON (queue) queue, priority, run_at,
+                    min(batch_id) OVER (PARTITION BY queue) AS batch_id FROM new_jobs
              WHERE state = 'available' ORDER BY queue, priority, run_at LOOP
         PERFORM pg_notify('supervisor_jobs', k.queue);
         PERFORM pg_notify('supervisor_job_keys', k.queue || chr(9) || k.priority || chr(9)
-                                                 || extract(epoch FROM k.run_at));
+                                                 || extract(epoch FROM k.run_at) || chr(9)
+                                                 || 'b' || coalesce(k.batch_id::text, ''));
     END LOOP;
     FOR q IN SELECT DISTINCT queue FROM new_jobs WHERE state = 'scheduled' LOOP
         PERFORM pg_notify('supervisor_scheduled', q);
@@ -810,7 +814,8 @@ CREATE FUNCTION supervisor.notify_job_key() RETURNS trigger
     AS $$
 BEGIN
     PERFORM pg_notify('supervisor_job_keys', NEW.queue || chr(9) || NEW.priority || chr(9)
-                                             || extract(epoch FROM NEW.run_at));
+                                             || extract(epoch FROM NEW.run_at) || chr(9)
+                                             || 'b' || coalesce(NEW.batch_id::text, ''));
     RETURN NULL;
 END
 $$;

@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from shared.jobs import ClaimedJob
+from shared.jobs import ClaimedJob, ClaimPosition
 from supervisor.db.attempt_cost import usage_params
 from supervisor.db.nonblocking import Prepared
 from supervisor.db.records import Attempt, Completion
@@ -132,6 +132,9 @@ class ClaimRequest:
     # A fair claim's loose scan of the batches starts at this batch id (no batch below it
     # has waiting members in the queue: ``ClaimCursors``); None: at the lowest.
     first_batch: int | None = None
+    # A fair claim's batches this supervisor claimed from, each with the key of the last
+    # member it took: the claim reads each past that key (``_BATCH_WALK``).
+    batch_starts: Mapping[int, ClaimKey] = field(default_factory=dict)
     # A fair claim's batches with jobs in this supervisor's hands (running, queued in a
     # pipe, waiting for a child): at equal turn a batch not among them goes first, so a
     # claim of one job made when a new batch arrives takes the newcomer's.
@@ -219,20 +222,51 @@ _FROM_START = ("(priority, run_at, id) > (%(start_priority)s::int, "
                "to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)")
 
 
-# A fair claim's loose scan of the batches starts at the batch id ``first_batch``
-# (LOWEST_BATCH: every batch), so the entries of the batches a pipeline finished, which a
-# held horizon keeps, are never read.
-_FROM_FIRST_BATCH = "batch_id >= %(first_batch)s::bigint"
+# A fair claim's walk of the batches that have waiting members, in batch id order:
+# ``batches(pos, b, p, r, i)``, one row per step, ``b`` a batch found (NULL: a step that
+# found none) and (p, r, i) the key its members are read after. It starts past the batch
+# id ``after_batch`` (the batch below ``first_batch``, so the entries of the batches a
+# pipeline finished, which a held horizon keeps, are never read). The batches this
+# supervisor claimed from are known with the key of the last member it took
+# (``known``): such a batch is tested by one probe at its key, and a step looks for an
+# unknown batch only in the gap before the next known one. A loose probe from a batch's
+# start would walk the entries of its members claimed since a hold began, at every claim
+# (issue 40); within a gap there are only batches this supervisor never claimed from.
+_BATCH_WALK = """known(b, p, r, i) AS MATERIALIZED (
+        SELECT * FROM unnest(%(known_batches)s::bigint[], %(known_priorities)s::int[],
+                             %(known_run_ats)s::float8[], %(known_ids)s::bigint[])),
+    batches(pos, b, p, r, i) AS (
+        SELECT %(after_batch)s::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
+        UNION ALL
+        SELECT coalesce(gap.b, nk.b),
+               coalesce(gap.b, CASE WHEN EXISTS (
+                   SELECT 1 FROM supervisor.jobs w
+                   WHERE w.state = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
+                     AND (w.priority, w.run_at, w.id)
+                         > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE %(head_priority)s::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE %(head_run_at)s::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
+        FROM batches s
+        LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
+                           ORDER BY k.b LIMIT 1) AS nk ON true
+        CROSS JOIN LATERAL (
+            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+                    WHERE g.state = 'available' AND g.queue = %(queue)s
+                      AND g.batch_id > s.pos
+                      AND g.batch_id < coalesce(nk.b, 9223372036854775807)
+                    ORDER BY g.batch_id LIMIT 1) AS b
+            OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
+        WHERE s.pos IS NOT NULL)"""
 
 # What a fair claim returns beyond ``_COLUMNS`` (``_FAIR_COLUMNS``): the row's batch,
-# and the loose scan's first batch found again (one probe, run once: it refers to no
-# row), in the statement's snapshot, so it counts the members this claim takes.
+# and the walk's first batch found again (run once: it refers to no row; the walk stops
+# at its first find), in the statement's snapshot, so it counts the members this claim
+# takes.
 _FAIR_RETURNING = f""",
           batch_id,
-          (SELECT f.batch_id FROM supervisor.jobs f
-           WHERE f.state = 'available' AND f.queue = %(queue)s AND f.batch_id IS NOT NULL
-             AND f.{_FROM_FIRST_BATCH}
-           ORDER BY f.batch_id LIMIT 1) AS first_batch"""
+          (WITH RECURSIVE {_BATCH_WALK}
+           SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch"""
 
 
 # The lock's test that a chosen job is still waiting, by primary key only. Written as
@@ -297,51 +331,74 @@ def _fair_candidates(bounded: bool = False) -> str:
     Its own statement: queues that are not fair run the plain claim unchanged.
 
     Under a held horizon the entries of the members claimed since stay in both indexes,
-    so each scan starts at a cursor (``supervisor.engine.cursors``): the loose scan at
-    ``first_batch`` (no lower batch has waiting members), the group of jobs of no batch
-    at the key ``start``; and the lock finds the chosen ids by primary key only. Each
-    job comes back with its batch and the loose scan's first batch found again
-    (``_FAIR_COLUMNS``), which is where the next claim's loose scan starts."""
+    so each scan starts at a cursor (``supervisor.engine.cursors``): the walk of the
+    batches at ``first_batch`` (no lower batch has waiting members), each batch this
+    supervisor claimed from past the last member it took (``batch_starts``), the group
+    of jobs of no batch at the key ``start``; and the lock finds the chosen ids by
+    primary key only. Each job comes back with its batch and the walk's first batch
+    found again (``_FAIR_COLUMNS``), which is where the next claim's walk starts."""
     rules = _rules(bounded)
     # FOR UPDATE (added by _lock_and_update) takes no UNION or window: the turn is
     # chosen inside the ARRAY, and the outer select only locks what it chose.
     return f"""
     SELECT id FROM supervisor.jobs
-    WHERE id = ANY(ARRAY(WITH RECURSIVE batches(b) AS (
-        (SELECT batch_id FROM supervisor.jobs
-         WHERE state = 'available' AND queue = %(queue)s AND batch_id IS NOT NULL
-           AND {_FROM_FIRST_BATCH}
-         ORDER BY batch_id LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.batch_id FROM supervisor.jobs j
-                WHERE j.state = 'available' AND j.queue = %(queue)s
-                  AND j.batch_id > s.b
-                ORDER BY j.batch_id LIMIT 1)
-        FROM batches s WHERE s.b IS NOT NULL)
+    WHERE id = ANY(ARRAY(WITH RECURSIVE {_BATCH_WALK}
     SELECT turn.id FROM (
         SELECT m.id, m.priority, m.n, batches.b = ANY(%(held_batches)s::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
                   WHERE state = 'available' AND queue = %(queue)s AND batch_id = batches.b
+                    AND (priority, run_at, id)
+                        > (batches.p, to_timestamp(batches.r), batches.i)
                     AND kind = ANY(%(kinds)s::text[]) AND run_at <= now(){rules}
                   ORDER BY priority, run_at, id
                   LIMIT %(limit)s) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
-        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
-              WHERE state = 'available' AND queue = %(queue)s
-                AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
-                AND {_FROM_START}{rules}
-              ORDER BY priority, run_at, id
-              LIMIT %(limit)s) AS head
+        FROM ({_loose_head(bounded)}) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, turn.held, random()
     LIMIT %(limit)s))
       AND {_STILL_AVAILABLE} AND queue = %(queue)s
       AND {_NOT_PAUSED}
     LIMIT %(limit)s"""
+
+
+def _loose_head(bounded: bool = False) -> str:
+    """A fair claim's look at the head of the claim index past its group's key: the
+    first LIMIT due jobs, of any batch, in claim order (``_fair_candidates`` takes those
+    of no batch among them)."""
+    return f"""SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+              WHERE state = 'available' AND queue = %(queue)s
+                AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
+                AND {_FROM_START}{_rules(bounded)}
+              ORDER BY priority, run_at, id
+              LIMIT %(limit)s"""
+
+
+# Where a fair claim's group of jobs of no batch may start next (``_LOOSE_NEXT_COLUMNS``),
+# found after the claim from the look at the head it chose from, in the same snapshot:
+# just before the first job of that look the claim did not take (lost its turn, or
+# locked by another), or past the whole look when it took them all. In a queue of batch
+# members only, the group's key would otherwise never move (none of its own is ever
+# taken) and each claim's look at the head walked the entries of every member claimed
+# since a hold began (issue 40).
+_LOOSE_NEXT = """loose_head AS MATERIALIZED ({head}),
+loose_next AS MATERIALIZED (
+    SELECT priority, run_at, id FROM (
+        (SELECT priority, run_at, id - 1 AS id, 0 AS o FROM loose_head
+         WHERE id <> ALL (ARRAY(SELECT id FROM claimed))
+         ORDER BY priority, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id, 1 FROM loose_head
+         ORDER BY priority DESC, run_at DESC, id DESC LIMIT 1)) AS found
+    ORDER BY o LIMIT 1)"""
+_LOOSE_NEXT_COLUMNS = {
+    "loose_priority": "(SELECT priority FROM loose_next)",
+    "loose_run_at": "(SELECT extract(epoch FROM run_at)::float8 FROM loose_next)",
+    "loose_id": "(SELECT id FROM loose_next)"}
 
 
 def _aged_candidates(bounded: bool = False) -> str:
@@ -425,29 +482,36 @@ FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_
 JOIN supervisor.jobs j ON j.id = k.id"""
 
 
-def _carrying(claim: str, columns: Sequence[str] = _COLUMNS) -> str:
+def _carrying(claim: str, columns: Sequence[str] = _COLUMNS, after: str = "",
+              extra: Mapping[str, str] | None = None) -> str:
     """``claim`` carrying the completions of the jobs that just finished and the starts
     of those that began: one round trip and one commit (one WAL flush) instead of two,
     which is what bounds short jobs. A row must not be updated twice in one statement
     (which of the two updates wins is unspecified), so a start of a job completed in the
     same statement is left to its completion."""
+    extra = extra or {}
     return f"""WITH done AS ({COMPLETE.strip()}),
 started AS ({STARTED.strip()}
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
-claimed AS ({claim})
-SELECT {", ".join(columns)},
+claimed AS ({claim}){after}
+SELECT {", ".join(columns)},{_extra(extra)}
        false AS done
 FROM claimed
 UNION ALL
-SELECT id, {", ".join(["NULL"] * (len(columns) - 1))}, true FROM done"""
+SELECT id, {", ".join(["NULL"] * (len(columns) - 1 + len(extra)))}, true FROM done"""
 
 
-def _alone(claim: str, columns: Sequence[str] = _COLUMNS) -> str:
+def _extra(extra: Mapping[str, str]) -> str:
+    return "".join(f"\n       {value} AS {name}," for name, value in extra.items())
+
+
+def _alone(claim: str, columns: Sequence[str] = _COLUMNS, after: str = "",
+           extra: Mapping[str, str] | None = None) -> str:
     """A claim that carries no writes, in ``_carrying``'s row shape. Its plan may be
     cached (the parent prepares it): no batch arrays, so no plan that fits one batch
     size and not another."""
-    return f"""WITH claimed AS ({claim})
-SELECT {", ".join(columns)},
+    return f"""WITH claimed AS ({claim}){after}
+SELECT {", ".join(columns)},{_extra(extra or {})}
        false AS done
 FROM claimed"""
 
@@ -459,8 +523,14 @@ def claim_sql(v: ClaimVariant) -> str:
     if v.keyed:
         claim = _keyed(v.aged, v.bounded)
     elif v.fair:
+        # Always in a wrapping form: where its group of jobs of no batch starts next is
+        # read from what ``claimed`` took (``_LOOSE_NEXT``).
         claim = _lock_and_update(_fair_candidates(v.bounded), _FAIR_RETURNING)
         columns = (*_COLUMNS, *_FAIR_COLUMNS)
+        after = ",\n" + _LOOSE_NEXT.format(head=_loose_head(v.bounded))
+        if v.shape is Shape.CARRYING:
+            return _carrying(claim, columns, after, _LOOSE_NEXT_COLUMNS)
+        return _alone(claim, columns, after, _LOOSE_NEXT_COLUMNS)
     else:
         claim = _lock_and_update(_candidates(v.aged, v.bounded))
     if v.shape is Shape.CARRYING:
@@ -483,12 +553,18 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
     """The parameters of ``request``'s statement (a superset: each variant uses its own)."""
     kinds = list(request.kinds)
     start = request.start or HEAD
+    known = dict(sorted(request.batch_starts.items()))
     values: dict[str, Any] = {
         "owner": owner, "ttl": lease_ttl, "queue": request.queue, "kinds": kinds,
         "limit": request.limit, "aging": float(request.aging),
         "start_priority": start.priority, "start_run_at": start.run_at,
         "start_id": start.id,
-        "first_batch": LOWEST_BATCH if request.first_batch is None else request.first_batch,
+        "after_batch": (LOWEST_BATCH if request.first_batch is None
+                        else request.first_batch - 1),
+        "head_priority": HEAD.priority, "head_run_at": HEAD.run_at,
+        "known_batches": list(known), "known_priorities": [k.priority for k in known.values()],
+        "known_run_ats": [k.run_at for k in known.values()],
+        "known_ids": [k.id for k in known.values()],
         "held_batches": list(request.held_batches),
         "kind_attempts": [max_attempts.get(kind) for kind in kinds],
         "default_attempts": default_attempts}
@@ -522,6 +598,7 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
         at[column] for column in _COLUMNS)
     i_done = at.get(_DONE)
     i_batch, i_first_batch = at.get("batch_id"), at.get("first_batch")
+    i_loose = at.get("loose_priority")
 
     def make(v: Sequence[Any]) -> ClaimedJob | int:
         if i_done is not None and v[i_done]:
@@ -535,7 +612,9 @@ def row_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], ClaimedJob | in
                           else _resources(v[i_resources]),
                           run_at=v[i_run_at],
                           batch_id=None if i_batch is None else v[i_batch],
-                          first_batch=None if i_first_batch is None else v[i_first_batch])
+                          first_batch=None if i_first_batch is None else v[i_first_batch],
+                          loose_next=None if i_loose is None or v[i_loose] is None
+                          else ClaimPosition(v[i_loose], v[i_loose + 1], v[i_loose + 2]))
     return make
 
 

@@ -115,6 +115,10 @@ class Database:
         self.paused_queues: set[str] = set()
         self.cancelled_jobs: set[int] = set()
         self.notified_keys: dict[str, ClaimKey] = {}  # queue -> first key made available
+        # queue -> lowest batch a member was made available in (None: jobs of no batch);
+        # a queue told by a payload without the field is left out
+        self.notified_batches: dict[str, int | None] = {}
+        self._batchless_notices: set[str] = set()  # queues told without the field
         self.down_since: float | None = None
         self.retry_at = 0.0
         self.connecting: list[Connecting] | None = None  # a reconnection under way
@@ -273,21 +277,51 @@ class Database:
         return queues
 
     def _note_key(self, payload: str) -> None:
-        """Keep the first claim-order key per queue named on the keys channel."""
+        """Keep the first claim-order key per queue named on the keys channel, and the
+        lowest batch named with it. The payload is ``queue, priority, run_at`` and
+        ``b<batch id>`` (``b`` alone: no batch), tab-separated; a database whose
+        schema predates the batch field sends the first three only."""
         queue, _, rest = payload.rpartition("\t")
+        batch_field: str | None = None  # None: the payload has no batch field
+        if rest.startswith("b"):
+            batch_field = rest[1:]
+            if batch_field and not batch_field.isdigit():
+                return  # not ours: the schema's payloads always parse
+            queue, _, rest = queue.rpartition("\t")
         queue, _, priority = queue.rpartition("\t")
         try:
             key = ClaimKey(int(priority), float(rest))
         except ValueError:
             return  # not ours: the schema's payloads always parse
-        if queue and (queue not in self.notified_keys or key < self.notified_keys[queue]):
+        if not queue:
+            return
+        if queue not in self.notified_keys or key < self.notified_keys[queue]:
             self.notified_keys[queue] = key
+        if batch_field is None:
+            self._batchless_notices.add(queue)
+        elif batch_field:
+            held = self.notified_batches.get(queue)
+            told = int(batch_field)
+            self.notified_batches[queue] = told if held is None else min(held, told)
+        else:
+            self.notified_batches.setdefault(queue, None)
 
     def take_notified_keys(self) -> dict[str, ClaimKey]:
         """Per queue, the first claim-order key of the jobs made available (NOTIFY on
         the keys channel) since the last call."""
         keys, self.notified_keys = self.notified_keys, {}
         return keys
+
+    def take_notified_batches(self) -> dict[str, int | None]:
+        """Per queue told on the keys channel since the last call, the lowest batch a
+        member was made available in (None: only jobs of no batch). A queue any notice
+        named without the batch field (an older schema) is left out: its batch is not
+        known."""
+        batches, self.notified_batches = self.notified_batches, {}
+        for queue in self._batchless_notices:
+            batches.pop(queue, None)
+        self._batchless_notices = set()
+        return batches
 
     def take_scheduled(self) -> set[str]:
         """Queues that got a job for later (NOTIFY) since the last call."""

@@ -26,20 +26,24 @@ every claim did before.
 Aged and per-key claims scan from the head as before (``ClaimRequest.start`` is None):
 their candidates are found per priority level and per key, not past one key.
 
-A fair queue (``fair = "batch"``) keeps two cursors (``FairStart``). Its group of jobs of
-no batch starts at a key, kept as above, except that the claim takes turns between
-groups: the key moves past the jobs of no batch it took (the group is taken from its
-front), and past every job it took only when the claim came back short (it then took
-every due job past the key). Its loose scan of the batches starts at a batch id: the
+A fair queue (``fair = "batch"``) keeps three kinds of cursor (``FairStart``). Its group
+of jobs of no batch starts at a key, kept as above, except that the claim takes turns
+between groups: the key moves past the jobs of no batch it took (the group is taken from
+its front), and past every job it took only when the claim came back short (it then
+took every due job past the key). Its walk of the batches starts at a batch id: the
 lowest batch that still had waiting members when the last claim began (the claim
-returns it), so a pipeline's finished batches fall behind for good. A member made
-available again in a batch behind it (retried, rescued, resumed, a late commit) is
-told by no notice that names its batch, so every poll sends the next claim back to the
-lowest batch (a job made available behind a cursor waits at most for the next poll), as
-does a notice that moves the key back. Polls read a fair queue from the head: its
-waiting members may stand behind the key. While its last claim came back full the poll
-skips it (the queue surely has work; ``polling.Poller``), so under a held horizon that
-read happens once a minute, with the poll from the head, rather than every second.
+returns it), so a pipeline's finished batches fall behind for good. And each batch it
+claimed from is read past the key of the last member taken (a claim takes each batch's
+members from its front), so a batch of 100,000 members is not walked from its start at
+every claim while a hold keeps the entries of those claimed. A notice names the lowest
+batch it made a member available in (schema 0030's keys channel): the walk moves back
+to it, and every batch's key past the notice's key moves back to it. A notice from a
+schema without the batch field, or a poll that finds a job behind a cursor, sends the
+walk back to the lowest batch. Each poll from the head forgets the batch cursors (the
+net for what no notice told, as above). Other polls read a fair queue past its key once
+its last claim came back short (nothing due was left behind it then), and from the head
+otherwise; while its last claim came back full the poll skips it (the queue surely has
+work; ``polling.Poller``).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey
@@ -63,16 +67,21 @@ HEAD_POLL_EVERY = 60.0
 # The slack covers the two clocks (ours and the server's) differing by under a second.
 DUE_SLACK = 1.0
 DUE_LATER_MAX = 1024  # keys kept per queue; past that the poll from the head finds them
+# Batch cursors kept per fair queue. Past that the lowest go: a batch without one is found
+# by the walk's probe from its start (its claimed members' entries read again), no job
+# is missed.
+BATCH_KEYS_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
 class FairStart:
     """Where a fair claim starts: its group of jobs of no batch after ``loose`` (None:
-    the head of the index), its loose scan of the batches at ``first_batch`` (None: the
-    lowest batch)."""
+    the head of the index), its walk of the batches at ``first_batch`` (None: the
+    lowest batch), each batch in ``batches`` after its key (others: from their start)."""
 
     loose: ClaimKey | None
     first_batch: int | None
+    batches: Mapping[int, ClaimKey] = field(default_factory=dict)
 
 
 class ClaimCursors:
@@ -88,9 +97,12 @@ class ClaimCursors:
         self._last_head_poll = float("-inf")
         self._held = 0.0  # how long the MVCC horizon was held at the last look, seconds
         self._loose: dict[str, ClaimKey] = {}  # fair queue -> its jobs of no batch start
-        self._first_batch: dict[str, int] = {}  # fair queue -> its batch scan's start
-        self._polls = 0  # polls so far: a fair claim out across one learns nothing
-        self._fair_asked: dict[str, tuple[int, int]] = {}  # queue -> (_moves, _polls)
+        self._first_batch: dict[str, int] = {}  # fair queue -> its batch walk's start
+        # fair queue -> batch -> key of the last member its claims took
+        self._batch_keys: dict[str, dict[int, ClaimKey]] = {}
+        self._drained: set[str] = set()  # fair queues whose last claim came back short
+        self._resets = 0  # walks sent back to the lowest batch by a poll from the head
+        self._fair_asked: dict[str, tuple[int, int]] = {}  # queue -> (_moves, _resets)
         # queue -> the first key told (NOTIFY, poll) while its claim was out: that claim's
         # snapshot may predate the job, so the cursor may not pass it on the answer.
         self._told_while_out: dict[str, ClaimKey] = {}
@@ -107,50 +119,79 @@ class ClaimCursors:
 
     def fair_start(self, queue: str) -> FairStart:
         """Where ``queue``'s next fair claim, going out now, starts."""
-        self._fair_asked[queue] = (self._moves.get(queue, 0), self._polls)
+        self._fair_asked[queue] = (self._moves.get(queue, 0), self._resets)
         self._told_while_out.pop(queue, None)
-        return FairStart(self._loose.get(queue), self._first_batch.get(queue))
+        first_batch = self._first_batch.get(queue)
+        keys = self._batch_keys.get(queue, {})
+        if first_batch is not None:
+            keys = {batch: key for batch, key in keys.items() if batch >= first_batch}
+            self._batch_keys[queue] = keys
+        return FairStart(self._loose.get(queue), first_batch, dict(keys))
 
     def fair_claimed(self, queue: str, jobs: Sequence[ClaimedJob], limit: int) -> None:
         """The fair claim of ``queue`` for ``limit`` jobs took ``jobs`` (see the module's
         words), unless a cursor was moved back while it was out."""
         asked = self._fair_asked.pop(queue, None)
         told = self._told_while_out.pop(queue, None)
-        if asked != (self._moves.get(queue, 0), self._polls) or not jobs:
+        if asked != (self._moves.get(queue, 0), self._resets) or not jobs:
+            self._drained.discard(queue)
             return
-        # Short: every due job past the key was taken. Else only the jobs of no batch
-        # are known to be taken from the front of their group.
-        passed = jobs if len(jobs) < limit else [job for job in jobs if job.batch_id is None]
-        if passed:
-            end = max(ClaimKey.of(job) for job in passed)
-            # Held back only for a job told at an earlier priority or run_at than where
-            # the claim ended: a batch enqueued while the claim was out names its own
-            # run_at, which the claim's members of it reached, and holding the group's
-            # key back to it re-read that batch's claimed entries at every claim (4.5x
-            # the entries per job under a held horizon). A release at the very key the
-            # claim ended on is left to the polls from the head.
-            earlier = told is not None and (told.priority, told.run_at) < (end.priority,
-                                                                            end.run_at)
-            last = _not_past(end, told if earlier else None)
+        if len(jobs) < limit:
+            self._drained.add(queue)
+        else:
+            self._drained.discard(queue)
+        # The claim says how far its look at the head was taken, in order (the group of
+        # jobs of no batch chooses from that look).
+        position = jobs[0].loose_next
+        if position is not None:
+            end = ClaimKey(position.priority, position.run_at, position.id)
+            last = _not_past(end, told if _earlier(told, end) else None)
             held = self._loose.get(queue)
             self._loose[queue] = last if held is None else max(held, last)
+        # Each batch's members are taken from its front, in key order (the claim takes a
+        # batch's n-th before its n+1-th): its next claim reads past the last taken. Held
+        # back by any job told while the claim was out: a batch's members share one
+        # priority and run_at, so a member released meanwhile ties with where the claim
+        # ended (a new batch is then read again from its start once, one claim's worth).
+        ends: dict[int, ClaimKey] = {}
+        for job in jobs:
+            if job.batch_id is not None:
+                key = ClaimKey.of(job)
+                ends[job.batch_id] = max(ends.get(job.batch_id, key), key)
+        if ends:
+            keys = self._batch_keys.setdefault(queue, {})
+            for batch, end in ends.items():
+                last = _not_past(end, told)
+                held = keys.get(batch)
+                keys[batch] = last if held is None else max(held, last)
+            for batch in sorted(keys)[:max(0, len(keys) - BATCH_KEYS_MAX)]:
+                del keys[batch]
         first_batch = jobs[0].first_batch
         if first_batch is not None:
             self._first_batch[queue] = first_batch
 
     def poll_starts(self, now: float, listening: bool) -> dict[str, ClaimKey]:
         """Where a poll at ``now`` looks for each queue's work (queues left out: from the
-        head). From the head once per ``HEAD_POLL_EVERY`` and always without LISTEN.
-        Each poll sends the fair claims' batch scans back to the lowest batch."""
-        self._polls += 1
-        self._first_batch.clear()
+        head). From the head once per ``HEAD_POLL_EVERY`` and always without LISTEN;
+        that poll also sends the fair claims' walks back to the lowest batch and forgets
+        their batch cursors. A fair queue is looked at past its key only when its last
+        claim came back short."""
         self._tell_due()
         self.head_poll = not listening or now >= self._next_head_poll
         if self.head_poll:
+            self._resets += 1
+            self._first_batch.clear()
+            self._batch_keys.clear()
+            self._drained.clear()
             self._last_head_poll = now
             self._next_head_poll = now + self._head_poll_every()
             return {}
-        return {queue: start for queue in self._last if (start := self._from(queue))}
+        starts = {queue: start for queue in self._last if (start := self._from(queue))}
+        for queue in self._drained:
+            loose = self._loose.get(queue)
+            if loose is not None:
+                starts[queue] = loose
+        return starts
 
     def horizon_held(self, seconds: float) -> None:
         """The MVCC horizon has been held ``seconds`` (0: not held), as of a look at
@@ -193,11 +234,28 @@ class ClaimCursors:
         if keys:
             self._last[queue] = _not_past(max(keys), told)
 
-    def observed(self, first: Mapping[str, ClaimKey]) -> None:
+    def observed(self, first: Mapping[str, ClaimKey],
+                 batches: Mapping[str, int | None] | None = None) -> None:
         """A job of each queue was found waiting at ``first[queue]`` (by a poll, or named
-        by a notification): a cursor past it moves back to it."""
+        by a notification): a cursor past it moves back to it. ``batches``: for the
+        queues a notification named, the lowest batch it made a member available in
+        (None: no batch); a fair claim's walk moves back to it. A queue left out (a
+        poll's find, an older schema's notice) sends the walk back to the lowest batch
+        if a cursor moved back."""
         wall = self._wall() if first else 0.0
+        told_batches = batches or {}
         for queue, key in first.items():
+            if queue in told_batches:
+                batch = told_batches[queue]
+                walk = self._first_batch.get(queue)
+                if batch is not None and walk is not None and batch < walk:
+                    self._first_batch[queue] = batch
+            keys = self._batch_keys.get(queue)
+            if keys:
+                for batch, past in keys.items():
+                    if key <= past and key.before() < past:
+                        keys[batch] = key.before()
+                        self._drained.discard(queue)
             if key.run_at > wall:  # not due yet: a claim may pass it before it is
                 self._remember_due(queue, key)
             if queue in self._asked or queue in self._fair_asked:  # its claim is out
@@ -210,8 +268,8 @@ class ClaimCursors:
                 if last is not None and key <= last and key.before() < last:
                     cursors[queue] = key.before()
                     self._moves[queue] = self._moves.get(queue, 0) + 1
-                    # Its batch, if any, is not told: the batch scan starts over.
-                    self._first_batch.pop(queue, None)
+                    if queue not in told_batches:  # its batch is not told: start over
+                        self._first_batch.pop(queue, None)
 
     def _remember_due(self, queue: str, key: ClaimKey) -> None:
         waiting = self._due_later.setdefault(queue, [])
@@ -229,6 +287,19 @@ class ClaimCursors:
         self._last.clear()
         self._loose.clear()
         self._first_batch.clear()
+        self._batch_keys.clear()
+        self._drained.clear()
+
+
+def _earlier(told: ClaimKey | None, end: ClaimKey) -> bool:
+    """Whether a key told while a fair claim was out holds back the key of its group of
+    jobs of no batch, which the claim moved to ``end``: only one told at an earlier
+    priority or run_at. A batch enqueued while
+    the claim was out names its own run_at, which the claim's members of it reached,
+    and holding the cursor back to it re-read that batch's claimed entries at every
+    claim (4.5x the entries per job under a held horizon). A release at the very key
+    the claim ended on is left to the polls from the head."""
+    return told is not None and (told.priority, told.run_at) < (end.priority, end.run_at)
 
 
 def _not_past(end: ClaimKey, told: ClaimKey | None) -> ClaimKey:

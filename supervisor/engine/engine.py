@@ -151,7 +151,7 @@ class Engine:
             leases.reconnected(now, pool)
             poller.right_away(now)  # look at the queues again right away
         self.planner.wake(db.take_notified())
-        self.claimer.cursors.observed(db.take_notified_keys())
+        self.claimer.cursors.observed(db.take_notified_keys(), db.take_notified_batches())
         if db.take_scheduled():
             poller.soon(now)
         poller.notified_pauses(db.take_paused(), now, pool)
