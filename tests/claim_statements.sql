@@ -33,8 +33,9 @@
 -- it took) and looks for others only in the gaps between them, from after_batch; every
 -- fair form is a wrapping one (the bare form as the alone form) and returns where its
 -- group of jobs of no batch starts next (loose_priority, loose_run_at, loose_id, from
--- its look at the head and what it took); the three fair forms were regenerated from
--- the builder.
+-- its look at the head and what it took); its scans of jobs_fair_idx test the state as
+-- that index's predicate does (state || '' = 'available'); the three fair forms were
+-- regenerated from the builder.
 
 -- @@ claim
 UPDATE supervisor.jobs
@@ -563,7 +564,7 @@ WHERE id = ANY(ARRAY(
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM supervisor.jobs w
-                   WHERE w.state = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
                CASE WHEN gap.b IS NULL THEN nk.p ELSE %(head_priority)s::int END,
@@ -574,7 +575,7 @@ WHERE id = ANY(ARRAY(
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM supervisor.jobs g
-                    WHERE g.state = 'available' AND g.queue = %(queue)s
+                    WHERE g.state || '' = 'available' AND g.queue = %(queue)s
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b
@@ -585,7 +586,7 @@ WHERE id = ANY(ARRAY(
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
-                  WHERE state = 'available' AND queue = %(queue)s AND batch_id = batches.b
+                  WHERE state || '' = 'available' AND queue = %(queue)s AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
                     AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
@@ -625,7 +626,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM supervisor.jobs w
-                   WHERE w.state = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
                CASE WHEN gap.b IS NULL THEN nk.p ELSE %(head_priority)s::int END,
@@ -636,7 +637,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM supervisor.jobs g
-                    WHERE g.state = 'available' AND g.queue = %(queue)s
+                    WHERE g.state || '' = 'available' AND g.queue = %(queue)s
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b
@@ -686,7 +687,7 @@ WHERE id = ANY(ARRAY(
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM supervisor.jobs w
-                   WHERE w.state = 'available' AND w.queue = $11 AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = $11 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
                CASE WHEN gap.b IS NULL THEN nk.p ELSE $12::int END,
@@ -697,7 +698,7 @@ WHERE id = ANY(ARRAY(
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM supervisor.jobs g
-                    WHERE g.state = 'available' AND g.queue = $11
+                    WHERE g.state || '' = 'available' AND g.queue = $11
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b
@@ -708,7 +709,7 @@ WHERE id = ANY(ARRAY(
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
-                  WHERE state = 'available' AND queue = $11 AND batch_id = batches.b
+                  WHERE state || '' = 'available' AND queue = $11 AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
                     AND kind = ANY($3::text[]) AND run_at <= now()
@@ -748,7 +749,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM supervisor.jobs w
-                   WHERE w.state = 'available' AND w.queue = $11 AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = $11 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
                CASE WHEN gap.b IS NULL THEN nk.p ELSE $12::int END,
@@ -759,7 +760,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM supervisor.jobs g
-                    WHERE g.state = 'available' AND g.queue = $11
+                    WHERE g.state || '' = 'available' AND g.queue = $11
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b
@@ -831,7 +832,7 @@ WHERE id = ANY(ARRAY(
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM supervisor.jobs w
-                   WHERE w.state = 'available' AND w.queue = $21 AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = $21 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
                CASE WHEN gap.b IS NULL THEN nk.p ELSE $22::int END,
@@ -842,7 +843,7 @@ WHERE id = ANY(ARRAY(
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM supervisor.jobs g
-                    WHERE g.state = 'available' AND g.queue = $21
+                    WHERE g.state || '' = 'available' AND g.queue = $21
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b
@@ -853,7 +854,7 @@ WHERE id = ANY(ARRAY(
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM supervisor.jobs
-                  WHERE state = 'available' AND queue = $21 AND batch_id = batches.b
+                  WHERE state || '' = 'available' AND queue = $21 AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
                     AND kind = ANY($13::text[]) AND run_at <= now()
@@ -893,7 +894,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM supervisor.jobs w
-                   WHERE w.state = 'available' AND w.queue = $21 AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = $21 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
                CASE WHEN gap.b IS NULL THEN nk.p ELSE $22::int END,
@@ -904,7 +905,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM supervisor.jobs g
-                    WHERE g.state = 'available' AND g.queue = $21
+                    WHERE g.state || '' = 'available' AND g.queue = $21
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b

@@ -247,3 +247,42 @@ def _batch_id(conn: psycopg.Connection, job_id: int) -> int:
                        (job_id,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_a_polls_find_leaves_the_batch_cursors_where_a_notice_moves_them():
+    """A busy fair queue is polled from the head: its find is the first waiting member
+    of the first batch, behind every later batch's cursor, and says nothing about them."""
+    cursors = ClaimCursors()
+    cursors.fair_start("f")
+    cursors.fair_claimed("f", [_job(1, 10.0, 4, 4, (10.0, 1)), _job(9, 20.0, 5, 4, (10.0, 1))],
+                         limit=2)
+    keys = {4: ClaimKey(0, 10.0, 1), 5: ClaimKey(0, 20.0, 9)}
+    assert cursors.fair_start("f").batches == keys
+    cursors.observed({"f": ClaimKey(0, 10.0, 2)}, polled=True)  # batch 4's next member
+    assert cursors.fair_start("f").batches == keys
+    # Even one behind the group's key (a poll's snapshot older than the claim in
+    # flight): the key moves back, the walk stays.
+    cursors.observed({"f": ClaimKey(0, 5.0, 2)}, polled=True)
+    assert cursors.fair_start("f") == FairStart(ClaimKey(0, 5.0), 4, keys)
+    cursors.observed({"f": ClaimKey(0, 10.0)}, {"f": 4})  # a notice: both move back
+    assert cursors.fair_start("f").batches == {4: ClaimKey(0, 10.0), 5: ClaimKey(0, 10.0)}
+
+
+def test_a_claim_out_across_a_polls_find_still_learns_and_a_walk_moved_back_stays():
+    cursors = ClaimCursors()
+    cursors.fair_start("f")
+    cursors.fair_claimed("f", [_job(1, 10.0, 4, 4, (10.0, 1)), _job(9, 20.0, 5, 4, (10.0, 1))],
+                         limit=2)
+    # A poll's find from a snapshot older than the claim out: the claim still counts.
+    cursors.fair_start("f")
+    cursors.observed({"f": ClaimKey(0, 10.0, 1)}, polled=True)
+    cursors.fair_claimed("f", [_job(2, 10.0, 4, 5, (10.0, 2)), _job(10, 20.0, 5, 5, (10.0, 2))],
+                         limit=2)
+    assert cursors.fair_start("f") == FairStart(ClaimKey(0, 10.0, 2), 5, {
+        5: ClaimKey(0, 20.0, 10)})
+    # A notice moves the walk back to batch 3 while a claim is out: the claim's own
+    # first batch (computed before it) does not overwrite it.
+    cursors.fair_start("f")
+    cursors.observed({"f": ClaimKey(0, 30.0)}, {"f": 3})
+    cursors.fair_claimed("f", [_job(11, 20.0, 5, 5, (20.0, 11))], limit=2)
+    assert cursors.fair_start("f").first_batch == 3

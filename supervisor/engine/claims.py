@@ -147,6 +147,7 @@ class Claimer:
                                else fair_start.loose if fair_start else None,
                                fair=fair,
                                first_batch=fair_start.first_batch if fair_start else None,
+                               batch_starts=fair_start.batches if fair_start else {},
                                held_batches=held)
         self._send(request, queue)
 

@@ -38,11 +38,13 @@ members from its front), so a batch of 100,000 members is not walked from its st
 every claim while a hold keeps the entries of those claimed. A notice names the lowest
 batch it made a member available in (schema 0030's keys channel): the walk moves back
 to it, and every batch's key past the notice's key moves back to it. A notice from a
-schema without the batch field, or a poll that finds a job behind a cursor, sends the
-walk back to the lowest batch. Each poll from the head forgets the batch cursors (the
-net for what no notice told, as above). Other polls read a fair queue past its key once
-its last claim came back short (nothing due was left behind it then), and from the head
-otherwise; while its last claim came back full the poll skips it (the queue surely has
+schema without the batch field sends the walk back to the lowest batch. A poll's find
+moves the group's key back only: a poll reads a busy fair queue from the head, so it
+finds the first waiting member, behind the later batches' cursors, often in a snapshot
+older than the claim in flight. Each poll from the head forgets the batch cursors and
+sends the walk back to the lowest batch (the net for what no notice told, as above).
+Other polls read a fair queue past its key once its last claim came back short (nothing
+due was left behind it then), and from the head otherwise; while its last claim came back full the poll skips it (the queue surely has
 work; ``polling.Poller``).
 """
 
@@ -101,8 +103,11 @@ class ClaimCursors:
         # fair queue -> batch -> key of the last member its claims took
         self._batch_keys: dict[str, dict[int, ClaimKey]] = {}
         self._drained: set[str] = set()  # fair queues whose last claim came back short
-        self._resets = 0  # walks sent back to the lowest batch by a poll from the head
-        self._fair_asked: dict[str, tuple[int, int]] = {}  # queue -> (_moves, _resets)
+        self._resets = 0  # batch cursors forgotten by a poll from the head
+        self._walk_moves: dict[str, int] = {}  # queue -> times a notice moved its walk back
+        self._fair_asked: dict[str, tuple[int, int]] = {}  # queue -> (_walk_moves, _resets)
+        # queue -> the first key a notice (not a poll) told while its fair claim was out
+        self._notified_while_out: dict[str, ClaimKey] = {}
         # queue -> the first key told (NOTIFY, poll) while its claim was out: that claim's
         # snapshot may predate the job, so the cursor may not pass it on the answer.
         self._told_while_out: dict[str, ClaimKey] = {}
@@ -119,8 +124,9 @@ class ClaimCursors:
 
     def fair_start(self, queue: str) -> FairStart:
         """Where ``queue``'s next fair claim, going out now, starts."""
-        self._fair_asked[queue] = (self._moves.get(queue, 0), self._resets)
+        self._fair_asked[queue] = (self._walk_moves.get(queue, 0), self._resets)
         self._told_while_out.pop(queue, None)
+        self._notified_while_out.pop(queue, None)
         first_batch = self._first_batch.get(queue)
         keys = self._batch_keys.get(queue, {})
         if first_batch is not None:
@@ -130,10 +136,13 @@ class ClaimCursors:
 
     def fair_claimed(self, queue: str, jobs: Sequence[ClaimedJob], limit: int) -> None:
         """The fair claim of ``queue`` for ``limit`` jobs took ``jobs`` (see the module's
-        words), unless a cursor was moved back while it was out."""
+        words). Nothing is learnt from a claim out across a poll from the head, and its
+        walk's start is not if a notice moved the walk back meanwhile; a cursor is not
+        moved past a key told while it was out."""
         asked = self._fair_asked.pop(queue, None)
         told = self._told_while_out.pop(queue, None)
-        if asked != (self._moves.get(queue, 0), self._resets) or not jobs:
+        notified = self._notified_while_out.pop(queue, None)
+        if asked is None or asked[1] != self._resets or not jobs:
             self._drained.discard(queue)
             return
         if len(jobs) < limit:
@@ -150,9 +159,10 @@ class ClaimCursors:
             self._loose[queue] = last if held is None else max(held, last)
         # Each batch's members are taken from its front, in key order (the claim takes a
         # batch's n-th before its n+1-th): its next claim reads past the last taken. Held
-        # back by any job told while the claim was out: a batch's members share one
-        # priority and run_at, so a member released meanwhile ties with where the claim
-        # ended (a new batch is then read again from its start once, one claim's worth).
+        # back by any job a notice told while the claim was out (a poll's find says
+        # nothing of later batches): a batch's members share one priority and run_at, so
+        # a member released meanwhile ties with where the claim ended (a new batch is
+        # then read again from its start once, one claim's worth).
         ends: dict[int, ClaimKey] = {}
         for job in jobs:
             if job.batch_id is not None:
@@ -161,13 +171,13 @@ class ClaimCursors:
         if ends:
             keys = self._batch_keys.setdefault(queue, {})
             for batch, end in ends.items():
-                last = _not_past(end, told)
+                last = _not_past(end, notified)
                 held = keys.get(batch)
                 keys[batch] = last if held is None else max(held, last)
             for batch in sorted(keys)[:max(0, len(keys) - BATCH_KEYS_MAX)]:
                 del keys[batch]
         first_batch = jobs[0].first_batch
-        if first_batch is not None:
+        if first_batch is not None and asked[0] == self._walk_moves.get(queue, 0):
             self._first_batch[queue] = first_batch
 
     def poll_starts(self, now: float, listening: bool) -> dict[str, ClaimKey]:
@@ -235,13 +245,21 @@ class ClaimCursors:
             self._last[queue] = _not_past(max(keys), told)
 
     def observed(self, first: Mapping[str, ClaimKey],
-                 batches: Mapping[str, int | None] | None = None) -> None:
+                 batches: Mapping[str, int | None] | None = None,
+                 polled: bool = False) -> None:
         """A job of each queue was found waiting at ``first[queue]`` (by a poll, or named
         by a notification): a cursor past it moves back to it. ``batches``: for the
         queues a notification named, the lowest batch it made a member available in
         (None: no batch); a fair claim's walk moves back to it. A queue left out (a
         poll's find, an older schema's notice) sends the walk back to the lowest batch
-        if a cursor moved back."""
+        if a cursor moved back. ``polled``: found by a poll, which reads a busy fair
+        queue from the head and so finds the first waiting member of its first batch,
+        behind every later batch's cursor, often in a snapshot older than the claim in
+        flight: the walk and the batch cursors stay (a job made available behind them is
+        told by its notice, or found by the poll from the head, which forgets them).
+        Sending the walk back to the lowest batch at such a find walked every batch the
+        hold kept, about once a second (34 entries per job under a held horizon in
+        batches of 5,000)."""
         wall = self._wall() if first else 0.0
         told_batches = batches or {}
         for queue, key in first.items():
@@ -250,7 +268,8 @@ class ClaimCursors:
                 walk = self._first_batch.get(queue)
                 if batch is not None and walk is not None and batch < walk:
                     self._first_batch[queue] = batch
-            keys = self._batch_keys.get(queue)
+                    self._walk_moves[queue] = self._walk_moves.get(queue, 0) + 1
+            keys = None if polled else self._batch_keys.get(queue)
             if keys:
                 for batch, past in keys.items():
                     if key <= past and key.before() < past:
@@ -261,6 +280,9 @@ class ClaimCursors:
             if queue in self._asked or queue in self._fair_asked:  # its claim is out
                 told = self._told_while_out.get(queue)
                 self._told_while_out[queue] = key if told is None else min(told, key)
+                if not polled and queue in self._fair_asked:
+                    held = self._notified_while_out.get(queue)
+                    self._notified_while_out[queue] = key if held is None else min(held, key)
             for cursors in (self._last, self._loose):
                 last = cursors.get(queue)
                 # A notification's key has no id (0): its job may be at the cursor's own
@@ -268,8 +290,9 @@ class ClaimCursors:
                 if last is not None and key <= last and key.before() < last:
                     cursors[queue] = key.before()
                     self._moves[queue] = self._moves.get(queue, 0) + 1
-                    if queue not in told_batches:  # its batch is not told: start over
+                    if queue not in told_batches and not polled:  # batch not told
                         self._first_batch.pop(queue, None)
+                        self._walk_moves[queue] = self._walk_moves.get(queue, 0) + 1
 
     def _remember_due(self, queue: str, key: ClaimKey) -> None:
         waiting = self._due_later.setdefault(queue, [])

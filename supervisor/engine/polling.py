@@ -123,7 +123,7 @@ class Poller:
         with_work = db.call(lambda s: s.queues_with_work(read, kinds, starts), None,
                             "polling for work")
         if with_work is not None:
-            cursors.observed(with_work)
+            cursors.observed(with_work, polled=True)
             planner.observed(set(with_work) | known | db.take_notified())
         due_in = db.call(lambda s: s.seconds_until_due(queues, kinds), None, "polling for work")
         # Due already (it came due while this poll ran): promote it a moment from now.
