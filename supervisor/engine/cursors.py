@@ -44,8 +44,8 @@ finds the first waiting member, behind the later batches' cursors, often in a sn
 older than the claim in flight. Each poll from the head forgets the batch cursors and
 sends the walk back to the lowest batch (the net for what no notice told, as above).
 Other polls read a fair queue past its key once its last claim came back short (nothing
-due was left behind it then), and from the head otherwise; while its last claim came back full the poll skips it (the queue surely has
-work; ``polling.Poller``).
+due was left behind it then), and from the head otherwise; while its last claim came
+back full the poll skips it (the queue surely has work; ``polling.Poller``).
 """
 
 from __future__ import annotations
