@@ -91,8 +91,14 @@ def test_only_the_poll_from_the_head_sends_the_walk_back_to_the_lowest_batch():
     assert cursors.fair_start("f") == FairStart(ClaimKey(0, 21.0, 4), 6,
                                                 {6: ClaimKey(0, 21.0, 4)})
     # A full claim: members may wait behind the key, so the poll reads from the head.
+    cursors.fair_start("f")
     cursors.fair_claimed("f", [_job(5, 22.0, 6, 6), _job(6, 23.0, 7, 6)], limit=2)
     assert cursors.poll_starts(102.0, listening=True) == {}
+    # An empty claim: nothing due past the cursors, so an idle queue's polls read past
+    # its key, not through every entry a hold kept from the head.
+    cursors.fair_start("f")
+    cursors.fair_claimed("f", [], limit=2)
+    assert cursors.poll_starts(103.0, listening=True) == {"f": ClaimKey(0, 21.0, 4)}
 
 
 def test_a_job_told_behind_the_key_moves_it_back_and_the_walk_to_its_batch():

@@ -28,9 +28,9 @@ their candidates are found per priority level and per key, not past one key.
 
 A fair queue (``fair = "batch"``) keeps three kinds of cursor (``FairStart``). Its group
 of jobs of no batch starts at a key, kept as above, except that the claim takes turns
-between groups: the key moves past the jobs of no batch it took (the group is taken from
-its front), and past every job it took only when the claim came back short (it then
-took every due job past the key). Its walk of the batches starts at a batch id: the
+between groups: the statement says how far its look at the head was taken in order
+(``loose_next``: just before the first job of that look it did not take), and the key
+moves there. Its walk of the batches starts at a batch id: the
 lowest batch that still had waiting members when the last claim began (the claim
 returns it), so a pipeline's finished batches fall behind for good. And each batch it
 claimed from is read past the key of the last member taken (a claim takes each batch's
@@ -43,8 +43,8 @@ moves the group's key back only: a poll reads a busy fair queue from the head, s
 finds the first waiting member, behind the later batches' cursors, often in a snapshot
 older than the claim in flight. Each poll from the head forgets the batch cursors and
 sends the walk back to the lowest batch (the net for what no notice told, as above).
-Other polls read a fair queue past its key once its last claim came back short (nothing
-due was left behind it then), and from the head otherwise; while its last claim came
+Other polls read a fair queue past its key once its last claim came back short or empty
+(nothing due was left behind it then), and from the head otherwise; while its last claim came
 back full the poll skips it (the queue surely has work; ``polling.Poller``).
 """
 
@@ -142,8 +142,11 @@ class ClaimCursors:
         asked = self._fair_asked.pop(queue, None)
         told = self._told_while_out.pop(queue, None)
         notified = self._notified_while_out.pop(queue, None)
-        if asked is None or asked[1] != self._resets or not jobs:
+        if asked is None or asked[1] != self._resets:
             self._drained.discard(queue)
+            return
+        if not jobs:  # nothing due past any cursor: an idle queue's polls read past them
+            self._drained.add(queue)
             return
         if len(jobs) < limit:
             self._drained.add(queue)
@@ -185,7 +188,7 @@ class ClaimCursors:
         head). From the head once per ``HEAD_POLL_EVERY`` and always without LISTEN;
         that poll also sends the fair claims' walks back to the lowest batch and forgets
         their batch cursors. A fair queue is looked at past its key only when its last
-        claim came back short."""
+        claim came back short or empty."""
         self._tell_due()
         self.head_poll = not listening or now >= self._next_head_poll
         if self.head_poll:
