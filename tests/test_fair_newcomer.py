@@ -1,6 +1,7 @@
 """A fair queue's newly arrived batch runs its first job next (issue 42), in its two
 parts, against fakes: the scheduler claims one job for a fair queue a NOTIFY woke even
-with its pipes full (and not when nothing could run it), and the pool's ``make_way`` has
+with its pipes full (and not when nothing could run it), claims at once for a batch the
+notice named that this supervisor holds no job of, and the pool's ``make_way`` has
 the child whose head started first give back what is queued behind it, unless its next
 job is itself a batch's only one. A fair queue whose claims come back full is known
 busy, which spares its poll. Through real supervisors: tests/test_fair_run.py."""
@@ -62,6 +63,36 @@ def test_no_scout(case):
     s.wake(["q"])
     size = 0 if case == "every child stuck" else 2
     assert s.plan_claims(0.0, size, outstanding, {"q": 6}) == []
+
+
+ROOM_FOR_ONE = {"q": 7}  # a window of 8 with one job ended: below half of it
+
+
+def test_with_room_below_half_the_window_a_wake_waits_for_more_room():
+    # A producer's stream of notices must not break the queue's claims into small ones.
+    s = scheduler()
+    s.wake(["q"], {"q": 7}, held=lambda queue: {7})
+    assert s.plan_claims(0.0, 2, ROOM_FOR_ONE, {"q": 5}) == []
+
+
+def test_a_batch_held_nowhere_here_is_claimed_with_what_room_there_is():
+    # Waiting for half the window held B's first job back 1-2 job lengths (19 ms jobs).
+    s = scheduler()
+    s.wake(["q"], {"q": 8}, held=lambda queue: {7})
+    assert s.plan_claims(0.0, 2, ROOM_FOR_ONE, {"q": 5}) == [("q", 1)]
+    s.claimed("q", 1, 1)
+    # Once: the next notice of the same batch finds it held.
+    s.wake(["q"], {"q": 8}, held=lambda queue: {7, 8})
+    assert s.plan_claims(0.0, 2, {"q": 7}, {"q": 5}) == []
+
+
+@pytest.mark.parametrize("case", ["jobs of no batch", "plain queue", "batch not named"])
+def test_no_newcomer(case):
+    s = scheduler(fair=None if case == "plain queue" else "batch")
+    batches = {} if case == "batch not named" else {"q": None if case == "jobs of no batch"
+                                                     else 8}
+    s.wake(["q"], batches, held=lambda queue: {7})
+    assert s.plan_claims(0.0, 2, ROOM_FOR_ONE, {"q": 5}) == []
 
 
 def test_a_queue_whose_claims_come_back_full_is_known_busy_until_one_comes_back_short():

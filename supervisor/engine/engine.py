@@ -150,8 +150,10 @@ class Engine:
         if not db.up and db.maybe_reconnect():
             leases.reconnected(now, pool)
             poller.right_away(now)  # look at the queues again right away
-        self.planner.wake(db.take_notified())
-        self.claimer.cursors.observed(db.take_notified_keys(), db.take_notified_batches())
+        notified_batches = db.take_notified_batches()
+        self.planner.wake(db.take_notified(), notified_batches,
+                          lambda queue: self._batches_held(pool, queue))
+        self.claimer.cursors.observed(db.take_notified_keys(), notified_batches)
         if db.take_scheduled():
             poller.soon(now)
         poller.notified_pauses(db.take_paused(), now, pool)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from supervisor.engine.allotment import Deficits, apportion, claim_allowance, pick_queue, shares
@@ -61,6 +61,10 @@ class Scheduler:
         # now (the claim serves batches held here last) and the dispatcher can make way
         # for its first job, rather than after every job already queued (issue 42).
         self._scouting: set[str] = set()
+        # Of those, the ones whose NOTIFY named a batch this supervisor holds no job of:
+        # they claim now even when their room is below the claim-when-free mark, which
+        # would otherwise hold a newcomer's claim back until more children end (issue 42).
+        self._newcomers: set[str] = set()
         # Queues whose last claim came back with every job it asked for: they surely
         # hold more work, which a poll need not read again (``known_busy``).
         self._full: set[str] = set()
@@ -74,8 +78,12 @@ class Scheduler:
         # Limits set with `supervisor queues limit`, held across every supervisor.
         self.limits = GlobalLimits(owner, self.queues, config.lease_ttl, now)
 
-    def wake(self, queues: Iterable[str]) -> None:
-        """Queues that got work (named by NOTIFY)."""
+    def wake(self, queues: Iterable[str], batches: Mapping[str, int | None] | None = None,
+             held: Callable[[str], Collection[int]] | None = None) -> None:
+        """Queues that got work (named by NOTIFY). ``batches``: per queue, the lowest
+        batch a key notice made a member available in; ``held(queue)``: the batches this
+        supervisor holds jobs of. A fair queue told of a batch it holds nothing of has a
+        newcomer to claim at once."""
         for queue in queues:
             if queue in self.policies:
                 self.demand.add(queue)
@@ -83,6 +91,10 @@ class Scheduler:
                     self._scouting.add(queue)
                 if queue in self._claiming:
                     self._woken_while_claiming.add(queue)
+        for queue, batch in (batches or {}).items():
+            if (batch is not None and self.fair(queue)
+                    and (held is None or batch not in held(queue))):
+                self._newcomers.add(queue)
 
     def observed(self, with_work: set[str]) -> None:
         """The database's answer to which queues hold due work now (a poll)."""
@@ -174,7 +186,8 @@ class Scheduler:
         ``eager`` (outcomes are waiting to be written anyway) lifts that rule. A fair
         queue woken by a NOTIFY with no room claims one job anyway (a newcomer batch's
         first, which the dispatcher then puts first), up to one per child beyond its
-        window.
+        window; one woken for a batch it holds no job of (``wake``'s ``newcomers``)
+        claims what room it has at once, however little.
         """
         running = {q: n - waiting.get(q, 0) for q, n in outstanding.items()}
         targets = self.advance(now, pool_size, running, waiting)
@@ -192,11 +205,16 @@ class Scheduler:
             # Only with no room: a queue with room claims by the usual rules, and a scout
             # there would only break its claims into small ones (each fair claim reads
             # every waiting batch's head: 3.5x the index entries per job at 500 jobs/s).
-            scout = (allowance <= 0 and queue in self._scouting and targets[queue] > 0
+            # A newcomer batch is claimed with whatever room there is, at once: waiting
+            # for half a window to free up held its first job back by 1-2 job lengths.
+            newcomer = queue in self._newcomers and queue in self._scouting
+            scout = ((allowance <= 0 or newcomer) and queue in self._scouting
+                     and targets[queue] > 0
                      and outstanding.get(queue, 0) < (depth + 1) * targets[queue])
             self._scouting.discard(queue)
+            self._newcomers.discard(queue)
             if scout:
-                allowance = 1
+                allowance = max(allowance, 1)
             elif allowance <= 0:
                 continue
             window = targets[queue] * depth
