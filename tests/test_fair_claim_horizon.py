@@ -152,6 +152,20 @@ def _claim_indexes_read(conn: psycopg.Connection) -> int:
     return int(row[0])
 
 
+def _settled_claim_indexes_read(conn: psycopg.Connection, timeout: float = 10.0) -> int:
+    """``_claim_indexes_read`` once the supervisor's backends have all reported: each
+    adds its counts as it ends, a moment after its client has gone."""
+    deadline = time.monotonic() + timeout
+    last = _claim_indexes_read(conn)
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = _claim_indexes_read(conn)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 @pytest.mark.slow
 def test_a_supervisor_drains_a_fair_queue_under_a_held_snapshot_reading_what_it_takes(
         dsn, conn):
@@ -169,8 +183,7 @@ def test_a_supervisor_drains_a_fair_queue_under_a_held_snapshot_reading_what_it_
         before = _claim_indexes_read(conn)
         run_burst(dsn, "-n", "2", "--prefetch", "1", "-q", "fair",
                   "--queue-setting", "fair.fair=batch", app="fair_handlers", timeout=110)
-        time.sleep(1.0)  # each backend's counts reach the totals as it ends
-        read = _claim_indexes_read(conn) - before
+        read = _settled_claim_indexes_read(conn) - before
     finally:
         holder.close()
     assert conn.execute("SELECT count(*) FROM supervisor.jobs WHERE state <> 'completed'"

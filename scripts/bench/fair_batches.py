@@ -10,13 +10,17 @@ On a scratch database, for each of the two queue settings:
      had none left to start), and their ratio;
   2. one batch alone (``--jobs``): the children's busy share (job run time over the
      span from the first start to the last end, times the children): the fair claim
-     must keep every child busy as the plain one does.
+     must keep every child busy as the plain one does;
+  3. instead, with ``--newcomers K`` (fair queue only): while batch A runs, K batches of two
+     jobs each are enqueued about half a second apart; each one's first start after
+     its commit, in job lengths: median, p90 and max. One B per run is a single
+     sample whose spread is the children's phase; this is the distribution.
 
 Each job reports its own start and end (``run_cpu_timed``), so the figures are the
 children's, not the database's.
 
 Usage: python scripts/bench/fair_batches.py [--dsn DSN] [--jobs 20000] [--n 30000]
-       [--children 2] [--warm 500] [--prefetch auto|N]
+       [--children 2] [--warm 500] [--prefetch auto|N] [--newcomers 0]
 """
 
 from __future__ import annotations
@@ -121,8 +125,49 @@ def alone(dsn: str, jobs: int, n: int, children: int, fair: bool, prefetch: str)
     return label, span, busy
 
 
-def run(dsn: str, jobs: int, n: int, children: int, warm: int, prefetch: str):
+def newcomer_waits(dsn: str, count: int, jobs: int, n: int, children: int, warm: int,
+                   prefetch: str):
+    """``count`` two-job batches enqueued one by one into a fair queue busy with batch A
+    (left unfinished when they are done); each one's first start after its commit."""
+    common.reset(dsn)
+    first = a_batch(dsn, max(jobs, 20_000), n)
+    proc = start_supervisor(dsn, children, True, prefetch)
+    waits: list[float] = []
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while completed(conn, first) < warm:
+                time.sleep(0.05)
+            commits = []
+            for i in range(count):
+                time.sleep(0.5 + (i % 5) * 0.037)  # not in step with the jobs
+                commits.append((a_batch(dsn, 2, n), time.time()))
+            for batch, _ in commits:
+                deadline = time.monotonic() + 120
+                while completed(conn, batch) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            length = common.median([end - start for start, end in runs(conn, first)])
+            for batch, committed in commits:
+                starts = [start for start, _ in runs(conn, batch)]
+                if starts:
+                    waits.append((min(starts) - committed) / length)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    if not waits:
+        raise SystemExit("no newcomer ran")
+    yield (f"fair = \"batch\", prefetch {prefetch}: {len(waits)} newcomers' first start "
+           "after their commit",
+           f"median {common.median(waits):.2f}, p90 {common.percentile(waits, 90):.2f}, "
+           f"max {max(waits):.2f} job lengths (median job {length * 1000:.1f} ms)")
+
+
+def run(dsn: str, jobs: int, n: int, children: int, warm: int, prefetch: str,
+        newcomers: int = 0):
     dsn = common.scratch_database(dsn, DATABASE)
+    if newcomers:
+        yield from newcomer_waits(dsn, newcomers, jobs, n, children, warm, prefetch)
+        common.drop_database(common.DEFAULT_DSN, DATABASE)
+        return
     for fair in (True, False):
         yield from two_batches(dsn, jobs, n, children, warm, fair, prefetch)
     spans = {}
@@ -138,4 +183,4 @@ def run(dsn: str, jobs: int, n: int, children: int, warm: int, prefetch: str):
 
 if __name__ == "__main__":
     common.cli(run, __doc__.splitlines()[0], jobs=20_000, n=30_000, children=2, warm=500,
-               prefetch="auto")
+               prefetch="auto", newcomers=0)
