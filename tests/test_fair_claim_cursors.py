@@ -217,7 +217,10 @@ def test_the_keys_channel_is_read_with_its_batch_and_without():
                                        "a\tb": ClaimKey(2, 7.0), "old": ClaimKey(0, 8.0)}
     # The lowest batch per queue; None: jobs of no batch; an older schema's: left out.
     assert db.take_notified_batches() == {"f": 4, "g": None, "a\tb": 3}
+    # Every batch named, for the newcomer rule (a higher one told beside a lower one).
+    assert db.take_named_batches() == {"f": {9, 4}, "a\tb": {3}}
     assert db.take_notified_keys() == {} and db.take_notified_batches() == {}
+    assert db.take_named_batches() == {}
 
 
 def test_a_member_made_available_behind_the_cursors_is_taken_once_its_notice_is_told(dsn, conn):

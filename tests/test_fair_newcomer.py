@@ -71,26 +71,27 @@ ROOM_FOR_ONE = {"q": 7}  # a window of 8 with one job ended: below half of it
 def test_with_room_below_half_the_window_a_wake_waits_for_more_room():
     # A producer's stream of notices must not break the queue's claims into small ones.
     s = scheduler()
-    s.wake(["q"], {"q": 7}, held=lambda queue: {7})
+    s.wake(["q"], {"q": {7}}, held=lambda queue: {7})
     assert s.plan_claims(0.0, 2, ROOM_FOR_ONE, {"q": 5}) == []
 
 
 def test_a_batch_held_nowhere_here_is_claimed_with_what_room_there_is():
     # Waiting for half the window held B's first job back 1-2 job lengths (19 ms jobs).
     s = scheduler()
-    s.wake(["q"], {"q": 8}, held=lambda queue: {7})
+    # Named beside a batch held here (a released member of 7 told in the same turn).
+    s.wake(["q"], {"q": {7, 8}}, held=lambda queue: {7})
     assert s.plan_claims(0.0, 2, ROOM_FOR_ONE, {"q": 5}) == [("q", 1)]
     s.claimed("q", 1, 1)
     # Once: the next notice of the same batch finds it held.
-    s.wake(["q"], {"q": 8}, held=lambda queue: {7, 8})
+    s.wake(["q"], {"q": {8}}, held=lambda queue: {7, 8})
     assert s.plan_claims(0.0, 2, {"q": 7}, {"q": 5}) == []
 
 
-@pytest.mark.parametrize("case", ["jobs of no batch", "plain queue", "batch not named"])
+@pytest.mark.parametrize("case", ["plain queue", "no batch named"])
 def test_no_newcomer(case):
     s = scheduler(fair=None if case == "plain queue" else "batch")
-    batches = {} if case == "batch not named" else {"q": None if case == "jobs of no batch"
-                                                     else 8}
+    # A notice of jobs of no batch names none (``Database.take_named_batches``).
+    batches = {"q": {8}} if case == "plain queue" else {}
     s.wake(["q"], batches, held=lambda queue: {7})
     assert s.plan_claims(0.0, 2, ROOM_FOR_ONE, {"q": 5}) == []
 

@@ -119,6 +119,7 @@ class Database:
         # a queue told by a payload without the field is left out
         self.notified_batches: dict[str, int | None] = {}
         self._batchless_notices: set[str] = set()  # queues told without the field
+        self.named_batches: dict[str, set[int]] = {}  # every batch told, per queue
         self.down_since: float | None = None
         self.retry_at = 0.0
         self.connecting: list[Connecting] | None = None  # a reconnection under way
@@ -303,6 +304,7 @@ class Database:
             held = self.notified_batches.get(queue)
             told = int(batch_field)
             self.notified_batches[queue] = told if held is None else min(held, told)
+            self.named_batches.setdefault(queue, set()).add(told)
         else:
             self.notified_batches.setdefault(queue, None)
 
@@ -322,6 +324,13 @@ class Database:
             batches.pop(queue, None)
         self._batchless_notices = set()
         return batches
+
+    def take_named_batches(self) -> dict[str, set[int]]:
+        """Per queue, every batch the keys channel named since the last call (each
+        notice names the lowest of its own): a newcomer batch is seen even when a
+        notice of a lower one came in the same turn."""
+        named, self.named_batches = self.named_batches, {}
+        return named
 
     def take_scheduled(self) -> set[str]:
         """Queues that got a job for later (NOTIFY) since the last call."""

@@ -150,10 +150,9 @@ class Engine:
         if not db.up and db.maybe_reconnect():
             leases.reconnected(now, pool)
             poller.right_away(now)  # look at the queues again right away
-        notified_batches = db.take_notified_batches()
-        self.planner.wake(db.take_notified(), notified_batches,
+        self.planner.wake(db.take_notified(), db.take_named_batches(),
                           lambda queue: self._batches_held(pool, queue))
-        self.claimer.cursors.observed(db.take_notified_keys(), notified_batches)
+        self.claimer.cursors.observed(db.take_notified_keys(), db.take_notified_batches())
         if db.take_scheduled():
             poller.soon(now)
         poller.notified_pauses(db.take_paused(), now, pool)

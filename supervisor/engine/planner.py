@@ -78,10 +78,10 @@ class Scheduler:
         # Limits set with `supervisor queues limit`, held across every supervisor.
         self.limits = GlobalLimits(owner, self.queues, config.lease_ttl, now)
 
-    def wake(self, queues: Iterable[str], batches: Mapping[str, int | None] | None = None,
+    def wake(self, queues: Iterable[str], batches: Mapping[str, Collection[int]] | None = None,
              held: Callable[[str], Collection[int]] | None = None) -> None:
-        """Queues that got work (named by NOTIFY). ``batches``: per queue, the lowest
-        batch a key notice made a member available in; ``held(queue)``: the batches this
+        """Queues that got work (named by NOTIFY). ``batches``: per queue, the batches
+        key notices made members available in; ``held(queue)``: the batches this
         supervisor holds jobs of. A fair queue told of a batch it holds nothing of has a
         newcomer to claim at once."""
         for queue in queues:
@@ -91,10 +91,11 @@ class Scheduler:
                     self._scouting.add(queue)
                 if queue in self._claiming:
                     self._woken_while_claiming.add(queue)
-        for queue, batch in (batches or {}).items():
-            if (batch is not None and self.fair(queue)
-                    and (held is None or batch not in held(queue))):
-                self._newcomers.add(queue)
+        for queue, told in (batches or {}).items():
+            if told and self.fair(queue):
+                known = set(held(queue)) if held is not None else set()
+                if not known.issuperset(told):
+                    self._newcomers.add(queue)
 
     def observed(self, with_work: set[str]) -> None:
         """The database's answer to which queues hold due work now (a poll)."""
