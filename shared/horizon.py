@@ -24,6 +24,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 # The oldest holder of each sort; the one with the oldest xmin sets the horizon. A
+# session that holds an xid puts it in every later snapshot, so each session with a
+# snapshot has that same xid as its xmin: of those ties, the holder is the one whose
+# transaction began first (the others began after it took the xid). A
 # session of another database holds back only shared catalogs, not supervisor.jobs, so
 # it is not counted (a walsender is, for hot_standby_feedback, whatever its database).
 _HOLDERS = """
@@ -48,7 +51,7 @@ SELECT 'replication slot', active_pid, slot_name::text, '',
        CASE WHEN active THEN 'active' ELSE 'inactive' END, NULL, NULL, '', age(xmin)
 FROM pg_replication_slots
 WHERE xmin IS NOT NULL
-ORDER BY xmin_age DESC NULLS LAST
+ORDER BY xmin_age DESC NULLS LAST, seconds DESC NULLS LAST
 LIMIT 1
 """
 

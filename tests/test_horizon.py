@@ -43,6 +43,31 @@ def test_the_oldest_snapshot_is_named(dsn):
                    what="the closed session to leave")
 
 
+def test_an_xid_holder_is_named_not_the_sessions_whose_snapshots_it_pins(dsn):
+    # Every snapshot taken while an xid is held lists it as running, so each of these
+    # sessions has it as its xmin: the same age as the holder's own. Connected before
+    # the holder, they come first in pg_stat_activity, and the old order named one of
+    # them (a hold of a few seconds: the poll from the head was not spaced by the real
+    # hold, and a fair queue read 1,000 index entries per job under an xid hold).
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pinned = [psycopg.connect(dsn, application_name=f"victim-{i}") for i in range(4)]
+        holder = psycopg.connect(dsn, application_name="left-in-transaction")
+        try:
+            holder.execute("SELECT txid_current()").fetchone()
+            time.sleep(1.1)  # the victims' transactions begin a second later
+            for victim in pinned:
+                victim.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                victim.execute("SELECT 1").fetchone()
+            report = read_horizon(conn)
+        finally:
+            for victim in pinned:
+                victim.close()
+            holder.close()
+        assert report.holder is not None
+        assert report.holder.application == "left-in-transaction", report.holder
+        assert report.held_seconds >= 1.0
+
+
 def test_a_prepared_transaction_is_named(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         (allowed,) = conn.execute("SHOW max_prepared_transactions").fetchone()
