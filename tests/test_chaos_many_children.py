@@ -23,8 +23,11 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
 def test_a_kill_storm_at_sixteen_children_runs_no_job_twice(throwaway_server, tmp_path):
+    # Child kills find a busy child only now and then (most jobs are no-ops), and only
+    # until the last 64 jobs: 3,000 jobs gave 4 kills in one CI run, short of the 5 that
+    # show the storm happened. The sleeping share gives the killer its targets.
     settings = SoakSettings(jobs=3000, supervisors=2, children=16, lease_ttl=3.0, grace=5.0,
                             kill_interval=0.2, supervisor_kills=1, db_restarts=0,
-                            timeout=120.0, stall=60.0, seed=16, mix={"chaos_sleep": 0.05})
+                            timeout=120.0, stall=60.0, seed=16, mix={"chaos_sleep": 0.15})
     report = run_soak(settings, throwaway_server, tmp_path, say=lambda _line: None)
     assert_storm_held(report, settings, min_child_kills=5)
