@@ -187,8 +187,8 @@ class Scheduler:
         ``eager`` (outcomes are waiting to be written anyway) lifts that rule. A fair
         queue woken by a NOTIFY with no room claims one job anyway (a newcomer batch's
         first, which the dispatcher then puts first), up to one per child beyond its
-        window; one woken for a batch it holds no job of (``wake``'s ``newcomers``)
-        claims what room it has at once, however little.
+        window; one told of a batch it holds no job of (``wake``'s ``batches`` and
+        ``held``) claims what room it has at once, however little.
         """
         running = {q: n - waiting.get(q, 0) for q, n in outstanding.items()}
         targets = self.advance(now, pool_size, running, waiting)
@@ -203,11 +203,11 @@ class Scheduler:
             # claim would go straight back, and the release's NOTIFY would wake it again.
             # At most one job per child beyond the window: a producer's stream of NOTIFYs
             # must not pile claimed jobs up here.
-            # Only with no room: a queue with room claims by the usual rules, and a scout
-            # there would only break its claims into small ones (each fair claim reads
-            # every waiting batch's head: 3.5x the index entries per job at 500 jobs/s).
-            # A newcomer batch is claimed with whatever room there is, at once: waiting
-            # for half a window to free up held its first job back by 1-2 job lengths.
+            # With room, only for a newcomer: otherwise a queue with room claims by the
+            # usual rules, and a scout on every NOTIFY would break its claims into small
+            # ones (each fair claim reads every waiting batch's head: 3.5x the index
+            # entries per job at 500 jobs/s). A newcomer is claimed with whatever room
+            # there is: waiting for half a window held its first job back 1-2 job lengths.
             newcomer = queue in self._newcomers and queue in self._scouting
             scout = ((allowance <= 0 or newcomer) and queue in self._scouting
                      and targets[queue] > 0
