@@ -53,6 +53,10 @@ MAINTENANCE_INTERVAL = 5.0
 # horizon are what slowed the claim tenfold here.
 HORIZON_WARN_AFTER = 300.0
 HORIZON_LOOK_EVERY = 30.0  # seconds between two looks at the horizon's holder
+# Seconds between two requests that the parent's prepared statements be planned again
+# from the tables as they are (supervisor.db.nonblocking: a plan made while the queue
+# table was small scanned all of it once it was large, until autovacuum analyzed it).
+PLANS_FRESH_EVERY = 10.0
 METRICS_MAX_KINDS = 50  # job kinds with a metrics label value of their own
 METRICS_HOST = "127.0.0.1"  # /metrics and /healthz listen on loopback unless told
 # The parent's statements, enforced by the server: it stops work nobody waits for. Kept

@@ -130,3 +130,29 @@ def test_a_statement_that_went_out_whole_wakes_the_loop_only_for_its_answer(runn
                 key.data.handle_event(key, mask)
         assert outcomes == [[(2,)]]
     assert not [mask for mask in masks if mask & selectors.EVENT_WRITE]
+
+
+def test_discarded_plans_are_made_again_from_the_table_as_it_is_now(runner):
+    """A generic plan made while a table was empty scans it whole once it is large;
+    ``discard_plans`` has the next prepared statement planned again (DISCARD PLANS
+    first), under the same name."""
+    query, sel, conn = runner
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    # Wide rows, as supervisor.jobs has: an empty table is thought to hold a few.
+    conn.execute("CREATE TEMP TABLE t (id bigint PRIMARY KEY, v int, pad char(1500))")
+    pick = Prepared("SELECT v FROM t WHERE id = ANY(%(ids)s::bigint[])")
+    for _ in range(2):  # prepared at its second use, on the empty table
+        assert run(query, sel, pick, {"ids": [1]}, prepare=True) == []
+    conn.execute("INSERT INTO t SELECT g, g, '' FROM generate_series(1, 10000) g")
+
+    def plan() -> str:
+        rows = run(query, sel, Prepared("EXPLAIN EXECUTE _supervisor_1('{7}')"), {})
+        return "\n".join(line for line, in rows)
+
+    assert "Seq Scan" in plan()  # the empty table's plan, kept
+    query.discard_plans()
+    assert run(query, sel, Prepared("SELECT 1"), {}) == [(1,)]  # not prepared: no discard
+    assert "Seq Scan" in plan()
+    assert run(query, sel, pick, {"ids": [7]}, prepare=True) == [(7,)]
+    assert "Index" in plan() and "Seq Scan" not in plan()
+    assert [name for name, in run(query, sel, SERVER_PREPARED, {})] == ["_supervisor_1"]

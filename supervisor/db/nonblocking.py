@@ -25,6 +25,17 @@ hundred times more). Off with
 unknown on the next server connection), and off for good on a connection where
 preparing failed once.
 
+A generic plan is made from the statistics and the table's size when it is made, and
+PostgreSQL makes it again only when the statistics change (``ANALYZE``, ``VACUUM``). A
+claim prepared while ``supervisor.jobs`` was small (a fresh database, a supervisor
+started before a batch was enqueued) locked and updated its jobs by a sequential scan of
+the whole table, and found a batch's next member through ``jobs_batch_idx`` (every member
+read): cheap on a small table, and kept as the table grew, until autovacuum analyzed it
+(never, on a server without autovacuum), 35 ms a claim at 29,000 rows. So the owner
+asks for fresh plans now and then (``discard_plans``): the next prepared statement is
+preceded by ``DISCARD PLANS``, which keeps every statement prepared and makes each plan
+again at its next use, from the table as it is then.
+
 A statement sent is given ``sent_at`` (monotonic): the owner abandons it when no answer
 came within its deadline (``Database.expire``), since a hung server never answers and
 never sends the error its ``statement_timeout`` promises.
@@ -35,6 +46,7 @@ load rows, ``pq`` for the libpq calls).
 
 from __future__ import annotations
 
+import functools
 import re
 import selectors
 import time
@@ -103,9 +115,16 @@ class NonBlockingQuery:
         self._names: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
         self._sent_once: set[tuple[bytes, tuple[int, ...]]] = set()  # prepared next time
         self._named = 0  # names used on this connection: a name is never reused
-        # While a statement is being prepared: what to execute once it is.
-        self._then: tuple[tuple[bytes, tuple[int, ...]], bytes, Sequence[Any],
-                          Sequence[Any] | None, Prepared] | None = None
+        self._discard = False  # DISCARD PLANS before the next prepared statement
+        # While a step before the statement is out (its PREPARE, DISCARD PLANS): what to
+        # do with that step's result, which sends the statement.
+        self._then: Callable[[pq.abc.PGresult | None], None] | None = None
+
+    def discard_plans(self) -> None:
+        """Make every prepared statement's plan again, from the tables as they are, at
+        its next use (see the module docstring). Costs one round trip, before the next
+        prepared statement."""
+        self._discard = True
 
     @property
     def busy(self) -> bool:
@@ -131,13 +150,13 @@ class NonBlockingQuery:
                 self._sent_once.add(key)
                 self.pgconn.send_query_params(statement.sql, dumped, param_types=types,
                                               param_formats=formats)
-            elif name is None:
-                self._named += 1
-                name = f"_supervisor_{self._named}".encode()
-                self.pgconn.send_prepare(name, statement.sql, param_types=types)
-                self._then = (key, name, dumped, formats, statement)
+            elif self._discard:
+                self._discard = False
+                self.pgconn.send_query(b"DISCARD PLANS")
+                self._then = functools.partial(self._send_prepared, statement, key,
+                                               dumped, formats)
             else:
-                self.pgconn.send_query_prepared(name, dumped, param_formats=formats)
+                self._send_prepared(statement, key, dumped, formats)
         else:
             self.pgconn.send_query_params(statement.sql, dumped, param_types=types,
                                           param_formats=formats)
@@ -168,7 +187,10 @@ class NonBlockingQuery:
                     result = self.pgconn.get_result()
                     if result is None:
                         if self._then is not None:
-                            self._prepared()
+                            then, self._then = self._then, None
+                            done, self._result = self._result, None
+                            then(done)
+                            self._watch(self._events_to_wait_for())
                         else:
                             self._finish(self._rows_or_error())
                         return
@@ -177,12 +199,25 @@ class NonBlockingQuery:
             self._then = None
             self._finish(exc)
 
-    def _prepared(self) -> None:
-        """The statement in ``_then`` was prepared (or refused): execute it."""
-        assert self._then is not None
-        key, name, dumped, formats, statement = self._then
-        self._then = None
-        result, self._result = self._result, None
+    def _send_prepared(self, statement: Prepared, key: tuple[bytes, tuple[int, ...]],
+                       dumped: Sequence[Any], formats: Sequence[Any] | None,
+                       _discarded: pq.abc.PGresult | None = None) -> None:
+        """Execute ``statement`` by its name, preparing it first under a new name if
+        this connection has none for it. (After ``DISCARD PLANS``, whose result does not
+        matter: a server that refused it keeps its plans.)"""
+        name = self._names.get(key)
+        if name is not None:
+            self.pgconn.send_query_prepared(name, dumped, param_formats=formats)
+            return
+        self._named += 1
+        name = f"_supervisor_{self._named}".encode()
+        self.pgconn.send_prepare(name, statement.sql, param_types=key[1])
+        self._then = functools.partial(self._prepared, statement, key, name, dumped, formats)
+
+    def _prepared(self, statement: Prepared, key: tuple[bytes, tuple[int, ...]], name: bytes,
+                  dumped: Sequence[Any], formats: Sequence[Any] | None,
+                  result: pq.abc.PGresult | None) -> None:
+        """``statement`` was prepared as ``name`` (or refused): execute it."""
         if result is not None and result.status == pq.ExecStatus.COMMAND_OK:
             self._names[key] = name
             self.pgconn.send_query_prepared(name, dumped, param_formats=formats)
@@ -190,7 +225,6 @@ class NonBlockingQuery:
             self.prepares = False
             self.pgconn.send_query_params(statement.sql, dumped, param_types=key[1],
                                           param_formats=formats)
-        self._watch(self._events_to_wait_for())
 
     def abandon(self) -> Callable | None:
         """Forget the statement in flight (its connection is being closed); returns

@@ -76,6 +76,7 @@ class Housekeeping:
             history)
         self.horizon_watch = HorizonWatch(config.horizon_warn_after, metrics)
         self.next_horizon_look = now  # the first round looks: a hold may predate us
+        self.next_fresh_plans = now + defaults.PLANS_FRESH_EVERY
         self.next_kind_memory = now  # when each kind's default memory is read again
         self.next_burst_check = now
         self.burst_finished = False  # burst mode: no work left; the arbiter drains
@@ -119,6 +120,10 @@ class Housekeeping:
                 self.horizon_watch.looked(report, now)
                 self.claimer.cursors.horizon_held(report.held_seconds)
                 self.maintenance.horizon_held(report.held_seconds)
+        if now >= self.next_fresh_plans:
+            # No deadline of its own: the round's wakes carry it (at most an interval late).
+            self.next_fresh_plans = now + defaults.PLANS_FRESH_EVERY
+            self.db.refresh_plans()
         schedules = self.schedules
         if schedules is not None and now >= (schedules.next_due() or float("inf")):
             self.db.call(lambda s: schedules.fire_due(s.connection), 0, "firing schedules")
