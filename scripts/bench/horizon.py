@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -364,6 +365,9 @@ def main() -> None:
     parser.add_argument("--fair", action="store_true",
                         help='the queue fair = "batch" (with --batch-size)')
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the supervisor is stopped: one left behind claims
+    # from the next run's database of the same name (two supervisors, not one, measured).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.rate <= 0 or min(args.baseline, args.hold, args.recovery) <= 0 or args.jobs <= 0:
         raise SystemExit("horizon.py: --rate, phase lengths and --jobs must be positive")
     if args.batch_size < 0 or (args.fair and not args.batch_size):
