@@ -42,6 +42,9 @@ class FakeStore:
     def horizon(self) -> HorizonReport:
         return HorizonReport(None, 0, 0)  # nothing holds a snapshot here
 
+    def discard_plans(self) -> None:
+        self._record("discard_plans")
+
     def __init__(self) -> None:
         self.conn = FakeConn()
         self.available: dict[str, deque[ClaimedJob]] = {}
@@ -193,6 +196,7 @@ class FakeClaims:
         self.conn = FakeConn()
         self.sent: list[tuple[dict, object]] = []
         self.sent_at = 0.0
+        self.discards = 0  # times fresh plans were asked for
 
     @property
     def busy(self) -> bool:
@@ -201,6 +205,9 @@ class FakeClaims:
     def send(self, statement, params, callback) -> None:
         self.sent.append((params, callback))
         self.sent_at = self.clock.now
+
+    def discard_plans(self) -> None:
+        self.discards += 1
 
     def answer(self) -> list[ClaimedJob]:
         """The server claims what it has for the oldest sent claim and answers."""

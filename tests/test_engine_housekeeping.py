@@ -9,6 +9,7 @@ import logging
 
 from engine_fakes import make_engine
 
+from shared.defaults import PLANS_FRESH_EVERY
 from shared.jobs import ClaimedJob
 from supervisor.engine.housekeeping import BURST_CHECK_INTERVAL, UNHANDLED_KINDS_SHOWN
 from supervisor.pool import ChildEvent
@@ -78,3 +79,20 @@ def test_the_burst_end_names_the_first_unserved_kinds_and_counts_the_rest(caplog
     assert f"kind{UNHANDLED_KINDS_SHOWN - 1:02} (1)" in line
     assert f"kind{UNHANDLED_KINDS_SHOWN:02}" not in line and "and 2 more kinds" in line
     assert engine.burst_finished
+
+
+def test_fresh_plans_are_asked_for_every_interval_on_both_connections():
+    """A generic plan made while supervisor.jobs was small kept scanning it whole as it
+    grew (supervisor.db.nonblocking); the parent has its statements planned again."""
+    engine, db, store, pool, clock = make_engine()
+    house = engine.housekeeping
+    start = clock.now
+    for at in (start, start + PLANS_FRESH_EVERY - 0.1):
+        house.run(at, pool, may_lead=False)
+    assert "discard_plans" not in store.names() and db.claims.discards == 0
+    house.run(start + PLANS_FRESH_EVERY, pool, may_lead=False)
+    assert store.names().count("discard_plans") == 1 and db.claims.discards == 1
+    house.run(start + 1.5 * PLANS_FRESH_EVERY, pool, may_lead=False)
+    assert db.claims.discards == 1
+    house.run(start + 2 * PLANS_FRESH_EVERY, pool, may_lead=False)
+    assert store.names().count("discard_plans") == 2 and db.claims.discards == 2

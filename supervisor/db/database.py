@@ -232,13 +232,13 @@ class Database:
     def refresh_plans(self) -> None:
         """Have every statement prepared on the parent's connections planned again, from
         the tables as they are now, at its next use (``supervisor.db.nonblocking`` says
-        why): the claim connection's before its next claim, the work connection's now."""
-        if not self.up:
+        why): the claim connection's before its next claim, the work connection's now.
+        Poll-only (behind a pooler) nothing is prepared, so nothing is asked."""
+        if not self.up or not self.listen:
             return
         if self.claims is not None:
             self.claims.discard_plans()
-        self.call(lambda store: store.connection.execute("DISCARD PLANS", prepare=False),
-                  None, "asking for fresh plans")
+        self.call(lambda store: store.discard_plans(), None, "asking for fresh plans")
 
     def expire(self, now: float) -> None:
         """Abandon the claim in flight if the server has not answered it within the

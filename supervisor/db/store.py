@@ -398,6 +398,11 @@ class Store:
         """Who holds the MVCC horizon back, and the queue table's dead row versions."""
         return read_horizon(self.connection)
 
+    def discard_plans(self) -> None:
+        """Have the statements prepared on the work connection planned again at their
+        next use, from the tables as they are (``Database.refresh_plans``)."""
+        self.connection.execute("DISCARD PLANS", prepare=False)
+
     def kind_memory_p95(self, kinds: Sequence[str]) -> dict[str, int]:
         """Each kind's measured size: the p95 of recent ``max_rss_bytes`` once it has
         20 samples, before the largest of them and of its kept peak (0026); kinds with
