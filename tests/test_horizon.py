@@ -47,8 +47,8 @@ def test_an_xid_holder_is_named_not_the_sessions_whose_snapshots_it_pins(dsn):
     # Every snapshot taken while an xid is held lists it as running, so each of these
     # sessions has it as its xmin: the same age as the holder's own. Connected before
     # the holder, they come first in pg_stat_activity, and the old order named one of
-    # them (a hold of a few seconds: the poll from the head was not spaced by the real
-    # hold, and a fair queue read 1,000 index entries per job under an xid hold).
+    # them (the warning pointed at a victim, and the passes from an index's start were
+    # spaced by a hold of a few seconds, not the real one).
     with psycopg.connect(dsn, autocommit=True) as conn:
         pinned = [psycopg.connect(dsn, application_name=f"victim-{i}") for i in range(4)]
         holder = psycopg.connect(dsn, application_name="left-in-transaction")
