@@ -24,11 +24,19 @@ descendant's CPU is read from its own stat while it lives and from its parent's
 ``cutime`` once reaped; a read that raced a reap is taken again (see ``tree_ticks``).
 
 Peak memory is the kernel's high-water mark of the child's resident set, reset as each
-job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end: from
-``/proc/self/status`` (``VmHWM``) for a job of ``STATUS_AFTER`` seconds or more, and from
-``getrusage``'s ``ru_maxrss`` (the same mark, one call) for shorter ones, so a no-op job
-pays no ``/proc`` read. ``ru_maxrss`` also keeps the peak of threads that exited, so
-after a job whose threads ended at a higher peak a short job can read high. Where
+job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end from
+``getrusage``'s ``ru_maxrss``. That is the larger of the mark (``VmHWM``) and the mark
+the process had when any of its threads exited, which no reset lowers: after a job
+whose thread ended at a higher peak, ``ru_maxrss`` would read high for every job after
+it. So right after each reset the meter compares ``ru_maxrss`` with the resident set
+(``/proc/self/statm``): when it is no higher, the exited threads' mark is below
+anything this job can reach and ``ru_maxrss`` at the end is the job's peak; when it is
+higher, the job's end reads ``VmHWM`` from ``/proc/self/status`` instead, unless
+``ru_maxrss`` rose during the job (then it is this job's mark). Reading ``status`` at
+every job's end cost a 20 ms job 0.08-0.1 ms of the child's CPU on a 2-vCPU VM (its
+text is long, and read cold after the handler); ``statm`` is a few numbers, read while
+the job's start has the caches warm. Jobs shorter than ``STATUS_AFTER`` whose mark is
+steady skip the reset, so a no-op job pays no ``/proc`` call at all. Where
 ``/proc`` cannot be written or read, one warning says so and ``ru_maxrss`` (the peak
 since the child started, if the mark cannot be reset) stands in. A process the job ran
 and reaped (a ``subprocess.run`` of an ffmpeg, issue 45) counts too: when the largest
@@ -45,25 +53,34 @@ import os
 import resource
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from shared.procfs import descendants_cpu, has_children
 from shared.usage import Usage
 
 HIGH_FD = 900  # the meter's /proc files live at or above this fd number
-STATUS_AFTER = 0.005  # jobs at least this long read VmHWM: the read is <1% of them
+STATUS_AFTER = 0.005  # after a job this long the next one resets the mark
 _SELF = resource.RUSAGE_SELF
 _CHILDREN = resource.RUSAGE_CHILDREN
 _getrusage = resource.getrusage
 _monotonic = time.monotonic
 _getpid = os.getpid
+_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 _TRIES = 4
 
 
-def _cpu_now(mine: resource.struct_rusage | None = None) -> tuple[float, bool]:
-    """CPU seconds of this process (``mine``: its rusage, if just read), the children
-    it reaped and its live descendants, and whether it has descendants."""
+class _TreeReading(NamedTuple):
+    """What ``_cpu_now`` read of the child's process tree."""
+
+    cpu_seconds: float  # this process, the children it reaped, its live descendants
+    has_descendants: bool
+    reaped_peak_kib: int  # the largest peak of any child reaped so far
+
+
+def _cpu_now(mine: resource.struct_rusage | None = None) -> _TreeReading:
+    """The tree's CPU seconds now (``mine``: this process's rusage, if just read)."""
     if mine is None:
         mine = _getrusage(_SELF)
     theirs = _getrusage(_CHILDREN)
@@ -78,23 +95,30 @@ def _cpu_now(mine: resource.struct_rusage | None = None) -> tuple[float, bool]:
             if again == theirs:
                 break
             theirs = again
-    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime + tree, kids
+    return _TreeReading(mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
+                        + tree, kids, theirs.ru_maxrss)
 
 
 class UsageMeter:
     """Measures one job at a time: ``start()`` as it begins, ``stop()`` as it ends."""
 
     __slots__ = ("_clear_fd", "_cpu", "_kids", "_mark", "_reaped_peak", "_reset_due",
-                 "_status_fd", "_t0", "_warn", "usage")
+                 "_start_mark", "_statm_fd", "_status_fd", "_t0", "_warn", "usage")
 
     def __init__(self, warn: Callable[[str], None]) -> None:
         self._warn = warn
         self._clear_fd = self._open("/proc/self/clear_refs", os.O_WRONLY)
         self._status_fd = self._open("/proc/self/status", os.O_RDONLY) \
             if self._clear_fd is not None else None
+        self._statm_fd = self._open("/proc/self/statm", os.O_RDONLY) \
+            if self._status_fd is not None else None
         self._reset_due = True
-        self._cpu, self._kids = _cpu_now()  # the first job's CPU counts from here
-        self._reaped_peak = _getrusage(_CHILDREN).ru_maxrss  # KiB, the reaped ones' peak
+        # ru_maxrss right after this job's reset, when an exited thread's mark was above
+        # the resident set then (the end must read VmHWM); None: ru_maxrss is exact.
+        self._start_mark: int | None = None
+        tree = _cpu_now()  # the first job's CPU counts from here
+        self._cpu, self._kids = tree.cpu_seconds, tree.has_descendants
+        self._reaped_peak = tree.reaped_peak_kib
         self._mark = 0
         self._t0 = 0.0
         self.usage: Usage | None = None  # the last job's, once ``stop`` measured it
@@ -132,37 +156,41 @@ class UsageMeter:
         left it) and take the wall clock. CPU time counts from the last job's end, or
         from now if the child has descendants (a pool kept from an earlier job: what it
         did between jobs is not this job's)."""
-        if self._reset_due and self._clear_fd is not None:
+        if (self._reset_due or self._start_mark is not None) and self._clear_fd is not None:
             try:
                 os.write(self._clear_fd, b"5")
             except OSError as exc:
                 self._drop(self._clear_fd)
                 self._clear_fd = None
                 self._proc_failed(f"cannot reset the memory mark ({exc.strerror})")
+            else:
+                self._start_mark = self._exited_threads_mark()
         # Descendants are looked for only if the last look saw some: the runtime kills
         # a job's leftovers (``rebase``), and nothing else forks between jobs.
         if self._kids and has_children():
-            self._cpu, self._kids = _cpu_now()
+            tree = _cpu_now()
+            self._cpu, self._kids = tree.cpu_seconds, tree.has_descendants
         self._t0 = _monotonic()
 
     def stop(self) -> Usage:
         """The job ended: what it cost since ``start`` (its CPU since the last end)."""
         wall = _monotonic() - self._t0
         mine = _getrusage(_SELF)
-        total, self._kids = _cpu_now(mine)
-        cpu = total - self._cpu
-        self._cpu = total
+        tree = _cpu_now(mine)
+        self._kids = tree.has_descendants
+        cpu = tree.cpu_seconds - self._cpu
+        self._cpu = tree.cpu_seconds
         peak = mine.ru_maxrss * 1024
         # The mark moved during this job (or was reset at its start) unless it reads as
         # at the last job's end: then the next job resets it; once steady, no resets.
-        long = wall >= STATUS_AFTER
-        self._reset_due = long or mine.ru_maxrss != self._mark
+        self._reset_due = wall >= STATUS_AFTER or mine.ru_maxrss != self._mark
         self._mark = mine.ru_maxrss
-        if long and self._status_fd is not None:
+        if self._start_mark is not None and mine.ru_maxrss <= self._start_mark \
+                and self._status_fd is not None:
             hwm = self._read_hwm()
             if hwm is not None:
                 peak = hwm
-        reaped = _getrusage(_CHILDREN).ru_maxrss
+        reaped = tree.reaped_peak_kib
         if reaped > self._reaped_peak:  # a process it ran and reaped peaked at that
             self._reaped_peak = reaped
             peak = max(peak, reaped * 1024)
@@ -173,8 +201,27 @@ class UsageMeter:
         """Count the next job's CPU from now: what the runtime did since the last end
         (reaping processes the job left behind, their CPU time and their peak memory) is
         nobody's."""
-        self._cpu, self._kids = _cpu_now()
-        self._reaped_peak = _getrusage(_CHILDREN).ru_maxrss
+        tree = _cpu_now()
+        self._cpu, self._kids = tree.cpu_seconds, tree.has_descendants
+        self._reaped_peak = tree.reaped_peak_kib
+
+    def _exited_threads_mark(self) -> int | None:
+        """Just after a reset: ``ru_maxrss`` (KiB) if it stands above the resident set,
+        which only an exited thread's mark can do, else None. Unknown (no ``statm``):
+        assumed above, so the end reads VmHWM as before this check."""
+        mark = _getrusage(_SELF).ru_maxrss
+        fd = self._statm_fd
+        if fd is None:
+            return mark
+        try:
+            resident_kib = int(os.pread(fd, 256, 0).split()[1]) * _PAGE_KIB
+        except (OSError, ValueError, IndexError):
+            self._drop(fd)
+            self._statm_fd = None
+            return mark
+        # The job's VmHWM will be at least the resident set read after its reset, so a
+        # mark no higher than that leaves ru_maxrss at the end equal to VmHWM.
+        return mark if mark > resident_kib else None
 
     def _read_hwm(self) -> int | None:
         fd = self._status_fd
