@@ -243,7 +243,10 @@ class JobRunner:
                 result.output = take_output()
             if pipe.detached:
                 os._exit(CHILD_OK)  # a copy its handler forked: it never answers
-            if self._reap_job_leftovers():  # nothing it started outlives it
+            # A job the meter measured says whether any process was under this one as
+            # its handler returned; none (nearly every job) leaves nothing to reap.
+            none_left = result.usage is not None and not self.meter.saw_descendants
+            if self._reap_job_leftovers(none_left):  # nothing it started outlives it
                 self.shm.after_reap()  # nor what those processes left in /dev/shm
                 self.meter.rebase()
             self.jobs_done += 1
@@ -260,10 +263,13 @@ class JobRunner:
                 return CHILD_RECYCLE if read_ok else CHILD_PIPE_LOST
             answer = result.encode()
 
-    def _reap_job_leftovers(self) -> int:
-        """Kill what the job left running, sparing what belongs to the child."""
+    def _reap_job_leftovers(self, none_left: bool = False) -> int:
+        """Kill what the job left running, sparing what belongs to the child.
+        ``none_left``: no process was under this one as the handler returned."""
         if KEEPER.retire_job_pools():
             self.shm.settle()  # the next job finds none of its semaphores in /dev/shm
+        elif none_left:
+            return 0
         if not KEEPER.holds():
             return reap_leftovers(self.shm.before_reap)
         return reap_leftovers(partial(self.shm.before_reap, keeping=True), KEEPER.spare)

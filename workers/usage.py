@@ -197,6 +197,12 @@ class UsageMeter:
         usage = self.usage = Usage(max(cpu, 0.0), wall, peak)
         return usage
 
+    @property
+    def saw_descendants(self) -> bool:
+        """Whether the last reading (``stop``'s, after a job) found any process under
+        this one."""
+        return self._kids
+
     def rebase(self) -> None:
         """Count the next job's CPU from now: what the runtime did since the last end
         (reaping processes the job left behind, their CPU time and their peak memory) is
