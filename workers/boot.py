@@ -106,14 +106,19 @@ def prepare_child(worker_no: int, parent_pid: int, keep_fds: set[int]) -> None:
 def prefer_as_oom_victim() -> None:
     """Raise this process's ``oom_score_adj`` to ``CHILD_OOM_SCORE_ADJ`` (never lower
     it): any process may raise its own. Left as it is where /proc cannot be written."""
-    path = "/proc/self/oom_score_adj"
+    # Plain fd calls: a text file object cost a new child 0.3-0.4 ms more here, most
+    # of it pages its first use of the io stack copies (2026-12-06, 2 vCPU).
     try:
-        with open(path, "r+") as f:
-            if int(f.read().strip() or 0) < CHILD_OOM_SCORE_ADJ:
-                f.seek(0)
-                f.write(str(CHILD_OOM_SCORE_ADJ))
+        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if int(os.read(fd, 32).strip() or 0) < CHILD_OOM_SCORE_ADJ:
+            os.pwrite(fd, str(CHILD_OOM_SCORE_ADJ).encode(), 0)
     except (OSError, ValueError):
         pass
+    finally:
+        os.close(fd)
 
 
 def current_rss() -> int:
