@@ -12,29 +12,31 @@ The thread and the main loop share the pipe, so every write goes through one loc
 ``Heartbeat.lock`` is that lock, and the main thread holds it while it answers a job so
 that no beat for a finished job can follow its answer.
 
-Titles (``worker 3 job 4711 resize (attempt 2)`` or ``worker 3 idle``) are set from here,
-not from the job's path: a title costs ~2 µs a call, twice per job, which is a tenth of a
-no-op job's round trip. The thread first looks at a job once it has seen it run
-``FIRST_LOOK`` seconds, then every ``TITLE_LAG``, so ``ps`` shows a job within about
-twice ``FIRST_LOOK`` of its start (a job shorter than that may never show, and costs
-nothing). Each wake is the cost, not what it does: on a 2-vCPU VM a wake beside a
-sleeping handler cost its child 0.13-0.16 ms, as much as the rest of the runtime's path
-for a job of 20 ms. Looking every ``TITLE_LAG`` from a job's start woke the thread once
-per job of 20 ms; waiting ``FIRST_LOOK`` for each new job wakes it once per 50 ms
-whatever the jobs' length. Once a child has been idle for ``IDLE_NAP`` seconds its thread sleeps
-until ``begin`` wakes it (or the next beat is due), so idle children cost nothing; only
-the first job after such a nap pays for the wake (~1 µs). Waking the thread at every job
-instead would cost a stream of short jobs a thread switch each.
+Titles (``worker 3 job 4711 resize (attempt 2)`` or ``worker 3 idle``) are set from
+here, not from the job's path: a title costs ~2 µs a call, twice per job, which is a
+tenth of a no-op job's round trip. The thread wakes ``FIRST_LOOK`` seconds after it
+first saw the job it finds running, and every ``TITLE_LAG`` once that job has run that
+long, so ``ps`` shows a job within about twice ``FIRST_LOOK`` of its start (a job
+shorter than that may never show, and costs nothing). Each wake is the cost, not what it
+does: on a 2-vCPU VM a wake beside a sleeping handler cost its child 0.13-0.16 ms, as
+much as the rest of the runtime's path for a job of 20 ms. Waking every ``TITLE_LAG``
+whatever ran meant a wake per job of 20 ms; now a stream of short jobs wakes it once per
+``FIRST_LOOK``, while a job that lasts keeps the 20 ms cadence. Once a child has been
+idle for ``IDLE_NAP`` seconds its thread sleeps until ``begin`` wakes it (or the next
+beat is due), so idle children cost nothing; only the first job after such a nap pays
+for the wake (~1 µs). Waking the thread at every job instead would cost a stream of
+short jobs a thread switch each.
 
 A job that has run a while is looked at less often: every ``LOOK_SHARE`` of its run time
 so far, at most every ``MAX_LOOK`` seconds (issue 31). Each look takes the GIL from the
-handler: 50 looks a second cost a pure-Python job 0.5-0.9% of its wall time (measured
-on this project's 2-core machine), all of its life, for an hour-long job 180,000 times.
+handler: 50 looks a second cost a pure-Python job 0.5-0.9% of its wall time (measured on
+this project's 2-core machine), all of its life, for an hour-long job 180,000 times.
 What a look does for a job that old waits a little longer: a stop notice or a SKIP is
 read within a tenth of the job's age (a job queued behind an overrunning head is asked
-back no sooner than 50 ms into it, when looks are still ``TITLE_LAG`` apart). A job
-that begins while the thread is in such a long look wakes it, so the next job's title
-and notices are on time again; that wake costs only jobs that follow a long one.
+back no sooner than 50 ms into it, and answered at the thread's first look at that
+head). A job that begins while the thread is in such a long look wakes it, so the next
+job's title and notices are on time again; that wake costs only jobs that follow a long
+one.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ IDLE_NAP = 1.0  # idle this long, the thread sleeps until a job begins
 # A job running this long has its pipe watched (``watch``) at each look: the parent
 # recalls the jobs queued behind a long one no sooner than 50 ms into it.
 WATCH_AFTER = 0.04
-# A job is first looked at once the thread has seen it run this long: a stream of
-# shorter jobs wakes the thread once per FIRST_LOOK, not once per TITLE_LAG.
+# The thread sleeps this long after it first sees a job; only a job still running then
+# is looked at every TITLE_LAG. A stream of shorter jobs wakes it once per FIRST_LOOK.
 FIRST_LOOK = 0.05
 LOOK_SHARE = 0.1  # a job that has run t seconds is looked at every LOOK_SHARE * t...
 MAX_LOOK = 0.25  # ...but at least this often, and never more often than TITLE_LAG
