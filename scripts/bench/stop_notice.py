@@ -1,6 +1,7 @@
 """How soon a handler sees ``Stopping`` after SIGTERM (issue 28): a drain tells the jobs
 that cannot finish within the grace at its start; the child's heartbeat thread reads the
-notice at its next look (every 20 ms) and signals the handler.
+notice at its next look (every 20 ms once the job has been seen to run 50 ms) and
+signals the handler.
 
 Each round: one sleeping and one spinning ``on_stop="raise"`` job running under
 ``supervisor run -n 2 --grace 10``, SIGTERM, and the time from the signal to each
