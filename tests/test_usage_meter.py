@@ -89,7 +89,7 @@ if sys.argv[1] == "exec-after-peak":
     block = bytearray(300 << 20)
     block[::4096] = b"x" * len(block[::4096])  # resident, not just mapped
     del block
-    os.execv(sys.executable, [sys.executable, "-c", __SCRIPT__, "jobs"])
+    os.execv(sys.executable, [sys.executable, __file__, "jobs"])
 if sys.argv[1] == "fork":
     pid = os.fork()  # as the pool forks its children
     if pid:
@@ -112,31 +112,33 @@ print(len(reads), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, *pe
 """
 
 
-def _jobs(mode: str) -> tuple[int, int, list[int]]:
+def _jobs(mode: str, tmp_path) -> tuple[int, int, list[int]]:
     import subprocess
     import sys
 
-    script = _JOBS.replace("__SCRIPT__", repr(_JOBS.replace("__SCRIPT__", "''")))
-    out = subprocess.run([sys.executable, "-c", script, mode], check=True,
-                         capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.dirname(__file__))).stdout
+    script = tmp_path / "meter_jobs.py"
+    script.write_text(_JOBS)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, str(script), mode], check=True,
+                         capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": root}).stdout
     reads, process_peak, *peaks = (int(x) for x in out.split())
     return reads, process_peak, peaks
 
 
-def test_a_forked_child_reads_its_jobs_peaks_without_proc_self_status():
+def test_a_forked_child_reads_its_jobs_peaks_without_proc_self_status(tmp_path):
     """Each job's peak comes from ``ru_maxrss`` after the reset, checked against
     ``statm``: no ``/proc/self/status`` read (0.08-0.1 ms a job on a 2-vCPU VM)."""
-    reads, _, peaks = _jobs("fork")
+    reads, _, peaks = _jobs("fork", tmp_path)
     assert reads == 0
     assert all(0 < peak < 200 << 20 for peak in peaks), peaks
 
 
-def test_a_mark_no_reset_lowers_is_not_charged_to_any_job():
+def test_a_mark_no_reset_lowers_is_not_charged_to_any_job(tmp_path):
     """``ru_maxrss`` never reads below a mark the process kept from before (an exec's,
     or an exited thread's on kernels that keep it); the jobs, short ones too, read
     their own peak from ``VmHWM`` then."""
-    reads, process_peak, peaks = _jobs("exec-after-peak")
+    reads, process_peak, peaks = _jobs("exec-after-peak", tmp_path)
     assert process_peak >= 300 << 20  # the kept mark: ru_maxrss alone would say this
     assert all(0 < peak < 200 << 20 for peak in peaks), peaks
     assert reads == len(peaks)

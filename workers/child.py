@@ -263,7 +263,7 @@ class JobRunner:
                 return CHILD_RECYCLE if read_ok else CHILD_PIPE_LOST
             answer = result.encode()
 
-    def _reap_job_leftovers(self, none_left: bool = False) -> int:
+    def _reap_job_leftovers(self, none_left: bool) -> int:
         """Kill what the job left running, sparing what belongs to the child.
         ``none_left``: no process was under this one as the handler returned."""
         if KEEPER.retire_job_pools():

@@ -25,18 +25,18 @@ descendant's CPU is read from its own stat while it lives and from its parent's
 
 Peak memory is the kernel's high-water mark of the child's resident set, reset as each
 job starts by writing ``5`` to ``/proc/self/clear_refs`` and read at its end from
-``getrusage``'s ``ru_maxrss``. That is the larger of the mark (``VmHWM``) and the mark
-the process had when any of its threads exited, which no reset lowers: after a job
-whose thread ended at a higher peak, ``ru_maxrss`` would read high for every job after
-it. So right after each reset the meter compares ``ru_maxrss`` with the resident set
-(``/proc/self/statm``): when it is no higher, the exited threads' mark is below
-anything this job can reach and ``ru_maxrss`` at the end is the job's peak; when it is
-higher, the job's end reads ``VmHWM`` from ``/proc/self/status`` instead, unless
+``getrusage``'s ``ru_maxrss``. That is the larger of the mark (``VmHWM``) and a mark the
+process kept, which no reset lowers: the image an ``exec`` replaced, and on some kernels
+a thread that exited; after one such high mark, ``ru_maxrss`` would read high for every
+job after it. So right after each reset the meter compares ``ru_maxrss`` with the
+resident set (``/proc/self/statm``): when it is no higher, the kept mark is
+below anything this job can reach and ``ru_maxrss`` at the end is the job's peak; when
+it is higher, the job's end reads ``VmHWM`` from ``/proc/self/status`` instead, unless
 ``ru_maxrss`` rose during the job (then it is this job's mark). Reading ``status`` at
-every job's end cost a 20 ms job 0.08-0.1 ms of the child's CPU on a 2-vCPU VM (its
-text is long, and read cold after the handler); ``statm`` is a few numbers, read while
-the job's start has the caches warm. Jobs shorter than ``STATUS_AFTER`` whose mark is
-steady skip the reset, so a no-op job pays no ``/proc`` call at all. Where
+every job's end cost a 20 ms job 0.08-0.1 ms of the child's CPU on a 2-vCPU VM (its text
+is long, and read cold after the handler); ``statm`` is a few numbers, read while the
+job's start has the caches warm. Jobs shorter than ``STATUS_AFTER`` whose mark is steady
+skip the reset, so a no-op job pays no ``/proc`` call at all. Where
 ``/proc`` cannot be written or read, one warning says so and ``ru_maxrss`` (the peak
 since the child started, if the mark cannot be reset) stands in. A process the job ran
 and reaped (a ``subprocess.run`` of an ffmpeg, issue 45) counts too: when the largest
@@ -213,8 +213,8 @@ class UsageMeter:
 
     def _exited_threads_mark(self) -> int | None:
         """Just after a reset: ``ru_maxrss`` (KiB) if it stands above the resident set,
-        which only an exited thread's mark can do, else None. Unknown (no ``statm``):
-        assumed above, so the end reads VmHWM as before this check."""
+        which only a kept mark (an exec's, an exited thread's) can do, else None.
+        Unknown (no ``statm``): assumed above, so the end reads VmHWM."""
         mark = _getrusage(_SELF).ru_maxrss
         fd = self._statm_fd
         if fd is None:
