@@ -31,6 +31,7 @@ from shared import jobs, wire
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
 from supervisor.pool import guards, overruns, recalls
 from supervisor.pool.crashloop import CrashLoop, RespawnBackoff, boot_failure_of_code
+from supervisor.pool.deadlines import Deadlines
 from supervisor.pool.discards import DiscardNotices
 from supervisor.pool.memorywatch import MemoryWatch
 from supervisor.pool.news import ChildNews, CrossedSkip, Heard, Leaving, Readied
@@ -96,9 +97,8 @@ class Pool:
         self._halt_raised = False
         self._started = False
         self._parent_pid = 0
-        # A lower bound on the earliest deadline of any child: extending a deadline
-        # leaves it early, which costs one idle look, never a missed deadline.
-        self._due: float | None = None
+        # When each child (and the pool's own forking) must be looked at next.
+        self._deadlines: Deadlines[ChildProcess] = Deadlines()
         self._size_dirty = True  # a child left the active states: recount in tick
         # The most children one recount forks (None: every one missing; 0: none for
         # now); the rest are forked by the next ones, which the loop makes at once
@@ -278,9 +278,10 @@ class Pool:
         return outcomes
 
     def next_deadline(self) -> float | None:
-        """Monotonic time by which ``tick`` must run: the next boot, heartbeat, job or
-        kill deadline (possibly a little early, never late)."""
-        return self._due
+        """Monotonic time by which ``tick`` must run: the earliest boot, job timeout,
+        heartbeat, notice, memory-sample, overrun or kill deadline a child still
+        carries (``supervisor.pool.deadlines``), or the pool's next fork."""
+        return self._deadlines.next()
 
     # -- jobs --------------------------------------------------------------------
 
@@ -303,9 +304,8 @@ class Pool:
                 self._too_large(child, job)
                 return True
             self._idle.popleft()
-            due = child.deadline()  # the sooner of its timeout and its first heartbeat
-            if self._due is None or (due is not None and due < self._due):
-                self._due = due
+            # The sooner of its timeout and its first heartbeat.
+            self._deadlines.arm(child, child.deadline())
         else:
             roomiest = self._roomiest(depth, job.queue if own_queue else None)
             if roomiest is None:
@@ -322,7 +322,8 @@ class Pool:
 
     def _watch_head(self, child: ChildProcess) -> None:
         """Arm the overrun watch on a child's running head job (``overruns.watch``)."""
-        self._arm(overruns.watch(child, self.run_times, alone=len(self._children) <= 1))
+        self._deadlines.arm(child, overruns.watch(child, self.run_times,
+                                                  alone=len(self._children) <= 1))
 
     def _release(self, child: ChildProcess, job: jobs.ClaimedJob) -> None:
         """``job`` no longer stays in ``child`` (answered, given back, taken back, or
@@ -395,7 +396,7 @@ class Pool:
         deadline = None if grace is None else now + grace
         if child.notify(reason, kind, message, deadline) is None:
             return False
-        self._arm(deadline)
+        self._deadlines.arm(child, deadline)
         return True
 
     def tell_discarded(self, told: wire.Discarded) -> None:
@@ -482,7 +483,7 @@ class Pool:
         if heard.answered:
             self._after_answer(child, now, heard.leaving)
         elif heard.started:
-            self._arm(child.deadline())
+            self._deadlines.arm(child, child.deadline())
         self._watch_head(child)
         if heard.gave_back and child.state == BUSY and not heard.answered:
             self._idle_if_empty(child)
@@ -545,7 +546,7 @@ class Pool:
             child.become_idle()
             self._idle.append(child)
         else:
-            self._arm(child.deadline())
+            self._deadlines.arm(child, child.deadline())
 
     def _on_ready(self, child: ChildProcess, now: float) -> None:
         # Once per child: where the CPU of an attempt the parent ends counts from.
@@ -592,6 +593,7 @@ class Pool:
         how = f"child {child.pid} {describe_child_exit(status)}"
         self._memory.exited(child, status)
         self._outcomes += child.close(now, how)
+        self._deadlines.forget(child)
         for job in held:
             self._release(child, job)
         for fd in (child.read_fd, child.write_fd):
@@ -614,7 +616,7 @@ class Pool:
         self._log.error("%s died before it was ready", detail)
         if not boot_failure_of_code(status, bool(child.boot_error), child.sigkilled):
             self._respawn.died(now)  # not the code's fault: fork again, spaced out
-            self._arm(self._respawn.due)
+            self._deadlines.arm_pool(self._respawn.due)
         elif self._crashes.failed(now, detail) and not self._halted:
             self._halted = self._crashes.message()
             self._log.critical("%s; no more children will be forked", self._halted)
@@ -629,7 +631,7 @@ class Pool:
         missing = self._target - len(active)
         if missing > 0 and self._respawn.waiting(self._clock()):
             self._size_dirty = True  # tick forks them once the backoff is over
-            self._arm(self._respawn.due)
+            self._deadlines.arm_pool(self._respawn.due)
             missing = 0
         batch = missing if self.fork_batch is None else min(missing, self.fork_batch)
         for _ in range(batch):
@@ -640,7 +642,8 @@ class Pool:
             if batch < missing:
                 self._size_dirty = True
                 if batch:
-                    self._arm(self._clock())  # the loop turns at once for the next batch
+                    # The loop turns at once for the next batch.
+                    self._deadlines.arm_pool(self._clock())
         staying = [c for c in active if not c.retire_after_job]
         excess = len(staying) - self._target
         if excess > 0:
@@ -673,7 +676,7 @@ class Pool:
                              oscalls=self._os, selector=self._sel, tag=self, log=self._log)
         self._children[child.pid] = child
         self._by_fd[child.read_fd] = self._by_fd[child.write_fd] = child
-        self._arm(child.boot_deadline)
+        self._deadlines.arm(child, child.boot_deadline)
         self._event(child, ChildEventKind.SPAWNED, f"max_jobs={max_jobs}")
         return True
 
@@ -684,14 +687,13 @@ class Pool:
         ``PoolHalted`` once, at the first tick after children crash-looped at boot;
         later ticks keep enforcing deadlines (kills still escalate) and fork nothing."""
         self.push()
-        due = self._due
+        due = self._deadlines.next()
         if due is not None:
             now = self._clock()
             if now - due > self._nap:
                 self._after_nap(now, now - due)
             if now >= due:
                 self._enforce_deadlines(now)
-                self._due = self._earliest()
         if self._size_dirty:
             self._maintain_size()
         if self._halted and not self._halt_raised:
@@ -707,20 +709,12 @@ class Pool:
         for child in self._children.values():
             child.after_nap(now, late)
 
-    def _earliest(self) -> float | None:
-        dues = [due for due in (c.deadline() for c in self._children.values())
-                if due is not None]
-        if self._respawn.due is not None:
-            dues.append(self._respawn.due)
-        return min(dues, default=None)
-
-    def _arm(self, when: float | None) -> None:
-        if when is not None and (self._due is None or when < self._due):
-            self._due = when
-
     def _enforce_deadlines(self, now: float) -> None:
+        """Act on every child whose deadline has come, earliest first, then watch each
+        again for whatever deadline it carries after that."""
+        due = self._deadlines.due(now)
         settings = self.settings
-        for child in list(self._children.values()):
+        for child in due:
             overdue = child.overdue(now)
             head = child.head
             if overdue is Overdue.JOB and head is not None:
@@ -743,6 +737,7 @@ class Pool:
                 self._log.warning("%s did not exit in time: SIGKILL to its group",
                                   child.describe())
                 child.escalate()
+        self._deadlines.rearm(due)
 
     def _check_silent(self, child: ChildProcess, now: float) -> None:
         """No heartbeat within its timeout: hung, or busy in native code that holds the
@@ -793,7 +788,7 @@ class Pool:
         if child.state == IDLE:
             self._idle.remove(child)
         child.stop(now, told=told)
-        self._arm(child.exit_deadline)
+        self._deadlines.arm(child, child.exit_deadline)
         self._size_dirty = True
         self._event(child, ChildEventKind.STOPPING, why)
 
@@ -806,7 +801,7 @@ class Pool:
         if child.state == IDLE:
             self._idle.remove(child)
         child.kill(sig, now, kind, message, boot=boot)
-        self._arm(child.exit_deadline)
+        self._deadlines.arm(child, child.exit_deadline)
         self._size_dirty = True
         self._event(child, ChildEventKind.KILLED, message)
 
