@@ -10,6 +10,7 @@ still set (overrun, heartbeat, job timeout, exit, respawn) is still met on time.
 
 from __future__ import annotations
 
+import random
 import signal
 
 import pytest
@@ -95,6 +96,47 @@ def test_a_stream_of_moved_deadlines_keeps_one_live_entry_per_child():
         heap.arm(child, child.when)  # each job's watch, later than the last
         assert heap.next() == step + 0.2
     assert len(heap) == 1
+
+
+def test_against_a_recount_of_every_child_in_a_random_life():
+    """Thousands of random moves (later without an arm, earlier with one, a child
+    dropping its deadline, reaped, or new), against the plain recount the heap
+    replaces: the same next time at every step, the same children due, none late."""
+    rng = random.Random(43)
+    heap: Deadlines[Watched] = Deadlines()
+    live: list[Watched] = []
+    now = 0.0
+    for _ in range(5_000):
+        move = rng.random()
+        if move < 0.15 or not live:
+            child = Watched(now + rng.uniform(0.0, 2.0))
+            live.append(child)
+            heap.arm(child, child.when)
+        elif move < 0.45:
+            child = rng.choice(live)
+            if child.when is not None:
+                child.when += rng.uniform(0.0, 1.0)  # a heartbeat, a job that ended
+        elif move < 0.6:
+            child = rng.choice(live)
+            child.when = now + rng.uniform(0.0, 1.0)  # a new job's watch, armed
+            heap.arm(child, child.when)
+        elif move < 0.65:
+            rng.choice(live).when = None  # idle
+        elif move < 0.7:
+            child = live.pop(rng.randrange(len(live)))
+            heap.forget(child)
+        else:
+            now += rng.uniform(0.0, 0.3)
+            expected = sorted((c for c in live if c.when is not None and c.when <= now),
+                              key=lambda c: c.when or 0.0)
+            found = heap.due(now)
+            assert {id(c) for c in found} == {id(c) for c in expected}
+            for child in found:  # acted on: the next deadline is later
+                child.when = now + rng.uniform(0.01, 1.0)
+            heap.rearm(found)
+        recount = min((c.when for c in live if c.when is not None), default=None)
+        assert heap.next() == recount
+    assert len(heap) <= 3 * len(live) + 1
 
 
 # -- the pool -------------------------------------------------------------------------
