@@ -30,12 +30,17 @@ in a long hold each walks every entry the hold kept (225 ms a probe at 20 minute
 1,000 jobs/s) on a machine of two cores, beside the supervisor it measures; its reads
 are taken out of the counts, but not the CPU it takes.
 
+``--minutes``: after the table, each phase minute by minute (jobs made due in that
+minute, pickup p50/p99/max, how many of them were not started at the end): where a
+recovery's tail sits, and whether the backlog after a hold was gone within two minutes,
+as issue 40 asks.
+
 The issue's full lengths: ``--baseline 300 --hold 1200 --recovery 600`` (and ``--rate
 1000``); the defaults run in about three minutes.
 
 Usage: python scripts/bench/horizon.py [--mode steady|drain] [--holder rr|xid|none]
        [--rate 500] [--baseline 40] [--hold 90] [--recovery 40] [--jobs 100000]
-       [--batch-size 0] [--fair] [--probe-every 5]
+       [--batch-size 0] [--fair] [--probe-every 5] [--minutes]
 """
 
 from __future__ import annotations
@@ -259,9 +264,24 @@ def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, off
             f"| {float(wal) / jobs:.0f} |")
 
 
+def minute_rows(conn: psycopg.Connection, name: str, a: Counters, b: Counters) -> list[str]:
+    """The phase between ``a`` and ``b`` minute by minute, by when its jobs were due."""
+    rows = conn.execute(
+        """SELECT floor(extract(epoch FROM run_at - %(a)s) / 60)::int AS minute, count(*),
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY attempted_at - run_at),
+                  percentile_cont(0.99) WITHIN GROUP (ORDER BY attempted_at - run_at),
+                  max(attempted_at - run_at),
+                  count(*) FILTER (WHERE attempted_at IS NULL)
+           FROM supervisor.jobs WHERE run_at > %(a)s AND run_at <= %(b)s
+           GROUP BY 1 ORDER BY 1""",
+        {"a": a.at, "b": b.at}).fetchall()
+    return [f"| {name} | {minute + 1} | {jobs} | {_ms(p50)} / {_ms(p99)} / {_ms(longest)} "
+            f"| {waiting} |" for minute, jobs, p50, p99, longest, waiting in rows]
+
+
 def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float,
            recovery: float, batch_size: int = 0, fair: bool = False,
-           probe_every: float = 5.0) -> None:
+           probe_every: float = 5.0, minutes: bool = False) -> None:
     dsn = scratch(base_dsn)
     supervisor = start_supervisor(dsn, *fair_config(fair))
     producer = Producer(dsn, rate, batch_size)
@@ -282,6 +302,7 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
             time.sleep(3.0)  # warm-up, not measured
             phases = (("baseline", baseline, False), (f"hold ({holder})", hold, True),
                       ("recovery", recovery, False))
+            by_minute: list[str] = []
             for name, seconds, held in phases:
                 opened = Holder(dsn, holder) if held else None
                 a, offered_a, probes = counters(conn), producer.offered, []
@@ -295,6 +316,13 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
                 b = counters(conn)
                 print(phase_row(conn, name, a, b, producer.offered - offered_a, probes),
                       flush=True)
+                if minutes:
+                    by_minute += minute_rows(conn, name, a, b)
+            if minutes:
+                print("\n| phase | minute | jobs due | pickup p50 / p99 / max ms "
+                      "| not started at the end |")
+                print("|---|---|---|---|---|")
+                print("\n".join(by_minute), flush=True)
     finally:
         producer.stopping.set()
         supervisor.terminate()
@@ -372,6 +400,8 @@ def main() -> None:
                         help='the queue fair = "batch" (with --batch-size)')
     parser.add_argument("--probe-every", type=float, default=5.0,
                         help="seconds between two read-only probes from the index's head")
+    parser.add_argument("--minutes", action="store_true",
+                        help="each phase minute by minute after the table")
     args = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C, so the supervisor is stopped: one left behind claims
     # from the next run's database of the same name (two supervisors, not one, measured).
@@ -384,7 +414,7 @@ def main() -> None:
         raise SystemExit("horizon.py: --batch-size must be positive, and --fair needs it")
     if args.mode == "steady":
         steady(args.dsn, args.holder, args.rate, args.baseline, args.hold, args.recovery,
-               args.batch_size, args.fair, args.probe_every)
+               args.batch_size, args.fair, args.probe_every, args.minutes)
     else:
         drain(args.dsn, args.holder, args.jobs, args.rounds, args.batch_size, args.fair)
 
