@@ -16,7 +16,7 @@ The depth a queue of ``t``-second jobs holds per child (prefetch "auto", claim l
   spare), at most ``max_depth``; the pipe holds all of it, at most ``max_pipeline``;
 - ``floor_from`` <= ``t`` < ``long_job``: at least ``ceil(claim_covers / t)`` as well;
 - ``t`` >= ``long_job``: ``ceil(claim_round_trips * L / t) + 1`` claimed per child, a pipe
-  of one;
+  of ``long_job_pipe`` (two) below ``long_pipe_until`` (1 s), of one from there on;
 - a kind with tail runs: its pipe at most ``1 + tail_share * runs / tail runs`` (never
   below ``min_tail_pipe``).
 
@@ -73,8 +73,16 @@ class Tuning:
         1e-6, "seconds a run time measured as zero counts as in the depth's division",
         "scripts/bench/drain_ceiling.py")
     long_job: float = _rule(
-        0.1, "seconds: jobs this long run one per child (a pipe of one, no spare, no "
-        "carry wait for the claim)", "scripts/bench/efficiency_interleaved.py")
+        0.1, "seconds: jobs this long are claimed without a spare, no carry wait for the "
+        "claim, and a pipe of two at most", "scripts/bench/efficiency_interleaved.py")
+    long_job_pipe: int = _rule(
+        2, "jobs in the pipe of a child running long jobs shorter than long_pipe_until, "
+        "the running one included: the next one's START rides on the answer's write (a "
+        "pipe of one: a second parent wake and a 1.3 ms idle gap a 100 ms job)",
+        "scripts/bench/job_timeline.py")
+    long_pipe_until: float = _rule(
+        1.0, "seconds: jobs this long have a pipe of one, the gap is nothing to them and "
+        "a job queued behind one would wait for it", "scripts/bench/job_timeline.py")
     floor_from: float = _rule(
         0.005, "seconds: jobs from this long up to long_job are claimed claim_covers of "
         "work per child at least", "scripts/bench/efficiency_interleaved.py")

@@ -6,9 +6,10 @@ here, in review, as an edited row.
 
 The curve is not smooth on purpose, and these rows say where it jumps and why: at
 ``floor_from`` (5 ms) a claim starts to take ``claim_covers`` (0.1 s) of work per child
-(3 -> 20 jobs at a 2 ms claim latency: fewer claims and commits per job, issue 31), and at
-``long_job`` (0.1 s) a job gets a pipe to itself (3 -> 1: it never waits behind another
-while a child idles).
+(3 -> 20 jobs at a 2 ms claim latency: fewer claims and commits per job, issue 31); at
+``long_job`` (0.1 s) the pipe holds the running job and the next (3 -> 2: the next one's
+START rides on the answer's write); and at ``long_pipe_until`` (1 s) a job gets a pipe to
+itself (2 -> 1: it never waits behind another while a child idles).
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ CURVE = [
     (0.02, 0.002, 10, "claim_covers", 5, "claim_covers"),
     (0.05, 0.002, 6, "claim_round_trips", 3, "claim_round_trips"),
     (0.0999, 0.002, 6, "claim_round_trips", 3, "claim_round_trips"),
-    (0.1, 0.002, 4, "claim_round_trips", 1, "long_job"),
-    (2.0, 0.002, 4, "claim_round_trips", 1, "long_job"),
+    (0.1, 0.002, 4, "claim_round_trips", 2, "long_job_pipe"),
+    (0.5, 0.002, 4, "claim_round_trips", 2, "long_job_pipe"),
+    (0.999, 0.002, 4, "claim_round_trips", 2, "long_job_pipe"),
+    (1.0, 0.002, 4, "claim_round_trips", 1, "long_pipe_until"),
+    (2.0, 0.002, 4, "claim_round_trips", 1, "long_pipe_until"),
 ]
 
 
@@ -72,4 +76,15 @@ def test_the_pipe_cap_of_a_tailed_kind(every, cap):
     for i in range(1000):
         tail = every is not None and i % every == every - 1
         times.ran("k", "q", 3.0 if tail else 0.002)
+    assert times.pipe_cap("k") == cap
+
+
+@pytest.mark.parametrize(("typical", "cap"), [(0.15, 1), (0.099, 2), (0.002, 2)])
+def test_a_tailed_kind_of_long_jobs_keeps_a_pipe_of_one(typical, cap):
+    """Jobs of ``long_job`` or more get a pipe of two (the next START rides on the
+    answer), except a kind with tail runs: the job behind a tail run would wait for its
+    overrun, a second or more, to save a round trip of a millisecond."""
+    times = RunTimes()
+    for i in range(400):
+        times.ran("k", "q", 3.0 if i % 20 == 19 else typical)
     assert times.pipe_cap("k") == cap

@@ -48,8 +48,13 @@ def test_a_set_prefetch_and_another_table_say_so():
     explain, _planner, times = explainer("q", tuning=Tuning(long_job=0.01))
     times.ran("k", "q", 0.02)
     said = explain.queue("q", 2)
-    assert said["pipe"] == {"value": 1, "rule": "long_job"}
+    assert said["pipe"] == {"value": 2, "rule": "long_job_pipe"}
     assert said["carry"]["claim_coming"] == {"value": None, "rule": "long_job"}
+    explain, _planner, times = explainer("q", tuning=Tuning(long_job=0.01,
+                                                           long_pipe_until=0.015))
+    times.ran("k", "q", 0.02)
+    said = explain.queue("q", 2)
+    assert said["pipe"] == {"value": 1, "rule": "long_pipe_until"}
 
 
 def test_a_tailed_kind_shows_its_cap_and_a_moved_value_is_logged_once(caplog):

@@ -84,8 +84,8 @@ def test_status_explain_shows_each_served_queues_rules(dsn, tmp_path):
             else {"value": pytest.approx(overrun, abs=1e-5), "rule": "overrun_factor"})
         assert sleep["pipe_cap"] == {"value": None, "rule": "no tail runs"}
 
-        long = queues["weighted_a"]  # 0.2 s jobs: one per pipe, no carry wait
-        assert long["pipe"] == {"value": 1, "rule": "long_job"}
+        long = queues["weighted_a"]  # 0.2 s jobs: two per pipe, no carry wait
+        assert long["pipe"] == {"value": 2, "rule": "long_job_pipe"}
         assert long["carry"]["claim_coming"] == {"value": None, "rule": "long_job"}
         assert long["kinds"]["e2e_work_a"]["overrun_after"]["value"] >= 0.4
 
@@ -103,7 +103,7 @@ def test_status_explain_shows_each_served_queues_rules(dsn, tmp_path):
         tuning = text[text.index("tuning of "):]
         default_row = next(row for row in tuning.splitlines() if row.startswith("default "))
         assert re.search(r"\b\d+ \((claim_round_trips|claim_covers)\)", default_row), text
-        assert "1 (long_job)" in text
+        assert "2 (long_job_pipe)" in text
         # The first measured run time moved the depth: said at debug.
         assert "queue default: depth is now " in sup.err
         assert "(was 1 (unmeasured))" in sup.err

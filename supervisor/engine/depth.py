@@ -34,9 +34,18 @@ What a queue holds for a child waits in that child's own pipe (``pipeline``, at 
 ``max_pipeline``), so the child runs back to back whenever the parent is late, not only
 while it turns its loop: with both children busy on 2 shared cores the parent itself
 waits for a CPU for milliseconds at a time. Measured with 5 ms jobs: a pipe of one claim
-round trip (2 or 3 jobs) took 5.7-9.6 s where the whole window took 5.0-5.9 s. A job of
-``long_job`` or more gets a child to itself: it never waits behind another while a child
-is idle, and what the pipe would save it is nothing to it.
+round trip (2 or 3 jobs) took 5.7-9.6 s where the whole window took 5.0-5.9 s.
+
+Jobs of ``long_job`` (0.1 s) up to ``long_pipe_until`` (1 s) have a pipe of two
+(``long_job_pipe``): the next job waits behind the running one, so its START goes in the
+same write as the answer and the child never waits for the parent between the two.
+With a pipe of one each 100 ms job cost the parent a second wake and its child a gap of
+about 1.3 ms (median, `job_timeline.py`), against 0.5 ms with two. The one queued job
+waits at most for the running one, which is under a second, and is recalled at that
+one's overrun (``overrun_factor`` times its kind's p95), or given to an idle child at the
+queue's end (``Pool.rebalance``). From ``long_pipe_until`` on a job gets a child to
+itself: it never waits behind another while a child is idle, and what the pipe would
+save it is nothing to it.
 """
 
 from __future__ import annotations
@@ -102,8 +111,9 @@ class PrefetchDepth:
 
     def pipeline(self, queue: str, configured: int | None) -> int:
         """Jobs of ``queue`` one child may hold in its pipe, the running one included:
-        ``configured`` when the queue sets a prefetch, one for long jobs (and until a
-        run time was measured), else the queue's whole depth per child."""
+        ``configured`` when the queue sets a prefetch, two for jobs of 0.1-1 s and one
+        for longer ones (and until a run time was measured), else the queue's whole
+        depth per child."""
         if configured is not None:
             return max(1, configured)
         return self.decide_pipeline(queue).value
@@ -113,8 +123,12 @@ class PrefetchDepth:
         run_time = self.run_times.queue_average(queue)
         if run_time is None:
             return Decided(1, "unmeasured")
-        if run_time >= self.tuning.long_job:
-            return Decided(1, "long_job")
+        tuning = self.tuning
+        if run_time >= tuning.long_pipe_until:
+            return Decided(1, "long_pipe_until")
+        if run_time >= tuning.long_job:
+            depth = self.decide_depth(queue)
+            return Decided(min(tuning.long_job_pipe, depth.value), "long_job_pipe")
         depth = self.decide_depth(queue)
         if depth.value > self.tuning.max_pipeline:
             return Decided(self.tuning.max_pipeline, "max_pipeline")
