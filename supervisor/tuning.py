@@ -78,7 +78,7 @@ class Tuning:
     long_job_pipe: int = _rule(
         2, "jobs in the pipe of a child running long jobs shorter than long_pipe_until, "
         "the running one included: the next one's START rides on the answer's write (a "
-        "pipe of one: a second parent wake and a 1.3 ms idle gap a 100 ms job)",
+        "pipe of one: a second parent wake and a 1.0-1.1 ms idle gap a 200 ms job)",
         "scripts/bench/job_timeline.py")
     long_pipe_until: float = _rule(
         1.0, "seconds: jobs this long have a pipe of one, the gap is nothing to them and "

@@ -57,6 +57,14 @@ def test_a_set_prefetch_and_another_table_say_so():
     assert said["pipe"] == {"value": 1, "rule": "long_pipe_until"}
 
 
+def test_a_tailed_kind_of_long_jobs_shows_a_cap_of_one_set_by_long_job():
+    explain, _planner, times = explainer("q")
+    for i in range(200):
+        times.ran("k", "q", 3.0 if i % 20 == 19 else 0.15)
+    said = explain.queue("q", 2)
+    assert said["kinds"]["k"]["pipe_cap"] == {"value": 1, "rule": "long_job"}
+
+
 def test_a_tailed_kind_shows_its_cap_and_a_moved_value_is_logged_once(caplog):
     explain, _planner, times = explainer("q")
     explain.publish(2)

@@ -131,6 +131,7 @@ def test_against_a_recount_of_every_child_in_a_random_life():
                               key=lambda c: c.when or 0.0)
             found = heap.due(now)
             assert {id(c) for c in found} == {id(c) for c in expected}
+            assert [c.when for c in found] == [c.when for c in expected]  # earliest first
             for child in found:  # acted on: the next deadline is later
                 child.when = now + rng.uniform(0.01, 1.0)
             heap.rearm(found)

@@ -39,13 +39,14 @@ round trip (2 or 3 jobs) took 5.7-9.6 s where the whole window took 5.0-5.9 s.
 Jobs of ``long_job`` (0.1 s) up to ``long_pipe_until`` (1 s) have a pipe of two
 (``long_job_pipe``): the next job waits behind the running one, so its START goes in the
 same write as the answer and the child never waits for the parent between the two.
-With a pipe of one each 100 ms job cost the parent a second wake and its child a gap of
-about 1.3 ms (median, `job_timeline.py`), against 0.5 ms with two. The one queued job
-waits at most for the running one, which is under a second, and is recalled at that
-one's overrun (``overrun_factor`` times its kind's p95), or given to an idle child at the
-queue's end (``Pool.rebalance``). From ``long_pipe_until`` on a job gets a child to
-itself: it never waits behind another while a child is idle, and what the pipe would
-save it is nothing to it.
+With a pipe of one each 200 ms job cost the parent a second wake and its child a gap of
+1.0-1.1 ms between two jobs (median, ``job_timeline.py``), against 0.4-0.6 ms with two.
+The queued job waits for the running one, typically under a second, and is recalled at
+that one's overrun (``overrun_factor`` times its kind's p95) or given to an idle child at
+the queue's end (``Pool.rebalance``); a kind of such jobs with tail runs keeps a pipe of one
+(``RunTimes.pipe_cap``), so no job waits behind its tail. From ``long_pipe_until`` on a
+job gets a child to itself: it never waits behind another while a child is idle, and
+what the pipe would save it is nothing to it.
 """
 
 from __future__ import annotations
@@ -126,10 +127,9 @@ class PrefetchDepth:
         tuning = self.tuning
         if run_time >= tuning.long_pipe_until:
             return Decided(1, "long_pipe_until")
-        if run_time >= tuning.long_job:
-            depth = self.decide_depth(queue)
-            return Decided(min(tuning.long_job_pipe, depth.value), "long_job_pipe")
         depth = self.decide_depth(queue)
-        if depth.value > self.tuning.max_pipeline:
-            return Decided(self.tuning.max_pipeline, "max_pipeline")
+        if run_time >= tuning.long_job:
+            return Decided(min(tuning.long_job_pipe, depth.value), "long_job_pipe")
+        if depth.value > tuning.max_pipeline:
+            return Decided(tuning.max_pipeline, "max_pipeline")
         return depth

@@ -84,7 +84,8 @@ class Explainer:
                                        "min_overrun" if overrun <= tuning.min_overrun
                                        else "overrun_factor"),
                 "pipe_cap": (_said(None, "no tail runs") if cap is None else
-                             _said(cap, "min_tail_pipe" if cap <= tuning.min_tail_pipe
+                             _said(cap, "long_job" if cap < tuning.min_tail_pipe
+                                   else "min_tail_pipe" if cap == tuning.min_tail_pipe
                                    else "tail_share")),
             }
         return {

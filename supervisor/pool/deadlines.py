@@ -101,7 +101,7 @@ class Deadlines(Generic[ChildT]):
             self.arm(child, child.deadline())
 
     def __len__(self) -> int:
-        """Entries held, stale ones included (bounded by the arms since their drop)."""
+        """Entries held, stale ones included: what the lazy drop has not yet dropped."""
         return len(self._heap)
 
     def _settle_top(self) -> float | None:

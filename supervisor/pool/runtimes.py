@@ -32,7 +32,8 @@ A recall still comes ``min_overrun`` late for every job queued behind the long h
 a pipe of 8 and one job in 200 long, 3.5% of the short jobs waited at least that (the
 benchmark's p99 was the recall's delay). So a kind whose recent runs include a tail
 (runs of at least ``tail_factor`` times its median and at least ``min_overrun``) holds
-at most ``pipe_cap`` jobs per pipe (never fewer than two): few enough that the jobs
+at most ``pipe_cap`` jobs per pipe (never fewer than two, but one for a kind of long
+jobs, whose median is ``long_job`` or more): few enough that the jobs
 that can sit behind one of its tail runs stay under ``tail_share`` of its jobs. The rest
 wait in the parent, where whichever child frees first takes them. Such a kind's wall
 time is its tail's, so a pipe shorter than its queue's depth costs it next to nothing.
