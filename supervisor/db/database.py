@@ -70,6 +70,16 @@ T = TypeVar("T")
 _SESSION_ENDING = ("08", "57P01", "57P02", "57P03")
 
 
+class ServerWentAway(DatabaseUnavailable):
+    """The server accepted the connections, then dropped them before they were ready
+    (a restart or a terminated backend): the database is there, so this is an outage,
+    not an unreachable database. ``cause`` is the error that ended the connection."""
+
+    def __init__(self, message: str, cause: psycopg.Error) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` means the connection is gone (reconnect), as opposed to a
     statement that failed on a live connection (a timeout, a lock, bad data: retry)."""
@@ -127,6 +137,9 @@ class Database:
         # The last outage began with a wait a stop signal cut short: the server may well
         # be fine, so the last writes at exit are worth one more connect.
         self.cut_short = False
+        # The server went away before the start-up's schema check was done: the
+        # reconnection does it.
+        self.schema_unchecked = False
         self._failures = 0
         self._errors = ThrottledLog(log, logging.ERROR, clock)
 
@@ -152,6 +165,17 @@ class Database:
             connect_within))
         self._adopt(conns, check_schema=check_schema)
 
+    def start(self, *, check_schema: bool = False) -> None:
+        """Connect at start, as ``open``; but a server that answered and then dropped the
+        connections before start-up was done (restarted as the supervisor started)
+        begins an outage, as it would a minute later, instead of a start-up error. Only
+        a server that cannot be reached at all raises ``DatabaseUnavailable``."""
+        try:
+            self.open(check_schema=check_schema)
+        except ServerWentAway as gone:
+            self.schema_unchecked = check_schema
+            self.lost(gone.cause)
+
     def _adopt(self, conns: list[psycopg.Connection], *, check_schema: bool = False) -> None:
         """Start using freshly opened connections: the schema's version (with
         ``check_schema``), LISTEN (with its check), then the work, claim and listen
@@ -175,8 +199,11 @@ class Database:
         except psycopg.Error as exc:
             for conn in conns:
                 close_quietly(conn)
-            raise DatabaseUnavailable(f"lost PostgreSQL at {describe(self.dsn)} while "
-                                      f"connecting: {first_line(exc)}") from None
+            message = f"lost PostgreSQL at {describe(self.dsn)} while connecting: " \
+                      f"{first_line(exc)}"
+            if connection_lost(exc):
+                raise ServerWentAway(message, exc) from None
+            raise DatabaseUnavailable(message) from None
         except SchemaMissing:
             for conn in conns:
                 close_quietly(conn)
@@ -382,9 +409,11 @@ class Database:
         self.connecting = None
         if attempt:
             try:
-                self._adopt([c.conn for c in attempt if c.conn is not None])
+                self._adopt([c.conn for c in attempt if c.conn is not None],
+                            check_schema=self.schema_unchecked)
             except DatabaseUnavailable:
                 return self._attempt_failed()
+            self.schema_unchecked = False
         log.warning("database connection restored after %.1f s",
                     now - (self.down_since or now))
         self.down_since = None

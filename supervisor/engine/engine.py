@@ -118,10 +118,11 @@ class Engine:
 
     # -- the loop's calls ---------------------------------------------------------------
     def open(self, check_schema: bool = False) -> None:
-        """Connect to the database; raises ``DatabaseUnavailable`` if it cannot, and
+        """Connect to the database; raises ``DatabaseUnavailable`` if it cannot be
+        reached (one that drops the connections as they open begins an outage), and
         with ``check_schema`` ``SchemaMissing`` unless the schema is this code's. Says
         which memory budget applies and where it comes from (issue 51)."""
-        self.db.open(check_schema=check_schema)
+        self.db.start(check_schema=check_schema)
         log.info("memory: %s", self.admission.memory_summary())
 
     @property
