@@ -5,7 +5,8 @@ starts or touches a PostgreSQL.
 * ``fresh_dsn``: a brand-new empty database for this test, dropped afterwards (on a
   thread of its own: see ``pgharness.LaterDrops``).
 * ``dsn``: a brand-new database with the schema migrated (cloned from a template that
-  is migrated once per session, so it costs one CREATE DATABASE).
+  is migrated once per session, so it costs one CREATE DATABASE, made while the test
+  before ran: ``pgharness.SpareDatabases``).
 * ``conn``: an autocommit psycopg connection to ``dsn``.
 * ``throwaway_server``: a private embedded PostgreSQL the test may stop and restart.
 
@@ -70,6 +71,15 @@ def _migrated_template(pg_base_dsn):
         pgharness.drop_database(pg_base_dsn, name)
 
 
+@pytest.fixture(scope="session")
+def _spare_databases(pg_base_dsn, _migrated_template):
+    spares = pgharness.SpareDatabases(pg_base_dsn, _migrated_template, LATER_DROPS)
+    try:
+        yield spares
+    finally:
+        spares.close()
+
+
 @pytest.fixture
 def fresh_dsn(pg_base_dsn):
     name = pgharness.unique_name("supervisor_t")
@@ -78,10 +88,10 @@ def fresh_dsn(pg_base_dsn):
 
 
 @pytest.fixture
-def dsn(pg_base_dsn, _migrated_template):
-    name = pgharness.unique_name("supervisor_t")
-    yield pgharness.create_database(pg_base_dsn, name, template=_migrated_template)
-    LATER_DROPS.drop(pg_base_dsn, name)
+def dsn(pg_base_dsn, _spare_databases):
+    test_dsn = _spare_databases.take()
+    yield test_dsn
+    LATER_DROPS.drop(pg_base_dsn, psycopg.conninfo.conninfo_to_dict(test_dsn)["dbname"])
 
 
 @pytest.fixture

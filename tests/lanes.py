@@ -33,7 +33,8 @@ NO_DB_ENV = "SUPERVISOR_TEST_NO_DB"
 # The fixtures that reach a PostgreSQL. A test's fixture closure includes the fixtures
 # its fixtures use, so these roots also catch every fixture built on them.
 DATABASE_FIXTURES = frozenset({
-    "pg_base_dsn", "_migrated_template", "fresh_dsn", "dsn", "conn", "throwaway_server",
+    "pg_base_dsn", "_migrated_template", "_spare_databases", "fresh_dsn", "dsn", "conn",
+    "throwaway_server",
     "supervisor_test_server", "supervisor_dsn", "supervisor_fresh_dsn", "supervisor_conn",
 })
 
