@@ -12,6 +12,12 @@ PAUSED_CHANNEL = "supervisor_paused"  # payload: a queue that was paused
 # payload: queue, priority, run_at (epoch seconds), tab-separated: where a job became
 # available in the claim order (schema 0029; the claim cursors move back to it)
 KEYS_CHANNEL = "supervisor_job_keys"
+# payload: "kind_pauses" or "queue_limits", the table a statement changed (schema 0031)
+SETTINGS_CHANNEL = "supervisor_settings"
+# Seconds between reads of kind pauses and global limits by a supervisor that hears
+# SETTINGS_CHANNEL (it reads them when told): the net for a notice missed. One that
+# cannot LISTEN reads them at every poll.
+SETTINGS_FALLBACK = 10.0
 
 # Job states that are still work (not history).
 LIVE_STATES = ("available", "scheduled", "retryable", "running")

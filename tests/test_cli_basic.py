@@ -6,6 +6,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from shared.migrate import available_migrations
 from supervisor.cli.main import main
 
 pytestmark = pytest.mark.timeout(60)
@@ -18,7 +19,9 @@ def invoke(*args: str):
 def test_migrate_then_up_to_date(fresh_dsn):
     first = invoke("migrate", "--dsn", fresh_dsn)
     assert first.exit_code == 0, first.output
-    assert first.output.strip() == "applied 0030_baseline"
+    assert first.output.splitlines() == [f"applied {m.version:04d}_{m.name}"
+                                         for m in available_migrations()]
+    assert first.output.startswith("applied 0030_baseline\n")
     again = invoke("migrate", "--dsn", fresh_dsn)
     assert again.exit_code == 0
     assert again.output.strip().startswith("schema is up to date (version ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine_fakes import make_engine
 
+from shared.defaults import SETTINGS_FALLBACK
 from shared.jobs import ClaimedJob
 from supervisor.db import KindPause
 from supervisor.engine.polling import MIN_POLL_GAP, POLL_JITTER_HIGH, POLL_JITTER_LOW, PROMOTE_AGAIN
@@ -84,3 +85,67 @@ def test_a_pause_notice_the_database_cannot_detail_still_pauses_without_stopping
     engine.poller.notified_pauses({"default"}, clock.now, pool)
     assert not pool.notified
     assert [j.id for j in engine.outbox.pending.releases] == [2]
+
+
+def _counting_kind_reads(store, pauses):
+    reads: list[int] = []
+
+    def paused_kinds():
+        reads.append(1)
+        return dict(pauses)
+
+    store.paused_kinds = paused_kinds
+    return reads
+
+
+def test_a_listening_poller_reads_kind_pauses_only_when_told_or_at_the_fallback():
+    """Issue 43: kind pauses were read at every poll (one of an idle supervisor's five
+    statements a second). With LISTEN, schema 0031's trigger tells of a change; a poll
+    reads them then, after a reconnection, or every ``SETTINGS_FALLBACK``."""
+    engine, db, store, pool, clock = make_engine()
+    reads = _counting_kind_reads(store, {})
+    poller = engine.poller
+    poller.poll(clock.now, pool)
+    assert len(reads) == 1
+    for _ in range(5):  # polls a second apart, nothing changed
+        clock.now += 1.0
+        poller.poll(clock.now, pool)
+    assert len(reads) == 1
+    store.paused_kinds = lambda: {"k": KindPause("paused by hand", None)}
+    db.settings_changed.add("kind_pauses")  # the trigger's NOTIFY
+    clock.now += 0.01
+    engine.tick(clock.now, pool)  # hears it
+    poller.poll(clock.now, pool)
+    assert "k" not in engine.claimer.kinds
+    reads = _counting_kind_reads(store, {"k": KindPause("paused by hand", None)})
+    clock.now += SETTINGS_FALLBACK
+    poller.poll(clock.now, pool)
+    assert len(reads) == 1  # the fallback's
+    poller.right_away(clock.now)  # as after a reconnection: no notice was heard
+    poller.poll(clock.now, pool)
+    assert len(reads) == 2
+
+
+def test_a_timed_kind_pause_is_read_again_when_it_runs_out():
+    engine, _db, store, pool, clock = make_engine()
+    reads = _counting_kind_reads(store, {"k": KindPause("breaker tripped", 3.0)})
+    poller = engine.poller
+    poller.poll(clock.now, pool)
+    assert "k" not in engine.claimer.kinds
+    clock.now += 2.0
+    poller.poll(clock.now, pool)
+    assert len(reads) == 1
+    reads = _counting_kind_reads(store, {})  # the cooldown is over
+    clock.now += 1.0
+    poller.poll(clock.now, pool)
+    assert len(reads) == 1 and "k" in engine.claimer.kinds
+
+
+def test_without_listen_kind_pauses_are_read_at_every_poll():
+    engine, db, store, pool, clock = make_engine()
+    db.listen = False  # behind a pooler in transaction mode: no notice comes
+    reads = _counting_kind_reads(store, {})
+    for _ in range(3):
+        engine.poller.poll(clock.now, pool)
+        clock.now += 1.0
+    assert len(reads) == 3

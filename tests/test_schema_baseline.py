@@ -18,10 +18,18 @@ import pytest
 from legacy_schema import migrate_the_old_way
 
 from shared.enqueue import enqueue
-from shared.migrate import BASELINE_VERSION, LAST_LEGACY_COMMIT, current_version, migrate
+from shared.migrate import (
+    BASELINE_VERSION,
+    LAST_LEGACY_COMMIT,
+    available_migrations,
+    current_version,
+    migrate,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
+# The baseline, then what came after it.
+EVERY_VERSION = [m.version for m in available_migrations()]
 PG_DUMP = shutil.which("pg_dump")
 needs_pg_dump = pytest.mark.skipif(PG_DUMP is None, reason="pg_dump is not on PATH")
 
@@ -73,6 +81,11 @@ CHANGED = ("CREATE FUNCTION supervisor.notify_inserted_jobs()",
            "CREATE FUNCTION supervisor.jobs_after_update()",
            "CREATE INDEX jobs_batch_open_idx",
            "CREATE INDEX jobs_fair_idx")
+# What migrations after the baseline added (the old files never had it): the settings
+# notices (0031).
+LATER = ("CREATE FUNCTION supervisor.notify_settings()",
+         "CREATE TRIGGER kind_pauses_notify",
+         "CREATE TRIGGER queue_limits_notify")
 
 
 @needs_pg_dump
@@ -81,7 +94,7 @@ def test_the_baseline_builds_what_the_old_files_built(fresh_dsn, second_fresh_ds
             psycopg.connect(second_fresh_dsn, autocommit=True) as new:
         assert migrate_the_old_way(old)[-1] == BASELINE_VERSION - 1
         old_schema = schema_of(fresh_dsn, CHANGED)
-        assert [m.version for m in migrate(new)] == [BASELINE_VERSION]
+        assert [m.version for m in migrate(new)] == EVERY_VERSION
         # and the one row a migration put in: the history's roll-up mark
         for conn in (old, new):
             assert conn.execute("SELECT count(*) FROM supervisor.rollup_mark").fetchone() == (1,)
@@ -89,7 +102,7 @@ def test_the_baseline_builds_what_the_old_files_built(fresh_dsn, second_fresh_ds
     new_schema = schema_of(second_fresh_dsn)
     assert len(new_schema) > 100  # the comparison compares something
     assert without_storage_settings(old_schema) == \
-        without_storage_settings(schema_of(second_fresh_dsn, CHANGED))
+        without_storage_settings(schema_of(second_fresh_dsn, CHANGED + LATER))
     assert schema_of(fresh_dsn) == new_schema
     with psycopg.connect(second_fresh_dsn, autocommit=True) as conn:
         options = conn.execute("SELECT reloptions FROM pg_class "
@@ -159,16 +172,18 @@ def test_a_database_at_0029_keeps_every_row_through_the_upgrade(fresh_dsn, secon
 
     done = supervisor_migrate(fresh_dsn)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["applied", f"{BASELINE_VERSION:04d}_baseline"]
+    assert done.stdout.splitlines() == [f"applied {m.version:04d}_{m.name}"
+                                        for m in available_migrations()]
 
     with psycopg.connect(fresh_dsn, autocommit=True) as conn:
         after = every_row(conn)
         recorded, old_records = after.pop("migrations"), before.pop("migrations")
         assert set(old_records) <= set(recorded)  # 0001-0029 stay recorded
-        [added] = set(recorded) - set(old_records)
-        assert '"version": 30' in added and '"name": "baseline"' in added
+        added = sorted(set(recorded) - set(old_records))
+        assert len(added) == len(EVERY_VERSION)  # the baseline and every later one
+        assert any('"version": 30' in row and '"name": "baseline"' in row for row in added)
         assert after == before
-        assert current_version(conn) == BASELINE_VERSION
+        assert current_version(conn) == EVERY_VERSION[-1]
         new_id = conn.execute("INSERT INTO supervisor.jobs (kind) VALUES ('new') RETURNING id"
                               ).fetchone()[0]
         assert new_id > largest_id  # the sequences came along too
@@ -179,7 +194,8 @@ def test_a_database_at_0029_keeps_every_row_through_the_upgrade(fresh_dsn, secon
                             ).fetchone() == ("available",)
 
     again = supervisor_migrate(fresh_dsn)
-    assert again.returncode == 0 and "up to date (version 30)" in again.stdout, again
+    assert again.returncode == 0, again
+    assert f"up to date (version {EVERY_VERSION[-1]})" in again.stdout, again
 
     with psycopg.connect(second_fresh_dsn, autocommit=True) as conn:
         migrate(conn)

@@ -60,6 +60,8 @@ class Breaker:
     def __init__(self, settings: BreakerSettings) -> None:
         self.settings = settings
         self.paused: dict[str, str] = {}  # kind -> why, as last read
+        # Seconds from the last read until the first timed pause ran out (None: none).
+        self.first_expiry: float | None = None
         self.pending: list[str] = []  # kinds of crashes not yet recorded
 
     @property
@@ -83,10 +85,13 @@ class Breaker:
 
     def refresh(self, store: Store) -> tuple[set[str], set[str]]:
         """Read the paused kinds; returns (newly paused, newly resumed) since last read."""
+        pauses = store.paused_kinds()
         now_paused = {kind: f"{pause.reason}" + (
                           f", {pause.seconds_left:.0f} s left"
                           if pause.seconds_left is not None else ", until resumed")
-                      for kind, pause in store.paused_kinds().items()}
+                      for kind, pause in pauses.items()}
+        self.first_expiry = min((pause.seconds_left for pause in pauses.values()
+                                 if pause.seconds_left is not None), default=None)
         before = set(self.paused)
         self.paused = now_paused
         return set(now_paused) - before, before - set(now_paused)

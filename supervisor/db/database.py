@@ -46,6 +46,7 @@ from shared.defaults import (
     NOTIFY_CHANNEL,
     PAUSED_CHANNEL,
     SCHEDULED_CHANNEL,
+    SETTINGS_CHANNEL,
 )
 from shared.dsn import describe
 from supervisor.db.claim import ClaimKey
@@ -89,8 +90,9 @@ def connection_lost(exc: BaseException) -> bool:
         return False
     sqlstate = getattr(exc, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith(_SESSION_ENDING)
-_CHANNELS = (NOTIFY_CHANNEL, CANCEL_CHANNEL, SCHEDULED_CHANNEL, PAUSED_CHANNEL, KEYS_CHANNEL)
-_NOTIFY, _CANCEL, _SCHEDULED, _PAUSED, _KEYS = (c.encode() for c in _CHANNELS)
+_CHANNELS = (NOTIFY_CHANNEL, CANCEL_CHANNEL, SCHEDULED_CHANNEL, PAUSED_CHANNEL, KEYS_CHANNEL,
+             SETTINGS_CHANNEL)
+_NOTIFY, _CANCEL, _SCHEDULED, _PAUSED, _KEYS, _SETTINGS = (c.encode() for c in _CHANNELS)
 PROBE_TIMEOUT = 2.0  # seconds a self-NOTIFY may take before LISTEN counts as broken
 MAX_BACKOFF = 1.0  # seconds between reconnection attempts, at most
 EXIT_CONNECT = 0.3  # seconds the connect at exit may take (see reopen_for_exit)
@@ -130,6 +132,7 @@ class Database:
         self.notified_batches: dict[str, int | None] = {}
         self._batchless_notices: set[str] = set()  # queues told without the field
         self.named_batches: dict[str, set[int]] = {}  # every batch told, per queue
+        self.settings_changed: set[str] = set()  # "kind_pauses", "queue_limits" (NOTIFY)
         self.down_since: float | None = None
         self.retry_at = 0.0
         self.connecting: list[Connecting] | None = None  # a reconnection under way
@@ -307,6 +310,8 @@ class Database:
                     self.paused_queues.add(payload)
                 elif channel == _KEYS:
                     self._note_key(payload)
+                elif channel == _SETTINGS:
+                    self.settings_changed.add(payload)
         except (psycopg.Error, OSError) as exc:
             self.lost(exc)
 
@@ -379,6 +384,12 @@ class Database:
         """Queues paused (NOTIFY) since the last call."""
         queues, self.paused_queues = self.paused_queues, set()
         return queues
+
+    def take_settings_changed(self) -> set[str]:
+        """The settings tables (``kind_pauses``, ``queue_limits``) a NOTIFY said changed
+        since the last call."""
+        changed, self.settings_changed = self.settings_changed, set()
+        return changed
 
     def take_cancelled(self) -> set[int]:
         """Job ids named on the cancel channel since the last call."""

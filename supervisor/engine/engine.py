@@ -151,11 +151,18 @@ class Engine:
         if not db.up and db.maybe_reconnect():
             leases.reconnected(now, pool)
             poller.right_away(now)  # look at the queues again right away
+            self.planner.limits.changed(now)  # and at the limits: no notice was heard
         self.planner.wake(db.take_notified(), db.take_named_batches(),
                           lambda queue: self._batches_held(pool, queue))
         self.claimer.cursors.observed(db.take_notified_keys(), db.take_notified_batches())
         if db.take_scheduled():
             poller.soon(now)
+        if db.settings_changed:
+            changed = db.take_settings_changed()
+            if "kind_pauses" in changed:
+                poller.kind_pauses_changed()
+            if "queue_limits" in changed:
+                self.planner.limits.changed(now)
         poller.notified_pauses(db.take_paused(), now, pool)
         leases.cancelled(db.take_cancelled(), pool)
         if db.up and not leases.fenced:

@@ -115,8 +115,9 @@ class LeaseKeeper:
         ledger = self.ledger
         # A slice must cover every job handed to a child, started or not: counting
         # only confirmed starts gave slots back that a START on its way would use.
-        self.db.call(lambda s: self.planner.refresh_limits(
-            s, now, pool.size(), pool.occupied(), ledger.waiting_counts()),
+        db = self.db
+        db.call(lambda s: self.planner.refresh_limits(
+            s, now, pool.size(), pool.occupied(), ledger.waiting_counts(), db.listen),
             None, "renewing global limits")
 
     # -- outages ------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from shared.defaults import SETTINGS_FALLBACK
 from supervisor.db import Slice, Store, StoredLimits
 from supervisor.engine.leases import (
     burst_slice,
@@ -77,6 +78,11 @@ class GlobalLimits:
         self.margin = 0.0
         self.leased: set[str] = set()  # queues this supervisor holds a lease row for
 
+    def changed(self, now: float) -> None:
+        """A NOTIFY said the limits changed (or the connection came back): read them at
+        the next tick."""
+        self.next_refresh = now
+
     def due(self, now: float) -> bool:
         """Whether ``refresh`` should run now."""
         return now >= self.next_refresh
@@ -85,13 +91,19 @@ class GlobalLimits:
         """When the loop must wake for ``refresh`` at the latest: when it is due while
         a limit is kept here, ``LOOK_SLACK`` later when none is (a limit newly set
         then reaches this supervisor within ``interval + LOOK_SLACK``, a second)."""
-        if self.leased or any(s != _NONE for s in self.settings.values()):
+        if self._keeping():
             return self.next_refresh
         return self.next_refresh + LOOK_SLACK
 
-    def refresh(self, store: Store, now: float, wants: Wants) -> None:
+    def _keeping(self) -> bool:
+        """Whether a limit is kept here: a served queue has one, or a slice is held."""
+        return bool(self.leased) or any(s != _NONE for s in self.settings.values())
+
+    def refresh(self, store: Store, now: float, wants: Wants, notified: bool = False) -> None:
         """Read the limits; renew the slice of each queue with a running or rate limit;
-        give back the slices of queues whose limits were lifted."""
+        give back the slices of queues whose limits were lifted. ``notified``: a change
+        of the limits is told by NOTIFY (``changed``), so with no limit kept here the
+        next read is the slow fallback's, not the interval's."""
         self.next_refresh = now + self.interval
         settings = store.read_limits(self.queues)
         if settings != self.settings:
@@ -112,6 +124,8 @@ class GlobalLimits:
         for queue in sorted(sliced):
             if self._renew(store, queue, settings[queue], now, *wants(queue)):
                 self.next_refresh = min(self.next_refresh, now + CATCH_UP_INTERVAL)
+        if notified and not self._keeping():
+            self.next_refresh = now + SETTINGS_FALLBACK
 
     def _renew(self, store: Store, queue: str, limits: StoredLimits,
                now: float, want_slots: int, held: int, active: bool) -> bool:

@@ -163,9 +163,11 @@ class Scheduler:
         return self.limits.per_key(queue)
 
     def refresh_limits(self, store: Store, now: float, pool_size: int,
-                       running: Mapping[str, int], waiting: Mapping[str, int]) -> None:
+                       running: Mapping[str, int], waiting: Mapping[str, int],
+                       notified: bool = False) -> None:
         """Read the global limits and renew this supervisor's slices of them (blocking
-        statements of ``store``)."""
+        statements of ``store``). ``notified``: changes are told by NOTIFY
+        (``GlobalLimits.refresh``)."""
         def wants(queue: str) -> tuple[int, int, bool]:
             active = queue in self.demand or waiting.get(queue, 0) > 0
             held = running.get(queue, 0)
@@ -173,7 +175,7 @@ class Scheduler:
             cap = policy.cap(pool_size) if policy is not None else 0
             return (cap if active else held), held, active
 
-        self.limits.refresh(store, now, wants)
+        self.limits.refresh(store, now, wants, notified)
         self._shares_key = None  # a slice may have come or gone: shares again
 
     def plan_claims(

@@ -6,7 +6,9 @@ due: the loop wakes then, not at its next poll. Polls come at a fixed interval w
 jitter, and sooner when an event asks (a NOTIFY of scheduled jobs, retries written),
 but never closer than ``MIN_POLL_GAP``. Paused kinds (the breaker's or an operator's)
 and paused queues are read here too: claims leave them out, and what is held here
-unstarted goes back.
+unstarted goes back. Kind pauses are read at a poll only when they may have changed: a
+NOTIFY said so (schema 0031's trigger), a timed pause ran out, the connection came back,
+or ``SETTINGS_FALLBACK`` passed; without LISTEN, at every poll.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import random
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
+from shared.defaults import SETTINGS_FALLBACK
 from supervisor.engine.notices import notify_pause
 
 if TYPE_CHECKING:
@@ -59,6 +62,9 @@ class Poller:
         self.next_poll = now
         self.last_poll = now - MIN_POLL_GAP
         self.next_promote: float | None = None  # when the next scheduled/retrying job is due
+        # When the kind pauses are read again at the latest (a poll reads them then), if
+        # no notice says sooner; None: at the next poll.
+        self.next_kind_read: float | None = None
 
     def tick(self, now: float, pool: Pool) -> None:
         """Poll if the interval ran out or a job for later came due (at start, after
@@ -100,13 +106,20 @@ class Poller:
         self.next_poll = min(self.next_poll, max(now, self.last_poll + MIN_POLL_GAP))
 
     def right_away(self, now: float) -> None:
-        """Poll at the next tick, whatever the gap (the queues were not watched)."""
+        """Poll at the next tick, whatever the gap (the queues were not watched), and
+        read the kind pauses with it (their notices were not heard either)."""
         self.next_poll = now
+        self.next_kind_read = None
+
+    def kind_pauses_changed(self) -> None:
+        """A NOTIFY said a kind was paused or resumed: the next poll reads the pauses."""
+        self.next_kind_read = None
 
     def poll(self, now: float, pool: Pool) -> None:
         """Promote due scheduled/retryable jobs, ask which queues hold work and when the
         next job for later is due (the loop wakes then, not at its next poll)."""
-        self.read_kind_pauses(now)
+        if self.next_kind_read is None or now >= self.next_kind_read or not self.db.listen:
+            self.read_kind_pauses(now)
         db, queues, kinds = self.db, self.queues, self.claimer.kinds
         self.last_poll = now
         db.call(lambda s: s.promote_due(), 0, "promoting due jobs")
@@ -140,6 +153,10 @@ class Poller:
         """Learn which kinds are paused (breaker or by hand): claims leave them out, and
         claimed jobs of theirs not started yet go back."""
         changed = self.db.call(self.breaker.refresh, None, "reading paused kinds")
+        if changed is not None:
+            expiry = self.breaker.first_expiry
+            self.next_kind_read = now + (SETTINGS_FALLBACK if expiry is None
+                                         else min(SETTINGS_FALLBACK, max(expiry, 0.0)))
         if not changed or not (changed[0] or changed[1]):
             return
         paused, resumed = changed
