@@ -10,9 +10,12 @@ import time
 
 import psycopg
 import pytest
+from e2e import Supervisor, read_log, wait_until
 
 import shared.migrate
 from shared.db import DatabaseUnavailable
+from shared.enqueue import enqueue
+from shared.migrate import migrate
 from supervisor.db import Database
 
 pytestmark = pytest.mark.timeout(60)
@@ -61,3 +64,41 @@ def test_a_server_that_cannot_be_reached_at_start_is_still_an_error():
         db.start(check_schema=True)
     assert "127.0.0.1" in str(raised.value) and "\n" not in str(raised.value)
     db.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_restart_during_the_schema_check_of_a_real_start_is_ridden_out(
+        throwaway_server, tmp_path):
+    """The same, as a real supervisor meets it: its schema check is held on a lock, and
+    the server restarts under it (a fast shutdown ends every session). Before the fix
+    the supervisor exited 1 at once; now it reconnects, checks the schema then, and
+    runs the job that waited."""
+    dsn = throwaway_server.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+        job = enqueue("e2e_sleep", {"seconds": 0.1}, conn=conn)
+    config = tmp_path / "supervisor.toml"
+    # Room to see the check blocked and restart the server before it times out.
+    config.write_text("statement_timeout = 20\ndatabase_deadline = 30\n")
+    log = tmp_path / "run.log"
+    holder = psycopg.connect(dsn)
+    holder.execute("LOCK TABLE supervisor.migrations IN ACCESS EXCLUSIVE MODE")
+    sup = Supervisor(dsn, "-n", "1", "--config", str(config), log_path=log)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as watcher:
+            wait_until(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND application_name LIKE 'supervisor %'").fetchone()[0] > 0,
+                timeout=30, what="the start's schema check waiting on the lock")
+        throwaway_server.restart()  # ends the holder's session and the supervisor's
+        sup.wait_for_log("database connection restored", timeout=30)
+        wait_until(lambda: any(r["event"] == "end" and r["id"] == job
+                               for r in read_log(log)), timeout=30, what="the job to run")
+        assert sup.proc.poll() is None, sup.err
+    finally:
+        holder.close()
+        if not throwaway_server.running:
+            throwaway_server.start()
+        sup.stop()
+    assert "database connection lost" in sup.err
