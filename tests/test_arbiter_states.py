@@ -13,7 +13,7 @@ import pytest
 
 from shared import jobs
 from supervisor import arbiter as arbiter_module
-from supervisor.arbiter import DRAINING, RUNNING, STOP_TIMEOUT, STOPPING, Arbiter
+from supervisor.arbiter import DRAINING, REAP_NET, RUNNING, STOP_TIMEOUT, STOPPING, Arbiter
 from supervisor.config import RunConfig
 from supervisor.pool import PoolHalted
 from supervisor.signals import Received
@@ -114,6 +114,7 @@ class FakePool:
         self.alive_n = 0
         self.busy = 0
         self.halt: str | None = None
+        self.reaps = 0  # looks for exited children
 
     def start(self) -> None:
         self.calls.append("pool.start")
@@ -136,7 +137,7 @@ class FakePool:
         self.target = n
 
     def reap(self) -> None:
-        pass
+        self.reaps += 1
 
     def tick(self) -> None:
         if self.halt is not None:
@@ -340,6 +341,27 @@ def test_a_crash_loop_halts_with_exit_code_1_and_says_why():
     assert rig.arbiter.halt_reason == why
     assert rig.arbiter._unhealthy() == f"halted: {why}"
     assert "pool.kill_all" in rig.calls
+
+
+def test_exits_are_reaped_on_sigchld_and_looked_for_every_half_second_besides():
+    """Issue 43: a wait4 every turn was 4% of the parent's CPU per 100 ms job. SIGCHLD
+    reaps at once; the look each turn is now made every ``REAP_NET`` while running (the
+    net for an exit no signal reported), and every turn while draining."""
+    rig = Rig()
+    rig.advance(0.0)
+    looked = rig.pool.reaps
+    for _ in range(4):
+        rig.advance(0.1)
+    assert rig.pool.reaps == looked  # 0.4 s of turns: no look of their own
+    rig.signal(signal.SIGCHLD)
+    assert rig.pool.reaps == looked + 1  # the signal's reap
+    rig.advance(REAP_NET)
+    assert rig.pool.reaps == looked + 2  # the net
+    rig.signal(signal.SIGTERM)
+    draining = rig.pool.reaps
+    for _ in range(3):
+        rig.advance(0.01)
+    assert rig.pool.reaps >= draining + 3
 
 
 def test_ttin_and_ttou_resize_the_pool_never_below_one_child():
