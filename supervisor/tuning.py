@@ -173,6 +173,10 @@ class Tuning:
     claim_carry_wait: float = _rule(
         0.1, "seconds completions wait at most for a claim sure to come (short jobs, "
         "busy children)", "scripts/bench/efficiency_interleaved.py")
+    claim_soon_share: float = _rule(
+        0.75, "jobs of long_job or more with a pipe of two let their completions wait for "
+        "the next claim when the busy children end one within this share of "
+        "claim_carry_wait (-n 2: jobs up to 150 ms)", "scripts/bench/job_timeline.py")
     start_hold: float = _rule(
         0.5, "seconds a start waits unwritten: a job that ends sooner has it carried by "
         "its outcome", "scripts/bench/efficiency_interleaved.py")

@@ -69,37 +69,51 @@ class Claimer:
 
     def coming(self, busy: int) -> bool:
         """A claim will be sent as the running jobs end: some queue has work and a
-        child is busy (each job that ends frees a place the claim fills), and its jobs
-        are short. Completions wait for it a little (``tuning.claim_carry_wait``)
-        rather than force a claim of one or two jobs, or a write of their own. Not for
-        jobs of ``tuning.long_job`` or more: one claim per job is little beside them, and the
-        claims it saved let a child that ends while the next claim is still out (slow
-        on a loaded machine) wait for it: 100 ms runs were slower in 3 of 4 runs."""
+        child is busy (each job that ends frees a place the claim fills), and the next
+        claim comes soon (``_claim_soon``). Completions wait a little for it
+        (``tuning.claim_carry_wait``) rather than force a claim of one or two jobs, or a
+        write of their own."""
         demand, run_times = self.scheduler.demand, self.run_times
         if not (self.accepting and demand and busy > 0) or run_times is None:
             return False
-        average, long_job = run_times.average, self.scheduler.tuning.long_job
+        average = run_times.average
         for queue in demand:  # a plain loop: asked a few times every turn (issue 43)
             run_time = average.get(queue)
-            if run_time is None or run_time >= long_job:
+            if run_time is None or not self._claim_soon(queue, run_time, busy):
                 return False
         return True
 
+    def _claim_soon(self, queue: str, run_time: float, busy: int) -> bool:
+        """Whether ``queue``'s next claim comes within ``tuning.claim_carry_wait``:
+        always for jobs shorter than ``tuning.long_job``; for longer ones only with a
+        pipe of two (the child that ends has its next job queued, so none waits for the
+        claim: without one, the claims a wait saved let a child wait for the next claim,
+        and 100 ms runs were slower in 3 of 4 runs) and when the ``busy`` children end
+        another job well within the wait (``tuning.claim_soon_share`` of it). At 100 ms jobs on ``-n 2`` a completion carried
+        alone at once cost a claim per job instead of one per 2.7 (issue 43)."""
+        tuning = self.scheduler.tuning
+        if run_time < tuning.long_job:
+            return True
+        if busy * tuning.claim_carry_wait * tuning.claim_soon_share < run_time:
+            return False
+        planner = self.scheduler
+        return planner.depth.pipeline(queue, planner.policies[queue].prefetch) > 1
+
     def carries_alone(self, busy: int, window: float) -> bool:
-        """A completion waiting now would be the only one its write carries: every queue
-        with work runs jobs of ``tuning.long_job`` or more (no claim is ``coming``), and
-        the ``busy`` children are expected to end fewer than one more job within
-        ``window`` (the flush interval). Then waiting out the window batches nothing and
-        costs the loop a timer wake per job (issue 43): the claim that carries it goes
-        at once. With many children (``-n 16`` of 100 ms jobs end one every 6 ms) the
-        window still batches, and this is False."""
+        """A completion waiting now would be the only one its write carries: no claim
+        comes soon for any queue with work (``_claim_soon``), and the ``busy`` children
+        are expected to end fewer than one more job within ``window`` (the flush
+        interval). Then waiting out the window batches nothing and costs the loop a
+        timer wake per job (issue 43): the claim that carries it goes at once. With many
+        children (``-n 16`` of 100 ms jobs end one every 6 ms) the window still batches,
+        and this is False."""
         demand, run_times = self.scheduler.demand, self.run_times
         if not (self.accepting and demand) or run_times is None:
             return False
-        long_job = self.scheduler.tuning.long_job
         for queue in demand:
             run_time = run_times.queue_average(queue)
-            if run_time is None or run_time < long_job or busy * window >= run_time:
+            if (run_time is None or busy * window >= run_time
+                    or self._claim_soon(queue, run_time, busy)):
                 return False
         return True
 
