@@ -89,8 +89,9 @@ class Claimer:
         pipe of two (the child that ends has its next job queued, so none waits for the
         claim: without one, the claims a wait saved let a child wait for the next claim,
         and 100 ms runs were slower in 3 of 4 runs) and when the ``busy`` children end
-        another job well within the wait (``tuning.claim_soon_share`` of it). At 100 ms jobs on ``-n 2`` a completion carried
-        alone at once cost a claim per job instead of one per 2.7 (issue 43)."""
+        another job well within the wait (``tuning.claim_soon_share`` of it). At 100 ms
+        jobs on ``-n 2`` a completion carried alone at once cost a claim per job
+        instead of one per 2.7 (issue 43)."""
         tuning = self.scheduler.tuning
         if run_time < tuning.long_job:
             return True
