@@ -129,8 +129,7 @@ class Arbiter:
         self.stop_deadline: float | None = None
         # The stop signal that began the drain and when it arrived (None: no signal yet).
         self.stop_signal: Received | None = None
-        self.next_title = clock()
-        self.next_reap = self.next_title
+        self.next_title = self.next_reap = clock()  # both due at the first turn
         self.fork_waves = ForkWaves(self.pool, config.cpus.count)
 
     # -- life cycle ----------------------------------------------------------------------

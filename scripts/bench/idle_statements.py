@@ -49,6 +49,19 @@ def classify(statement: str) -> str:
     return OTHER
 
 
+def _settled(log: Path, quiet: float = 0.3, limit: float = 10.0) -> None:
+    """Return once the server's log has stopped growing for ``quiet`` seconds (its
+    collector writes the run's last statements after the run ended), at most ``limit``."""
+    size, since, give_up = log.stat().st_size, time.monotonic(), time.monotonic() + limit
+    while time.monotonic() < give_up:
+        time.sleep(0.05)
+        now_size = log.stat().st_size
+        if now_size != size:
+            size, since = now_size, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+
+
 def census(base_dsn: str, code: Path, seconds: float, log: Path) -> Counter[str]:
     """Statements by what they are for, of one idle ``supervisor run -n 2`` of ``code``."""
     name = "bench_idle_statements"
@@ -66,7 +79,7 @@ def census(base_dsn: str, code: Path, seconds: float, log: Path) -> Counter[str]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
-    time.sleep(0.5)  # the logger's last lines
+    _settled(log)
     counts: Counter[str] = Counter()
     with log.open("rb") as f:
         f.seek(start)
