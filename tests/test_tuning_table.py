@@ -43,6 +43,7 @@ DISPATCH_PATH = (
     "supervisor/pool/discards.py",
     "supervisor/pool/memorywatch.py",
     "supervisor/pool/news.py",
+    "supervisor/pool/rooms.py",
 )
 
 ALWAYS = {0, 1, -1}

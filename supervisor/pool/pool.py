@@ -53,6 +53,7 @@ from supervisor.pool.outcomes import (
 )
 from supervisor.pool.process import ACTIVE_STATES, BOOTING, BUSY, IDLE, ChildProcess, Overdue
 from supervisor.pool.report import ChildReport
+from supervisor.pool.rooms import Rooms
 from supervisor.pool.runtimes import RunTimes, ran_for
 from supervisor.pool.settings import PoolSettings
 from supervisor.pool.spawn import fork_child
@@ -91,6 +92,7 @@ class Pool:
         self._busy: int | None = None
         self._crashes = CrashLoop(settings.crash_loop_limit, settings.crash_loop_window)
         self._respawn = RespawnBackoff()
+        self._rooms = Rooms()  # busy children by room, for one dispatch round
         self._target = settings.size
         self._stopping = False
         self._halted: str | None = None
@@ -307,7 +309,8 @@ class Pool:
             # The sooner of its timeout and its first heartbeat.
             self._deadlines.arm(child, child.deadline())
         else:
-            roomiest = self._roomiest(depth, job.queue if own_queue else None)
+            roomiest = self._rooms.roomiest(self._children.values(), depth,
+                                            job.queue if own_queue else None)
             if roomiest is None:
                 return False
             child = roomiest
@@ -336,19 +339,9 @@ class Pool:
         self._outcomes.append(JobStarted(job))
         self._outcomes.append(child.too_large(job))
 
-    def _roomiest(self, depth: int, queue: str | None) -> ChildProcess | None:
-        best = None
-        most = 0
-        for child in self._children.values():
-            if len(child.jobs) >= depth:
-                continue  # no room at this depth, whatever else holds: the usual case
-            room = child.room(depth)
-            if room > most and (queue is None or (child.jobs and child.jobs[0].queue == queue)):
-                best, most = child, room
-        return best
-
     def push(self) -> None:
         """Write the jobs ``dispatch`` queued for busy children, one write per child."""
+        self._rooms.forget()
         pushing = self._pushing
         if pushing:
             for child in pushing:
@@ -360,6 +353,7 @@ class Pool:
         killed ``kill_grace`` later unless it answered first (the job is reported as
         ``cancelled`` either way); a queued one is taken back and never starts
         (reported as returned, not to be run). False if that job is not held here."""
+        self._rooms.forget()  # children's rooms change outside a round
         child = self._in_flight.get(job_id)
         if child is None:
             return False
@@ -422,6 +416,7 @@ class Pool:
     def take_back(self, queue: str) -> int:
         """Ask children for the jobs of ``queue`` queued unstarted (a paused queue starts
         nothing more; ``recalls.take_back``). Returns how many were asked."""
+        self._rooms.forget()  # children's rooms change outside a round
         return recalls.take_back(self._children.values(), queue)
 
     def _idle_if_empty(self, child: ChildProcess) -> None:
@@ -433,6 +428,7 @@ class Pool:
         """At the end of a queue's work an idle child takes the last half of the fullest
         pipe (``recalls.rebalance``; ``exhausted(queue)``: nothing more of it to claim).
         Returns how many jobs were asked back."""
+        self._rooms.forget()  # children's rooms change outside a round
         if not self._idle:
             return 0
         asked = recalls.rebalance(self._children.values(), len(self._idle), self.run_times,
@@ -444,6 +440,7 @@ class Pool:
         """No child is idle and queues below their allotment have jobs waiting: up to
         ``wanted`` children running a queue in ``over`` give back their pipes
         (``recalls.free_for``, issue 44). Returns how many jobs were asked back."""
+        self._rooms.forget()  # children's rooms change outside a round
         asked = recalls.free_for(self._children.values(), over, wanted)
         self.recalled += asked
         return asked
@@ -453,6 +450,7 @@ class Pool:
         jobs in children per batch): the child that should end first gives back its
         pipe (``recalls.make_way``). True while a way is being made, so the caller
         keeps the newcomer first until that child can take it."""
+        self._rooms.forget()  # children's rooms change outside a round
         asked = recalls.make_way(self._children.values(), queue, held)
         self.recalled += asked
         return asked > 0 or recalls.making_way(self._children.values(), queue)
@@ -464,6 +462,7 @@ class Pool:
         child = self._by_fd.get(key.fd)
         if child is None:
             return
+        self._rooms.forget()
         if key.fd == child.read_fd:
             if mask & selectors.EVENT_READ:
                 self._busy = None
@@ -568,6 +567,7 @@ class Pool:
     def reap(self) -> None:
         """Collect every exited child (and any other process we inherited), report
         their jobs, and fork replacements."""
+        self._rooms.forget()  # children's rooms change outside a round
         while True:
             pid, status, cpu = self._os.wait_any()
             if pid <= 0:
