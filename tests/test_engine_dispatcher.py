@@ -80,3 +80,61 @@ def test_a_queue_with_no_claim_out_and_no_news_of_work_has_nothing_to_claim():
     assert not engine.dispatcher.nothing_to_claim("default")
     planner.demand.discard("default")
     assert engine.dispatcher.nothing_to_claim("default")
+
+
+class PipedPool(FakePool):
+    """``ready`` children with pipes out of ``size``: a job goes to the child holding
+    the fewest, up to the depth asked; the rest of the children are still to come."""
+
+    def __init__(self, size: int, ready: int, run_times) -> None:
+        super().__init__(size, run_times)
+        self.idle = 0
+        self.still_coming = size - ready
+        self.pipes: dict[int, list[ClaimedJob]] = {n: [] for n in range(ready)}
+
+    def dispatch(self, job: ClaimedJob, depth: int = 1, *, own_queue: bool = False) -> bool:
+        child = min(self.pipes, key=lambda n: len(self.pipes[n]))
+        if len(self.pipes[child]) >= depth:
+            return False
+        self.pipes[child].append(job)
+        self.jobs[job.id] = job
+        return True
+
+
+def short_jobs_measured(engine) -> int:
+    """Ten 5 ms runs of the queue seen: its pipeline is deep. Returns that pipeline."""
+    for _ in range(10):
+        engine.run_times.ran("k", "default", 0.005)
+    return engine.planner.depth.pipeline("default", None)
+
+
+def test_while_children_are_still_to_come_the_ready_ones_take_only_their_share():
+    engine, _db, _store, _pool, _clock = make_engine(children=8)
+    pipeline = short_jobs_measured(engine)
+    assert pipeline >= 20
+    pool = PipedPool(8, ready=2, run_times=engine.run_times)
+    engine.ledger.add_claimed([job(n) for n in range(1, 81)])
+    engine.dispatcher.dispatch(pool)
+    # 80 unstarted jobs for 8 children: 10 each; the six still to come find 60 here.
+    assert [len(p) for p in pool.pipes.values()] == [10, 10]
+    assert len(engine.ledger.waiting_jobs()) == 60
+
+
+def test_while_children_are_still_to_come_a_pipe_still_holds_the_next_job():
+    engine, _db, _store, _pool, _clock = make_engine(children=8)
+    short_jobs_measured(engine)
+    pool = PipedPool(8, ready=2, run_times=engine.run_times)
+    engine.ledger.add_claimed([job(n) for n in range(1, 9)])
+    engine.dispatcher.dispatch(pool)
+    # One job each for eight children, but a ready child runs one and holds the next.
+    assert [len(p) for p in pool.pipes.values()] == [2, 2]
+
+
+def test_once_every_child_is_ready_the_pipes_fill_to_the_pipeline():
+    engine, _db, _store, _pool, _clock = make_engine(children=8)
+    pipeline = short_jobs_measured(engine)
+    pool = PipedPool(8, ready=2, run_times=engine.run_times)
+    pool.still_coming = 0  # the other six are busy elsewhere: none is to come
+    engine.ledger.add_claimed([job(n) for n in range(1, 81)])
+    engine.dispatcher.dispatch(pool)
+    assert [len(p) for p in pool.pipes.values()] == [min(pipeline, 40)] * 2

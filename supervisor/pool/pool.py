@@ -203,6 +203,11 @@ class Pool:
         """Children ready for a job now."""
         return len(self._idle)
 
+    def coming(self) -> int:
+        """Children of the target not ready for a job yet: booting, or still to be
+        forked (at start, after a resize up, a replacement)."""
+        return max(0, self._target - len(self._idle) - self.busy_count())
+
     def busy_count(self) -> int:
         """Children holding jobs (running one, with or without more queued)."""
         busy = self._busy
