@@ -18,6 +18,7 @@ signals its child and then its process group): it changes nothing.
 from __future__ import annotations
 
 import logging
+import select
 import selectors
 import signal
 import time
@@ -130,6 +131,7 @@ class Arbiter:
         # The stop signal that began the drain and when it arrived (None: no signal yet).
         self.stop_signal: Received | None = None
         self.next_title = self.next_reap = clock()  # both due at the first turn
+        self.turn_ended = clock()  # the settle's wait counts from the last turn's end
         self.fork_waves = ForkWaves(self.pool, config.cpus.count)
 
     # -- life cycle ----------------------------------------------------------------------
@@ -202,6 +204,7 @@ class Arbiter:
 
     def turn(self) -> None:
         """One pass of the loop: wait, then do everything that is due."""
+        self._settle()
         events = self.selector.select(self._timeout())
         woke = self.metrics.woke
         if not events:
@@ -229,6 +232,7 @@ class Arbiter:
             self.begin_drain()
         self._check_grace(now)
         self._show(now)
+        self.turn_ended = self.clock()
 
     def _finished(self) -> bool:
         if self.state == RUNNING:
@@ -241,6 +245,31 @@ class Arbiter:
         if deadline is None and self.drain_deadline is not None:
             deadline = self.drain_deadline + STOP_TIMEOUT
         return deadline is not None and self.clock() >= deadline
+
+    def _settle(self) -> None:
+        """While every child has jobs queued behind the one it runs, wait a little before
+        hearing them (a stop signal ends the wait): their answers gather, and one turn
+        serves several. While a claim is out, a turn for one child's answer has little to
+        do but its fixed work (the jobs it would pass on are not here yet: issues 43,
+        48). Nothing waits on it: no child runs dry within
+        the wait (``Pool.quiet_for``, ``settle_share`` of it), it ends before any
+        deadline, and at the claim's answer (``Engine.urgent_fds``)."""
+        fd = self.inbox.wakeup_fd
+        if self.state != RUNNING or fd < 0 or self.inbox.has_pending():
+            return
+        # Only while a claim is out: with none, an answer heard late is a claim sent
+        # late (the planner sends one once enough of the window is free), and at -n 16
+        # the pipes ran dry behind it.
+        urgent = self.engine.urgent_fds()
+        if not urgent:
+            return
+        tuning = self.config.tuning
+        wait = min(self.pool.quiet_for() * tuning.settle_share, tuning.settle_max)
+        if wait < tuning.settle_min:
+            return
+        wait = min(wait - (self.clock() - self.turn_ended), self._timeout())
+        if wait > 0:
+            select.select([fd, *urgent], [], [], wait)
 
     def _timeout(self) -> float:
         if self.inbox.has_pending():  # a wait for the database read the wake-up: act now

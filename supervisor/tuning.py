@@ -97,6 +97,18 @@ class Tuning:
         "share of the unstarted jobs, never fewer than this (the running job and the "
         "next)", "scripts/bench/many_children.py")
 
+    # -- the loop's rhythm (arbiter.py) -------------------------------------------------
+    settle_share: float = _rule(
+        0.5, "while every child has jobs queued behind the one it runs, the loop waits "
+        "this share of the time until the first would run dry before it hears them, so "
+        "one turn serves several answers", "scripts/bench/many_children.py")
+    settle_max: float = _rule(
+        0.02, "seconds that wait lasts at most: the lag of a START's time, a cancel, a "
+        "stop signal's drain", "scripts/bench/many_children.py")
+    settle_min: float = _rule(
+        0.001, "seconds: a shorter wait is not taken, it would save no turn",
+        "scripts/bench/many_children.py")
+
     # -- run times (pool/runtimes.py) ------------------------------------------------
     run_window: int = _rule(
         200, "run times kept per kind: enough for a stable 95th percentile",

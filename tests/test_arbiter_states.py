@@ -6,6 +6,7 @@ and the pool, and in which order, is what the real-process tests
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
 
@@ -69,6 +70,8 @@ class FakeEngine:
         self.to_release = 0
         self.ticks = 0
         self.on_tick = None  # called at each tick (a test's way to act mid-loop)
+        self.due_in = 0.0  # the next deadline, from now: always due unless a test says
+        self.urgent: list[int] = []  # the claim's socket while one is out
 
     def watch_signals(self, wakeup_fd: int) -> None:
         pass  # the real engine lets the wakeup pipe end a wait for the database
@@ -85,7 +88,10 @@ class FakeEngine:
             self.on_tick(self.ticks)
 
     def next_deadline(self, now: float, pool) -> float:
-        return now  # always due: the loop never waits in select
+        return now + self.due_in  # by default always due: the loop never waits in select
+
+    def urgent_fds(self) -> list[int]:
+        return list(self.urgent)
 
     def drain(self, now: float) -> int:
         self.calls.append("engine.drain")
@@ -115,6 +121,7 @@ class FakePool:
         self.busy = 0
         self.halt: str | None = None
         self.reaps = 0  # looks for exited children
+        self.quiet = 0.0  # how long every child has queued work for
 
     def start(self) -> None:
         self.calls.append("pool.start")
@@ -161,6 +168,9 @@ class FakePool:
 
     def next_deadline(self) -> float | None:
         return None
+
+    def quiet_for(self) -> float:
+        return self.quiet
 
 
 class Rig:
@@ -468,3 +478,60 @@ def test_run_forks_one_child_per_cpu_before_it_connects_and_the_rest_once_a_job_
             signal.signal(sig, handler)
     assert seen == [("start", 2), ("open", 0), ("claim out", 0), ("waiting", 0),
                     ("placed", FORKS_PER_RECOUNT, True)]
+
+
+class SettleRig(Rig):
+    """A rig whose signal pipe is real, with the waits of the loop's settle recorded
+    instead of taken: (the fds it would watch, for how long)."""
+
+    def __init__(self, monkeypatch) -> None:
+        super().__init__()
+        self.read_fd, self.write_fd = os.pipe()
+        self.arbiter.inbox._read_fd = self.read_fd
+        self.engine.due_in = 5.0
+        self.waits: list[tuple[list[int], float]] = []
+        monkeypatch.setattr(arbiter_module.select, "select",
+                            lambda r, w, x, timeout: self.waits.append((list(r), timeout))
+                            or ([], [], []))
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def test_the_loop_lets_answers_gather_while_a_claim_is_out_and_every_pipe_is_deep(
+        monkeypatch):
+    rig = SettleRig(monkeypatch)
+    settle_max = rig.arbiter.config.tuning.settle_max
+    try:
+        rig.pool.quiet = 1.0  # every child has a second of work queued
+        rig.advance(0.0)
+        assert rig.waits == []  # no claim out: answers are heard at once
+        rig.engine.urgent = [99]  # a claim is out
+        rig.advance(0.0)
+        assert rig.waits == [([rig.read_fd, 99], settle_max)]  # a signal or the claim ends it
+        rig.waits.clear()
+        rig.pool.quiet = 0.01  # the first pipe runs dry in 10 ms: half of it
+        rig.advance(0.0)
+        assert rig.waits == [([rig.read_fd, 99], pytest.approx(0.005))]
+        rig.waits.clear()
+        rig.pool.quiet = 0.0015  # too little to save a turn
+        rig.advance(0.0)
+        assert rig.waits == []
+        rig.pool.quiet = 1.0
+        rig.engine.due_in = 0.003  # a deadline comes first
+        rig.advance(0.0)
+        assert rig.waits == [([rig.read_fd, 99], pytest.approx(0.003))]
+        rig.waits.clear()
+        rig.engine.due_in = 5.0
+        rig.clock.now += 0.015  # the last turn ended 15 ms ago: 5 ms are left to wait
+        rig.arbiter.turn()
+        assert rig.waits == [([rig.read_fd, 99], pytest.approx(settle_max - 0.015))]
+        rig.waits.clear()
+        rig.arbiter.inbox.received.append(Received(signal.SIGTERM, rig.clock.now))
+        rig.arbiter.turn()  # a signal waits: acted on without a settle, and it drains
+        assert rig.waits == [] and rig.state == DRAINING
+        rig.advance(0.0)
+        assert rig.waits == []  # nor while draining
+    finally:
+        rig.close()

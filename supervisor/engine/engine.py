@@ -274,6 +274,13 @@ class Engine:
         """A claim was sent and has not been answered."""
         return self.claimer.in_flight is not None
 
+    def urgent_fds(self) -> list[int]:
+        """Sockets whose answer the loop hears at once, even while it lets its children's
+        answers gather (``Arbiter._settle``): the claim's, when one is out. Its jobs
+        feed the pipes, and the next claim can only go once it is booked."""
+        runner = self.db.claims
+        return [runner.fd] if runner is not None and runner.busy else []
+
     def dispatch(self, pool: Pool) -> None:
         """Queue waiting jobs in children's pipes (``engine.dispatcher``)."""
         # With no job waiting there is nothing to hand out, and nothing left to push

@@ -208,6 +208,25 @@ class Pool:
         forked (at start, after a resize up, a replacement)."""
         return max(0, self._target - len(self._idle) - self.busy_count())
 
+    def quiet_for(self) -> float:
+        """Seconds the parent may leave its children unheard with none of them running
+        dry: every child runs a job with more queued behind it, which by its queue's
+        typical run time last at least this long. 0 while a child is idle, booting or
+        leaving, holds no job behind the one it runs, or runs a queue not timed yet."""
+        if self._idle or self._stopping:
+            return 0.0
+        typical = self.run_times.typical
+        least = float("inf")
+        for child in self._children.values():
+            held = child.jobs
+            if len(held) <= 1:  # nothing queued behind the job it runs
+                return 0.0
+            run_time = typical.get(held[0].queue)
+            if run_time is None:
+                return 0.0
+            least = min(least, (len(held) - 1) * run_time)
+        return least if self._children else 0.0
+
     def busy_count(self) -> int:
         """Children holding jobs (running one, with or without more queued)."""
         busy = self._busy
