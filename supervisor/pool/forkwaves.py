@@ -11,7 +11,7 @@ job's clock, 0.4-0.5 s more CPU before the first job at ``-n 64`` on 2 CPUs
 2. the rest are held until the first job is in a child's pipe, or the first claim
    found nothing to run, or ``HOLD_LIMIT`` has passed (a first wave that cannot boot,
    a database that is slow to answer: the pool is never left short for long);
-3. then the pool forks them ``FORKS_PER_RECOUNT`` at a time, twice per turn of the
+3. then the pool forks them ``FORKS_PER_RECOUNT`` at a time, at each turn of the
    loop, so READYs, answers and claims are served between forks.
 
 The pool's target size is N throughout: the first claim is sized for every child, and
@@ -27,8 +27,10 @@ from __future__ import annotations
 from supervisor.pool.pool import Pool
 
 # After the hold, the most children one recount of the pool forks: the loop's turn
-# recounts twice (reap, tick), and between turns it hears READYs and claims.
-FORKS_PER_RECOUNT = 1
+# recounts once (its tick; the reap only every REAP_NET), and between turns it hears
+# READYs and claims. Two: at one, -n 64's last child got its first job 1.45-1.52 s
+# into the run, at two 1.06-1.14 s (docs/benchmarks.md, "Many children").
+FORKS_PER_RECOUNT = 2
 HOLD_LIMIT = 1.0  # seconds after the first wave at most before the rest are forked
 
 
