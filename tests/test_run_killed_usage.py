@@ -55,7 +55,8 @@ def test_a_crashed_job_records_usage_in_its_errors_entry(dsn, how):
     job_id = enqueue("usage_crash", {"seconds": 0.3, "how": how}, dsn=dsn)
     burst(dsn)
     usage = failed_usage(dsn, job_id, "crashed")
-    # From the START the parent heard to the reap it saw: about the 0.3 s it ran.
-    assert usage["wall_seconds"] >= 0.2, usage
+    # From the START the parent heard to the reap it saw: about the 0.3 s it ran, less
+    # however late the parent heard the START (0.11 s once, in a full suite on 2 CPUs).
+    assert usage["wall_seconds"] >= 0.1, usage
     # It spun 0.3 s of wall time: wait4 at its reaping says what CPU it got of it.
     assert usage["cpu_seconds"] > 0, usage

@@ -22,10 +22,13 @@ def test_a_job_over_the_memory_cap_is_told_hands_itself_back_and_resumes(dsn, tm
                      log_path=log, app="checkpoint_handlers")
     assert sup.wait(90) == 0, sup.err
     records = [r for r in read_log(log) if r["id"] == job_id]
+    # "grown" is missing when the parent's RSS sample lands while the job is still
+    # growing past the cap (4 MB at a time): it is told then, before its record.
+    records = [r for r in records if r["event"] != "grown"]
     events = [r["event"] for r in records]
-    assert events == ["start", "grown", "stopping", "start"], (events, sup.err[-2000:])
-    assert records[2]["reason"] == "memory"
-    first, second = records[0], records[3]
+    assert events == ["start", "stopping", "start"], (events, sup.err[-2000:])
+    assert records[1]["reason"] == "memory"
+    first, second = records[0], records[2]
     assert first["rss"] < 200  # the child started under the cap
     assert second["resumed"] == {"grown": True} and second["pid"] != first["pid"]
     row = job_row(dsn, job_id)
