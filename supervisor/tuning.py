@@ -92,10 +92,6 @@ class Tuning:
     min_top_up_pipe: int = _rule(
         2, "a busy child's pipe is topped up only where its queue's pipe holds this many",
         "scripts/bench/efficiency_interleaved.py")
-    ramp_pipe: int = _rule(
-        2, "while children are still to come, a busy child's pipe holds at most an even "
-        "share of the unstarted jobs, never fewer than this (the running job and the "
-        "next)", "scripts/bench/many_children.py")
 
     # -- the loop's rhythm (arbiter.py) -------------------------------------------------
     settle_share: float = _rule(

@@ -270,16 +270,12 @@ class FakePool:
         self.acked: list[tuple[int, bool]] = []
         self.stuck = 0
         self.rebalanced: list[bool] = []  # per call of rebalance: was "default" done
-        self.still_coming = 0  # children not ready yet (booting, or still to fork)
 
     def size(self) -> int:
         return self._size
 
     def idle_count(self) -> int:
         return self.idle
-
-    def coming(self) -> int:
-        return self.still_coming
 
     def busy_count(self) -> int:
         return len(self.jobs)

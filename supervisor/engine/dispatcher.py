@@ -47,25 +47,13 @@ class Dispatcher:
         else:
             self._dispatch_shared(pool)
 
-    def _pipeline(self, queue: str, pool: Pool) -> int:
-        """How many of ``queue``'s jobs a child's pipe may hold now: the queue's pipeline
-        (``Depth.pipeline``); while children are still to come, no more than an even
-        share of its unstarted jobs (never below ``ramp_pipe``), so the children that become
-        ready find jobs waiting here rather than queued in their siblings' pipes. At
-        ``-n 64`` a child ready 0.2 s into a run otherwise waited up to 0.2 s for the
-        next claim's answer while the first children's pipes held 20-40 jobs each."""
+    def _pipeline(self, queue: str) -> int:
         planner = self.planner
-        depth = planner.depth.pipeline(queue, planner.policies[queue].prefetch)
-        least = planner.tuning.ramp_pipe
-        if depth <= least or not pool.coming():
-            return depth
-        unstarted = self.ledger.unstarted_counts().get(queue, 0)
-        share = -(-unstarted // max(pool.size(), 1))
-        return max(least, min(depth, share))
+        return planner.depth.pipeline(queue, planner.policies[queue].prefetch)
 
     def _dispatch_one(self, pool: Pool, queue: str) -> None:
         ledger = self.ledger
-        depth = self._pipeline(queue, pool)
+        depth = self._pipeline(queue)
         if self.planner.fair(queue) and self._newcomer_waits(pool, queue, depth):
             pool.push()
             return
@@ -120,7 +108,7 @@ class Dispatcher:
         # giving back its pipe for one, the queue tops up no pipe (the place is kept).
         making_way = {queue for queue in ledger.waiting_counts()
                       if planner.fair(queue)
-                      and self._newcomer_waits(pool, queue, self._pipeline(queue, pool))}
+                      and self._newcomer_waits(pool, queue, self._pipeline(queue))}
         while pool.idle_count() > 0:
             waiting = ledger.waiting_counts()
             chosen = planner.next_queue(size, waiting, held) if waiting else None
@@ -130,7 +118,7 @@ class Dispatcher:
             if job is None:
                 break
             idle = pool.idle_count()
-            if not pool.dispatch(job, self._pipeline(chosen, pool)):
+            if not pool.dispatch(job, self._pipeline(chosen)):
                 ledger.unpop_waiting(job)
                 break
             ledger.sent(job)
@@ -140,7 +128,7 @@ class Dispatcher:
         if waiting:
             targets = planner.targets(size, waiting)
             for queue in waiting:
-                depth = self._pipeline(queue, pool)
+                depth = self._pipeline(queue)
                 if (depth < planner.tuning.min_top_up_pipe or held[queue] > targets.get(queue, 0)
                         or queue in making_way):
                     continue

@@ -203,11 +203,6 @@ class Pool:
         """Children ready for a job now."""
         return len(self._idle)
 
-    def coming(self) -> int:
-        """Children of the target not ready for a job yet: booting, or still to be
-        forked (at start, after a resize up, a replacement)."""
-        return max(0, self._target - len(self._idle) - self.busy_count())
-
     def quiet_for(self) -> float:
         """Seconds the parent may leave its children unheard with none of them running
         dry: every child runs a job with more queued behind it, which by its queue's
