@@ -7,6 +7,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from supervisor.admin.status import LIVE_AFTER_SECONDS
 from supervisor.cli import status as cli_status
 from supervisor.cli.main import main
 
@@ -129,6 +130,22 @@ def test_a_supervisor_silent_for_three_rounds_is_presumed_dead_not_live(dsn, con
     [dead] = snapshot["presumed_dead"]
     assert (dead["host"], dead["busy"], dead["children"]) == ("web3", 1, 2)
     assert 20 <= dead["heartbeat_age"] < 60
+
+
+def test_a_supervisor_at_the_silence_boundary_is_either_live_or_presumed_dead(dsn, conn):
+    # Beats spread 0.05 ms apart over 100 ms around the boundary as status reads them:
+    # the two reads, each with its own now(), once listed one supervisor in both lists
+    # (CI, 2026-12-07). One transaction gives both one now().
+    conn.execute(
+        "INSERT INTO supervisor.supervisors (id, host, pid, queues, children, busy, "
+        "heartbeat_at) SELECT 'edge:' || n, 'edge', n, ARRAY['images'], 2, 1, "
+        "clock_timestamp() - %s * interval '1 second' + (n - 1000) * interval '50 microseconds' "
+        "FROM generate_series(1, 2000) AS n", (LIVE_AFTER_SECONDS,))
+    snapshot = orjson.loads(invoke("status", "--json", "--dsn", dsn).output)
+    live = {s["id"] for s in snapshot["supervisors"]}
+    dead = {s["id"] for s in snapshot["presumed_dead"]}
+    assert not live & dead
+    assert len(live | dead) == 2000 and live and dead
 
 
 def test_kinds_published_by_supervisors_show_unhandled_kinds(dsn, conn):

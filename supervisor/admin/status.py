@@ -275,8 +275,12 @@ def status(conn: psycopg.Connection,
     whose supervisors all publish their kinds and none names it). ``finished``: see
     ``queue_stats``."""
     queues = queue_stats(conn, finished)
-    sups = live_supervisors(conn)
-    silent = silent_supervisors(conn)
+    # One transaction, so one now(): read apart, a supervisor whose last beat was
+    # LIVE_AFTER_SECONDS ago was listed live by the first read and presumed dead by
+    # the second, a millisecond later (found by CI, 2026-12-07).
+    with conn.transaction():
+        sups = live_supervisors(conn)
+        silent = silent_supervisors(conn)
     served: dict[str, list[dict[str, Any]]] = {}
     for sup in sups:
         for name in sup["queues"] or ():
