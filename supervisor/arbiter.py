@@ -249,23 +249,31 @@ class Arbiter:
     def _settle(self) -> None:
         """While every child has jobs queued behind the one it runs, wait a little before
         hearing them (a stop signal ends the wait): their answers gather, and one turn
-        serves several. While a claim is out, a turn for one child's answer has little to
-        do but its fixed work (the jobs it would pass on are not here yet: issues 43,
-        48). Nothing waits on it: no child runs dry within
-        the wait (``Pool.quiet_for``, ``settle_share`` of it), it ends before any
-        deadline, and at the claim's answer (``Engine.urgent_fds``)."""
+        serves several. With 5 ms jobs at ``-n 2`` a turn came for nearly every job, and
+        the turn's fixed work was most of the parent's CPU per job (issues 43, 48).
+
+        No child runs dry for it: the wait is at most ``settle_share`` of the time until
+        the first would (``Pool.quiet_outlook``), and ends before any deadline. It is
+        taken only when ``settle_answers`` answers or more are due within it: at 100 ms
+        jobs on ``-n 2`` a 20 ms wait usually ended with none, one wake more a turn. With a claim
+        out, its answer ends the wait too (``Engine.urgent_fds``). With none, the wait
+        may hold back a claim that falls due meanwhile, so the children must also keep
+        work for that claim's round trips (``Engine.claim_margin``): at ``-n 16`` claims
+        go back to back, and a wait without that margin ran the pipes dry."""
         fd = self.inbox.wakeup_fd
         if self.state != RUNNING or fd < 0 or self.inbox.has_pending():
             return
-        # Only while a claim is out: with none, an answer heard late is a claim sent
-        # late (the planner sends one once enough of the window is free), and at -n 16
-        # the pipes ran dry behind it.
+        tuning = self.config.tuning
+        outlook = self.pool.quiet_outlook()
+        quiet = outlook.seconds
+        if quiet <= 0:
+            return
         urgent = self.engine.urgent_fds()
         if not urgent:
-            return
-        tuning = self.config.tuning
-        wait = min(self.pool.quiet_for() * tuning.settle_share, tuning.settle_max)
-        if wait < tuning.settle_min:
+            quiet -= self.engine.claim_margin()
+        wait = min(quiet * tuning.settle_share, tuning.settle_max)
+        # The wait is a wake of its own: worth it only for the turns it saves.
+        if wait < tuning.settle_min or wait * outlook.answers_per_second < tuning.settle_answers:
             return
         wait = min(wait - (self.clock() - self.turn_ended), self._timeout())
         if wait > 0:

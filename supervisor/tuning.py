@@ -104,6 +104,10 @@ class Tuning:
     settle_min: float = _rule(
         0.001, "seconds: a shorter wait is not taken, it would save no turn",
         "scripts/bench/many_children.py")
+    settle_answers: float = _rule(
+        2.0, "answers the children are expected to send within the wait, at least: the "
+        "wait is a wake of its own (100 ms jobs on -n 2: none, and one wake more a turn)",
+        "scripts/bench/job_timeline.py")
 
     # -- run times (pool/runtimes.py) ------------------------------------------------
     run_window: int = _rule(

@@ -17,6 +17,7 @@ from supervisor import arbiter as arbiter_module
 from supervisor.arbiter import DRAINING, REAP_NET, RUNNING, STOP_TIMEOUT, STOPPING, Arbiter
 from supervisor.config import RunConfig
 from supervisor.pool import PoolHalted
+from supervisor.pool.pool import QuietOutlook
 from supervisor.signals import Received
 
 pytestmark = pytest.mark.timeout(10)
@@ -72,6 +73,7 @@ class FakeEngine:
         self.on_tick = None  # called at each tick (a test's way to act mid-loop)
         self.due_in = 0.0  # the next deadline, from now: always due unless a test says
         self.urgent: list[int] = []  # the claim's socket while one is out
+        self.margin = 0.0  # work the children keep for a claim's round trips
 
     def watch_signals(self, wakeup_fd: int) -> None:
         pass  # the real engine lets the wakeup pipe end a wait for the database
@@ -92,6 +94,9 @@ class FakeEngine:
 
     def urgent_fds(self) -> list[int]:
         return list(self.urgent)
+
+    def claim_margin(self) -> float:
+        return self.margin
 
     def drain(self, now: float) -> int:
         self.calls.append("engine.drain")
@@ -122,6 +127,7 @@ class FakePool:
         self.halt: str | None = None
         self.reaps = 0  # looks for exited children
         self.quiet = 0.0  # how long every child has queued work for
+        self.answer_rate = 1000.0  # answers a second the children send meanwhile
 
     def start(self) -> None:
         self.calls.append("pool.start")
@@ -169,8 +175,8 @@ class FakePool:
     def next_deadline(self) -> float | None:
         return None
 
-    def quiet_for(self) -> float:
-        return self.quiet
+    def quiet_outlook(self) -> QuietOutlook:
+        return QuietOutlook(self.quiet, self.answer_rate)
 
 
 class Rig:
@@ -493,32 +499,54 @@ class SettleRig(Rig):
         monkeypatch.setattr(arbiter_module.select, "select",
                             lambda r, w, x, timeout: self.waits.append((list(r), timeout))
                             or ([], [], []))
+        # The loop's own wait returns at once: nothing is ready, and no turn sleeps.
+        monkeypatch.setattr(self.arbiter.selector, "select", lambda timeout=None: [])
 
     def close(self) -> None:
         os.close(self.read_fd)
         os.close(self.write_fd)
 
 
-def test_the_loop_lets_answers_gather_while_a_claim_is_out_and_every_pipe_is_deep(
-        monkeypatch):
+def test_the_loop_lets_answers_gather_while_every_pipe_holds_work_for_the_wait(monkeypatch):
     rig = SettleRig(monkeypatch)
     settle_max = rig.arbiter.config.tuning.settle_max
     try:
+        rig.advance(0.0)
+        assert rig.waits == []  # a child is idle, booting or holds one job: none
         rig.pool.quiet = 1.0  # every child has a second of work queued
         rig.advance(0.0)
-        assert rig.waits == []  # no claim out: answers are heard at once
-        rig.engine.urgent = [99]  # a claim is out
-        rig.advance(0.0)
-        assert rig.waits == [([rig.read_fd, 99], settle_max)]  # a signal or the claim ends it
+        assert rig.waits == [([rig.read_fd], settle_max)]  # a signal ends it
         rig.waits.clear()
         rig.pool.quiet = 0.01  # the first pipe runs dry in 10 ms: half of it
         rig.advance(0.0)
-        assert rig.waits == [([rig.read_fd, 99], pytest.approx(0.005))]
+        assert rig.waits == [([rig.read_fd], pytest.approx(0.005))]
         rig.waits.clear()
         rig.pool.quiet = 0.0015  # too little to save a turn
         rig.advance(0.0)
         assert rig.waits == []
         rig.pool.quiet = 1.0
+        rig.pool.answer_rate = 50.0  # one answer expected in the 20 ms: no turn saved
+        rig.advance(0.0)
+        assert rig.waits == []
+        rig.pool.answer_rate = 100.0  # two
+        rig.advance(0.0)
+        assert rig.waits == [([rig.read_fd], settle_max)]
+        rig.waits.clear()
+        rig.pool.answer_rate = 1000.0
+        # No claim out: the children keep work for the round trips of a claim the wait
+        # may hold back, 0.98 s of the 1 s here.
+        rig.pool.quiet = 1.0
+        rig.engine.margin = 0.98
+        rig.advance(0.0)
+        assert rig.waits == [([rig.read_fd], pytest.approx(0.01))]
+        rig.waits.clear()
+        rig.engine.margin = 1.5  # claims go back to back: no wait
+        rig.advance(0.0)
+        assert rig.waits == []
+        rig.engine.urgent = [99]  # a claim is out: its answer ends the wait, no margin
+        rig.advance(0.0)
+        assert rig.waits == [([rig.read_fd, 99], settle_max)]
+        rig.waits.clear()
         rig.engine.due_in = 0.003  # a deadline comes first
         rig.advance(0.0)
         assert rig.waits == [([rig.read_fd, 99], pytest.approx(0.003))]

@@ -281,6 +281,12 @@ class Engine:
         runner = self.db.claims
         return [runner.fd] if runner is not None and runner.busy else []
 
+    def claim_margin(self) -> float:
+        """Seconds of queued work the children must keep beyond a wait of the loop's
+        for the claim that wait may delay to come in time: ``claim_round_trips`` of
+        the claim's measured round trip (``PrefetchDepth.latency``)."""
+        return self.planner.tuning.claim_round_trips * self.planner.depth.latency
+
     def dispatch(self, pool: Pool) -> None:
         """Queue waiting jobs in children's pipes (``engine.dispatcher``)."""
         # With no job waiting there is nothing to hand out, and nothing left to push

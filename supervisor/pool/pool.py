@@ -26,6 +26,7 @@ import selectors
 import signal
 from collections import Counter, deque
 from collections.abc import Callable, Set
+from dataclasses import dataclass
 
 from shared import jobs, wire
 from shared.exitcodes import CHILD_RECYCLE, describe_child_exit
@@ -63,6 +64,18 @@ from workers.child import child_main
 
 # What ends the job at the head of a child's queue.
 _ANSWERS = (JobDone, JobFailed, JobExpired)
+
+
+@dataclass(frozen=True, slots=True)
+class QuietOutlook:
+    """What the loop's settle (``Arbiter._settle``) needs of the children: ``seconds``
+    before the first of them would run dry, and the ``answers_per_second`` they send."""
+
+    seconds: float
+    answers_per_second: float
+
+
+NO_QUIET = QuietOutlook(0.0, 0.0)
 
 
 class Pool:
@@ -203,24 +216,26 @@ class Pool:
         """Children ready for a job now."""
         return len(self._idle)
 
-    def quiet_for(self) -> float:
-        """Seconds the parent may leave its children unheard with none of them running
-        dry: every child runs a job with more queued behind it, which by its queue's
-        typical run time last at least this long. 0 while a child is idle, booting or
-        leaving, holds no job behind the one it runs, or runs a queue not timed yet."""
-        if self._idle or self._stopping:
-            return 0.0
+    def quiet_outlook(self) -> QuietOutlook:
+        """How long the parent may leave its children unheard with none of them running
+        dry, and how many answers a second they send meanwhile, by each queue's typical
+        run time (``QuietOutlook``). No quiet while a child is idle, booting or leaving,
+        holds no job behind the one it runs, or runs a queue not timed yet."""
+        if self._idle or self._stopping or not self._children:
+            return NO_QUIET
         typical = self.run_times.typical
         least = float("inf")
+        rate = 0.0
         for child in self._children.values():
             held = child.jobs
             if len(held) <= 1:  # nothing queued behind the job it runs
-                return 0.0
+                return NO_QUIET
             run_time = typical.get(held[0].queue)
-            if run_time is None:
-                return 0.0
+            if not run_time:
+                return NO_QUIET
             least = min(least, (len(held) - 1) * run_time)
-        return least if self._children else 0.0
+            rate += 1.0 / run_time
+        return QuietOutlook(least, rate)
 
     def busy_count(self) -> int:
         """Children holding jobs (running one, with or without more queued)."""
