@@ -46,4 +46,9 @@ def test_a_short_jobs_row_is_written_once_at_its_claim_and_once_at_its_end(dsn):
     # when: its outcome sets the start from how long the job ran, not to its own time.
     assert all(started for _, started, _ in rows)
     ran = sorted(seconds for _, _, seconds in rows)
-    assert ran[0] >= 0 and ran[len(ran) // 2] > 0
+    assert ran[0] >= 0
+    # Each 5 ms sleep ran at least 5 ms, though the parent may read its START and its
+    # answer in one turn (always, when it lets answers gather): the child's own measure
+    # of its handler is the floor (it was once recorded as 0 for most of them).
+    slept = [seconds for state, _, seconds in rows if state == "completed"]
+    assert min(slept) >= 0.0045, sorted(slept)[:5]
