@@ -13,6 +13,7 @@ from pool_fakes import FakeOs, FakeSelector
 
 from shared import wire
 from shared.jobs import ClaimedJob
+from shared.usage import Usage
 from supervisor.pool import ChildEventKind, JobDone, JobStarted, PoolSettings
 from supervisor.pool.news import Broken, Heard, Readied, hear
 from supervisor.pool.pressure import KILL, NOTICE, ContainerGuard, Pressure
@@ -92,3 +93,24 @@ def test_an_idle_child_is_not_moved_by_news_of_no_job():
     news: list = []
     hear(c, wire.Done(7, b"null").encode(), NOW, news)
     assert news == [] and c.state == IDLE and c.jobs_done == 0
+
+
+def test_an_answer_read_with_its_start_lasts_the_childs_own_measure_at_least():
+    # START and DONE in one read (a parent letting answers gather, or late): the
+    # parent's reading is zero, the child measured 5 ms of handler.
+    c = child()
+    hear(c, wire.Ready(42, 3).encode(), NOW, [])
+    c.run(job(1), NOW)
+    news: list = []
+    measured = Usage(0.001, 0.005, 1 << 20)
+    hear(c, wire.Start(1).encode() + wire.Done(1, b"null", usage=measured).encode(),
+         NOW + 1, news)
+    done = next(n for n in news if type(n) is JobDone)
+    assert done.duration == 0.005
+    # Read apart, the parent's longer reading stands (it includes the frames' trip).
+    c.run(job(2), NOW + 1)
+    hear(c, wire.Start(2).encode(), NOW + 1, [])
+    news = []
+    hear(c, wire.Done(2, b"null", usage=measured).encode(), NOW + 1.5, news)
+    done = next(n for n in news if type(n) is JobDone)
+    assert done.duration == 0.5

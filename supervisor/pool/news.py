@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from shared import wire
 from shared.jobs import FAIL_ERROR, FAIL_EXPIRED, FAIL_MEMORY, FAIL_STOPPED, TERMINAL_FAILURES
+from shared.usage import Usage
 from supervisor.pool.outcomes import (
     JobCheckpoint,
     JobDone,
@@ -168,6 +169,15 @@ def _on_skipped(child: ChildProcess, frame: wire.Frame, now: float,
     news.append(JobReturned(child.take_out(at, now), f"given back: {recall.why}", recall.to))
 
 
+def _ran(heard: float, measured: Usage | None) -> float:
+    """How long an answered job ran: from its START to its answer as the parent read
+    them, but never less than the child's own measure of its handler. The parent reads
+    both in one turn whenever it lets answers gather (``Arbiter._settle``) or ran late,
+    and its reading is then near zero: the duration metrics and every failure's record
+    would say so."""
+    return heard if measured is None else max(heard, measured.wall_seconds)
+
+
 def _on_answer(child: ChildProcess, frame: wire.Frame, now: float,
                news: list[ChildNews]) -> None:
     jobs = child.jobs
@@ -186,8 +196,8 @@ def _on_answer(child: ChildProcess, frame: wire.Frame, now: float,
             return
         if not started:  # an answer says it ran, START or not
             news.append(JobStarted(job))
-        news.append(JobDone(job, done.result, duration, usage.tree_peak(done.usage),
-                            done.output))
+        news.append(JobDone(job, done.result, _ran(duration, done.usage),
+                            usage.tree_peak(done.usage), done.output))
         usage.answered(done.usage)
     else:
         answer = _decode_failed(frame)
@@ -210,7 +220,8 @@ def _on_answer(child: ChildProcess, frame: wire.Frame, now: float,
                     # told, not only that it stopped.
                     message = f"{notice.message}; it stopped itself first"
             news.append(JobFailed(job, kind, message, answer.traceback,
-                                  answer.retry_delay, kind in TERMINAL_FAILURES, duration,
+                                  answer.retry_delay, kind in TERMINAL_FAILURES,
+                                  _ran(duration, answer.usage),
                                   usage.tree_peak(answer.usage), answer.output))
         usage.answered(answer.usage)
     child.answered(now)
