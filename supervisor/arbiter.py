@@ -66,6 +66,15 @@ _WAKE_REASONS = {"Pool": "child", "Database": "notify", "NonBlockingQuery": "cla
                  "SignalInbox": "signal", "MetricsServer": "scrape"}
 
 
+def wait_readable(fds: list[int], seconds: float) -> None:
+    """Wait until one of ``fds`` is readable or ``seconds`` have passed (poll, not
+    select: a parent of hundreds of children has fds past select's 1,024)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    poller.poll(seconds * 1000)
+
+
 def native_title(native: list[NativeJob]) -> str:
     """The title's note on children busy in native code (empty when none)."""
     if not native:
@@ -277,7 +286,7 @@ class Arbiter:
             return
         wait = min(wait - (self.clock() - self.turn_ended), self._timeout())
         if wait > 0:
-            select.select([fd, *urgent], [], [], wait)
+            wait_readable([fd, *urgent], wait)
 
     def _timeout(self) -> float:
         if self.inbox.has_pending():  # a wait for the database read the wake-up: act now
