@@ -25,7 +25,6 @@ LISTENs on ``supervisor_final``:
 from __future__ import annotations
 
 import os
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ import psycopg
 from psycopg.pq import ConnStatus
 
 from shared.db import DatabaseUnavailable, connect, first_line
+from shared.fdwait import readable
 
 CHANNEL = "supervisor_final"
 APPLICATION_NAME = "supervisor-wait"
@@ -185,9 +185,9 @@ class Listener:
             if left <= 0 or conn is None:
                 return
             try:
-                ready = select.select([conn.pgconn.socket], [], [], min(left, READ_SLICE))[0]
+                ready = readable([conn.pgconn.socket], min(left, READ_SLICE))
             except (OSError, ValueError, psycopg.OperationalError):
-                ready = [True]  # the socket is gone: collecting will say so
+                ready = True  # the socket is gone: collecting will say so
             if ready:
                 self._collect(checked)
 

@@ -18,7 +18,6 @@ signals its child and then its process group): it changes nothing.
 from __future__ import annotations
 
 import logging
-import select
 import selectors
 import signal
 import time
@@ -27,6 +26,7 @@ from setproctitle import setproctitle
 
 from shared import jobs
 from shared.exitcodes import CLI_JOBS_FAILED
+from shared.fdwait import readable
 from supervisor.config import RunConfig
 from supervisor.engine import Engine, make_owner
 from supervisor.observe import (
@@ -64,15 +64,6 @@ REAP_NET = 0.5  # seconds between looks for exited children that no SIGCHLD repo
 # What woke the loop, by the kind of thing whose fd was ready (for the wake-up metric).
 _WAKE_REASONS = {"Pool": "child", "Database": "notify", "NonBlockingQuery": "claim",
                  "SignalInbox": "signal", "MetricsServer": "scrape"}
-
-
-def wait_readable(fds: list[int], seconds: float) -> None:
-    """Wait until one of ``fds`` is readable or ``seconds`` have passed (poll, not
-    select: a parent of hundreds of children has fds past select's 1,024)."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    poller.poll(seconds * 1000)
 
 
 def native_title(native: list[NativeJob]) -> str:
@@ -286,7 +277,7 @@ class Arbiter:
             return
         wait = min(wait - (self.clock() - self.turn_ended), self._timeout())
         if wait > 0:
-            wait_readable([fd, *urgent], wait)
+            readable([fd, *urgent], wait)
 
     def _timeout(self) -> float:
         if self.inbox.has_pending():  # a wait for the database read the wake-up: act now

@@ -61,7 +61,7 @@ UNIT_MODULES: frozenset[str] = frozenset({
     "test_fork_waves.py",
     "test_pool_queue_units.py",
     "test_pool_deadlines.py", "test_pool_rebalance.py", "test_pool_recall_units.py",
-    "test_pool_rooms.py",
+    "test_pool_rooms.py", "test_fdwait.py",
     "test_schedules_slots.py",
     "test_operator_truth_verdicts.py", "test_pool_discard_notices.py", "test_crash_rule.py",
     "test_scheduling.py", "test_stop_notices.py", "test_store_params.py", "test_store_settings.py",

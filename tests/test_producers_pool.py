@@ -258,3 +258,33 @@ def test_each_event_loop_gets_its_own_connections_closed_with_the_loop(dsn, conn
     assert second > first
     gc.collect()  # the loops are gone: their pools' connections are closed
     wait_for(lambda: backends() == 0, what="the loops' connections to close")
+
+
+def test_a_pooled_connection_on_an_fd_past_1024_is_reused_not_reconnected(dsn):
+    # A web worker holding many sockets: the producer's connection lands past fd 1,024.
+    # select() refused such an fd; the pool took that for a dead connection and opened
+    # a new one at every enqueue.
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the fd limit ({hard}) leaves no fd past 1,024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = []
+    try:
+        while not filler or filler[-1] < 1030:
+            filler.append(os.open(os.devnull, os.O_RDONLY))
+        producer_pool(dsn).close()  # a pool of this process's own, opened from here on
+        enqueue("k", dsn=dsn)
+        [first] = pooled_backends(dsn)
+        sockets = [c.connection.pgconn.socket for c in producer_pool(dsn)._idle]
+        assert sockets[0] > 1024
+        for n in range(5):
+            enqueue("k", {"n": n}, dsn=dsn)
+        assert pooled_backends(dsn) == {first}
+    finally:
+        producer_pool(dsn).close()
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

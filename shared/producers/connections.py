@@ -11,7 +11,6 @@ Running a plan on a cursor lives here too, with the one-line errors every driver
 
 from __future__ import annotations
 
-import select
 from typing import Any
 
 import psycopg
@@ -20,6 +19,7 @@ from psycopg.pq import ConnStatus, TransactionStatus
 
 from shared.db import DatabaseUnavailable, SchemaMissing, UnusableConnection, first_line
 from shared.dsn import describe
+from shared.fdwait import readable
 from shared.producers import orm
 from shared.producers.plans import INSERT_NOW, Copy, Plan, Row
 
@@ -92,10 +92,9 @@ def looks_dead(raw: psycopg.Connection | psycopg.AsyncConnection) -> bool:
     if pgconn.transaction_status != TransactionStatus.IDLE:
         return True
     try:
-        readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        return readable([pgconn.socket], 0)
     except (OSError, ValueError, psycopg.OperationalError):
         return True
-    return bool(readable)
 
 
 def where(raw: psycopg.Connection | psycopg.AsyncConnection) -> str:
