@@ -58,6 +58,15 @@ def _fits(browser, url: str) -> None:
         browser.set_window_size(1280, 900)
 
 
+def _text(browser, selector: str) -> str:
+    """The element's text, read in one script: the page redraws its charts as it
+    refreshes, and an element found, then read, could be gone between the two (a stale
+    element reference, in one CI run)."""
+    return browser.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : ''",
+        selector)
+
+
 def _series_points(browser, figure_id: str, series: str) -> int:
     return int(browser.execute_script(
         "const f = document.getElementById(arguments[0]);"
@@ -82,19 +91,19 @@ def test_queue_and_kind_pages_draw_their_charts(browser, pages):
     assert _series_points(browser, "chart-finished-day", "completed") == 24
     assert _series_points(browser, "chart-times-hour", "run_mean") == 60
     assert _series_points(browser, "chart-depth-hour", "available") == 60
-    assert "failed 25" in css(browser, "#chart-finished-hour")[0].text
-    assert "run mean max 2.0s" in css(browser, "#chart-times-hour")[0].text
-    assert "available max 100" in css(browser, "#chart-depth-hour")[0].text
+    assert "failed 25" in _text(browser, "#chart-finished-hour")
+    assert "run mean max 2.0s" in _text(browser, "#chart-times-hour")
+    assert "available max 100" in _text(browser, "#chart-depth-hour")
     assert _series_points(browser, "chart-cpu-hour", "cpu_seconds") == 60
-    assert "CPU 31.0m" in css(browser, "#chart-cpu-hour")[0].text  # 59 minutes of 30 s, one of 90 s
+    assert "CPU 31.0m" in _text(browser, "#chart-cpu-hour")  # 59 minutes of 30 s, one of 90 s
     assert browser.title != "pwned"
     css(browser, 'tr[data-kind="resize"] a')[0].click()
     wait_for(lambda: browser.current_url.endswith("/kinds/resize"), what="the kind page")
     assert len(css(browser, "figure.chart-box")) == 6
     assert _series_points(browser, "chart-cpu-day", "cpu_seconds") == 24
-    assert "64 MiB" in css(browser, "#kind-queues")[0].text  # the day's peak memory
+    assert "64 MiB" in _text(browser, "#kind-queues")  # the day's peak memory
     assert _series_points(browser, "chart-finished-hour", "failed") == 60
-    assert "images" in css(browser, "#kind-queues")[0].text
+    assert "images" in _text(browser, "#kind-queues")
     _fits(browser, server.url + "/queues/images")
     _fits(browser, server.url + "/kinds/resize")
 
