@@ -63,3 +63,12 @@ class Usage(NamedTuple):
 
 def _seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def ran_at_least(heard: float, usage: Usage | None) -> float:
+    """How long an attempt ran: the parent's reading, START to answer, but never less
+    than the child's own measure of its handler (``usage.wall_seconds``). The parent's
+    reading is near zero whenever it reads both in one turn: when it lets answers gather
+    (``Arbiter._settle``), or runs late on a loaded machine (a first sample of zero once
+    set the depth to its maximum: issue 31)."""
+    return heard if usage is None else max(heard, usage.wall_seconds)

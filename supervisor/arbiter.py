@@ -255,11 +255,12 @@ class Arbiter:
         No child runs dry for it: the wait is at most ``settle_share`` of the time until
         the first would (``Pool.quiet_outlook``), and ends before any deadline. It is
         taken only when ``settle_answers`` answers or more are due within it: at 100 ms
-        jobs on ``-n 2`` a 20 ms wait usually ended with none, one wake more a turn. With a claim
-        out, its answer ends the wait too (``Engine.urgent_fds``). With none, the wait
-        may hold back a claim that falls due meanwhile, so the children must also keep
-        work for that claim's round trips (``Engine.claim_margin``): at ``-n 16`` claims
-        go back to back, and a wait without that margin ran the pipes dry."""
+        jobs on ``-n 2`` a 20 ms wait usually ended with none, one wake more a turn.
+        With a claim out, its answer ends the wait too (``Engine.urgent_fds``). With
+        none, the wait may hold back a claim that falls due meanwhile, so the children
+        must also keep work for that claim's round trips (``Engine.claim_margin``): at
+        ``-n 16`` claims go back to back, and a wait without that margin ran the pipes
+        dry."""
         fd = self.inbox.wakeup_fd
         if self.state != RUNNING or fd < 0 or self.inbox.has_pending():
             return

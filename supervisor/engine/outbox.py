@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 from shared import jobs
 from shared.jobs import ClaimedJob
-from shared.usage import Usage
+from shared.usage import Usage, ran_at_least
 from supervisor.db import (
     Apart,
     Attempt,
@@ -176,7 +176,7 @@ class Outbox:
             # ride a later renewal, which the completion (gone with a claim) has fenced
             # off, and a false "fenced off" warning said so (issue 47).
             self.pending.checkpoints.pop(job.id, None)
-        ran = _ran(self._drop_start(job.id, now), usage)  # it ran, and since when
+        ran = self._ran(job.id, now, usage)  # its completion says it ran, and since when
         if ran is not None:
             due = now - ran + self.tuning.start_hold
             if self.carried_start_due is None or due < self.carried_start_due:
@@ -191,7 +191,7 @@ class Outbox:
                usage: Usage | None = None, output: str | None = None) -> None:
         """The attempt failed; a shutdown interruption goes back without counting."""
         self.pending.progress.pop(job.id, None)
-        ran = _ran(self._drop_start(job.id, now), usage)
+        ran = self._ran(job.id, now, usage)
         failure = Failure(job.id, job.attempt, kind,
                           clean_text(message, jobs.MESSAGE_LIMIT) or kind,
                           clean_text(traceback, jobs.TRACEBACK_LIMIT), retry_delay,
@@ -204,6 +204,13 @@ class Outbox:
         else:
             self.pending.failures.append(failure)
         self._touch(now)
+
+    def _ran(self, job_id: int, now: float, usage: Usage | None) -> float | None:
+        """How long an attempt whose start is unwritten ran, for the start its outcome
+        writes (``attempted_at``), never less than the child measured
+        (``shared.usage.ran_at_least``); None: its start was written, or never came."""
+        heard = self._drop_start(job_id, now)
+        return None if heard is None else ran_at_least(heard, usage)
 
     def _drop_start(self, job_id: int, now: float) -> float | None:
         """The job's outcome carries its start: returns how long ago it started when its
@@ -560,13 +567,3 @@ class Outbox:
         if self.since is None:
             self.since = now
 
-
-def _ran(heard: float | None, usage: Usage | None) -> float | None:
-    """How long an attempt whose start is unwritten ran, for the start its outcome
-    writes (``attempted_at``): the parent's reading, START to answer, but never less
-    than the child's own measure of its handler (``runtimes.ran_for``'s reason). The
-    parent reads both in one turn whenever it lets answers gather (``Arbiter._settle``),
-    and the reading is then zero. None: the start was written, or never reported."""
-    if heard is None or usage is None:
-        return heard
-    return max(heard, usage.wall_seconds)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from shared import wire
 from shared.jobs import FAIL_ERROR, FAIL_EXPIRED, FAIL_MEMORY, FAIL_STOPPED, TERMINAL_FAILURES
-from shared.usage import Usage
+from shared.usage import ran_at_least
 from supervisor.pool.outcomes import (
     JobCheckpoint,
     JobDone,
@@ -169,15 +169,6 @@ def _on_skipped(child: ChildProcess, frame: wire.Frame, now: float,
     news.append(JobReturned(child.take_out(at, now), f"given back: {recall.why}", recall.to))
 
 
-def _ran(heard: float, measured: Usage | None) -> float:
-    """How long an answered job ran: from its START to its answer as the parent read
-    them, but never less than the child's own measure of its handler. The parent reads
-    both in one turn whenever it lets answers gather (``Arbiter._settle``) or ran late,
-    and its reading is then near zero: the duration metrics and every failure's record
-    would say so."""
-    return heard if measured is None else max(heard, measured.wall_seconds)
-
-
 def _on_answer(child: ChildProcess, frame: wire.Frame, now: float,
                news: list[ChildNews]) -> None:
     jobs = child.jobs
@@ -196,7 +187,7 @@ def _on_answer(child: ChildProcess, frame: wire.Frame, now: float,
             return
         if not started:  # an answer says it ran, START or not
             news.append(JobStarted(job))
-        news.append(JobDone(job, done.result, _ran(duration, done.usage),
+        news.append(JobDone(job, done.result, ran_at_least(duration, done.usage),
                             usage.tree_peak(done.usage), done.output))
         usage.answered(done.usage)
     else:
@@ -221,7 +212,7 @@ def _on_answer(child: ChildProcess, frame: wire.Frame, now: float,
                     message = f"{notice.message}; it stopped itself first"
             news.append(JobFailed(job, kind, message, answer.traceback,
                                   answer.retry_delay, kind in TERMINAL_FAILURES,
-                                  _ran(duration, answer.usage),
+                                  ran_at_least(duration, answer.usage),
                                   usage.tree_peak(answer.usage), answer.output))
         usage.answered(answer.usage)
     child.answered(now)

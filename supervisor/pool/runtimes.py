@@ -49,6 +49,7 @@ import math
 import statistics
 from collections import deque
 
+from shared.usage import ran_at_least
 from supervisor.pool.outcomes import JobDone, JobFailed
 from supervisor.tuning import DEFAULT, Tuning
 
@@ -62,15 +63,11 @@ def nearest_rank(ordered: list[float], quantile: float) -> float:
 
 
 def ran_for(answer: JobDone | JobFailed) -> float:
-    """How long the job ran: the parent's reading (START to answer), but never less
-    than the child's own measure of its handler. The parent's is near zero whenever it
-    reads both in one turn, which a loaded machine makes common: a first sample of zero
-    set the depth to its maximum, so the second claim took up to 512 jobs and every
-    later completion was written on its own (issue 31). The larger of the two, not the
-    child's alone: that would also move jobs near ``long_job`` into the pipe, where the
-    recall of issue 28 takes them back whenever the head runs late."""
-    usage = answer.usage
-    return answer.duration if usage is None else max(answer.duration, usage.wall_seconds)
+    """How long the job ran, for the run-time estimates (``shared.usage.ran_at_least``).
+    The larger of the parent's reading and the child's measure, not the child's alone:
+    that would also move jobs near ``long_job`` into the pipe, where the recall of issue
+    28 takes them back whenever the head runs late."""
+    return ran_at_least(answer.duration, answer.usage)
 
 
 class _Kind:
