@@ -14,6 +14,7 @@ import psycopg
 
 from shared.batcheta import ETA_LATERAL
 from shared.jobs import FINISHED_STATES, STATES
+from shared.live_sql import live_jobs
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import AdminError
 from supervisor.admin.status import LIVE_AFTER_SECONDS
@@ -43,11 +44,10 @@ CROSS JOIN LATERAL ({ETA_LATERAL}) AS f
 ORDER BY b.id DESC
 """
 
-# Jobs in flight per kind (the state index), and the last day's finished ones with
-# their run times (the finished index).
-_KINDS_LIVE = """
-SELECT kind, state, count(*) FROM supervisor.jobs
-WHERE state IN ('available', 'scheduled', 'running', 'retryable')
+# Jobs in flight per kind (the partial indexes of their states: ``shared.live_sql``),
+# and the last day's finished ones with their run times (the finished index).
+_KINDS_LIVE = f"""
+SELECT kind, state, count(*) FROM ({live_jobs("kind, state")}) AS live
 GROUP BY kind, state
 """
 _KINDS_FINISHED = """

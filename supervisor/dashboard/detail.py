@@ -15,15 +15,16 @@ from typing import Any
 import psycopg
 
 from shared.jobs import STATES
+from shared.live_sql import live_jobs
 from supervisor import admin
 from supervisor.dashboard.queries import NotFound
 
 DAY_HOURS = 24
 
-# A kind's jobs in flight now, through the state index's live part.
-_KIND_LIVE = """
-SELECT state, count(*) FROM supervisor.jobs
-WHERE kind = %(kind)s AND state IN ('available', 'scheduled', 'running', 'retryable')
+# A kind's jobs in flight now, through the partial indexes of their states
+# (``shared.live_sql``): what is in flight is read, not the table's history.
+_KIND_LIVE = f"""
+SELECT state, count(*) FROM ({live_jobs("state", where="kind = %(kind)s")}) AS live
 GROUP BY state
 """
 

@@ -14,7 +14,8 @@ job twice. The cost grows with the jobs finished per round, not with the table: 
 
 Beside it, ``SAMPLE`` records each queue's depth once a minute
 (``supervisor.queue_minutes``): the available and running jobs and the oldest wait,
-one count over the state index's live part, skipped when this minute has its sample.
+one count over the partial indexes of available and running jobs, skipped when this
+minute has its sample.
 
 The supervisor sends both without waiting, on a connection of their own
 (``supervisor.db.history_writer``): each is one statement, so it commits whole or not
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import psycopg
 
+from shared.live_sql import live_jobs
 from shared.usage_sql import in_range, usage_figure, usage_number
 
 LAG = 30.0  # seconds after a minute closes before it is rolled
@@ -152,18 +154,22 @@ def roll_up(conn: psycopg.Connection, lag: float = LAG, keep: float = KEEP,
 
 # One sample a minute, one statement (as the roll-up): the NOT EXISTS is a one-time
 # filter, so a round whose minute has its sample already reads one key of queue_minutes
-# and no job; samples older than the retention go when a new one is taken.
-SAMPLE = """
-WITH sampled AS (
+# and no job; samples older than the retention go when a new one is taken. Available
+# and running jobs are read through their partial indexes (``shared.live_sql``): as one
+# ``state IN``, the count read the whole table, and once days of finished jobs made that
+# longer than its timeout, no minute was sampled.
+SAMPLE = f"""
+WITH live AS (
+    {live_jobs("queue, state, run_at", ("available", "running"))}
+), sampled AS (
     INSERT INTO supervisor.queue_minutes (minute, queue, available, running, oldest_wait)
     SELECT date_trunc('minute', now()), queue,
            count(*) FILTER (WHERE state = 'available'),
            count(*) FILTER (WHERE state = 'running'),
            greatest(extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available')),
                     0)::float8
-    FROM supervisor.jobs
-    WHERE state IN ('available', 'running')
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queue_minutes
+    FROM live
+    WHERE NOT EXISTS (SELECT 1 FROM supervisor.queue_minutes
                       WHERE minute = date_trunc('minute', now()))
     GROUP BY queue
     ON CONFLICT (minute, queue) DO NOTHING

@@ -5,6 +5,8 @@ statement can be read, and reviewed for its plan, in one place. The claim is com
 from parts of its own, per variant, in ``supervisor.db.claim``.
 """
 
+from shared.live_sql import live_jobs
+
 # The fence every write for a running job shares; u is the unnest of the batch. The
 # planner reaches j through the primary key, one probe per row of the batch (a nested
 # loop from u, "Index Cond: id = u.id"). These statements are planned per execution
@@ -226,11 +228,11 @@ WHERE j.id = o.id AND {_RUNNING} AND j.lease_expires_at < now()
 RETURNING j.id, o.lost, o.unstarted
 """
 
-QUEUE_COUNTS = """
+# The unfinished jobs of these queues by state, for the burst's progress line (every
+# half second on a terminal): through the partial indexes (``shared.live_sql``).
+QUEUE_COUNTS = f"""
 SELECT queue, state, count(*), count(*) FILTER (WHERE run_at <= now())
-FROM supervisor.jobs
-WHERE queue = ANY(%(queues)s::text[])
-  AND state IN ('available', 'scheduled', 'retryable', 'running')
+FROM ({live_jobs("queue, state, run_at", where="queue = ANY(%(queues)s::text[])")}) AS live
 GROUP BY queue, state
 """
 
@@ -283,10 +285,11 @@ WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
 
 # Jobs waiting in these queues whose kind no loaded handler runs, per kind (a burst run
 # says so as it ends, rather than "no more work").
-UNHANDLED_WAITING = """
-SELECT kind, count(*) FROM supervisor.jobs
-WHERE state IN ('available', 'scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
-  AND kind <> ALL(%(kinds)s::text[])
+UNHANDLED_WAITING = f"""
+SELECT kind, count(*) FROM (
+    {live_jobs("kind", ("available", "waiting"),
+               "queue = ANY(%(queues)s::text[]) AND kind <> ALL(%(kinds)s::text[])")}
+) AS waiting
 GROUP BY kind ORDER BY count(*) DESC, kind
 """
 
