@@ -6,6 +6,7 @@ and the pool, and in which order, is what the real-process tests
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 from collections import Counter
@@ -16,6 +17,7 @@ from shared import jobs
 from supervisor import arbiter as arbiter_module
 from supervisor.arbiter import DRAINING, REAP_NET, RUNNING, STOP_TIMEOUT, STOPPING, Arbiter
 from supervisor.config import RunConfig
+from supervisor.observe.progress import BurstProgress
 from supervisor.pool import PoolHalted
 from supervisor.pool.pool import QuietOutlook
 from supervisor.signals import Received
@@ -74,6 +76,7 @@ class FakeEngine:
         self.due_in = 0.0  # the next deadline, from now: always due unless a test says
         self.urgent: list[int] = []  # the claim's socket while one is out
         self.margin = 0.0  # work the children keep for a claim's round trips
+        self.on_count = None  # called at each count for the progress line
 
     def watch_signals(self, wakeup_fd: int) -> None:
         pass  # the real engine lets the wakeup pipe end a wait for the database
@@ -112,7 +115,12 @@ class FakeEngine:
     def flush(self, now: float) -> None:
         self.calls.append("engine.flush")
 
+    def waiting(self) -> None:
+        return None  # what waits for a run_at or dependencies: not known here
+
     def queue_counts(self) -> dict:
+        if self.on_count is not None:
+            self.on_count()
         return {}
 
 
@@ -563,3 +571,30 @@ def test_the_loop_lets_answers_gather_while_every_pipe_holds_work_for_the_wait(m
     finally:
         rig.close()
 
+
+
+def test_a_slow_progress_count_is_asked_for_less_often():
+    """The progress line's counts hold the loop: a count that takes 0.1 s (a backlog of
+    millions) comes again 2 s later, not at the line's half second."""
+    rig = Rig(burst=True)
+    meter = BurstProgress(io.StringIO(), now=rig.clock.now, interactive=True)
+    rig.arbiter.progress = meter
+    counted: list[float] = []
+
+    def count(seconds: float) -> None:
+        counted.append(rig.clock.now)
+        rig.clock.now += seconds
+
+    rig.engine.on_count = lambda: count(0.0)
+    rig.advance(0.5)
+    assert len(counted) == 1 and meter.next_update == pytest.approx(counted[0] + 0.5)
+    rig.engine.on_count = lambda: count(0.1)
+    rig.advance(0.5)
+    assert len(counted) == 2
+    first_slow = counted[1]
+    assert meter.next_update == pytest.approx(first_slow + 0.1 / arbiter_module.PROGRESS_COUNT_SHARE)
+    for _ in range(3):
+        rig.advance(0.5)
+    assert len(counted) == 2  # 1.5 s on: still not counted again
+    rig.advance(0.5)
+    assert len(counted) == 3
