@@ -90,6 +90,30 @@ def test_limit_sets_only_the_variables_the_user_did_not():
     assert "OMP_NUM_THREADS" not in done.variables
 
 
+def test_a_child_takes_its_parents_look_at_the_pools_instead_of_reading_its_maps(
+        monkeypatch):
+    """The parent looks before each fork, again only when a module was imported since;
+    a child's ``limit`` takes that look (its mappings are the parent's at the fork)."""
+    looks: list[bool] = []
+
+    def look() -> bool:
+        looks.append(False)
+        return False
+
+    monkeypatch.setattr(nativethreads, "pools_loaded", look)
+    monkeypatch.setattr(nativethreads, "_parent_look", None)
+    assert nativethreads.loaded_at_fork() is False and len(looks) == 1  # no parent: its own
+    nativethreads.prepare()
+    nativethreads.prepare()  # nothing imported since: no second look
+    assert len(looks) == 2
+    assert nativethreads.loaded_at_fork() is False and len(looks) == 2
+    monkeypatch.setitem(sys.modules, "imported_since", object())
+    nativethreads.prepare()
+    assert len(looks) == 3
+    monkeypatch.setattr(nativethreads, "_parent_look", (len(sys.modules), True))
+    assert nativethreads.loaded_at_fork() is True and len(looks) == 3
+
+
 def test_the_child_share_of_the_cpus():
     from supervisor.config import build_config
 

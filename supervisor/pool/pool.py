@@ -698,6 +698,8 @@ class Pool:
         while worker_no in taken:
             worker_no += 1
         max_jobs = self.settings.draw_max_jobs(self._rng)
+        if self.settings.native_threads is not None:
+            nativethreads.prepare()  # what the child will map: it need not look itself
         try:
             forked = fork_child(self._os, self.settings, worker_no=worker_no,
                                 max_jobs=max_jobs, parent_pid=self._parent_pid,
