@@ -443,12 +443,12 @@ def test_run_drains_on_a_real_sigterm_and_returns_0():
                      "engine.notify_drain", "engine.close", "pool.kill_all"]
 
 
-def test_run_forks_one_child_per_cpu_before_it_connects_and_the_rest_once_a_job_is_placed():
-    """Issue 48: the pool starts with its first wave (one child per CPU) and forks
+def test_run_forks_its_first_wave_before_it_connects_and_the_rest_once_a_job_is_placed():
+    """Issue 48: the pool starts with its first wave (a few children per CPU) and forks
     nothing more while the first claim is out; once a child holds a job, the rest are
     forked a few per recount, and the loop turns at once to do it."""
     from shared.cpus import CpuCount
-    from supervisor.pool.forkwaves import FORKS_PER_RECOUNT
+    from supervisor.pool.forkwaves import FIRST_WAVE_PER_CPU, FORKS_PER_RECOUNT
 
     calls: list[str] = []
     clock = Clock()
@@ -490,7 +490,8 @@ def test_run_forks_one_child_per_cpu_before_it_connects_and_the_rest_once_a_job_
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-    assert seen == [("start", 2), ("open", 0), ("claim out", 0), ("waiting", 0),
+    assert seen == [("start", 2 * FIRST_WAVE_PER_CPU), ("open", 0), ("claim out", 0),
+                    ("waiting", 0),
                     ("placed", FORKS_PER_RECOUNT, True)]
 
 
@@ -592,7 +593,8 @@ def test_a_slow_progress_count_is_asked_for_less_often():
     rig.advance(0.5)
     assert len(counted) == 2
     first_slow = counted[1]
-    assert meter.next_update == pytest.approx(first_slow + 0.1 / arbiter_module.PROGRESS_COUNT_SHARE)
+    share = arbiter_module.PROGRESS_COUNT_SHARE
+    assert meter.next_update == pytest.approx(first_slow + 0.1 / share)
     for _ in range(3):
         rig.advance(0.5)
     assert len(counted) == 2  # 1.5 s on: still not counted again

@@ -6,8 +6,9 @@ child): forking all N before the first claim put every fork and every boot on th
 job's clock, 0.4-0.5 s more CPU before the first job at ``-n 64`` on 2 CPUs
 (docs/benchmarks.md, "Many children"). So:
 
-1. the first wave, one child per CPU the process may use (never more than asked for),
-   is forked before the parent connects: they boot while it connects and claims;
+1. the first wave, ``FIRST_WAVE_PER_CPU`` children per CPU the process may use (never
+   more than asked for), is forked before the parent connects: they boot while it
+   connects and claims, which it mostly spends waiting for the database;
 2. the rest are held until the first job is in a child's pipe, or the first claim
    found nothing to run, or ``HOLD_LIMIT`` has passed (a first wave that cannot boot,
    a database that is slow to answer: the pool is never left short for long);
@@ -32,12 +33,20 @@ from supervisor.pool.pool import Pool
 # into the run, at two 1.06-1.14 s (docs/benchmarks.md, "Many children").
 FORKS_PER_RECOUNT = 2
 HOLD_LIMIT = 1.0  # seconds after the first wave at most before the rest are forked
+# Children per CPU forked before the parent connects. The connect and the first claim
+# leave the CPUs mostly idle, and a child forked then is not one of the ramp's late
+# children, each of which misses the jobs of its boot. On 2 CPUs (2026-12-07, sleeping
+# jobs, medians of 3): at one per CPU, -n 16 ran at 0.932 of the ideal, its first job
+# 207 ms after exec (-n 2: 203); at four, 0.940 and 214 ms; at eight (every child of
+# -n 16), 0.947 and 228 ms, and -n 64's first job up to 42 ms behind -n 2's, near
+# issue 48's 50 ms bar on a fast stretch: four.
+FIRST_WAVE_PER_CPU = 4
 
 
 def first_wave(children: int, cpus: int) -> int:
-    """How many children are forked before the parent connects: one per CPU it may
-    use (they boot in parallel with the connect), never more than asked for."""
-    return max(1, min(children, cpus))
+    """How many children are forked before the parent connects: ``FIRST_WAVE_PER_CPU``
+    per CPU it may use (they boot while it connects), never more than asked for."""
+    return max(1, min(children, FIRST_WAVE_PER_CPU * cpus))
 
 
 class ForkWaves:
