@@ -17,7 +17,15 @@ once with the holder opened before the drain and once without, alternating
 
 Holders (``--holder``): ``rr``, an idle REPEATABLE READ transaction that has read
 supervisor.jobs (a dump, an analytics query); ``xid``, an idle transaction holding an
-xid through ``txid_current()`` (a client left idle in transaction); ``none``.
+xid through ``txid_current()`` (a client left idle in transaction); ``query``, a
+report's long statement (its snapshot lives as long as it runs); ``none``.
+
+The guardrails of docs/operations.md, measured: ``--guard SETTING=VALUE`` makes a setting
+on the holder's session before it begins, as ``ALTER ROLE ... SET`` would for its role
+(``idle_in_transaction_session_timeout=60s`` for ``rr``/``xid``, ``statement_timeout=60s``
+for ``query``); the hold's row then says when the server ended the holder.
+``--elsewhere`` opens the holder in another database of the cluster (the base DSN's):
+the guardrail "a database of the queue's own".
 
 ``--batch-size N`` (issue 42's "with these features used"): the jobs are enqueued as
 batches of N with a callback each (``enqueue_many(..., then=...)``; the callbacks are
@@ -41,6 +49,7 @@ The issue's full lengths: ``--baseline 300 --hold 1200 --recovery 600`` (and ``-
 Usage: python scripts/bench/horizon.py [--mode steady|drain] [--holder rr|xid|none]
        [--rate 500] [--baseline 40] [--hold 90] [--recovery 40] [--jobs 100000]
        [--batch-size 0] [--fair] [--probe-every 5] [--minutes]
+       [--guard SETTING=VALUE ...] [--elsewhere]
 """
 
 from __future__ import annotations
@@ -140,28 +149,70 @@ def probe(conn: psycopg.Connection) -> Probe:
 
 
 class Holder:
-    """A session that keeps the MVCC horizon back until closed."""
+    """A session that keeps the MVCC horizon back until closed (or until a guardrail
+    ends it: ``guard``, a setting made on its session as a role's setting would be).
 
-    def __init__(self, dsn: str, kind: str) -> None:
+    ``elsewhere``: the session is in another database of the cluster (the guardrail "a
+    database of the queue's own"); an ``rr`` holder there reads a catalog instead."""
+
+    def __init__(self, dsn: str, kind: str, guard: dict[str, str] | None = None,
+                 elsewhere: str | None = None) -> None:
         self.kind = kind
         self.conn: psycopg.Connection | None = None
+        self.pid: int | None = None
+        self._query: threading.Thread | None = None
         if kind == "none":
             return
-        self.conn = psycopg.connect(dsn, application_name=f"bench-holder-{kind}")
+        self.conn = psycopg.connect(elsewhere or dsn, application_name=f"bench-holder-{kind}",
+                                    autocommit=True)
+        for name, value in (guard or {}).items():
+            self.conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        table = "pg_class" if elsewhere else "supervisor.jobs"
         if kind == "rr":
             self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            self.conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id < 10")
+            self.conn.execute(f"SELECT count(*) FROM {table} WHERE oid < 10" if elsewhere
+                              else f"SELECT count(*) FROM {table} WHERE id < 10")
         elif kind == "xid":
             self.conn.execute("BEGIN")
             self.conn.execute("SELECT txid_current()")
-        else:
-            raise SystemExit(f"unknown holder {kind!r}: rr, xid or none")
+        elif kind == "query":  # a report's long statement: its snapshot lives as it runs
+            conn = self.conn
 
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.rollback()
-            self.conn.close()
-            self.conn = None
+            def run() -> None:
+                try:
+                    conn.execute(f"SELECT pg_sleep(3600) FROM (SELECT count(*) FROM {table}) t")
+                except psycopg.Error:
+                    pass  # cancelled by the bench's close, or by a statement_timeout
+
+            self._query = threading.Thread(target=run, daemon=True)
+            self._query.start()
+            time.sleep(0.2)  # the statement is running
+        else:
+            raise SystemExit(f"unknown holder {kind!r}: rr, xid, query or none")
+
+    def holding(self, conn: psycopg.Connection) -> bool:
+        """Whether the session still holds the horizon back, asked from ``conn``."""
+        if self.pid is None:
+            return False
+        row = conn.execute("SELECT backend_xmin IS NOT NULL OR backend_xid IS NOT NULL "
+                           "FROM pg_stat_activity WHERE pid = %s", (self.pid,)).fetchone()
+        return bool(row and row[0])
+
+    def close(self, conn: psycopg.Connection) -> None:
+        """End the hold (``conn``: a session of the bench's, to cancel a running query)."""
+        if self.conn is None:
+            return
+        if self._query is not None:
+            conn.execute("SELECT pg_cancel_backend(%s)", (self.pid,))
+            self._query.join(timeout=10)
+        try:
+            if self.kind != "query":
+                self.conn.execute("ROLLBACK")  # the explicit BEGIN's transaction
+        except psycopg.Error:
+            pass  # a guardrail ended the session
+        self.conn.close()
+        self.conn = None
 
 
 def enqueue_batches(conn: psycopg.Connection, jobs: int, size: int) -> int:
@@ -281,13 +332,16 @@ def minute_rows(conn: psycopg.Connection, name: str, a: Counters, b: Counters) -
 
 def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float,
            recovery: float, batch_size: int = 0, fair: bool = False,
-           probe_every: float = 5.0, minutes: bool = False) -> None:
+           probe_every: float = 5.0, minutes: bool = False,
+           guard: dict[str, str] | None = None, elsewhere: bool = False) -> None:
     dsn = scratch(base_dsn)
     supervisor = start_supervisor(dsn, *fair_config(fair))
     producer = Producer(dsn, rate, batch_size)
     shape = (f"batches of {batch_size} with a callback{', fair queue' if fair else ''}"
              if batch_size else "plain jobs")
-    print(f"steady producer {rate:g} jobs/s ({shape}), holder {holder}, phases "
+    where = " in another database" if elsewhere else ""
+    guarded = "".join(f", {name} = {value}" for name, value in (guard or {}).items())
+    print(f"steady producer {rate:g} jobs/s ({shape}), holder {holder}{where}{guarded}, phases "
           f"{baseline:g}/{hold:g}/{recovery:g} s, supervisor run -n 2 "
           f"(code {os.environ.get('BENCH_CODE', common.ROOT)})")
     print("| phase | offered | completed | pickup p50 / p99 ms | not started "
@@ -304,14 +358,21 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
                       ("recovery", recovery, False))
             by_minute: list[str] = []
             for name, seconds, held in phases:
-                opened = Holder(dsn, holder) if held else None
+                opened = (Holder(dsn, holder, guard, base_dsn if elsewhere else None)
+                          if held else None)
                 a, offered_a, probes = counters(conn), producer.offered, []
-                end = time.monotonic() + seconds
+                began = time.monotonic()
+                end = began + seconds
+                let_go: float | None = None  # when a guardrail ended the hold
                 while time.monotonic() < end:
                     time.sleep(min(probe_every, max(0.0, end - time.monotonic())))
                     probes.append(probe(conn))
+                    if opened is not None and let_go is None and not opened.holding(conn):
+                        let_go = time.monotonic() - began
                 if opened is not None:
-                    opened.close()
+                    opened.close(conn)
+                if let_go is not None:
+                    name += f", ended by the server after about {let_go:.0f} s"
                 time.sleep(1.0)  # statistics flushed
                 b = counters(conn)
                 print(phase_row(conn, name, a, b, producer.offered - offered_a, probes),
@@ -374,7 +435,8 @@ def drain(base_dsn: str, holder: str, jobs: int, rounds: int, batch_size: int = 
                 try:
                     seconds = common.run_burst(dsn, "-n", "2", "-q", QUEUE, *fair_config(fair))
                 finally:
-                    opened.close()
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        opened.close(conn)
                 rates.append(offered / seconds)
                 outside.append(outside_xid_age(dsn))
             print(f"| {n + 1} | {rates[0]:.0f} | {rates[1]:.0f} | {rates[1] / rates[0]:.2f} "
@@ -387,7 +449,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=common.DEFAULT_DSN)
     parser.add_argument("--mode", choices=("steady", "drain"), default="steady")
-    parser.add_argument("--holder", choices=("rr", "xid", "none"), default="rr")
+    parser.add_argument("--holder", choices=("rr", "xid", "query", "none"), default="rr")
+    parser.add_argument("--guard", action="append", default=[], metavar="SETTING=VALUE",
+                        help="a setting on the holder's session (a guardrail), repeatable")
+    parser.add_argument("--elsewhere", action="store_true",
+                        help="the holder's session in another database of the cluster")
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--baseline", type=float, default=40.0)
     parser.add_argument("--hold", type=float, default=90.0)
@@ -413,8 +479,12 @@ def main() -> None:
     if args.batch_size < 0 or (args.fair and not args.batch_size):
         raise SystemExit("horizon.py: --batch-size must be positive, and --fair needs it")
     if args.mode == "steady":
+        guard = dict(item.split("=", 1) for item in args.guard if "=" in item)
+        if len(guard) != len(args.guard):
+            raise SystemExit("horizon.py: --guard takes SETTING=VALUE")
         steady(args.dsn, args.holder, args.rate, args.baseline, args.hold, args.recovery,
-               args.batch_size, args.fair, args.probe_every, args.minutes)
+               args.batch_size, args.fair, args.probe_every, args.minutes, guard,
+               args.elsewhere)
     else:
         drain(args.dsn, args.holder, args.jobs, args.rounds, args.batch_size, args.fair)
 
