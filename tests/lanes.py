@@ -177,6 +177,7 @@ UNIT_TESTS: frozenset[str] = frozenset({
     "test_namesake.py::test_without_supervisord_the_package_works",
     "test_native_threads.py::test_bad_native_threads_in_the_config_file_is_refused",
     "test_native_threads.py::test_a_child_takes_its_parents_look_at_the_pools_instead_of_reading_its_maps",
+    "test_native_threads.py::test_a_jobs_resize_reads_the_childs_own_maps_not_its_parents_look",
     "test_native_threads.py::test_limit_sets_only_the_variables_the_user_did_not",
     "test_native_threads.py::test_the_child_share_of_the_cpus",
     "test_nonblocking.py::test_named_parameters_become_numbered_once",

@@ -114,6 +114,25 @@ def test_a_child_takes_its_parents_look_at_the_pools_instead_of_reading_its_maps
     assert nativethreads.loaded_at_fork() is True and len(looks) == 3
 
 
+def test_a_jobs_resize_reads_the_childs_own_maps_not_its_parents_look(monkeypatch):
+    """A handler may load numpy after the boot: a job that reserved several CPUs has
+    the pools the child maps now resized, whatever the parent saw before the fork."""
+    looks: list[bool] = []
+
+    def look() -> bool:
+        looks.append(False)
+        return False
+
+    monkeypatch.setattr(nativethreads, "pools_loaded", look)
+    monkeypatch.setattr(nativethreads, "_parent_look", (len(sys.modules), False))
+    monkeypatch.setattr(nativethreads, "_ours",
+                        nativethreads.Limited(("OPENBLAS_NUM_THREADS",), ()))
+    monkeypatch.setattr(nativethreads, "_current", 1)
+    environ: dict[str, str] = {}
+    nativethreads.resize(4, environ)
+    assert looks and environ["OPENBLAS_NUM_THREADS"] == "4"
+
+
 def test_the_child_share_of_the_cpus():
     from supervisor.config import build_config
 

@@ -51,10 +51,11 @@ def pools_loaded() -> bool:
 
 # The parent's last look at its own mappings (``prepare``): how many modules it had
 # imported then, and whether a pool library was among what it had loaded. A child forked
-# after it maps exactly what the parent did, so its ``limit`` takes this look instead of
-# reading /proc/self/maps itself: 0.8 of the 4 ms of CPU a new child took to reach its
-# first job, 50 ms of the ramp of ``-n 64`` on two CPUs (issue 48). None: never looked
-# (a process that is no supervisor's child reads its own maps).
+# after it maps exactly what the parent did, so its ``limit`` at boot takes this look
+# instead of reading /proc/self/maps itself: 0.6-0.8 of the 4 ms of CPU a new child took
+# to reach its first job (issue 48). None: never looked (a process that is no
+# supervisor's child reads its own maps). ``resize``, later, reads the child's own: a
+# handler may have loaded a pool since.
 _parent_look: tuple[int, bool] | None = None
 
 
@@ -150,7 +151,7 @@ def resize(threads: int, environ: os._Environ[str] | dict[str, str] = os.environ
         environ[name] = value
     apis = [api for api, names in (("blas", BLAS_VARIABLES), ("openmp", OPENMP_VARIABLES))
             if any(name in ours.variables for name in names)]
-    if apis and loaded_at_fork():
+    if apis and pools_loaded():  # its own maps: a handler may have loaded one since
         try:
             import threadpoolctl
         except ImportError:
