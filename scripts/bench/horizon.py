@@ -44,12 +44,15 @@ recovery's tail sits, and whether the backlog after a hold was gone within two m
 as issue 40 asks.
 
 The issue's full lengths: ``--baseline 300 --hold 1200 --recovery 600`` (and ``--rate
-1000``); the defaults run in about three minutes.
+1000``); the defaults run in about three minutes. ``--cycles N`` repeats the hold and the
+recovery N times after the baseline (the issue's six cycles: ``--baseline 600 --hold 600
+--recovery 600 --cycles 6``, two hours and ten minutes); each phase's last column is its
+floor, the fewest completions in any whole 10-second window.
 
 Usage: python scripts/bench/horizon.py [--mode steady|drain] [--holder rr|xid|none]
        [--rate 500] [--baseline 40] [--hold 90] [--recovery 40] [--jobs 100000]
        [--batch-size 0] [--fair] [--probe-every 5] [--minutes]
-       [--guard SETTING=VALUE ...] [--elsewhere]
+       [--guard SETTING=VALUE ...] [--elsewhere] [--cycles 1]
 """
 
 from __future__ import annotations
@@ -312,7 +315,25 @@ def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, off
             f"| {probe_ms} | {b.dead} "
             f"| {b.heap / 2**20:.1f} + {b.indexes / 2**20:.1f} "
             f"| {(b.upd - a.upd) / jobs:.2f} ({(b.hot - a.hot) / jobs:.2f} HOT) "
-            f"| {float(wal) / jobs:.0f} |")
+            f"| {float(wal) / jobs:.0f} | {floor_of(conn, a, b)} |")
+
+
+def floor_of(conn: psycopg.Connection, a: Counters, b: Counters) -> int:
+    """The fewest completions in any whole 10-second window of the phase between ``a``
+    and ``b`` (issue 40's "no cycle's floor below the first's")."""
+    row = conn.execute(
+        """SELECT coalesce(min(n), 0) FROM (
+               SELECT w, count(j.id) AS n
+               FROM generate_series(0, floor(extract(epoch FROM %(b)s::timestamptz
+                                                     - %(a)s::timestamptz) / 10)::int - 1)
+                    AS w
+               LEFT JOIN supervisor.jobs j
+                 ON j.state = 'completed'
+                AND j.finished_at >= %(a)s::timestamptz + w * interval '10 seconds'
+                AND j.finished_at < %(a)s::timestamptz + (w + 1) * interval '10 seconds'
+               GROUP BY w) AS windows""",
+        {"a": a.at, "b": b.at}).fetchone()
+    return int(row[0]) if row else 0
 
 
 def minute_rows(conn: psycopg.Connection, name: str, a: Counters, b: Counters) -> list[str]:
@@ -333,7 +354,8 @@ def minute_rows(conn: psycopg.Connection, name: str, a: Counters, b: Counters) -
 def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float,
            recovery: float, batch_size: int = 0, fair: bool = False,
            probe_every: float = 5.0, minutes: bool = False,
-           guard: dict[str, str] | None = None, elsewhere: bool = False) -> None:
+           guard: dict[str, str] | None = None, elsewhere: bool = False,
+           cycles: int = 1) -> None:
     dsn = scratch(base_dsn)
     supervisor = start_supervisor(dsn, *fair_config(fair))
     producer = Producer(dsn, rate, batch_size)
@@ -341,21 +363,26 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
              if batch_size else "plain jobs")
     where = " in another database" if elsewhere else ""
     guarded = "".join(f", {name} = {value}" for name, value in (guard or {}).items())
+    repeated = f" ({cycles} cycles of hold and recovery)" if cycles > 1 else ""
     print(f"steady producer {rate:g} jobs/s ({shape}), holder {holder}{where}{guarded}, phases "
-          f"{baseline:g}/{hold:g}/{recovery:g} s, supervisor run -n 2 "
+          f"{baseline:g}/{hold:g}/{recovery:g} s{repeated}, supervisor run -n 2 "
           f"(code {os.environ.get('BENCH_CODE', common.ROOT)})")
     print("| phase | offered | completed | pickup p50 / p99 ms | not started "
           "| claim index entries read / claimed job | all index entries read / claimed job "
           "| full-scan probe ms | dead tuples "
-          "| heap + indexes MB | updates / job | WAL bytes / job |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| heap + indexes MB | updates / job | WAL bytes / job "
+          "| lowest completions in 10 s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     try:
         time.sleep(2.0)  # children forked
         with psycopg.connect(dsn, autocommit=True, application_name="bench-stats") as conn:
             producer.start()
             time.sleep(3.0)  # warm-up, not measured
-            phases = (("baseline", baseline, False), (f"hold ({holder})", hold, True),
-                      ("recovery", recovery, False))
+            phases = [("baseline", baseline, False)]
+            for cycle in range(1, cycles + 1):
+                mark = f" {cycle}" if cycles > 1 else ""
+                phases += [(f"hold ({holder}){mark}", hold, True),
+                           (f"recovery{mark}", recovery, False)]
             by_minute: list[str] = []
             for name, seconds, held in phases:
                 opened = (Holder(dsn, holder, guard, base_dsn if elsewhere else None)
@@ -452,6 +479,8 @@ def main() -> None:
     parser.add_argument("--holder", choices=("rr", "xid", "query", "none"), default="rr")
     parser.add_argument("--guard", action="append", default=[], metavar="SETTING=VALUE",
                         help="a setting on the holder's session (a guardrail), repeatable")
+    parser.add_argument("--cycles", type=int, default=1,
+                        help="hold and recovery phases this many times after the baseline")
     parser.add_argument("--elsewhere", action="store_true",
                         help="the holder's session in another database of the cluster")
     parser.add_argument("--rate", type=float, default=500.0)
@@ -482,9 +511,11 @@ def main() -> None:
         guard = dict(item.split("=", 1) for item in args.guard if "=" in item)
         if len(guard) != len(args.guard):
             raise SystemExit("horizon.py: --guard takes SETTING=VALUE")
+        if args.cycles < 1:
+            raise SystemExit("horizon.py: --cycles must be at least 1")
         steady(args.dsn, args.holder, args.rate, args.baseline, args.hold, args.recovery,
                args.batch_size, args.fair, args.probe_every, args.minutes, guard,
-               args.elsewhere)
+               args.elsewhere, args.cycles)
     else:
         drain(args.dsn, args.holder, args.jobs, args.rounds, args.batch_size, args.fair)
 
