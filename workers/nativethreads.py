@@ -52,8 +52,9 @@ def pools_loaded() -> bool:
 # The parent's last look at its own mappings (``prepare``): how many modules it had
 # imported then, and whether a pool library was among what it had loaded. A child forked
 # after it maps exactly what the parent did, so its ``limit`` at boot takes this look
-# instead of reading /proc/self/maps itself: 0.6-0.8 of the 4 ms of CPU a new child took
-# to reach its first job (issue 48). None: never looked (a process that is no
+# instead of reading /proc/self/maps itself: that read was 0.8 ms of a new child's boot,
+# whose CPU from the fork to its first job went from 3.96 to 3.32-3.52 ms (medians of 64
+# children, issue 48). None: never looked (a process that is no
 # supervisor's child reads its own maps). ``resize``, later, reads the child's own: a
 # handler may have loaded a pool since.
 _parent_look: tuple[int, bool] | None = None
