@@ -1,7 +1,8 @@
 """What the supervisor reads about jobs in flight costs what is in flight, not the
 table: on a table that keeps days of finished jobs (the default retention is a week),
 the burst's progress counts, the burst's closing look for unhandled kinds, the
-leader's per-minute depth sample and the dashboard's counts of kinds in flight are read
+leader's per-minute depth sample, the dashboard's counts of kinds in flight and the
+counts in flight of ``supervisor status``, the dashboard and ``/metrics`` are read
 through the partial indexes of their states (``shared.live_sql``).
 
 Each was one ``state IN (...)`` that no index's predicate matched, so each read the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor.admin.pages import _KINDS_LIVE
+from supervisor.admin.status import _LIVE_COUNTS
 from supervisor.dashboard.detail import _KIND_LIVE
 from supervisor.db import sql
 from supervisor.db.history import SAMPLE, sample_depth
@@ -58,6 +60,7 @@ QUEUES = {"queues": ["q0", "q1", "q2"], "kinds": ["k"]}
     ("unhandled kinds", sql.UNHANDLED_WAITING),
     ("depth sample", SAMPLE),
     ("dashboard: kinds in flight", _KINDS_LIVE),
+    ("status, dashboard and /metrics: counts in flight", _LIVE_COUNTS),
     ("dashboard: a kind in flight", _KIND_LIVE),
 ])
 def test_reads_of_jobs_in_flight_never_scan_the_finished_ones(history, name, statement):
@@ -80,6 +83,9 @@ def test_the_counts_read_through_the_indexes_are_the_tables(history):
                      ("k", "available", 2), ("k", "running", 1), ("k", "scheduled", 1)]
     assert dict(history.execute(_KIND_LIVE, {"kind": "k"}).fetchall()) == {
         "available": 2, "running": 1, "scheduled": 1}
+    assert sorted(history.execute(_LIVE_COUNTS).fetchall()) == [
+        ("q0", "available", 1), ("q0", "scheduled", 1), ("q1", "available", 2),
+        ("q2", "retryable", 1), ("q2", "running", 1)]
 
 
 def test_the_depth_sample_counts_what_is_in_flight_and_reads_no_job_twice_a_minute(history):

@@ -8,7 +8,8 @@ when the input itself is malformed).
 
 Door:
 - ``status`` (queues, supervisors, work nobody serves), ``queue_stats``,
-  ``finished_counts``, ``COUNTED`` (the counts a queue shows),
+  ``finished_counts`` (within ``FINISHED_COUNT_BUDGET``, as a ``FinishedTally``),
+  ``COUNTED`` (the counts a queue shows),
   ``live_supervisors``, ``public_supervisor``, ``stale_supervisors``, ``set_paused``;
 - ``list_jobs``, ``get_job``, ``retry_job``, ``retry_jobs`` (a ``BulkRetry``),
   ``cancel_job``, ``cancelled_dependents``,
@@ -53,7 +54,9 @@ from supervisor.admin.resources import describe_held as describe_resources_held
 from supervisor.admin.resources import waiting_for_resources
 from supervisor.admin.status import (
     COUNTED,
+    FINISHED_COUNT_BUDGET,
     LIVE_AFTER_SECONDS,
+    FinishedTally,
     finished_counts,
     live_supervisors,
     public_supervisor,
@@ -67,10 +70,12 @@ from supervisor.admin.usage import key_usage, kind_usage
 __all__ = [
     "CANCEL_STATES",
     "COUNTED",
+    "FINISHED_COUNT_BUDGET",
     "LIVE_AFTER_SECONDS",
     "RETRY_STATES",
     "AdminError",
     "BulkRetry",
+    "FinishedTally",
     "all_limits",
     "batch_actions",
     "bulk",

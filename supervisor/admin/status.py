@@ -5,21 +5,25 @@ Plain functions over an autocommit psycopg connection, returning plain data (dic
 lists, JSON-ready) that ``supervisor status`` and the dashboard format, each its own way.
 Job actions (list, show, retry, cancel) are in ``jobs``, global limits in ``limits``.
 
-Counting reads the index of (state, queue) without the rows; the jobs in flight are a
-small part of it, the finished ones most of it, so the finished counts can be taken
-apart and less often (``finished_counts``). Completions in the last minute and the
-oldest waiting job come from the partial indexes of finished and available jobs.
+The jobs in flight are counted through the partial indexes of their states
+(``shared.live_sql``), at what is in flight. The finished ones are most of the table
+(kept for the retention), so they are counted apart (``finished_counts``), within a time
+budget, and a caller that refreshes often (the dashboard) counts them less often.
+Completions in the last minute and the oldest waiting job come from the partial indexes
+of finished and available jobs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, cast
 
 import psycopg
 
 from shared import defaults
 from shared.batches import HOLD
-from shared.jobs import FINISHED_STATES, STATES
+from shared.jobs import FINISHED_STATES
+from shared.live_sql import live_jobs
 from supervisor.admin.limits import all_limits
 from supervisor.admin.refusals import check_queue_name
 from supervisor.admin.resources import paused_kinds, waiting_for_resources
@@ -36,15 +40,32 @@ COUNTED = ("available", "scheduled", "claimed", "running", "retryable", "complet
            "discarded", "cancelled", "expired")
 
 
-# Counts come from jobs_state_queue_idx without reading rows (an index-only scan) where
-# the operator created it (docs/dashboard.md, "Indexes for big tables"):
-# the jobs in flight are few and counted at every call; the finished ones are most of
-# the table, and a caller that refreshes often (the dashboard) counts them less often
-# and passes them in (see ``queue_stats``).
-_COUNTS = """
+# The jobs in flight, one arm per partial index: as one ``state = ANY(...)`` no index
+# predicate matched it and, without the optional index of docs/dashboard.md, every
+# dashboard refresh and /metrics scrape read the whole table (issue 40).
+_LIVE_COUNTS = f"""
+SELECT queue, state, count(*) FROM ({live_jobs("queue, state")}) AS live
+GROUP BY queue, state
+"""
+
+# The finished ones come from jobs_state_queue_idx without reading rows (an index-only
+# scan) where the operator created it (docs/dashboard.md, "Indexes for big tables"),
+# else from the table; either way the cost follows the retention.
+_FINISHED_COUNTS = """
 SELECT queue, state, count(*) FROM supervisor.jobs
 WHERE state = ANY(%(states)s::text[])
 GROUP BY queue, state
+"""
+
+# Counting the finished jobs reads every one of them: 1.1 s for 5.2 million rows here
+# without the index, and a week at 1,000 jobs/s is 600 million. Past the budget the
+# count is cancelled and reported as not taken, never waited for nor made up.
+FINISHED_COUNT_BUDGET = 2.0  # seconds
+
+# The planner's row count of supervisor.jobs (as of its last ANALYZE): what the
+# operator is told when the finished jobs were too many to count in the budget.
+_ESTIMATED_ROWS = """
+SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'supervisor.jobs'::regclass
 """
 
 # Claimed but not started: a supervisor took the job and has not yet handed it to a
@@ -146,27 +167,55 @@ SELECT count(*) FROM supervisor.jobs WHERE state = 'available' AND queue = %(nam
 """
 
 
-def finished_counts(conn: psycopg.Connection) -> dict[str, dict[str, int]]:
-    """Completed, discarded, cancelled and expired jobs by queue: ``{queue: {state: n}}``. Reads
-    the whole state index's finished part, so its cost grows with the retention."""
+@dataclass(frozen=True)
+class FinishedTally:
+    """The finished jobs (completed, discarded, cancelled, expired) by queue, or the
+    fact that they were not counted. ``by_queue``: ``{queue: {state: n}}``; ``counted``:
+    False when counting passed its budget (``by_queue`` is then empty and
+    ``estimated_rows`` is the planner's row count of the whole table)."""
+
+    by_queue: dict[str, dict[str, int]]
+    counted: bool = True
+    budget: float | None = None
+    estimated_rows: int | None = None
+
+
+def finished_counts(conn: psycopg.Connection,
+                    budget: float | None = FINISHED_COUNT_BUDGET) -> FinishedTally:
+    """Completed, discarded, cancelled and expired jobs by queue. Reads every finished
+    job (or the optional state index's finished part), so its cost grows with the
+    retention: cancelled past ``budget`` seconds (None: no budget). ``conn`` is in
+    autocommit (the count is a transaction of its own)."""
     counts: dict[str, dict[str, int]] = {}
-    for queue, state, total in conn.execute(_COUNTS, {"states": list(FINISHED_STATES)}):
+    try:
+        with conn.transaction():
+            if budget is not None:
+                conn.execute(f"SET LOCAL statement_timeout = {max(1, round(budget * 1000))}")
+            rows = conn.execute(_FINISHED_COUNTS,
+                                {"states": list(FINISHED_STATES)}).fetchall()
+    except psycopg.errors.QueryCanceled:
+        row = conn.execute(_ESTIMATED_ROWS).fetchone()
+        return FinishedTally({}, counted=False, budget=budget,
+                             estimated_rows=row[0] if row else None)
+    for queue, state, total in rows:
         counts.setdefault(queue, {})[state] = total
-    return counts
+    return FinishedTally(counts, budget=budget)
 
 
 def queue_stats(conn: psycopg.Connection,
-                finished: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
-    """Every queue that has jobs or a row in ``supervisor.queues``, sorted by name: its
+                finished: FinishedTally | None = None) -> list[dict[str, Any]]:
+    """Every queue that has jobs in flight, finished jobs counted in ``finished`` or a
+    row in ``supervisor.queues``, sorted by name: its
     counts by state (``running`` counts started jobs only; ``claimed`` those a
-    supervisor took but has not started yet), ``rate`` (jobs completed per second over
+    supervisor took but has not started yet; the finished states None when ``finished``
+    was not counted), ``rate`` (jobs completed per second over
     the last minute), ``oldest_available`` (seconds since the oldest available job's
     run_at, or None), ``paused``, ``stop_running`` (paused with ``--stop-running``),
     ``limits`` (global limits, see
     ``limits.all_limits``; None), ``waiting_for_dependencies`` (of its scheduled jobs,
     those held until their dependencies complete, not for a time). ``finished`` gives
     the finished states' counts (see ``finished_counts``) counted earlier; without it
-    they are counted now."""
+    they are counted now, within ``FINISHED_COUNT_BUDGET``."""
     queues: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
@@ -179,10 +228,9 @@ def queue_stats(conn: psycopg.Connection,
 
     if finished is None:
         finished = finished_counts(conn)
-    live = [s for s in STATES if s not in FINISHED_STATES]
-    for queue, state, total in conn.execute(_COUNTS, {"states": live}):
+    for queue, state, total in conn.execute(_LIVE_COUNTS):
         entry(queue)["counts"][state] = total
-    for queue, by_state in finished.items():
+    for queue, by_state in finished.by_queue.items():
         entry(queue)["counts"].update(by_state)
     for queue, claimed in conn.execute(_CLAIMED):
         counts = entry(queue)["counts"]
@@ -205,6 +253,8 @@ def queue_stats(conn: psycopg.Connection,
     serving: dict[str, int] = dict(
         conn.execute(_SERVING, {"live": LIVE_AFTER_SECONDS}).fetchall())
     for name, item in queues.items():
+        if not finished.counted:
+            item["counts"].update(dict.fromkeys(FINISHED_STATES, None))
         item["run_mean"] = run_means.get(name)
         item["serving"] = _slots(serving.get(name, 0), item["limits"])
         item["drain_seconds"] = drain_seconds(item)
@@ -266,14 +316,17 @@ def silent_supervisors(conn: psycopg.Connection) -> list[dict[str, Any]]:
 
 
 def status(conn: psycopg.Connection,
-           finished: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+           finished: FinishedTally | None = None) -> dict[str, Any]:
     """Everything ``supervisor status`` shows, as one JSON-ready dict: ``queues`` (see
     ``queue_stats``), ``supervisors`` (live ones), ``stale_supervisors`` (how many rows
     have stopped beating), ``presumed_dead`` (those rows: ``silent_supervisors``),
     ``unserved`` (queues with available jobs that no live
     supervisor serves) and ``unhandled`` (``{queue, kind}`` waiting in a served queue
-    whose supervisors all publish their kinds and none names it). ``finished``: see
-    ``queue_stats``."""
+    whose supervisors all publish their kinds and none names it), ``finished``
+    (``counted``, ``budget`` in seconds, and when not counted ``estimated_rows``: the
+    planner's row count of the table). ``finished``: see ``queue_stats``."""
+    if finished is None:
+        finished = finished_counts(conn)
     queues = queue_stats(conn, finished)
     # One transaction, so one now(): read apart, a supervisor whose last beat was
     # LIVE_AFTER_SECONDS ago was listed live by the first read and presumed dead by
@@ -296,6 +349,8 @@ def status(conn: psycopg.Connection,
         "unhandled": _unhandled(conn, [n for n in waiting if n in served], served),
         "waiting_for_resources": waiting_for_resources(conn, sups),
         "paused_kinds": paused_kinds(conn),
+        "finished": {"counted": finished.counted, "budget": finished.budget,
+                     "estimated_rows": finished.estimated_rows},
     }
 
 

@@ -43,10 +43,14 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
                    "decide now (claim, depth, pipe, its cap, overrun threshold, carry "
                    "waits) and which rule of supervisor/tuning.py set each, as of its "
                    "last heartbeat.")
+@click.option("--count-finished", is_flag=True,
+              help="Count the finished jobs however long it takes (by default the count "
+                   f"gives up after {admin.FINISHED_COUNT_BUDGET:g} s, and DONE, DISC, CANC "
+                   "and EXP show ?).")
 @dsn_option
 @reports_errors
 def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, keys: bool,
-                   explain: bool,
+                   explain: bool, count_finished: bool,
                    dsn: str | None) -> None:
     """Queues (jobs by state, RUN counting started jobs and CLAIM those claimed but not
     started yet; completed per second over the last minute; age of the oldest available
@@ -54,13 +58,14 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, key
     waiting jobs that no live supervisor serves, the live supervisors (heartbeat
     within 15 s: three maintenance rounds), and those presumed dead (silent longer,
     with when they were last seen and when the jobs they held are rescued)."""
+    budget = None if count_finished else admin.FINISHED_COUNT_BUDGET
     with open_database(dsn) as conn:
         if not watch:
-            click.echo(_render(_snapshot(conn, kinds, keys, explain), as_json))
+            click.echo(_render(_snapshot(conn, kinds, keys, explain, budget), as_json))
             return
         try:
             while True:
-                text = _render(_snapshot(conn, kinds, keys, explain), as_json)
+                text = _render(_snapshot(conn, kinds, keys, explain, budget), as_json)
                 # JSON watchers get one object per line (a stream); people get a redraw.
                 click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
                            "Ctrl-C to stop")
@@ -69,15 +74,16 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, key
             return
 
 
-def _snapshot(conn, kinds: bool = False, keys: bool = False,
-              explain: bool = False) -> dict[str, Any]:
+def _snapshot(conn, kinds: bool = False, keys: bool = False, explain: bool = False,
+              budget: float | None = admin.FINISHED_COUNT_BUDGET) -> dict[str, Any]:
     """The queue's status and the next schedule fires (empty without schedules); with
     ``kinds``, what each kind cost recently; with ``keys``, each concurrency key; with
-    ``explain``, what each supervisor's tuning rules decide."""
+    ``explain``, what each supervisor's tuning rules decide. ``budget``: seconds the
+    finished jobs' count may take (None: however long)."""
     from supervisor.schedules import admin as schedules_admin
 
-    snapshot = admin.status(conn) | {"next_fires": schedules_admin.upcoming(conn, limit=5),
-                                     "horizon": admin.horizon(conn)}
+    snapshot = admin.status(conn, admin.finished_counts(conn, budget)) | {
+        "next_fires": schedules_admin.upcoming(conn, limit=5), "horizon": admin.horizon(conn)}
     if kinds:
         snapshot["kinds"] = admin.kind_usage(conn)
     if keys:
@@ -96,6 +102,9 @@ def _render(snapshot: dict[str, Any], as_json: bool) -> str:
 def render_text(snapshot: dict[str, Any]) -> str:
     """The status snapshot as the table a person reads."""
     parts = [_queues_table(snapshot["queues"])]
+    uncounted = finished_note(snapshot.get("finished"))
+    if uncounted:
+        parts.append(uncounted)
     deps = [q for q in snapshot["queues"] if q.get("waiting_for_dependencies")]
     if deps:
         parts.append("waiting for their dependencies, not for a time (counted in SCHED): "
@@ -144,6 +153,18 @@ def render_text(snapshot: dict[str, Any]) -> str:
         parts.append("next schedule fires\n" + table(["SCHEDULE", "EVERY", "NEXT"], rows))
     parts.extend(filter(None, [shm_warning()]))  # this machine's /dev/shm near full
     return "\n\n".join(parts)
+
+
+def finished_note(finished: dict[str, Any] | None) -> str:
+    """Why DONE, DISC, CANC and EXP show ``?``: the count passed its budget; empty when
+    they were counted."""
+    if not finished or finished.get("counted", True):
+        return ""
+    rows = finished.get("estimated_rows")
+    size = f"{rows:,} rows by the planner's estimate" if isinstance(rows, int) else "its rows"
+    return (f"finished jobs not counted: counting them took over {finished['budget']:g} s "
+            f"(supervisor.jobs holds {size}). --count-finished waits for the count; the "
+            "index jobs_state_queue_idx of docs/dashboard.md makes it quicker.")
 
 
 def _decided(said: Any) -> str:
@@ -195,10 +216,14 @@ def _queues_table(queues: list[dict[str, Any]]) -> str:
         return "no queues: no jobs yet"
     headers = ["QUEUE", *(_SHORT[s] for s in STATES), "RATE/s", "OLDEST", "DRAIN", "LIMITS",
                "PAUSED"]
-    rows = [[q["name"], *(q["counts"][s] for s in STATES), f"{q['rate']:.2f}",
+    rows = [[q["name"], *(_count(q["counts"][s]) for s in STATES), f"{q['rate']:.2f}",
              age(q["oldest_available"]), _drain(q), describe_limits(q.get("limits")),
              "paused" if q["paused"] else "-"] for q in queues]
     return table(headers, rows, right=range(1, len(STATES) + 4))
+
+
+def _count(n: int | None) -> int | str:
+    return "?" if n is None else n  # None: a finished state not counted (finished_note)
 
 
 def _drain(queue: dict[str, Any]) -> str:

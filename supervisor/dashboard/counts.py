@@ -8,6 +8,11 @@ request; the finished ones are served from here, recounted in the background whe
 older than ``FINISHED_EVERY`` (the request that notices does not wait), so any number
 of open tabs costs that count once per period. Only the very first request waits for
 it, and the first after an action that changed finished jobs (``expire``).
+
+Each count has a budget (``FINISHED_BUDGET``): on a table of hundreds of millions of
+finished jobs it would hold one of the pool's connections and a backend's CPU without
+end. Past it the last count is kept (its age shown on the page); before any count
+succeeded, the pages say the finished jobs were not counted.
 """
 
 from __future__ import annotations
@@ -22,25 +27,28 @@ from supervisor import admin
 log = logging.getLogger("supervisor.dashboard")
 
 FINISHED_EVERY = 30.0  # seconds
+FINISHED_BUDGET = 10.0  # seconds a count may take
 
 
 class FinishedCounts:
-    """``{queue: {state: n}}`` for completed, discarded and cancelled jobs, with the
-    time it was counted."""
+    """The finished jobs by queue and state (an ``admin.FinishedTally``), with the time
+    it was counted."""
 
-    def __init__(self, every: float = FINISHED_EVERY) -> None:
+    def __init__(self, every: float = FINISHED_EVERY, budget: float = FINISHED_BUDGET) -> None:
         self.every = every
-        self._value: dict[str, dict[str, int]] | None = None
-        self._counted_at = 0.0  # time.monotonic()
+        self.budget = budget
+        self._value: admin.FinishedTally | None = None
+        self._counted_at = 0.0  # time.monotonic() of the count in _value
+        self._tried_at = 0.0  # of the last count begun, in budget or not
         self._task: asyncio.Task[Any] | None = None
         self._expired = False
 
-    async def get(self, db: Any) -> tuple[dict[str, dict[str, int]], float]:
+    async def get(self, db: Any) -> tuple[admin.FinishedTally, float]:
         """The counts and their age in seconds; counts now only the first time and
-        after ``expire``."""
+        after ``expire``, in the background when the last try is ``every`` old."""
         if self._value is None or self._expired:
             await self._count(db)
-        elif (time.monotonic() - self._counted_at > self.every
+        elif (time.monotonic() - self._tried_at > self.every
               and (self._task is None or self._task.done())):
             self._task = asyncio.create_task(self._count_quietly(db))
         assert self._value is not None
@@ -52,8 +60,16 @@ class FinishedCounts:
         self._expired = True
 
     async def _count(self, db: Any) -> None:
-        value = await db.run(admin.finished_counts)
-        self._value, self._counted_at, self._expired = value, time.monotonic(), False
+        self._tried_at = time.monotonic()
+        value = await db.run(admin.finished_counts, self.budget)
+        self._expired = False
+        if not value.counted and self._value is not None and self._value.counted:
+            # Out of budget: the last count stays, shown with its true age.
+            log.info("recounting finished jobs took over %g s (about %s rows); the "
+                     "count of %.0f s ago stays", self.budget, value.estimated_rows,
+                     time.monotonic() - self._counted_at)
+            return
+        self._value, self._counted_at = value, time.monotonic()
 
     async def _count_quietly(self, db: Any) -> None:
         try:

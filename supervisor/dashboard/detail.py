@@ -45,7 +45,7 @@ def _charts(conn: psycopg.Connection, queue: str | None = None,
 
 
 def queue(conn: psycopg.Connection, name: str,
-          finished: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+          finished: admin.FinishedTally | None = None) -> dict[str, Any]:
     """One queue: its figures now (as the queues page: counts, rate, oldest wait,
     drain forecast, limits, paused), the last day's totals per kind, and ``history``
     (``hour`` and ``day`` of finished jobs) and ``depth`` (``hour`` and ``day``).

@@ -53,6 +53,8 @@ def render(queues: list[dict[str, Any]]) -> str:
     ]
     for q in queues:
         for state in admin.COUNTED:
+            if q["counts"][state] is None:
+                continue  # a finished state not counted yet (past its budget): no sample
             lines.append(f'supervisor_queue_jobs{{queue="{_label(q["name"])}",'
                          f'state="{state}"}} {q["counts"][state]}')
     lines += ["# HELP supervisor_queue_oldest_seconds Seconds the oldest available job "

@@ -73,22 +73,24 @@ class NotFound(AdminError):
 
 
 def overview(conn: psycopg.Connection,
-             finished: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+             finished: admin.FinishedTally | None = None) -> dict[str, Any]:
     """The queues page: ``supervisor status``'s data (queues with counts by state, rate,
     oldest waiting, paused; live supervisors; unserved and unhandled work) plus
     ``totals``, the counts by state summed over every queue. ``finished``: the finished
     states' counts taken earlier (see ``admin.queue_stats``)."""
     data = admin.status(conn, finished)
-    totals = dict.fromkeys(admin.COUNTED, 0)
+    totals: dict[str, int | None] = dict.fromkeys(admin.COUNTED, 0)
     for queue in data["queues"]:
         for state, count in queue["counts"].items():
-            totals[state] += count
+            total = totals[state]
+            # None: the finished states not counted (past their budget), then in total too
+            totals[state] = None if total is None or count is None else total + count
     data["totals"] = totals
     return data
 
 
 def queues(conn: psycopg.Connection,
-           finished: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
+           finished: admin.FinishedTally | None = None) -> list[dict[str, Any]]:
     """Every queue with its counts by state, rate, oldest waiting job and paused flag."""
     return admin.queue_stats(conn, finished)
 

@@ -29,7 +29,7 @@ def _db(request: Request):
     return request.app.state.db
 
 
-async def _finished(request: Request) -> tuple[dict[str, dict[str, int]], float]:
+async def _finished(request: Request) -> tuple[admin.FinishedTally, float]:
     return await request.app.state.finished.get(_db(request))
 
 
