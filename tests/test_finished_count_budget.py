@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from supervisor import admin
+from supervisor.cli import status as cli_status
 from supervisor.cli.main import main
 from supervisor.dashboard import metrics, queries
 from supervisor.dashboard.counts import FinishedCounts
@@ -136,3 +137,33 @@ def test_the_dashboard_keeps_its_last_count_when_a_recount_runs_out_of_budget():
         assert value == counted and first.tallies == []
 
     asyncio.run(scenario())
+
+
+def test_a_watch_counts_a_slow_finished_count_again_only_after_ten_times_its_length(
+        monkeypatch):
+    clock = [100.0]
+    counts: list[float | None] = []
+
+    def finished_counts(conn, budget):
+        counts.append(budget)
+        clock[0] += 2.0  # ran its whole 2 s budget out
+        return admin.FinishedTally({}, counted=False, budget=budget)
+
+    monkeypatch.setattr(cli_status.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(admin, "finished_counts", finished_counts)
+    pacer = cli_status.FinishedPacer(2.0)
+    for _ in range(10):  # redraws 2 s apart: 20 s
+        pacer.tally(None)
+        clock[0] += 2.0
+    assert counts == [2.0, 2.0]  # at 0 s and at 20 s: a tenth of the time
+    quick = cli_status.FinishedPacer(None)
+
+    def instant(conn, budget):
+        counts.append(budget)
+        return admin.FinishedTally({"q": {"completed": 1}}, budget=budget)
+
+    monkeypatch.setattr(admin, "finished_counts", instant)
+    for _ in range(3):
+        quick.tally(None)
+        clock[0] += 2.0
+    assert counts[2:] == [None, None, None]  # an instant count: at every redraw

@@ -58,14 +58,16 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, key
     waiting jobs that no live supervisor serves, the live supervisors (heartbeat
     within 15 s: three maintenance rounds), and those presumed dead (silent longer,
     with when they were last seen and when the jobs they held are rescued)."""
-    budget = None if count_finished else admin.FINISHED_COUNT_BUDGET
+    finished = FinishedPacer(None if count_finished else admin.FINISHED_COUNT_BUDGET)
     with open_database(dsn) as conn:
         if not watch:
-            click.echo(_render(_snapshot(conn, kinds, keys, explain, budget), as_json))
+            click.echo(_render(_snapshot(conn, finished.tally(conn), kinds, keys, explain),
+                               as_json))
             return
         try:
             while True:
-                text = _render(_snapshot(conn, kinds, keys, explain, budget), as_json)
+                text = _render(_snapshot(conn, finished.tally(conn), kinds, keys, explain),
+                               as_json)
                 # JSON watchers get one object per line (a stream); people get a redraw.
                 click.echo(text if as_json else _CLEAR + text + f"\n\nevery {interval:g}s, "
                            "Ctrl-C to stop")
@@ -74,15 +76,39 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, key
             return
 
 
-def _snapshot(conn, kinds: bool = False, keys: bool = False, explain: bool = False,
-              budget: float | None = admin.FINISHED_COUNT_BUDGET) -> dict[str, Any]:
-    """The queue's status and the next schedule fires (empty without schedules); with
-    ``kinds``, what each kind cost recently; with ``keys``, each concurrency key; with
-    ``explain``, what each supervisor's tuning rules decide. ``budget``: seconds the
-    finished jobs' count may take (None: however long)."""
+class FinishedPacer:
+    """The finished jobs' counts for ``status`` and each redraw of ``--watch``: counted
+    within ``budget`` seconds (None: however long), and on a watch counted again only
+    once the count has rested ``1 / FINISHED_COUNT_SHARE`` times as long as it took,
+    so a slow count takes at most that share of a backend (a count that ran out of its
+    2 s budget is tried every 20 s; one of a few milliseconds, at every redraw)."""
+
+    FINISHED_COUNT_SHARE = 0.1
+
+    def __init__(self, budget: float | None) -> None:
+        self.budget = budget
+        self._last: admin.FinishedTally | None = None
+        self._began = 0.0  # time.monotonic() of the last count
+        self._took = 0.0  # its seconds
+
+    def tally(self, conn) -> admin.FinishedTally:
+        """The finished counts, counted now or reused from the last count."""
+        began = time.monotonic()
+        if self._last is None or began - self._began >= self._took / self.FINISHED_COUNT_SHARE:
+            self._last = admin.finished_counts(conn, self.budget)
+            self._began, self._took = began, time.monotonic() - began
+        return self._last
+
+
+def _snapshot(conn, finished: admin.FinishedTally, kinds: bool = False, keys: bool = False,
+              explain: bool = False) -> dict[str, Any]:
+    """The queue's status (the finished jobs' counts as ``finished`` has them) and the
+    next schedule fires (empty without schedules); with ``kinds``, what each kind cost
+    recently; with ``keys``, each concurrency key; with ``explain``, what each
+    supervisor's tuning rules decide."""
     from supervisor.schedules import admin as schedules_admin
 
-    snapshot = admin.status(conn, admin.finished_counts(conn, budget)) | {
+    snapshot = admin.status(conn, finished) | {
         "next_fires": schedules_admin.upcoming(conn, limit=5), "horizon": admin.horizon(conn)}
     if kinds:
         snapshot["kinds"] = admin.kind_usage(conn)
