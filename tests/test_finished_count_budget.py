@@ -167,3 +167,33 @@ def test_a_watch_counts_a_slow_finished_count_again_only_after_ten_times_its_len
         quick.tally(None)
         clock[0] += 2.0
     assert counts[2:] == [None, None, None]  # an instant count: at every redraw
+
+
+def test_the_dashboard_rests_a_count_that_ran_out_of_budget_ten_times_its_length(
+        monkeypatch):
+    from supervisor.dashboard import counts as dashboard_counts
+
+    clock = [1000.0]
+    monkeypatch.setattr(dashboard_counts.time, "monotonic", lambda: clock[0])
+    counted = admin.FinishedTally({"images": {"completed": 7}}, budget=10.0)
+    missing = admin.FinishedTally({}, counted=False, budget=10.0)
+
+    class Slow(_Database):
+        async def run(self, fn, budget):
+            clock[0] += 10.0  # each count runs its whole budget out
+            return await super().run(fn, budget)
+
+    async def scenario():
+        cache = FinishedCounts(every=30.0, budget=10.0)
+        db = Slow(counted, *[missing] * 10)
+        await cache.get(db)
+        began = clock[0]
+        while clock[0] - began < 300.0:  # a tab refreshing every 3 s for 5 minutes
+            await cache.get(db)
+            await asyncio.sleep(0)  # let a recount begun in the background run
+            clock[0] += 3.0
+        return db
+
+    db = asyncio.run(scenario())
+    # The first count, then a try each 100 s or so (ten times its 10 s), not each 30 s.
+    assert 3 <= len(db.budgets) <= 4, db.budgets

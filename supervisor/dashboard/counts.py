@@ -12,7 +12,9 @@ it, and the first after an action that changed finished jobs (``expire``).
 Each count has a budget (``FINISHED_BUDGET``): on a table of hundreds of millions of
 finished jobs it would hold one of the pool's connections and a backend's CPU without
 end. Past it the last count is kept (its age shown on the page); before any count
-succeeded, the pages say the finished jobs were not counted.
+succeeded, the pages say the finished jobs were not counted. And a count that took long
+rests ten times its length before the next (``COUNT_SHARE``): one that ran out of its
+budget is tried every 100 s, so the counting takes at most a tenth of a backend.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ log = logging.getLogger("supervisor.dashboard")
 
 FINISHED_EVERY = 30.0  # seconds
 FINISHED_BUDGET = 10.0  # seconds a count may take
+COUNT_SHARE = 0.1  # of the time, at most, spent counting
 
 
 class FinishedCounts:
@@ -40,15 +43,17 @@ class FinishedCounts:
         self._value: admin.FinishedTally | None = None
         self._counted_at = 0.0  # time.monotonic() of the count in _value
         self._tried_at = 0.0  # of the last count begun, in budget or not
+        self._took = 0.0  # its seconds
         self._task: asyncio.Task[Any] | None = None
         self._expired = False
 
     async def get(self, db: Any) -> tuple[admin.FinishedTally, float]:
         """The counts and their age in seconds; counts now only the first time and
-        after ``expire``, in the background when the last try is ``every`` old."""
+        after ``expire``, in the background when the last try is ``every`` old (and ten
+        times as old as it took)."""
         if self._value is None or self._expired:
             await self._count(db)
-        elif (time.monotonic() - self._tried_at > self.every
+        elif (time.monotonic() - self._tried_at > max(self.every, self._took / COUNT_SHARE)
               and (self._task is None or self._task.done())):
             self._task = asyncio.create_task(self._count_quietly(db))
         assert self._value is not None
@@ -62,7 +67,7 @@ class FinishedCounts:
     async def _count(self, db: Any) -> None:
         self._tried_at = time.monotonic()
         value = await db.run(admin.finished_counts, self.budget)
-        self._expired = False
+        self._took, self._expired = time.monotonic() - self._tried_at, False
         if not value.counted and self._value is not None and self._value.counted:
             # Out of budget: the last count stays, shown with its true age.
             log.info("recounting finished jobs took over %g s (about %s rows); the "
