@@ -28,6 +28,7 @@ from history_helpers import roll_up_to_now
 
 from shared.enqueue import enqueue_many
 from supervisor.db import HistoryWriter
+from supervisor.engine.maintenance import Maintenance, MaintenanceSettings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -226,6 +227,41 @@ def test_a_written_sample_is_not_sent_again_before_the_next_minute(dsn, conn):
         # The next minute (by the writer's clock; the server's may still be the same,
         # so what the sample writes is not checked): BEGIN, timeout, SAMPLE, COMMIT queued.
         wall.now += 10
+        writer.request()
+        assert len(writer.steps) == 4
+        _drive(writer, selector)
+        writer.close()
+    assert writer.last.errors == []
+
+
+def test_while_the_horizon_is_held_the_depth_sample_is_spaced_by_the_hold(dsn, conn):
+    # Under a held horizon each sample walks every entry the hold kept in the indexes of
+    # available and running jobs: one a minute through a 10-minute hold at 1,000 jobs/s,
+    # and the claim index was read 6.0 entries per job claimed against 1.1 before it
+    # (the 6-cycle run of 2026-12-07).
+    # The maintenance spaces the samples as it spaces its other passes from an index's
+    # start, and a minute each again once the hold lets go.
+    enqueue_many("e2e_noop", [{}] * 2, queue="waiting", conn=conn)
+    wall = _Wall()
+    wall.now = (wall.now // 60) * 60 + 10  # ten seconds into a minute
+    with selectors.DefaultSelector() as selector:
+        writer = _writer(dsn, selector, wall=wall)
+        maintenance = Maintenance(["waiting"], MaintenanceSettings(), history=writer)
+        writer.request()
+        _drive(writer, selector)
+        assert writer.last is not None and writer.last.sampled == 1
+        maintenance.horizon_held(60.0)  # held a minute: four minutes between samples
+        for _ in range(3):
+            wall.now += 60
+            writer.request()
+            assert writer.steps == [], "sampled within four minutes of the last"
+            _drive(writer, selector)
+        wall.now += 60
+        writer.request()
+        assert len(writer.steps) == 4  # BEGIN, timeout, SAMPLE, COMMIT
+        _drive(writer, selector)
+        maintenance.horizon_held(0.0)  # let go: a sample each minute again
+        wall.now += 60
         writer.request()
         assert len(writer.steps) == 4
         _drive(writer, selector)

@@ -118,6 +118,11 @@ class HistoryWriter:
         # (wall clock, as the samples' minutes): tried every round, it cost the database
         # its whole timeout every 5 s while a backlog of 1.2 million jobs drained.
         self.no_sample_until = 0.0
+        # While the MVCC horizon is held, the sample's count walks every entry the hold
+        # kept in the indexes of available and running jobs, as the claim cursors' poll
+        # from the head does: the maintenance spaces it the same way (``space_samples``).
+        self.sample_spacing = 0.0  # seconds from the last sample's minute; 0: each minute
+        self._sampled_minute = float("-inf")  # wall clock: the minute of the last sent
         self._errors = ThrottledLog(log, logging.WARNING, clock,
                                     retry="will try again next round")
 
@@ -136,13 +141,23 @@ class HistoryWriter:
         now = self.clock()
         self.current = HistoryRound(began=now)
         self.steps = [_Step(_ROLL_UP, self.roll_params, self._rolled)]
-        if self.wall() >= self.no_sample_until:
+        wall = self.wall()
+        if wall >= self.no_sample_until and wall >= self._sampled_minute + self.sample_spacing:
+            self._sampled_minute = wall // 60 * 60
             self.steps += [_Step(_BEGIN, {}, self._ignored),
                            _Step(_SAMPLE_TIMEOUT, {}, self._ignored),
                            _Step(_SAMPLE, {"keep": self.keep}, self._sampled),
                            _Step(_COMMIT, {}, self._ignored)]
         self._advance(now)
         return True
+
+    def space_samples(self, seconds: float) -> None:
+        """At least ``seconds`` from the minute of one depth sample to the next (0 or
+        60: a sample each minute). Under a held MVCC horizon each sample walks every
+        entry the hold kept: one a minute through a 10-minute hold at 1,000 jobs/s, and
+        the claim index was read 6.0 entries per job claimed, against 1.1 before the
+        hold (docs/reliability.md). The dashboard's depth chart has gaps instead."""
+        self.sample_spacing = seconds
 
     def tick(self, now: float) -> None:
         """Adopt a connection that finished opening, give up on one that did not open or

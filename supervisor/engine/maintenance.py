@@ -39,6 +39,9 @@ LEADER_LOCK_KEY = 0x5355_5056_4D41_494E & 0x7FFF_FFFF_FFFF_FFFF  # "SUPVMAIN"
 # Seconds between passes that scan a whole index from its start (ScanFloor); longer while
 # the MVCC horizon is held (``horizon.spaced_by_hold``).
 FULL_SCAN_EVERY = 300.0
+# Seconds between two depth samples of the per-minute history (one a minute); longer
+# while the MVCC horizon is held (``HistoryWriter.space_samples``).
+SAMPLE_EVERY = 60.0
 # What a floor leaves below a pass's cut. A lease is written as now() + ttl and an end as
 # now(), so only a statement that ran longer than this (plus the writer's TTL, or the
 # retention) could write one below it.
@@ -137,9 +140,13 @@ class Maintenance:
             False: ScanFloor(settings.discarded_retention + PRUNE_FLOOR_MARGIN, clock=clock)}
 
     def horizon_held(self, seconds: float) -> None:
-        """A look at the MVCC horizon's holder found it held ``seconds`` (0: not held)."""
+        """A look at the MVCC horizon's holder found it held ``seconds`` (0: not held):
+        the full scans and the depth sample, passes from an index's start, are spaced
+        by it."""
         for floor in (self.rescue_floor, *self.prune_floors.values()):
             floor.horizon_held(seconds)
+        if self.history is not None:
+            self.history.space_samples(spaced_by_hold(SAMPLE_EVERY, seconds))
 
     def due(self, now: float) -> bool:
         """Whether a round is due."""
