@@ -210,26 +210,42 @@ def test_a_cancelled_depth_count_is_not_tried_again_before_the_next_minute(dsn, 
     assert conn.execute("SELECT available FROM supervisor.queue_minutes").fetchall() == [(2,)]
 
 
-def test_a_written_sample_is_not_sent_again_before_the_next_minute(dsn, conn):
+def _sampled_once(dsn: str, conn, selector: selectors.BaseSelector
+                  ) -> tuple[HistoryWriter, _Wall]:
+    """A writer whose first round, ten seconds into a minute by its wall clock, sampled
+    two waiting jobs; and that clock."""
     enqueue_many("e2e_noop", [{}] * 2, queue="waiting", conn=conn)
     wall = _Wall()
-    wall.now = (wall.now // 60) * 60 + 10  # ten seconds into a minute
+    wall.now = (wall.now // 60) * 60 + 10
+    writer = _writer(dsn, selector, wall=wall)
+    writer.request()
+    _drive(writer, selector)
+    assert writer.last is not None and writer.last.sampled == 1
+    return writer, wall
+
+
+def _round_after(seconds: float, writer: HistoryWriter, wall: _Wall,
+                 selector: selectors.BaseSelector) -> bool:
+    """Move the wall clock ``seconds`` on and run a round; whether it sent a sample (the
+    connection is open: the roll-up goes at once, BEGIN, timeout, SAMPLE, COMMIT are
+    queued behind it)."""
+    wall.now += seconds
+    writer.request()
+    sent = len(writer.steps) == 4
+    assert sent or writer.steps == [], writer.steps
+    _drive(writer, selector)
+    return sent
+
+
+def test_a_written_sample_is_not_sent_again_before_the_next_minute(dsn, conn):
     with selectors.DefaultSelector() as selector:
-        writer = _writer(dsn, selector, wall=wall)
-        writer.request()
-        _drive(writer, selector)
-        assert writer.last is not None and writer.last.sampled == 1
-        wall.now += 45  # the same minute: its sample is written, only the roll-up is sent
-        writer.request()  # connected: the roll-up is in flight, the rest is queued
-        assert writer.steps == []
-        _drive(writer, selector)
+        writer, wall = _sampled_once(dsn, conn, selector)
+        # The same minute: its sample is written, only the roll-up is sent.
+        assert not _round_after(45, writer, wall, selector)
         assert writer.last.errors == [] and writer.last.sampled == 0
         # The next minute (by the writer's clock; the server's may still be the same,
-        # so what the sample writes is not checked): BEGIN, timeout, SAMPLE, COMMIT queued.
-        wall.now += 10
-        writer.request()
-        assert len(writer.steps) == 4
-        _drive(writer, selector)
+        # so what the sample writes is not checked).
+        assert _round_after(10, writer, wall, selector)
         writer.close()
     assert writer.last.errors == []
 
@@ -241,29 +257,13 @@ def test_while_the_horizon_is_held_the_depth_sample_is_spaced_by_the_hold(dsn, c
     # (the 6-cycle run of 2026-12-07).
     # The maintenance spaces the samples as it spaces its other passes from an index's
     # start, and a minute each again once the hold lets go.
-    enqueue_many("e2e_noop", [{}] * 2, queue="waiting", conn=conn)
-    wall = _Wall()
-    wall.now = (wall.now // 60) * 60 + 10  # ten seconds into a minute
     with selectors.DefaultSelector() as selector:
-        writer = _writer(dsn, selector, wall=wall)
+        writer, wall = _sampled_once(dsn, conn, selector)
         maintenance = Maintenance(["waiting"], MaintenanceSettings(), history=writer)
-        writer.request()
-        _drive(writer, selector)
-        assert writer.last is not None and writer.last.sampled == 1
         maintenance.horizon_held(60.0)  # held a minute: four minutes between samples
-        for _ in range(3):
-            wall.now += 60
-            writer.request()
-            assert writer.steps == [], "sampled within four minutes of the last"
-            _drive(writer, selector)
-        wall.now += 60
-        writer.request()
-        assert len(writer.steps) == 4  # BEGIN, timeout, SAMPLE, COMMIT
-        _drive(writer, selector)
+        sent = [_round_after(60, writer, wall, selector) for _ in range(4)]
+        assert sent == [False, False, False, True]
         maintenance.horizon_held(0.0)  # let go: a sample each minute again
-        wall.now += 60
-        writer.request()
-        assert len(writer.steps) == 4
-        _drive(writer, selector)
+        assert _round_after(60, writer, wall, selector)
         writer.close()
     assert writer.last.errors == []
