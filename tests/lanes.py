@@ -90,6 +90,7 @@ UNIT_TESTS: frozenset[str] = frozenset({
     "test_fair_claim_cursors.py::test_a_polls_find_leaves_the_batch_cursors_where_a_notice_moves_them",
     "test_fair_claim_cursors.py::test_a_claim_out_across_a_polls_find_still_learns_and_a_walk_moved_back_stays",
     "test_finished_count_budget.py::test_a_watch_counts_a_slow_finished_count_again_only_after_ten_times_its_length",
+    "test_finished_count_budget.py::test_a_count_without_budget_cancelled_by_the_servers_timeout_is_said_so",
     "test_finished_count_budget.py::test_the_dashboard_keeps_its_last_count_when_a_recount_runs_out_of_budget",
     "test_finished_count_budget.py::test_the_dashboard_rests_a_count_that_ran_out_of_budget_ten_times_its_length",
     "test_horizon.py::test_the_watch_warns_once_per_holder_and_says_when_it_lets_go",

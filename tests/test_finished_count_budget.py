@@ -197,3 +197,13 @@ def test_the_dashboard_rests_a_count_that_ran_out_of_budget_ten_times_its_length
     db = asyncio.run(scenario())
     # The first count, then a try each 100 s or so (ten times its 10 s), not each 30 s.
     assert 3 <= len(db.budgets) <= 4, db.budgets
+
+
+def test_a_count_without_budget_cancelled_by_the_servers_timeout_is_said_so():
+    # --count-finished sets no budget; a role's own statement_timeout may still cancel.
+    note = cli_status.finished_note({"counted": False, "budget": None,
+                                     "estimated_rows": 9_000_000})
+    assert note.startswith("finished jobs not counted: the count was cancelled by the "
+                           "server's statement_timeout")
+    assert "9,000,000 rows" in note
+    assert cli_status.finished_note({"counted": True, "budget": 2.0}) == ""

@@ -55,6 +55,7 @@ from supervisor.admin.resources import waiting_for_resources
 from supervisor.admin.status import (
     COUNTED,
     FINISHED_COUNT_BUDGET,
+    FINISHED_COUNT_SHARE,
     LIVE_AFTER_SECONDS,
     FinishedTally,
     finished_counts,
@@ -71,6 +72,7 @@ __all__ = [
     "CANCEL_STATES",
     "COUNTED",
     "FINISHED_COUNT_BUDGET",
+    "FINISHED_COUNT_SHARE",
     "LIVE_AFTER_SECONDS",
     "RETRY_STATES",
     "AdminError",

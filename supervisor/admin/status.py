@@ -57,10 +57,14 @@ WHERE state = ANY(%(states)s::text[])
 GROUP BY queue, state
 """
 
-# Counting the finished jobs reads every one of them: 1.1 s for 5.2 million rows here
-# without the index, and a week at 1,000 jobs/s is 600 million. Past the budget the
-# count is cancelled and reported as not taken, never waited for nor made up.
+# Counting the finished jobs reads every one of them: `supervisor status` took 2.0 s on
+# 20 million rows here without the index (scripts/bench/status_scale.py), and a week at
+# 1,000 jobs/s is 600 million. Past the budget the count is cancelled and reported as
+# not taken, never waited for nor made up.
 FINISHED_COUNT_BUDGET = 2.0  # seconds
+# A caller that counts again and again (status --watch, the dashboard) lets a count rest
+# this share's inverse times as long as it took: at most a tenth of a backend counting.
+FINISHED_COUNT_SHARE = 0.1
 
 # The planner's row count of supervisor.jobs (as of its last ANALYZE): what the
 # operator is told when the finished jobs were too many to count in the budget.

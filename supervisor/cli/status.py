@@ -79,11 +79,9 @@ def status_command(as_json: bool, watch: bool, interval: float, kinds: bool, key
 class FinishedPacer:
     """The finished jobs' counts for ``status`` and each redraw of ``--watch``: counted
     within ``budget`` seconds (None: however long), and on a watch counted again only
-    once the count has rested ``1 / FINISHED_COUNT_SHARE`` times as long as it took,
-    so a slow count takes at most that share of a backend (a count that ran out of its
-    2 s budget is tried every 20 s; one of a few milliseconds, at every redraw)."""
-
-    FINISHED_COUNT_SHARE = 0.1
+    once the count has rested ``1 / admin.FINISHED_COUNT_SHARE`` times as long as it
+    took, so a slow count takes at most that share of a backend (a count that ran out of
+    its 2 s budget is tried every 20 s; one of a few milliseconds, at every redraw)."""
 
     def __init__(self, budget: float | None) -> None:
         self.budget = budget
@@ -94,7 +92,8 @@ class FinishedPacer:
     def tally(self, conn) -> admin.FinishedTally:
         """The finished counts, counted now or reused from the last count."""
         began = time.monotonic()
-        if self._last is None or began - self._began >= self._took / self.FINISHED_COUNT_SHARE:
+        rest = self._took / admin.FINISHED_COUNT_SHARE
+        if self._last is None or began - self._began >= rest:
             self._last = admin.finished_counts(conn, self.budget)
             self._began, self._took = began, time.monotonic() - began
         return self._last
@@ -188,7 +187,12 @@ def finished_note(finished: dict[str, Any] | None) -> str:
         return ""
     rows = finished.get("estimated_rows")
     size = f"{rows:,} rows by the planner's estimate" if isinstance(rows, int) else "its rows"
-    return (f"finished jobs not counted: counting them took over {finished['budget']:g} s "
+    budget = finished.get("budget")
+    if budget is None:  # --count-finished, cancelled by the role's or server's own timeout
+        return (f"finished jobs not counted: the count was cancelled by the server's "
+                f"statement_timeout (supervisor.jobs holds {size}); the index "
+                "jobs_state_queue_idx of docs/dashboard.md makes it quicker.")
+    return (f"finished jobs not counted: counting them took over {budget:g} s "
             f"(supervisor.jobs holds {size}). --count-finished waits for the count; the "
             "index jobs_state_queue_idx of docs/dashboard.md makes it quicker.")
 

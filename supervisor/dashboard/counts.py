@@ -13,8 +13,9 @@ Each count has a budget (``FINISHED_BUDGET``): on a table of hundreds of million
 finished jobs it would hold one of the pool's connections and a backend's CPU without
 end. Past it the last count is kept (its age shown on the page); before any count
 succeeded, the pages say the finished jobs were not counted. And a count that took long
-rests ten times its length before the next (``COUNT_SHARE``): one that ran out of its
-budget is tried every 100 s, so the counting takes at most a tenth of a backend.
+rests ten times its length before the next (``admin.FINISHED_COUNT_SHARE``): one that
+ran out of its budget is tried every 100 s, so counting takes at most a tenth of a
+backend.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ log = logging.getLogger("supervisor.dashboard")
 
 FINISHED_EVERY = 30.0  # seconds
 FINISHED_BUDGET = 10.0  # seconds a count may take
-COUNT_SHARE = 0.1  # of the time, at most, spent counting
 
 
 class FinishedCounts:
@@ -53,11 +53,15 @@ class FinishedCounts:
         times as old as it took)."""
         if self._value is None or self._expired:
             await self._count(db)
-        elif (time.monotonic() - self._tried_at > max(self.every, self._took / COUNT_SHARE)
+        elif (time.monotonic() - self._tried_at > self._rest()
               and (self._task is None or self._task.done())):
             self._task = asyncio.create_task(self._count_quietly(db))
         assert self._value is not None
         return self._value, time.monotonic() - self._counted_at
+
+    def _rest(self) -> float:
+        # Seconds from one try to the next: every, or ten times what the last one took.
+        return max(self.every, self._took / admin.FINISHED_COUNT_SHARE)
 
     def expire(self) -> None:
         """Count again, and wait for it, at the next request: an action just changed
