@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from shared.archived import unarchive
 from shared.defaults import NOTIFY_CHANNEL
 
 CHUNK = 1000
@@ -279,6 +280,7 @@ def retry_failed(conn: psycopg.Connection, batch_id: int) -> ActionResult:
                 finished, _, _ = _open_batch(conn, batch_id, "retry")
                 if finished:
                     conn.execute(_REOPEN, (batch_id,))
+            unarchive(conn, ids)  # discarded members may be in an archive
             retried = [r[0] for r in conn.execute(_RETRY_CHUNK, (ids,))]
             changed += len(retried)
             for queue in set(retried):

@@ -28,9 +28,11 @@ EVERY_ARM = ("available", "waiting", "running")
 
 
 def live_jobs(columns: str, arms: Sequence[str] = EVERY_ARM, where: str = "") -> str:
-    """``SELECT columns FROM supervisor.jobs`` over the unfinished jobs of ``arms`` (keys
+    """``SELECT columns FROM ONLY supervisor.jobs`` (the hot table: issue 40's archives
+    hold finished jobs only) over the unfinished jobs of ``arms`` (keys
     of ``LIVE_ARMS``), one ``UNION ALL`` arm each; ``where``: a condition every arm adds.
     Meant as a subquery: ``FROM ({live_jobs(...)}) AS live``."""
     extra = f" AND {where}" if where else ""
     return "\n    UNION ALL\n    ".join(
-        f"SELECT {columns} FROM supervisor.jobs WHERE {LIVE_ARMS[arm]}{extra}" for arm in arms)
+        f"SELECT {columns} FROM ONLY supervisor.jobs WHERE {LIVE_ARMS[arm]}{extra}"
+        for arm in arms)

@@ -7,6 +7,8 @@
 -- end completed with attempted_at NULL); and a completion stores what its attempt cost
 -- and printed (usage, output: issues 26 and 29); and every form returns the job's last
 -- checkpoint (issue 28: checkpoint::text AS checkpoint, the child's resume).
+-- Since schema 0032 (issue 40) every read and write of supervisor.jobs here says ONLY:
+-- finished jobs move into archives that inherit from it, which a claim never reads.
 -- Since issue 31 a carried completion also sets the attempt's start from ``ran``
 -- (seconds since its start, when that start was held back and never written).
 -- Issue 28 (schema 0016): every scan that chooses candidates skips expired jobs
@@ -38,7 +40,7 @@
 -- regenerated from the builder.
 
 -- @@ claim
-UPDATE supervisor.jobs
+UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
@@ -47,7 +49,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
@@ -63,7 +65,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM run_at)::float8 AS run_at
 
 -- @@ claim_aged
-UPDATE supervisor.jobs
+UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
@@ -72,17 +74,17 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM supervisor.jobs
+    (SELECT priority FROM ONLY supervisor.jobs
      WHERE state = 'available' AND queue = %(queue)s ORDER BY priority LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.priority FROM supervisor.jobs j
+    SELECT (SELECT j.priority FROM ONLY supervisor.jobs j
             WHERE j.state = 'available' AND j.queue = %(queue)s AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
@@ -90,7 +92,7 @@ SELECT head.id FROM (
     LIMIT %(limit)s) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() - %(aging)s::float8 * interval '1 second'
@@ -119,10 +121,10 @@ SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, 
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
-JOIN supervisor.jobs j ON j.id = k.id
+JOIN ONLY supervisor.jobs j ON j.id = k.id
 
 -- @@ complete_and_claim
-WITH done AS (UPDATE supervisor.jobs AS j
+WITH done AS (UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
@@ -139,12 +141,12 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
-started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
-claimed AS (UPDATE supervisor.jobs
+claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
@@ -153,7 +155,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = %(queue)s AND q.paused)
@@ -174,7 +176,7 @@ UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged
-WITH done AS (UPDATE supervisor.jobs AS j
+WITH done AS (UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
@@ -191,12 +193,12 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
-started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
-claimed AS (UPDATE supervisor.jobs
+claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
@@ -205,17 +207,17 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM supervisor.jobs
+    (SELECT priority FROM ONLY supervisor.jobs
      WHERE state = 'available' AND queue = %(queue)s ORDER BY priority LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.priority FROM supervisor.jobs j
+    SELECT (SELECT j.priority FROM ONLY supervisor.jobs j
             WHERE j.state = 'available' AND j.queue = %(queue)s AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
@@ -223,7 +225,7 @@ SELECT head.id FROM (
     LIMIT %(limit)s) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() - %(aging)s::float8 * interval '1 second'
@@ -249,7 +251,7 @@ UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed
-WITH done AS (UPDATE supervisor.jobs AS j
+WITH done AS (UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
@@ -266,7 +268,7 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
-started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
@@ -279,7 +281,7 @@ claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority,
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int) AS k
-JOIN supervisor.jobs j ON j.id = k.id)
+JOIN ONLY supervisor.jobs j ON j.id = k.id)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
@@ -287,7 +289,7 @@ UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_alone_prepared
-WITH claimed AS (UPDATE supervisor.jobs
+WITH claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = $1, lease_expires_at = now() + $2 * interval '1 second',
     heartbeat_at = now(),
@@ -296,7 +298,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest($3::text[], $4::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), $5)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
       AND run_at <= now() AND (priority, run_at, id) > ($7::int, to_timestamp($8::float8), $9::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $6 AND q.paused)
@@ -315,7 +317,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
 FROM claimed
 
 -- @@ claim_aged_alone_prepared
-WITH claimed AS (UPDATE supervisor.jobs
+WITH claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = $1, lease_expires_at = now() + $2 * interval '1 second',
     heartbeat_at = now(),
@@ -324,17 +326,17 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest($3::text[], $4::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), $5)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM supervisor.jobs
+    (SELECT priority FROM ONLY supervisor.jobs
      WHERE state = 'available' AND queue = $6 ORDER BY priority LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.priority FROM supervisor.jobs j
+    SELECT (SELECT j.priority FROM ONLY supervisor.jobs j
             WHERE j.state = 'available' AND j.queue = $6 AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND kind = ANY($3::text[])
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
@@ -342,7 +344,7 @@ SELECT head.id FROM (
     LIMIT $7) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = $6 AND priority = levels.priority
       AND kind = ANY($3::text[])
       AND run_at <= now() - $8::float8 * interval '1 second'
@@ -374,13 +376,13 @@ WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.prio
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
                             $8::int) AS k
-JOIN supervisor.jobs j ON j.id = k.id)
+JOIN ONLY supervisor.jobs j ON j.id = k.id)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 
 -- @@ complete_and_claim_prepared
-WITH done AS (UPDATE supervisor.jobs AS j
+WITH done AS (UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
@@ -397,12 +399,12 @@ FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
-started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
-claimed AS (UPDATE supervisor.jobs
+claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
     heartbeat_at = now(),
@@ -411,7 +413,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), $15)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
       AND run_at <= now() AND (priority, run_at, id) > ($17::int, to_timestamp($18::float8), $19::bigint)
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
@@ -432,7 +434,7 @@ UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_aged_prepared
-WITH done AS (UPDATE supervisor.jobs AS j
+WITH done AS (UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
@@ -449,12 +451,12 @@ FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
-started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
-claimed AS (UPDATE supervisor.jobs
+claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
     heartbeat_at = now(),
@@ -463,17 +465,17 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), $15)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM supervisor.jobs
+    (SELECT priority FROM ONLY supervisor.jobs
      WHERE state = 'available' AND queue = $16 ORDER BY priority LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.priority FROM supervisor.jobs j
+    SELECT (SELECT j.priority FROM ONLY supervisor.jobs j
             WHERE j.state = 'available' AND j.queue = $16 AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
@@ -481,7 +483,7 @@ SELECT head.id FROM (
     LIMIT $17) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = $16 AND priority = levels.priority
       AND kind = ANY($13::text[])
       AND run_at <= now() - $18::float8 * interval '1 second'
@@ -507,7 +509,7 @@ UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ complete_and_claim_keyed_prepared
-WITH done AS (UPDATE supervisor.jobs AS j
+WITH done AS (UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
@@ -524,7 +526,7 @@ FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
-started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
@@ -537,7 +539,7 @@ claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority,
 FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
                             $9, $16::float8, $17::int[],
                             $18::int) AS k
-JOIN supervisor.jobs j ON j.id = k.id)
+JOIN ONLY supervisor.jobs j ON j.id = k.id)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
@@ -545,7 +547,7 @@ UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
 
 -- @@ claim_fair
-WITH claimed AS (UPDATE supervisor.jobs
+WITH claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
@@ -554,7 +556,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest(%(kinds)s::text[], %(kind_attempts)s::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), %(default_attempts)s)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
         SELECT * FROM unnest(%(known_batches)s::bigint[], %(known_priorities)s::int[],
                              %(known_run_ats)s::float8[], %(known_ids)s::bigint[])),
@@ -563,7 +565,7 @@ WHERE id = ANY(ARRAY(
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
-                   SELECT 1 FROM supervisor.jobs w
+                   SELECT 1 FROM ONLY supervisor.jobs w
                    WHERE w.state || '' = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
@@ -574,7 +576,7 @@ WHERE id = ANY(ARRAY(
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
-            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+            SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
                     WHERE g.state || '' = 'available' AND g.queue = %(queue)s
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
@@ -585,7 +587,7 @@ WHERE id = ANY(ARRAY(
         SELECT m.id, m.priority, m.n, batches.b = ANY(%(held_batches)s::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
-            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+            FROM (SELECT id, priority, run_at FROM ONLY supervisor.jobs
                   WHERE state || '' = 'available' AND queue = %(queue)s AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
@@ -596,7 +598,7 @@ WHERE id = ANY(ARRAY(
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
-        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+        FROM (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
               WHERE state = 'available' AND queue = %(queue)s
                 AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
                 AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
@@ -625,7 +627,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
-                   SELECT 1 FROM supervisor.jobs w
+                   SELECT 1 FROM ONLY supervisor.jobs w
                    WHERE w.state || '' = 'available' AND w.queue = %(queue)s AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
@@ -636,7 +638,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
-            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+            SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
                     WHERE g.state || '' = 'available' AND g.queue = %(queue)s
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
@@ -644,7 +646,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
             OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
         WHERE s.pos IS NOT NULL)
            SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch),
-loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
               WHERE state = 'available' AND queue = %(queue)s
                 AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
                 AND (priority, run_at, id) > (%(start_priority)s::int, to_timestamp(%(start_run_at)s::float8), %(start_id)s::bigint)
@@ -668,7 +670,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
 FROM claimed
 
 -- @@ claim_fair_alone_prepared
-WITH claimed AS (UPDATE supervisor.jobs
+WITH claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = $1, lease_expires_at = now() + $2 * interval '1 second',
     heartbeat_at = now(),
@@ -677,7 +679,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest($3::text[], $4::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), $5)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
         SELECT * FROM unnest($6::bigint[], $7::int[],
                              $8::float8[], $9::bigint[])),
@@ -686,7 +688,7 @@ WHERE id = ANY(ARRAY(
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
-                   SELECT 1 FROM supervisor.jobs w
+                   SELECT 1 FROM ONLY supervisor.jobs w
                    WHERE w.state || '' = 'available' AND w.queue = $11 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
@@ -697,7 +699,7 @@ WHERE id = ANY(ARRAY(
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
-            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+            SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
                     WHERE g.state || '' = 'available' AND g.queue = $11
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
@@ -708,7 +710,7 @@ WHERE id = ANY(ARRAY(
         SELECT m.id, m.priority, m.n, batches.b = ANY($14::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
-            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+            FROM (SELECT id, priority, run_at FROM ONLY supervisor.jobs
                   WHERE state || '' = 'available' AND queue = $11 AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
@@ -719,7 +721,7 @@ WHERE id = ANY(ARRAY(
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
-        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+        FROM (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
               WHERE state = 'available' AND queue = $11
                 AND kind = ANY($3::text[]) AND run_at <= now()
                 AND (priority, run_at, id) > ($16::int, to_timestamp($17::float8), $18::bigint)
@@ -748,7 +750,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
-                   SELECT 1 FROM supervisor.jobs w
+                   SELECT 1 FROM ONLY supervisor.jobs w
                    WHERE w.state || '' = 'available' AND w.queue = $11 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
@@ -759,7 +761,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
-            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+            SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
                     WHERE g.state || '' = 'available' AND g.queue = $11
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
@@ -767,7 +769,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
             OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
         WHERE s.pos IS NOT NULL)
            SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch),
-loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
               WHERE state = 'available' AND queue = $11
                 AND kind = ANY($3::text[]) AND run_at <= now()
                 AND (priority, run_at, id) > ($16::int, to_timestamp($17::float8), $18::bigint)
@@ -791,7 +793,7 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
 FROM claimed
 
 -- @@ complete_and_claim_fair_prepared
-WITH done AS (UPDATE supervisor.jobs AS j
+WITH done AS (UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
@@ -808,12 +810,12 @@ FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
-started AS (UPDATE supervisor.jobs AS j SET attempted_at = now()
+started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
-claimed AS (UPDATE supervisor.jobs
+claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
     heartbeat_at = now(),
@@ -822,7 +824,7 @@ SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at it
         SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
         WHERE a.kind = supervisor.jobs.kind), $15)
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
         SELECT * FROM unnest($16::bigint[], $17::int[],
                              $18::float8[], $19::bigint[])),
@@ -831,7 +833,7 @@ WHERE id = ANY(ARRAY(
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
-                   SELECT 1 FROM supervisor.jobs w
+                   SELECT 1 FROM ONLY supervisor.jobs w
                    WHERE w.state || '' = 'available' AND w.queue = $21 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
@@ -842,7 +844,7 @@ WHERE id = ANY(ARRAY(
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
-            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+            SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
                     WHERE g.state || '' = 'available' AND g.queue = $21
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
@@ -853,7 +855,7 @@ WHERE id = ANY(ARRAY(
         SELECT m.id, m.priority, m.n, batches.b = ANY($24::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
-            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+            FROM (SELECT id, priority, run_at FROM ONLY supervisor.jobs
                   WHERE state || '' = 'available' AND queue = $21 AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
@@ -864,7 +866,7 @@ WHERE id = ANY(ARRAY(
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
-        FROM (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+        FROM (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
               WHERE state = 'available' AND queue = $21
                 AND kind = ANY($13::text[]) AND run_at <= now()
                 AND (priority, run_at, id) > ($26::int, to_timestamp($27::float8), $28::bigint)
@@ -893,7 +895,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
-                   SELECT 1 FROM supervisor.jobs w
+                   SELECT 1 FROM ONLY supervisor.jobs w
                    WHERE w.state || '' = 'available' AND w.queue = $21 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
@@ -904,7 +906,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
-            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+            SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
                     WHERE g.state || '' = 'available' AND g.queue = $21
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
@@ -912,7 +914,7 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
             OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
         WHERE s.pos IS NOT NULL)
            SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch),
-loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
               WHERE state = 'available' AND queue = $21
                 AND kind = ANY($13::text[]) AND run_at <= now()
                 AND (priority, run_at, id) > ($26::int, to_timestamp($27::float8), $28::bigint)

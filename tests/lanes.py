@@ -89,6 +89,8 @@ UNIT_TESTS: frozenset[str] = frozenset({
     "test_fair_claim_cursors.py::test_the_keys_channel_is_read_with_its_batch_and_without",
     "test_fair_claim_cursors.py::test_a_polls_find_leaves_the_batch_cursors_where_a_notice_moves_them",
     "test_fair_claim_cursors.py::test_a_claim_out_across_a_polls_find_still_learns_and_a_walk_moved_back_stays",
+    "test_finished_archives.py::test_the_plan_spans_and_sizes_its_rounds",
+    "test_finished_archives.py::test_a_look_rewrites_only_a_mostly_empty_table_it_can_read_in_time",
     "test_finished_count_budget.py::test_a_watch_counts_a_slow_finished_count_again_only_after_ten_times_its_length",
     "test_finished_count_budget.py::test_a_count_without_budget_cancelled_by_the_servers_timeout_is_said_so",
     "test_finished_count_budget.py::test_the_dashboard_keeps_its_last_count_when_a_recount_runs_out_of_budget",

@@ -91,7 +91,9 @@ SELECT now() AS at,
        t.n_dead_tup AS dead,
        pg_current_wal_lsn() AS lsn,
        pg_relation_size('supervisor.jobs') AS heap,
-       pg_indexes_size('supervisor.jobs') AS indexes
+       pg_indexes_size('supervisor.jobs') AS indexes,
+       (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i
+        WHERE i.inhparent = 'supervisor.jobs'::regclass) AS archived
 FROM pg_stat_user_tables t WHERE t.schemaname = 'supervisor' AND t.relname = 'jobs'
 """
 
@@ -117,8 +119,9 @@ class Counters:
     dele: int
     dead: int
     lsn: str
-    heap: int
+    heap: int  # the hot table's (finished jobs move to archives: schema 0032)
     indexes: int
+    archived: int  # the archives', indexes included
 
 
 def counters(conn: psycopg.Connection) -> Counters:
@@ -313,7 +316,7 @@ def phase_row(conn: psycopg.Connection, name: str, a: Counters, b: Counters, off
             f"| {_ms(p50)} / {_ms(p99)} | {waiting} "
             f"| {claim_read / jobs:.1f} | {all_read / jobs:.1f} "
             f"| {probe_ms} | {b.dead} "
-            f"| {b.heap / 2**20:.1f} + {b.indexes / 2**20:.1f} "
+            f"| {b.heap / 2**20:.1f} + {b.indexes / 2**20:.1f} | {b.archived / 2**20:.1f} "
             f"| {(b.upd - a.upd) / jobs:.2f} ({(b.hot - a.hot) / jobs:.2f} HOT) "
             f"| {float(wal) / jobs:.0f} | {floor_of(conn, a, b)} |")
 
@@ -370,9 +373,9 @@ def steady(base_dsn: str, holder: str, rate: float, baseline: float, hold: float
     print("| phase | offered | completed | pickup p50 / p99 ms | not started "
           "| claim index entries read / claimed job | all index entries read / claimed job "
           "| full-scan probe ms | dead tuples "
-          "| heap + indexes MB | updates / job | WAL bytes / job "
+          "| hot heap + indexes MB | archives MB | updates / job | WAL bytes / job "
           "| lowest completions in 10 s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     try:
         time.sleep(2.0)  # children forked
         with psycopg.connect(dsn, autocommit=True, application_name="bench-stats") as conn:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg import sql
 
+from shared.archived import unarchive
 from shared.defaults import CANCEL_CHANNEL
 from shared.jobs import FINISHED_STATES, RUNNING
 from supervisor.admin.jobs import _CANCEL, _RESET, CANCEL_STATES, RETRY_STATES
@@ -138,6 +139,7 @@ def _one_batch(conn: psycopg.Connection, action: str, ids: list[int],
                states: list[str]) -> int:
     params: dict[str, Any] = {"ids": ids, "states": states}
     if action == "retry":
+        unarchive(conn, ids)  # finished ones may be in an archive (shared.archived)
         return len(conn.execute(_RETRY_BATCH, params).fetchall())
     if action == "delete":
         return len(conn.execute(_DELETE_BATCH, params).fetchall())

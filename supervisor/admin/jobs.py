@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg import errors as pgerrors
 
+from shared.archived import unarchive
 from shared.defaults import CANCEL_CHANNEL
 from shared.jobs import CANCELLED, DISCARDED, FAIL_CANCELLED, RETRYABLE, RUNNING, STATES
 from supervisor.admin.refusals import AdminError
@@ -77,6 +78,14 @@ WITH c AS (
     RETURNING j.id
 )
 SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM done)
+"""
+
+# The archived jobs a bulk retry matches (issue 40: ``shared.archived``).
+_ARCHIVED_MATCHES = """
+SELECT id FROM supervisor.jobs
+WHERE tableoid <> 'supervisor.jobs'::regclass AND state = %(state)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
 """
 
 _KEY_HOLDER = """
@@ -163,6 +172,7 @@ def retry_job(conn: psycopg.Connection, job_id: int) -> str:
             if row[0] not in RETRY_STATES:
                 raise AdminError(f"job {job_id} is {row[0]}; only discarded, cancelled or "
                                  "retryable jobs can be retried")
+            unarchive(conn, [job_id])
             conn.execute(_RETRY_ONE, {"id": job_id, "states": list(RETRY_STATES)})
     except pgerrors.UniqueViolation:
         holder = conn.execute(_KEY_HOLDER, {"id": job_id}).fetchone()
@@ -213,7 +223,10 @@ def retry_jobs(conn: psycopg.Connection, *, state: str, queue: str | None = None
     params = {"state": state, "queue": queue, "kind": kind}
     for _ in range(3):
         try:
-            row = conn.execute(_RETRY_MANY, params).fetchone()
+            with conn.transaction():
+                if state != RETRYABLE:  # finished: some may be archived
+                    unarchive(conn, [r[0] for r in conn.execute(_ARCHIVED_MATCHES, params)])
+                row = conn.execute(_RETRY_MANY, params).fetchone()
             assert row is not None  # two counts, always one row
             matched, retried = row
         except pgerrors.UniqueViolation:

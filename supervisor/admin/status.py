@@ -66,10 +66,14 @@ FINISHED_COUNT_BUDGET = 2.0  # seconds
 # this share's inverse times as long as it took: at most a tenth of a backend counting.
 FINISHED_COUNT_SHARE = 0.1
 
-# The planner's row count of supervisor.jobs (as of its last ANALYZE): what the
-# operator is told when the finished jobs were too many to count in the budget.
+# The planner's row count of supervisor.jobs and its archives (as of their last
+# ANALYZE): what the operator is told when the finished jobs were too many to count in
+# the budget.
 _ESTIMATED_ROWS = """
-SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'supervisor.jobs'::regclass
+SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_class c
+WHERE c.oid = 'supervisor.jobs'::regclass
+   OR c.oid IN (SELECT i.inhrelid FROM pg_inherits i
+                WHERE i.inhparent = 'supervisor.jobs'::regclass)
 """
 
 # Claimed but not started: a supervisor took the job and has not yet handed it to a

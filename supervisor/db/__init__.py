@@ -12,14 +12,19 @@ statement is built in ``supervisor.db.claim``), and ``connection_lost``. The oth
 statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
 ``renew_lease``, ``return_leases`` and their records (``supervisor.db.leases``).
 ``HistoryWriter``: the leader's per-minute history, sent on a connection of its own
-that the loop never waits for (``supervisor.db.history_writer``). ``write_apart`` and
-``refused`` (and ``refusal_reason``): a batched write that one row PostgreSQL refuses cannot stall
+that the loop never waits for (``supervisor.db.history_writer``), with the move of
+finished jobs into archives and their drop (``ArchivePlan``,
+``supervisor.db.archives``) and the hot table's rewrite after a held horizon
+(``Compaction``, ``supervisor.db.compaction``). ``write_apart`` and ``refused`` (and
+``refusal_reason``): a batched write that one row PostgreSQL refuses cannot stall
 (``supervisor.db.refused``). What a run's jobs ended as and what waits, from the table
 (``run_failures``, ``cancelled_dependents``, ``waiting``), and each kind's p95 run time
 (``kind_run_p95``), for the engine's summaries and the drain's estimate.
 """
 
+from supervisor.db.archives import ArchivePlan, ArchiveRound
 from supervisor.db.claim import ClaimBounds, ClaimKey, ClaimRequest, ClaimResult
+from supervisor.db.compaction import Compaction
 from supervisor.db.connections import DatabaseHung, Interrupt, Interrupted
 from supervisor.db.database import Database, connection_lost
 from supervisor.db.history_writer import HistoryWriter
@@ -54,13 +59,56 @@ from supervisor.db.store import (
     StoreSettings,
 )
 
-__all__ = ["FULL_SCAN", "RESCUE_LIMIT", "Apart", "Attempt", "ClaimBounds", "ClaimKey",
-           "ClaimRequest", "ClaimResult", "Completion", "CrashCount", "CrashLimits",
-           "Database", "DatabaseHung", "Failure", "FailuresWritten", "Heartbeat",
-           "HistoryWriter", "Interrupt", "Interrupted", "KindPause", "LaterWork",
-           "LeadRound", "LeaseRow", "NonBlockingQuery", "Prepared", "Prune",
-           "PruneBatches", "Renewal", "Rescued", "RunFailures", "Slice", "Snooze",
-           "Store", "StoreSettings", "StoredLimits", "TrippedKind", "Waiting",
-           "cancelled_dependents", "connection_lost", "kind_run_p95", "read_limits",
-           "refusal_reason", "refused", "renew_lease", "return_leases", "run_failures",
-           "waiting", "write_apart"]
+__all__ = [
+    "FULL_SCAN",
+    "RESCUE_LIMIT",
+    "Apart",
+    "ArchivePlan",
+    "ArchiveRound",
+    "Attempt",
+    "ClaimBounds",
+    "ClaimKey",
+    "ClaimRequest",
+    "ClaimResult",
+    "Compaction",
+    "Completion",
+    "CrashCount",
+    "CrashLimits",
+    "Database",
+    "DatabaseHung",
+    "Failure",
+    "FailuresWritten",
+    "Heartbeat",
+    "HistoryWriter",
+    "Interrupt",
+    "Interrupted",
+    "KindPause",
+    "LaterWork",
+    "LeadRound",
+    "LeaseRow",
+    "NonBlockingQuery",
+    "Prepared",
+    "Prune",
+    "PruneBatches",
+    "Renewal",
+    "Rescued",
+    "RunFailures",
+    "Slice",
+    "Snooze",
+    "Store",
+    "StoreSettings",
+    "StoredLimits",
+    "TrippedKind",
+    "Waiting",
+    "cancelled_dependents",
+    "connection_lost",
+    "kind_run_p95",
+    "read_limits",
+    "refusal_reason",
+    "refused",
+    "renew_lease",
+    "return_leases",
+    "run_failures",
+    "waiting",
+    "write_apart",
+]

@@ -248,7 +248,7 @@ _BATCH_WALK = f"""known(b, p, r, i) AS MATERIALIZED (
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
-                   SELECT 1 FROM supervisor.jobs w
+                   SELECT 1 FROM ONLY supervisor.jobs w
                    WHERE w.{_MEMBER_WAITING} AND w.queue = %(queue)s AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
@@ -259,7 +259,7 @@ _BATCH_WALK = f"""known(b, p, r, i) AS MATERIALIZED (
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
-            SELECT (SELECT g.batch_id FROM supervisor.jobs g
+            SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
                     WHERE g.{_MEMBER_WAITING} AND g.queue = %(queue)s
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
@@ -306,14 +306,14 @@ def _candidates(aged: bool, bounded: bool = False) -> str:
     by a one-time filter cost a quarter of a millisecond per claim in planning)."""
     if not aged:
         return f"""
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() AND {_FROM_START}
       AND {_NOT_PAUSED}{_rules(bounded)}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s"""
     return f"""
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY({_aged_candidates(bounded)}))
       AND state = 'available' AND queue = %(queue)s AND run_at <= now()
       AND {_NOT_PAUSED}
@@ -349,13 +349,13 @@ def _fair_candidates(bounded: bool = False) -> str:
     # FOR UPDATE (added by _lock_and_update) takes no UNION or window: the turn is
     # chosen inside the ARRAY, and the outer select only locks what it chose.
     return f"""
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE {_BATCH_WALK}
     SELECT turn.id FROM (
         SELECT m.id, m.priority, m.n, batches.b = ANY(%(held_batches)s::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
-            FROM (SELECT id, priority, run_at FROM supervisor.jobs
+            FROM (SELECT id, priority, run_at FROM ONLY supervisor.jobs
                   WHERE {_MEMBER_WAITING} AND queue = %(queue)s AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
@@ -378,7 +378,7 @@ def _loose_head(bounded: bool = False) -> str:
     """A fair claim's look at the head of the claim index past its group's key: the
     first LIMIT due jobs, of any batch, in claim order (``_fair_candidates`` takes those
     of no batch among them)."""
-    return f"""SELECT id, priority, run_at, batch_id FROM supervisor.jobs
+    return f"""SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
               WHERE state = 'available' AND queue = %(queue)s
                 AND kind = ANY(%(kinds)s::text[]) AND run_at <= now()
                 AND {_FROM_START}{_rules(bounded)}
@@ -413,22 +413,22 @@ def _aged_candidates(bounded: bool = False) -> str:
     """The aged claim's candidates (see ``_candidates``): the head of the index's order
     and each priority level's oldest aged jobs."""
     return f"""WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM supervisor.jobs
+    (SELECT priority FROM ONLY supervisor.jobs
      WHERE state = 'available' AND queue = %(queue)s ORDER BY priority LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.priority FROM supervisor.jobs j
+    SELECT (SELECT j.priority FROM ONLY supervisor.jobs j
             WHERE j.state = 'available' AND j.queue = %(queue)s AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now(){_rules(bounded)}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state = 'available' AND queue = %(queue)s AND priority = levels.priority
       AND kind = ANY(%(kinds)s::text[])
       AND run_at <= now() - %(aging)s::float8 * interval '1 second'{_rules(bounded)}
@@ -444,7 +444,7 @@ def _lock_and_update(candidates: str, returning: str = "") -> str:
     plan. The LIMIT lives inside the ARRAY, so the planner cannot drop it.
     trace_context (the producer's, issue 15) and the last checkpoint (issue 28) go to
     the child as the text they are, like the args."""
-    return f"""UPDATE supervisor.jobs
+    return f"""UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
     lease_owner = %(owner)s, lease_expires_at = now() + %(ttl)s * interval '1 second',
     heartbeat_at = now(),
@@ -487,7 +487,7 @@ def _keyed(aged: bool, bounded: bool = False) -> str:
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
                             %(default_attempts)s::int{aging}) AS k
-JOIN supervisor.jobs j ON j.id = k.id"""
+JOIN ONLY supervisor.jobs j ON j.id = k.id"""
 
 
 def _carrying(claim: str, columns: Sequence[str] = _COLUMNS, after: str = "",

@@ -29,6 +29,13 @@ finish; the next is skipped (the mark catches up: a round rolls up to three inte
 
 Only the leader's round asks, the mark is taken with SKIP LOCKED, and a round's rows
 come from the jobs table: nothing here is written per job.
+
+The same round, on the same connection, first moves finished jobs into their archives
+and drops the archives past their retention (issue 40, ``supervisor.db.archives``),
+when given an ``ArchivePlan``: the move is the leader's largest statement at a high
+rate (a few hundred milliseconds for 20,000 rows), so it too stays out of the loop.
+Then, given a ``Compaction``, now and then it looks at the hot table's size and, when
+a held horizon has left it mostly empty, rewrites it (``supervisor.db.compaction``).
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ from typing import Any
 import psycopg
 
 from shared.db import first_line
-from supervisor.db import history
+from supervisor.db import archives, compaction, history
+from supervisor.db.archives import ArchivePlan, ArchiveRound
+from supervisor.db.compaction import Compaction
 from supervisor.db.connections import (
     Connecting,
     DatabaseHung,
@@ -65,6 +74,12 @@ _SAMPLE = Prepared(history.SAMPLE)
 _BEGIN = Prepared("BEGIN")
 _SAMPLE_TIMEOUT = Prepared(f"SET LOCAL statement_timeout = {int(history.SAMPLE_TIMEOUT_MS)}")
 _COMMIT = Prepared("COMMIT")  # after a cancelled count: rolls back, no error
+_ARCHIVE = Prepared(archives.ARCHIVE)
+_RETIRE = Prepared(archives.RETIRE)
+_HOT_SIZE = Prepared(compaction.SIZE)
+_BOUND = [Prepared(sql) for sql in compaction.BOUND]
+_REWRITE = Prepared(compaction.REWRITE)
+_UNBOUND = [Prepared(sql) for sql in compaction.UNBOUND]
 
 
 @dataclass
@@ -96,7 +111,12 @@ class HistoryWriter:
                  statement_timeout: float, deadline: float,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time, lag: float = history.LAG,
-                 keep: float = history.KEEP, slice_seconds: float = history.SLICE) -> None:
+                 keep: float = history.KEEP, slice_seconds: float = history.SLICE,
+                 archive: ArchivePlan | None = None,
+                 compaction: Compaction | None = None) -> None:
+        """``archive``: the finished jobs' move and drop, run first in each round (None:
+        neither); ``compaction``: the hot table's rewrite after a held horizon (None:
+        never)."""
         self.dsn = dsn
         self.name = name
         self.selector = selector
@@ -111,6 +131,9 @@ class HistoryWriter:
         self.steps: list[_Step] = []
         self.current = HistoryRound()
         self.last: HistoryRound | None = None  # the last round that ended
+        self.archive = archive
+        self.archived = ArchiveRound()  # what the last round's move and drop did
+        self.compaction = compaction
         self.rounds = 0  # rounds ended, whatever became of them
         self.skipped = 0  # rounds asked for while the previous one was under way
         self._sent_at = 0.0
@@ -140,7 +163,14 @@ class HistoryWriter:
             return False
         now = self.clock()
         self.current = HistoryRound(began=now)
-        self.steps = [_Step(_ROLL_UP, self.roll_params, self._rolled)]
+        self.steps = []
+        if self.archive is not None and self.archive.active:
+            self.archived = ArchiveRound()
+            self.steps += [_Step(_ARCHIVE, self.archive.archive_params(), self._archived),
+                           _Step(_RETIRE, self.archive.retire_params(), self._retired)]
+        if self.compaction is not None and self.compaction.due(now):
+            self.steps.append(_Step(_HOT_SIZE, {}, self._sized))
+        self.steps.append(_Step(_ROLL_UP, self.roll_params, self._rolled))
         wall = self.wall()
         if wall >= self.no_sample_until and wall >= self._sampled_minute + self.sample_spacing:
             self._sampled_minute = wall // 60 * 60
@@ -150,6 +180,12 @@ class HistoryWriter:
                            _Step(_COMMIT, {}, self._ignored)]
         self._advance(now)
         return True
+
+    def horizon_held(self, seconds: float) -> None:
+        """The MVCC horizon's holder was looked at: held ``seconds`` (0: not held). No
+        rewrite of the hot table while it is held."""
+        if self.compaction is not None:
+            self.compaction.horizon_held(seconds)
 
     def space_samples(self, seconds: float) -> None:
         """At least ``seconds`` from the minute of one depth sample to the next (0 or
@@ -228,6 +264,55 @@ class HistoryWriter:
             return
         step.answered(outcome)
         self._advance(self.clock())
+
+    def _archived(self, outcome: list | Exception) -> None:
+        plan = self.archive
+        assert plan is not None
+        seconds = self.clock() - self._sent_at
+        if isinstance(outcome, psycopg.errors.QueryCanceled):
+            plan.cancelled()
+            self._failed("moving finished jobs into their archives", outcome)
+            return
+        if isinstance(outcome, Exception):
+            self._failed("moving finished jobs into their archives", outcome)
+            return
+        moved = {str(family): int(count) for family, count, _ in outcome}
+        self.archived.moved = moved
+        self.archived.seconds = seconds
+        plan.answered(moved, seconds)
+
+    def _retired(self, outcome: list | Exception) -> None:
+        if isinstance(outcome, Exception):
+            self._failed("dropping archives past their retention", outcome)
+            return
+        if outcome:
+            self.archived.dropped, self.archived.left_busy = (int(v) for v in outcome[0])
+            if self.archived.dropped:
+                log.info("dropped %d archives of finished jobs past their retention",
+                         self.archived.dropped)
+
+    def _sized(self, outcome: list | Exception) -> None:
+        plan = self.compaction
+        assert plan is not None
+        if isinstance(outcome, Exception):
+            self._failed("looking at the size of supervisor.jobs", outcome)
+            return
+        heap, live = (int(v) for v in outcome[0])
+        if plan.looked(self.clock(), heap, live):
+            self.steps[:0] = ([_Step(s, {}, self._ignored_setting) for s in _BOUND]
+                              + [_Step(_REWRITE, {}, self._rewritten)]
+                              + [_Step(s, {}, self._ignored_setting) for s in _UNBOUND])
+
+    def _rewritten(self, outcome: list | Exception) -> None:
+        plan = self.compaction
+        assert plan is not None
+        plan.rewritten(self.clock() - self._sent_at,
+                       f"{type(outcome).__name__}: {first_line(outcome)}"
+                       if isinstance(outcome, Exception) else None)
+
+    def _ignored_setting(self, outcome: list | Exception) -> None:
+        if isinstance(outcome, Exception):
+            self._failed("bounding the rewrite of supervisor.jobs", outcome)
 
     def _rolled(self, outcome: list | Exception) -> None:
         if isinstance(outcome, psycopg.errors.DataError):

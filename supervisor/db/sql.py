@@ -37,7 +37,7 @@ _USAGE = """CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
 _USAGE_ARRAYS = "%(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[]"
 
 COMPLETE = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET state = 'completed', finished_at = now(), result = u.result::jsonb,
     usage = {_USAGE}, output = u.output,
     -- a completed job's progress is final: done = total (not the last report's 0.05)
@@ -58,7 +58,7 @@ RETURNING j.id
 # Jobs a child started: their attempt now counts even if this supervisor dies (rescue
 # gives back a never-started job without spending its attempt).
 STARTED = f"""
-UPDATE supervisor.jobs AS j SET attempted_at = now()
+UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.attempt = u.attempt
   AND j.lease_owner = %(owner)s AND {_RUNNING} AND j.attempted_at IS NULL
@@ -81,7 +81,7 @@ _FAILED_ENTRY = f"""jsonb_build_array(jsonb_build_object(
     || jsonb_strip_nulls(jsonb_build_object('usage', {_USAGE}, 'output', u.output)))"""
 
 FAIL = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET state = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
                  THEN 'discarded' ELSE 'retryable' END,
     run_at = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
@@ -108,13 +108,13 @@ FROM (SELECT v.*, v.signature IS NOT NULL AND v.poison_after > 0 AND NOT EXISTS 
                   %(ran)s::float8[], {_USAGE_ARRAYS})
            AS v(id, attempt, kind, message, traceback, delay, terminal, signature,
                 poison_after, ran, cpu, wall, rss, output)
-      JOIN supervisor.jobs p ON p.id = v.id) AS u
+      JOIN ONLY supervisor.jobs p ON p.id = v.id) AS u
 WHERE {_FENCE}
 RETURNING j.id, u.poison
 """
 
 RELEASE = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET state = 'available', attempt = j.attempt - 1, lease_owner = NULL,
     lease_expires_at = NULL, heartbeat_at = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
@@ -125,7 +125,7 @@ RETURNING j.id
 # Claimed jobs whose expires_at passed while they were queued in a child (which never
 # started them): final as 'expired', the attempt not counted.
 EXPIRE_CLAIMED = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET state = 'expired', attempt = j.attempt - 1, finished_at = now(), lease_owner = NULL,
     lease_expires_at = NULL, heartbeat_at = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
@@ -136,7 +136,7 @@ RETURNING j.id
 # A handler's workers.Snooze(delay): due again after the delay, its attempt unspent and
 # no errors entry (it did not fail).
 SNOOZE = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET state = 'scheduled', attempt = j.attempt - 1,
     run_at = now() + u.delay * interval '1 second',
     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
@@ -147,7 +147,7 @@ RETURNING j.id
 """
 
 INTERRUPT = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET state = 'available', attempt = j.attempt - 1,
     errors = supervisor.capped_errors(j.errors || {_ERROR_ENTRY}),
     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
@@ -160,7 +160,7 @@ RETURNING j.id
 # A checkpoint (issue 28) rides on the renewal, fenced like it; checkpoint_at is when
 # the last one was written.
 RENEW = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET lease_expires_at = now() + %(ttl)s * interval '1 second', heartbeat_at = now(),
     progress = COALESCE(u.progress::jsonb, j.progress),
     checkpoint = COALESCE(u.checkpoint::jsonb, j.checkpoint),
@@ -173,9 +173,9 @@ RETURNING j.id
 """
 
 PROMOTE = """
-UPDATE supervisor.jobs SET state = 'available'
+UPDATE ONLY supervisor.jobs SET state = 'available'
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
     ORDER BY run_at
     LIMIT %(limit)s
@@ -190,7 +190,7 @@ WHERE id = ANY(ARRAY(
 # below the clock) to the primary key in a BitmapAnd for the rows found, which under a
 # held horizon read every job run since the hold began, each round that rescued one.
 RESCUE = f"""
-UPDATE supervisor.jobs AS j
+UPDATE ONLY supervisor.jobs AS j
 SET state = CASE WHEN o.unstarted THEN 'available'
                  WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
     attempt = CASE WHEN o.unstarted THEN j.attempt - 1 ELSE j.attempt END,
@@ -210,9 +210,9 @@ FROM (
     -- A job its supervisor had claimed but not started (attempted_at is set at the start)
     -- goes back without spending the attempt: it never ran.
     SELECT id, lease_owner AS lost, attempted_at IS NULL AS unstarted
-    FROM supervisor.jobs
+    FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(
-        SELECT id FROM supervisor.jobs
+        SELECT id FROM ONLY supervisor.jobs
         WHERE state = 'running' AND lease_expires_at < now()
           -- Leases below the floor were looked at by an earlier round (RescueFloor); a
           -- full scan passes -Infinity.
@@ -249,7 +249,7 @@ SELECT q.name, w.priority, extract(epoch FROM w.run_at)::float8, w.id
 FROM unnest(%(queues)s::text[], %(start_priorities)s::int[], %(start_run_ats)s::float8[],
             %(start_ids)s::bigint[]) AS q(name, start_priority, start_run_at, start_id)
 CROSS JOIN LATERAL (
-    SELECT j.priority, j.run_at, j.id FROM supervisor.jobs j
+    SELECT j.priority, j.run_at, j.id FROM ONLY supervisor.jobs j
     WHERE j.state = 'available' AND j.queue = q.name AND j.run_at <= now()
       AND (j.priority, j.run_at, j.id)
           > (q.start_priority, to_timestamp(q.start_run_at), q.start_id)
@@ -262,13 +262,13 @@ WHERE NOT EXISTS (SELECT 1 FROM supervisor.queues p WHERE p.name = q.name AND p.
 
 HAS_DUE_WORK = """
 SELECT EXISTS (
-    SELECT 1 FROM supervisor.jobs j
+    SELECT 1 FROM ONLY supervisor.jobs j
     WHERE j.state = 'available' AND j.queue = ANY(%(queues)s::text[])
       AND j.kind = ANY(%(kinds)s::text[]) AND j.run_at <= now()
       AND (j.expires_at IS NULL OR j.expires_at > now())
       AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = j.queue AND q.paused)
 ) OR EXISTS (
-    SELECT 1 FROM supervisor.jobs j
+    SELECT 1 FROM ONLY supervisor.jobs j
     WHERE j.state IN ('scheduled', 'retryable')
       AND j.run_at <= now() + %(horizon)s * interval '1 second'
       AND j.queue = ANY(%(queues)s::text[]) AND j.kind = ANY(%(kinds)s::text[])
@@ -278,7 +278,7 @@ SELECT EXISTS (
 
 # What a burst leaves for later: jobs due past its horizon.
 LEFT_FOR_LATER = """
-SELECT count(*), min(run_at) FROM supervisor.jobs
+SELECT count(*), min(run_at) FROM ONLY supervisor.jobs
 WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
   AND kind = ANY(%(kinds)s::text[])
 """
@@ -297,7 +297,7 @@ GROUP BY kind ORDER BY count(*) DESC, kind
 # already due; NULL: none), so an idle supervisor wakes at that moment, not at its poll.
 NEXT_DUE = """
 SELECT extract(epoch FROM min(run_at) - now())::float8
-FROM supervisor.jobs
+FROM ONLY supervisor.jobs
 WHERE state IN ('scheduled', 'retryable') AND queue = ANY(%(queues)s::text[])
   AND kind = ANY(%(kinds)s::text[])
 """
@@ -313,7 +313,7 @@ WHERE paused AND name = ANY(%(queues)s::text[])
 # claim was lost with its connection, so nobody will run them. They go back at once,
 # the attempt not counted (they never started).
 RECONCILE = """
-UPDATE supervisor.jobs
+UPDATE ONLY supervisor.jobs
 SET state = 'available', attempt = attempt - 1, lease_owner = NULL,
     lease_expires_at = NULL, heartbeat_at = NULL
 WHERE state = 'running' AND lease_owner = %(owner)s AND NOT (id = ANY(%(held)s::bigint[]))
@@ -344,9 +344,9 @@ SELECT pg_try_advisory_xact_lock(%(key)s), extract(epoch FROM now())::float8,
 # jobs_finished_idx, and a pass from the index's start read them all again, every
 # batch. The states are literal so the partial index's predicate is implied.
 _PRUNE = """
-DELETE FROM supervisor.jobs
+DELETE FROM ONLY supervisor.jobs
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE state IN ({states})
       AND finished_at >= to_timestamp(%(floor)s)
       AND finished_at < now() - %(age)s * interval '1 second'
@@ -376,9 +376,9 @@ WHERE id = ANY(ARRAY(
 # the maintenance leader (schema 0016's partial index finds them). The claim already
 # passes over them; this makes them final, counted and shown.
 EXPIRE = """
-UPDATE supervisor.jobs SET state = 'expired', finished_at = now()
+UPDATE ONLY supervisor.jobs SET state = 'expired', finished_at = now()
 WHERE id = ANY(ARRAY(
-    SELECT id FROM supervisor.jobs
+    SELECT id FROM ONLY supervisor.jobs
     WHERE expires_at <= now() AND expires_at IS NOT NULL
       AND state IN ('available', 'scheduled', 'retryable')
     LIMIT %(batch)s

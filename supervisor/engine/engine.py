@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING
 
 from supervisor.admission import Admission, make_budget
 from supervisor.breaker import Breaker, BreakerSettings
-from supervisor.db import Database, HistoryWriter, RunFailures, Waiting
+from supervisor.db import (
+    ArchivePlan,
+    Compaction,
+    Database,
+    HistoryWriter,
+    RunFailures,
+    Waiting,
+)
 from supervisor.engine.claims import Claimer
 from supervisor.engine.dispatcher import Dispatcher
 from supervisor.engine.draining import Drain
@@ -102,7 +109,10 @@ class Engine:
         if history is None and database is None:
             history = HistoryWriter(dsn, f"supervisor {owner} history", selector,
                                     statement_timeout=config.statement_timeout,
-                                    deadline=config.database_deadline, clock=clock)
+                                    deadline=config.database_deadline, clock=clock,
+                                    archive=ArchivePlan(config.retention,
+                                                        config.discarded_retention),
+                                    compaction=Compaction())
         self.housekeeping = Housekeeping(
             config, db, queues, kinds, poller=self.poller, breaker=breaker,
             reporter=self.reporter, claimer=self.claimer, ledger=self.ledger,

@@ -142,11 +142,12 @@ class Maintenance:
     def horizon_held(self, seconds: float) -> None:
         """A look at the MVCC horizon's holder found it held ``seconds`` (0: not held):
         the full scans and the depth sample, passes from an index's start, are spaced
-        by it."""
+        by it, and the hot table is not rewritten while it lasts."""
         for floor in (self.rescue_floor, *self.prune_floors.values()):
             floor.horizon_held(seconds)
         if self.history is not None:
             self.history.space_samples(spaced_by_hold(SAMPLE_EVERY, seconds))
+            self.history.horizon_held(seconds)
 
     def due(self, now: float) -> bool:
         """Whether a round is due."""

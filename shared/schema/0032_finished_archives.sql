@@ -1,0 +1,215 @@
+-- Finished jobs out of the hot path (issue 40).
+--
+-- Completed, cancelled, discarded and expired jobs stayed in supervisor.jobs for their
+-- retention (a week, a month) and went by a DELETE a row at a time: one more dead row
+-- version per job, and the table a queue churns through held months of history. Now the
+-- maintenance leader moves them, soon after they end, into archive tables that inherit
+-- from supervisor.jobs (plain inheritance, not declarative partitions: a partitioned
+-- table's key must include the partition key, a row moved between partitions by an
+-- UPDATE makes every concurrent writer of it fail with a serialization error, and a new
+-- partition beside a default one scans it under an exclusive lock). An archive is
+-- retired whole by DROP TABLE once its newest row is past the retention.
+--
+-- What stays as it was: producers INSERT into supervisor.jobs (rows land in the parent,
+-- the hot table); a reader that selects from supervisor.jobs by id, batch, state or
+-- time sees the archives' rows too, with the same columns. The supervisor's own
+-- statements on live jobs say FROM ONLY supervisor.jobs: they neither read nor lock the
+-- archives.
+--
+-- Two families, by retention: 'done' (completed, cancelled) and 'failed' (discarded,
+-- expired). Each has one open archive that takes the moved rows; it is closed and a new
+-- one opened when it is older than the span the caller gives (an eighth of the
+-- family's retention), so a family keeps about nine archives. A closed archive is
+-- dropped once it was closed longer ago than the retention: every row in it ended
+-- before it was closed.
+
+CREATE TABLE supervisor.job_archives (
+    name      text PRIMARY KEY,  -- a table in schema supervisor that inherits from jobs
+    family    text NOT NULL CHECK (family IN ('done', 'failed')),
+    opened_at timestamptz NOT NULL DEFAULT now(),
+    closed_at timestamptz,  -- NULL: the family's open archive, which takes moved rows
+    -- Where the next move's scan of jobs_finished_idx starts: under a held MVCC horizon
+    -- that index keeps an entry for every row moved since the hold began, and a scan
+    -- from its head would walk them all. Rows finished below it (a statement that ran
+    -- longer than the margin) are left to the retention's row-by-row prune.
+    scan_from timestamptz NOT NULL DEFAULT '-infinity'
+);
+CREATE UNIQUE INDEX job_archives_open_idx ON supervisor.job_archives (family)
+    WHERE closed_at IS NULL;
+
+CREATE FUNCTION supervisor.archive_states(p_family text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+SELECT CASE p_family WHEN 'done' THEN ARRAY['completed', 'cancelled']
+                     ELSE ARRAY['discarded', 'expired'] END
+$$;
+
+-- The family's open archive, a new one when there is none or it is older than p_span
+-- seconds. Creating the table takes SHARE UPDATE EXCLUSIVE on supervisor.jobs (which
+-- only autovacuum, ANALYZE and DDL conflict with); under a short lock_timeout, so a
+-- vacuum of the hot table is never cancelled for it: on a timeout the open archive
+-- stays open a round longer (NULL when there is none yet: nothing is moved).
+CREATE FUNCTION supervisor.open_job_archive(p_family text, p_span double precision)
+    RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    current supervisor.job_archives%ROWTYPE;
+    fresh text;
+    waited text := current_setting('lock_timeout');
+BEGIN
+    SELECT * INTO current FROM supervisor.job_archives
+    WHERE family = p_family AND closed_at IS NULL FOR UPDATE;
+    IF FOUND AND current.opened_at > now() - make_interval(secs => p_span) THEN
+        RETURN current.name;
+    END IF;
+    fresh := format('jobs_%s_%s', p_family,
+                    to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISSUS'));
+    BEGIN
+        PERFORM set_config('lock_timeout', '100ms', true);
+        EXECUTE format('CREATE TABLE supervisor.%I (CHECK (state = ANY (%L::text[]))) '
+                       'INHERITS (supervisor.jobs)', fresh, supervisor.archive_states(p_family));
+        PERFORM set_config('lock_timeout', waited, true);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', waited, true);
+        RETURN current.name;
+    END;
+    -- What readers of finished jobs look them up by: id (show, wait, dependencies),
+    -- batch (a batch's results), finished_at (the history's roll-up), created_at, and
+    -- the error search. The hot table's other indexes are on live states only.
+    EXECUTE format('CREATE UNIQUE INDEX ON supervisor.%I (id)', fresh);
+    EXECUTE format('CREATE INDEX ON supervisor.%I (batch_id, id) WHERE batch_id IS NOT NULL',
+                   fresh);
+    EXECUTE format('CREATE INDEX ON supervisor.%I (finished_at)', fresh);
+    EXECUTE format('CREATE INDEX ON supervisor.%I USING brin (created_at)', fresh);
+    EXECUTE format('CREATE INDEX ON supervisor.%I USING gin (to_tsvector(''simple''::regconfig, '
+                   'jsonb_path_query_array(errors, ''$[*]."message"''::jsonpath))) '
+                   'WHERE errors <> ''[]''::jsonb', fresh);
+    IF current.name IS NOT NULL THEN
+        UPDATE supervisor.job_archives SET closed_at = now() WHERE name = current.name;
+    END IF;
+    INSERT INTO supervisor.job_archives (name, family, scan_from)
+    VALUES (fresh, p_family, coalesce(current.scan_from, '-infinity'));
+    RETURN fresh;
+END
+$$;
+
+-- Move up to p_max finished jobs of each family from the hot table into the family's
+-- open archive, whose span is p_done_span or p_failed_span seconds (NULL: that family
+-- is not archived; its jobs stay in the hot table until the retention's prune). One
+-- statement each (DELETE ... RETURNING into INSERT), so a job is in one table or the
+-- other, never both or neither, whatever stops the mover. A row another transaction
+-- has locked (a retry, an operator's update) is left for the next round. Returns each
+-- family's count moved and its archive.
+CREATE FUNCTION supervisor.archive_finished(p_done_span double precision,
+                                            p_failed_span double precision, p_max integer)
+    RETURNS TABLE (family text, moved integer, archive text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    fam text;
+    span double precision;
+    target text;
+    floor_at timestamptz;
+    n integer;
+BEGIN
+    FOREACH fam IN ARRAY ARRAY['done', 'failed'] LOOP
+        span := CASE fam WHEN 'done' THEN p_done_span ELSE p_failed_span END;
+        target := CASE WHEN span IS NULL THEN NULL
+                       ELSE supervisor.open_job_archive(fam, span) END;
+        n := 0;
+        IF target IS NOT NULL THEN
+            SELECT a.scan_from INTO floor_at FROM supervisor.job_archives a
+            WHERE a.name = target;
+            EXECUTE format($q$
+                WITH picked AS (
+                    SELECT j.id FROM ONLY supervisor.jobs j
+                    WHERE j.state = ANY ($1) AND j.finished_at >= $2
+                    LIMIT $3
+                    FOR UPDATE SKIP LOCKED),
+                gone AS (
+                    DELETE FROM ONLY supervisor.jobs j USING picked p
+                    WHERE j.id = p.id
+                    RETURNING j.*)
+                INSERT INTO supervisor.%I SELECT * FROM gone$q$, target)
+            USING supervisor.archive_states(fam), floor_at, p_max;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n < p_max THEN
+                -- Saw every row at or above the floor: the next scan starts near now.
+                -- A minute's margin for a statement that stamped finished_at before
+                -- this one began and committed after it.
+                UPDATE supervisor.job_archives SET scan_from = now() - interval '60 seconds'
+                WHERE name = target;
+            END IF;
+        END IF;
+        family := fam;
+        moved := n;
+        archive := target;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Drop the closed archives whose closing is older than their family's retention
+-- (seconds). Never waits behind a reader: an archive some other session has a lock on
+-- (a REPEATABLE READ snapshot that has read supervisor.jobs holds one until it ends) is
+-- left for a later round, and the DROP itself runs under a 50 ms lock_timeout for the
+-- lock taken between that look and it. Returns how many were dropped and how many
+-- were due but left.
+CREATE FUNCTION supervisor.retire_job_archives(p_done_retention double precision,
+                                               p_failed_retention double precision,
+                                               OUT dropped integer, OUT left_busy integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    arch supervisor.job_archives%ROWTYPE;
+    waited text := current_setting('lock_timeout');
+BEGIN
+    dropped := 0;
+    left_busy := 0;
+    FOR arch IN
+        SELECT * FROM supervisor.job_archives a
+        WHERE a.closed_at IS NOT NULL
+          AND a.closed_at < now() - make_interval(secs => CASE a.family
+                  WHEN 'done' THEN p_done_retention ELSE p_failed_retention END)
+        ORDER BY a.closed_at
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_locks l
+                   WHERE l.locktype = 'relation' AND l.pid <> pg_backend_pid()
+                     AND l.relation = to_regclass(format('supervisor.%I', arch.name))) THEN
+            left_busy := left_busy + 1;
+            CONTINUE;
+        END IF;
+        BEGIN
+            PERFORM set_config('lock_timeout', '50ms', true);
+            EXECUTE format('DROP TABLE IF EXISTS supervisor.%I', arch.name);
+            DELETE FROM supervisor.job_archives WHERE name = arch.name;
+            PERFORM set_config('lock_timeout', waited, true);
+            dropped := dropped + 1;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM set_config('lock_timeout', waited, true);
+            left_busy := left_busy + 1;
+        END;
+    END LOOP;
+END
+$$;
+
+-- Bring archived jobs back into the hot table (the same row, the same id) before
+-- something makes them live again: a retry of a discarded or cancelled job. An
+-- archive only holds its family's finished states (its CHECK), so an UPDATE that
+-- made an archived row available in place would fail. Returns how many came back.
+CREATE FUNCTION supervisor.unarchive_jobs(p_ids bigint[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM supervisor.jobs j
+        WHERE j.id = ANY (p_ids) AND j.tableoid <> 'supervisor.jobs'::regclass
+        RETURNING j.*)
+    INSERT INTO supervisor.jobs SELECT * FROM gone;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;

@@ -1,0 +1,371 @@
+"""Finished jobs out of the hot table (issue 40): archives that inherit from
+``supervisor.jobs``, filled by the leader's move and dropped whole after the retention.
+
+Against a real database: each family's jobs land in its own archive and nothing live
+moves; every reader that selects from ``supervisor.jobs`` (by id, a waiter, a batch's
+results, a dependent inserted after its dependency ended, a retry) still finds them; a
+move that dies before its commit loses and doubles nothing; an archive is dropped only
+once closed for longer than its family's retention, and never while a held snapshot
+that read the table has it locked (nor does the drop wait for it); the leader's
+background round moves and drops without the loop waiting.
+"""
+
+from __future__ import annotations
+
+import selectors
+import threading
+import time
+
+import psycopg
+import pytest
+
+from shared.batches import Callback
+from shared.batchstate import iter_results
+from shared.enqueue import enqueue, enqueue_many
+from shared.waiting import wait
+from supervisor import admin
+from supervisor.db import ArchivePlan, HistoryWriter, compaction
+from supervisor.db.archives import MIN_RETENTION, span_for
+from supervisor.db.compaction import Compaction
+
+pytestmark = pytest.mark.timeout(120)
+
+WEEK = 7 * 86400.0
+MONTH = 30 * 86400.0
+SPAN = 3600.0
+
+_WHERE = """
+SELECT CASE WHEN j.tableoid = 'supervisor.jobs'::regclass THEN 'hot'
+            ELSE (SELECT a.family FROM supervisor.job_archives a
+                  WHERE to_regclass(format('supervisor.%%I', a.name)) = j.tableoid) END
+FROM supervisor.jobs j WHERE j.id = %s
+"""
+
+
+def _move(conn: psycopg.Connection, rows: int = 10_000) -> dict[str, int]:
+    return {family: moved for family, moved, _ in conn.execute(
+        "SELECT * FROM supervisor.archive_finished(%s, %s, %s)", (SPAN, SPAN, rows))}
+
+
+def _end(conn: psycopg.Connection, ids: list[int], state: str, ago: str = "0") -> None:
+    conn.execute("UPDATE supervisor.jobs SET state = %s, "
+                 "finished_at = now() - %s::interval WHERE id = ANY(%s)", (state, ago, ids))
+
+
+def _where(conn: psycopg.Connection, job_id: int) -> str | None:
+    row = conn.execute(_WHERE, (job_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def test_each_family_moves_to_its_own_archive_and_nothing_live_moves(conn):
+    ids = enqueue_many("k", [{"i": i} for i in range(12)], conn=conn)
+    ends = dict(zip(("completed", "cancelled", "discarded", "expired", "running",
+                     "scheduled"), (ids[i:i + 2] for i in range(0, 12, 2)), strict=True))
+    for state in ("completed", "cancelled", "discarded", "expired"):
+        _end(conn, ends[state], state)
+    conn.execute("UPDATE supervisor.jobs SET state = 'running', lease_owner = 'x', "
+                 "lease_expires_at = now() + interval '1 minute' WHERE id = ANY(%s)",
+                 (ends["running"],))
+    conn.execute("UPDATE supervisor.jobs SET state = 'scheduled', run_at = now() + "
+                 "interval '1 hour' WHERE id = ANY(%s)", (ends["scheduled"],))
+    # and a row a plain-SQL producer inserted as already finished
+    outside = conn.execute("INSERT INTO supervisor.jobs (kind, state, finished_at) "
+                           "VALUES ('k', 'completed', now()) RETURNING id").fetchone()[0]
+    before = conn.execute("SELECT to_jsonb(j) FROM supervisor.jobs j ORDER BY id").fetchall()
+
+    assert _move(conn) == {"done": 5, "failed": 4}
+    assert _move(conn) == {"done": 0, "failed": 0}
+
+    expected = {"completed": "done", "cancelled": "done", "discarded": "failed",
+                "expired": "failed", "running": "hot", "scheduled": "hot"}
+    for state, family in expected.items():
+        assert [_where(conn, i) for i in ends[state]] == [family, family], state
+    assert _where(conn, outside) == "done"
+    # every row, every column, once: read through supervisor.jobs as before
+    assert conn.execute("SELECT to_jsonb(j) FROM supervisor.jobs j ORDER BY id"
+                        ).fetchall() == before
+    assert conn.execute("SELECT count(*) FROM ONLY supervisor.jobs").fetchone() == (4,)
+    assert admin.get_job(conn, ends["discarded"][0])["state"] == "discarded"
+
+
+def test_readers_of_finished_jobs_find_them_in_the_archive(dsn, conn):
+    done = enqueue("k", {"x": 1}, conn=conn)
+    conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now(), "
+                 "result = '{\"ok\": 1}' WHERE id = %s", (done,))
+    batch = enqueue_many("member", [{"i": i} for i in range(3)], conn=conn,
+                         then=Callback("cb", {}))
+    batch_ids = batch.ids
+    conn.execute("UPDATE supervisor.jobs SET state = 'completed', finished_at = now(), "
+                 "result = to_jsonb(id) WHERE id = ANY(%s)", (batch_ids,))
+    assert _move(conn)["done"] == 4  # the job and the three members; their callback,
+    # enqueued as the last member completed, is live and stays in the hot table
+    callback = conn.execute("SELECT id, state FROM supervisor.jobs WHERE kind = 'cb'"
+                            ).fetchone()
+    assert callback[1] == "available" and _where(conn, callback[0]) == "hot"
+
+    assert wait(done, timeout=5, dsn=dsn) == {"ok": 1}
+    with psycopg.connect(dsn) as reader:
+        members = list(iter_results(reader, batch.id))
+    assert [(m.id, m.state, m.result) for m in members] == [
+        (i, "completed", i) for i in batch_ids]
+    # a dependent inserted after its dependency ended (and was archived) is free at once
+    after = enqueue("next", {}, depends_on={"first": done}, conn=conn)
+    assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                        (after,)).fetchone() == ("available",)
+
+
+def test_a_retry_brings_an_archived_job_back_live_with_its_id(conn):
+    one, two, three = enqueue_many("k", [{"i": i} for i in range(3)], conn=conn)
+    _end(conn, [one, two], "discarded")
+    _end(conn, [three], "cancelled")
+    _move(conn)
+    assert {_where(conn, i) for i in (one, two, three)} == {"failed", "done"}
+
+    assert admin.retry_job(conn, one) == "discarded"
+    assert _where(conn, one) == "hot"
+    assert conn.execute("SELECT state, attempt FROM supervisor.jobs WHERE id = %s",
+                        (one,)).fetchone() == ("available", 0)
+    bulk = admin.retry_jobs(conn, state="cancelled")
+    assert bulk.retried == 1 and _where(conn, three) == "hot"
+    # the one left alone stays archived, and is still there once
+    assert _where(conn, two) == "failed"
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s)",
+                        ([one, two, three],)).fetchone() == (3,)
+
+
+def test_a_move_that_dies_before_its_commit_loses_and_doubles_nothing(dsn, conn):
+    ids = enqueue_many("k", [{"i": i} for i in range(500)], conn=conn)
+    _end(conn, ids, "completed")
+    mover = psycopg.connect(dsn)
+    mover.execute("SELECT * FROM supervisor.archive_finished(%s, %s, %s)", (SPAN, SPAN, 1000))
+    pid = mover.info.backend_pid
+    # the move is done but not committed: the mover's backend is killed
+    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(psycopg.OperationalError):
+        mover.execute("SELECT 1")
+    mover.close()
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM supervisor.jobs "
+                        "WHERE id = ANY(%s)", (ids,)).fetchone() == (500, 500)
+    assert conn.execute("SELECT count(*) FROM ONLY supervisor.jobs WHERE id = ANY(%s)",
+                        (ids,)).fetchone() == (500,)
+    assert _move(conn)["done"] == 500  # the next round moves them
+
+
+def _archives(conn: psycopg.Connection) -> list[tuple[str, bool]]:
+    return conn.execute("SELECT family, closed_at IS NULL FROM supervisor.job_archives "
+                        "ORDER BY opened_at, family").fetchall()
+
+
+def test_an_archive_rotates_after_its_span_and_is_dropped_after_the_retention(conn):
+    ids = enqueue_many("k", [{"i": i} for i in range(4)], conn=conn)
+    _end(conn, ids[:2], "completed")
+    _move(conn)
+    conn.execute("UPDATE supervisor.job_archives SET opened_at = now() - interval '2 hours'")
+    _end(conn, ids[2:], "completed")
+    _move(conn)
+    assert _archives(conn) == [("done", False), ("failed", False), ("done", True),
+                               ("failed", True)]
+    retire = "SELECT * FROM supervisor.retire_job_archives(%s, %s)"
+    # closed less than the retention ago: kept; an open archive is never dropped
+    assert conn.execute(retire, (WEEK, MONTH)).fetchone() == (0, 0)
+    conn.execute("UPDATE supervisor.job_archives SET closed_at = now() - interval '8 days' "
+                 "WHERE closed_at IS NOT NULL")
+    # the done family is past its week; the failed family is kept for its month
+    assert conn.execute(retire, (WEEK, MONTH)).fetchone() == (1, 0)
+    assert _archives(conn) == [("failed", False), ("done", True), ("failed", True)]
+    assert conn.execute("SELECT array_agg(id ORDER BY id) FROM supervisor.jobs"
+                        ).fetchone()[0] == ids[2:]
+
+
+def test_a_held_snapshot_keeps_its_archive_and_the_drop_never_waits_for_it(dsn, conn):
+    ids = enqueue_many("k", [{"i": i} for i in range(3)], conn=conn)
+    _end(conn, ids, "completed")
+    _move(conn)
+    conn.execute("UPDATE supervisor.job_archives SET opened_at = now() - interval '2 hours'")
+    _move(conn)  # a new open archive; the one holding the rows is closed...
+    conn.execute("UPDATE supervisor.job_archives SET closed_at = now() - interval '8 days' "
+                 "WHERE closed_at IS NOT NULL")  # ...and past the retention
+    holder = psycopg.connect(dsn)
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    assert holder.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (3,)
+    try:
+        # under a lock_timeout it never reaches: the look at pg_locks skips it
+        conn.execute("SET statement_timeout = '5s'")
+        assert conn.execute("SELECT * FROM supervisor.retire_job_archives(%s, %s)",
+                            (WEEK, MONTH)).fetchone() == (0, 1)
+        # the hot table is untouched meanwhile: a claim-shaped update goes through
+        enqueue("k", {}, conn=conn)
+        assert conn.execute("UPDATE ONLY supervisor.jobs SET state = 'running' "
+                            "WHERE state = 'available' RETURNING id").fetchone()
+        assert holder.execute("SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s)",
+                              (ids,)).fetchone() == (3,)  # the snapshot still reads them
+    finally:
+        holder.rollback()
+        holder.close()
+    assert conn.execute("SELECT * FROM supervisor.retire_job_archives(%s, %s)",
+                        (WEEK, MONTH)).fetchone() == (1, 0)
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s)",
+                        (ids,)).fetchone() == (0,)
+
+
+def test_concurrent_finishes_and_moves_lose_no_job(dsn, conn):
+    """Jobs finishing on four connections while the mover runs on another, round after
+    round: at the end every job is in exactly one table, each finished one archived."""
+    ids = enqueue_many("k", [{"i": i} for i in range(4000)], conn=conn)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def finish(part: list[int]) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                for start in range(0, len(part), 50):
+                    _end(c, part[start:start + 50], "completed")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def move() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                while not stop.is_set():
+                    _move(c, rows=300)
+        except BaseException as exc:
+            errors.append(exc)
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    finishers = [threading.Thread(target=finish, args=(ids[i::4],)) for i in range(4)]
+    for t in finishers:
+        t.start()
+    for t in finishers:
+        t.join()
+    stop.set()
+    mover.join()
+    assert not errors, errors
+    _move(conn)
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM supervisor.jobs "
+                        "WHERE id = ANY(%s)", (ids,)).fetchone() == (4000, 4000)
+    assert conn.execute("SELECT count(*) FROM ONLY supervisor.jobs").fetchone() == (0,)
+
+
+def _drive(writer: HistoryWriter, selector: selectors.BaseSelector) -> None:
+    ends = time.monotonic() + 15
+    while writer.busy:
+        assert time.monotonic() < ends, "the round did not end"
+        for key, mask in selector.select(0.02):
+            key.data.handle_event(key, mask)
+        writer.tick(time.monotonic())
+
+
+def test_the_leaders_background_round_moves_and_drops(dsn, conn):
+    ids = enqueue_many("k", [{"i": i} for i in range(30)], conn=conn)
+    _end(conn, ids[:20], "completed")
+    _end(conn, ids[20:], "discarded")
+    plan = ArchivePlan(WEEK, MONTH)
+    with selectors.DefaultSelector() as selector:
+        writer = HistoryWriter(dsn, "supervisor test history", selector,
+                               statement_timeout=2.0, deadline=3.0, archive=plan)
+        try:
+            assert writer.request()
+            _drive(writer, selector)
+            assert writer.archived.moved == {"done": 20, "failed": 10}
+            assert writer.last is not None and not writer.last.errors, writer.last
+            conn.execute("UPDATE supervisor.job_archives SET opened_at = now() - "
+                         "interval '30 days', closed_at = now() - interval '29 days'")
+            conn.execute("UPDATE supervisor.job_archives SET closed_at = NULL "
+                         "WHERE family = 'failed'")
+            assert writer.request()
+            _drive(writer, selector)
+            # done: closed a month ago, past its week; failed: still open, kept
+            assert writer.archived.dropped == 1
+        finally:
+            writer.close()
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (10,)
+
+
+def test_a_family_kept_under_an_hour_stays_in_the_hot_table(dsn, conn):
+    ids = enqueue_many("k", [{"i": i} for i in range(4)], conn=conn)
+    _end(conn, ids[:2], "completed")
+    _end(conn, ids[2:], "discarded")
+    plan = ArchivePlan(done_retention=600, failed_retention=WEEK)
+    params = plan.archive_params()
+    moved = {family: n for family, n, _ in conn.execute(
+        "SELECT * FROM supervisor.archive_finished(%(done_span)s, %(failed_span)s, "
+        "%(rows)s)", params)}
+    assert moved == {"done": 0, "failed": 2}
+    assert [_where(conn, i) for i in ids] == ["hot", "hot", "failed", "failed"]
+
+
+def test_the_plan_spans_and_sizes_its_rounds():
+    assert span_for(MIN_RETENTION - 1) is None
+    assert span_for(WEEK) == WEEK / 8
+    plan = ArchivePlan(WEEK, 60.0)
+    assert plan.active and plan.archive_params()["failed_span"] is None
+    assert not ArchivePlan(60.0, 60.0).active
+    rows = plan.rows
+    plan.answered({"done": rows, "failed": 0}, 0.05)  # a full batch, quickly: grow
+    assert plan.rows == 2 * rows
+    plan.answered({"done": 10, "failed": 0}, 0.05)  # not full: stay
+    assert plan.rows == 2 * rows
+    plan.answered({"done": 10, "failed": 0}, 1.5)  # slow: shrink
+    assert plan.rows == rows
+    for _ in range(20):
+        plan.cancelled()
+    assert plan.rows == 1_000
+
+
+def test_a_mostly_empty_hot_table_is_rewritten_once_no_horizon_is_held(dsn, conn):
+    """What a held horizon leaves: a hot table grown by versions nobody needs once the
+    hold ends. The leader's round rewrites it; while a horizon is held it does not."""
+    conn.execute("INSERT INTO supervisor.jobs (kind, args) SELECT 'k', jsonb_build_object("
+                 "'pad', repeat('x', 900)) FROM generate_series(1, 90000)")
+    conn.execute("DELETE FROM supervisor.jobs WHERE id % 1000 <> 0")  # 90 rows stay
+    conn.execute("VACUUM supervisor.jobs")  # the space is free, the file as large
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    grown = conn.execute("SELECT pg_relation_size('supervisor.jobs')").fetchone()[0]
+    assert grown >= compaction.MIN_BYTES
+    plan = Compaction(next_look=0.0)
+    with selectors.DefaultSelector() as selector:
+        writer = HistoryWriter(dsn, "supervisor test history", selector,
+                               statement_timeout=2.0, deadline=3.0, compaction=plan)
+        try:
+            writer.horizon_held(120.0)  # held: no look at all
+            assert writer.request()
+            _drive(writer, selector)
+            assert plan.rewrites == 0 and plan.last_heap == 0
+            writer.horizon_held(0.0)
+            assert writer.request()
+            _drive(writer, selector)
+            assert writer.last is not None and not writer.last.errors, writer.last
+        finally:
+            writer.close()
+    assert plan.rewrites == 1 and plan.last_heap == grown
+    assert conn.execute("SELECT pg_relation_size('supervisor.jobs')").fetchone()[0] < grown / 20
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (90,)
+    # and the claim's index and statements still work on the rewritten table
+    assert conn.execute("UPDATE ONLY supervisor.jobs SET state = 'running' WHERE id = "
+                        "(SELECT id FROM ONLY supervisor.jobs WHERE state = 'available' "
+                        "ORDER BY priority, run_at, id LIMIT 1) RETURNING id").fetchone()
+
+
+def test_a_look_rewrites_only_a_mostly_empty_table_it_can_read_in_time():
+    plan = Compaction()
+    assert not plan.due(0.0)  # never in the first round: the holder is not known yet
+    assert plan.due(compaction.CHECK_EVERY)
+    assert not plan.looked(100.0, compaction.MIN_BYTES - 1, 0)  # small: left...
+    assert not plan.due(10**6)  # ...and not looked at again until a hold
+    plan.horizon_held(compaction.HELD_AFTER + 1)
+    assert not plan.due(10**6)  # not while it is held
+    plan.horizon_held(0.0)
+    assert plan.due(10**6)
+    assert not plan.looked(100.0, 1 << 30, (1 << 30) // compaction.ROW_BYTES)  # all live
+    plan.horizon_held(compaction.HELD_AFTER + 1)
+    plan.horizon_held(0.0)
+    assert plan.looked(100.0, 1 << 30, 1000)
+    plan.rewritten(0.5, "LockNotAvailable: canceling statement due to lock timeout")
+    assert plan.due(100.0 + compaction.CHECK_EVERY)  # a failed rewrite is tried again
+    plan.rewritten(0.5, None)
+    assert not plan.due(10**6) and plan.rewrites == 1
+    plan.horizon_held(compaction.HELD_AFTER + 1)
+    plan.horizon_held(0.0)
+    assert not plan.looked(100.0, compaction.MAX_BYTES + 1, 1000)  # too big to read
+    assert plan.too_big_told
