@@ -177,6 +177,21 @@ def test_an_archive_rotates_after_its_span_and_is_dropped_after_the_retention(co
                         ).fetchone()[0] == ids[2:]
 
 
+def test_a_job_stamped_below_the_scan_floor_moves_with_the_next_archive(conn):
+    """A move reads the finished index from just below its last pass (a held horizon
+    leaves an entry there for every row moved since it began): a job whose end was
+    stamped earlier (a statement that ran long) is left by those passes and moved by
+    the next archive's first, from the index's head."""
+    first = enqueue("k", {}, conn=conn)
+    _end(conn, [first], "completed")
+    _move(conn)
+    late = enqueue("k", {}, conn=conn)
+    _end(conn, [late], "completed", ago="1 hour")
+    assert _move(conn)["done"] == 0 and _where(conn, late) == "hot"
+    conn.execute("UPDATE supervisor.job_archives SET opened_at = now() - interval '2 hours'")
+    assert _move(conn)["done"] == 1 and _where(conn, late) == "done"
+
+
 def test_a_held_snapshot_keeps_its_archive_and_the_drop_never_waits_for_it(dsn, conn):
     ids = enqueue_many("k", [{"i": i} for i in range(3)], conn=conn)
     _end(conn, ids, "completed")
