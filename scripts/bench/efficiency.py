@@ -64,7 +64,11 @@ def run(base_dsn: str, runs: int = 3, cpu_seconds: float = 10.0, noop_jobs: int 
     """Rows for the report: per job length, the Pool's time and each checkout's time and
     efficiency; then the no-op rate with defaults."""
     per_ms = iterations_per_ms()
-    dsn = common.scratch_database(base_dsn, "supervisor_bench_efficiency")
+    # Each checkout runs on a database its own code migrated: one refuses a schema newer
+    # than its own (common.scratch_database_for).
+    names = {code: f"supervisor_bench_efficiency_{i}" for i, code in enumerate(codes)}
+    dsns = {code: common.scratch_database_for(base_dsn, name, code)
+            for code, name in names.items()}
     rows = []
     try:
         for length in LENGTHS_MS:
@@ -73,19 +77,20 @@ def run(base_dsn: str, runs: int = 3, cpu_seconds: float = 10.0, noop_jobs: int 
                                   for _ in range(runs)])
             for code in codes:
                 os.environ["BENCH_CODE"] = code
-                wall = common.median([ours(dsn, tasks) for _ in range(runs)])
+                wall = common.median([ours(dsns[code], tasks) for _ in range(runs)])
                 rows.append((f"{length} ms jobs x {len(tasks)}, `-n 2` defaults "
                              f"({os.path.basename(code.rstrip('/'))}): efficiency against "
                              "`multiprocessing.Pool(2)`",
                              f"{pool / wall:.2f} ({wall:.2f} s against {pool:.2f} s)"))
         for code in codes:
             os.environ["BENCH_CODE"] = code
-            rate = common.median([noop_default(dsn, noop_jobs) for _ in range(runs)])
+            rate = common.median([noop_default(dsns[code], noop_jobs) for _ in range(runs)])
             rows.append((f"no-op x {noop_jobs:,}, `-n 2` defaults, start-up included "
                          f"({os.path.basename(code.rstrip('/'))})", f"{rate:,.0f} jobs/s"))
     finally:
         os.environ.pop("BENCH_CODE", None)
-        common.drop_database(base_dsn, "supervisor_bench_efficiency")
+        for name in names.values():
+            common.drop_database(base_dsn, name)
     return rows
 
 
