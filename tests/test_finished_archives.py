@@ -133,6 +133,45 @@ def test_a_retry_brings_an_archived_job_back_live_with_its_id(conn):
                         ([one, two, three],)).fetchone() == (3,)
 
 
+def test_a_retry_that_waited_for_the_move_of_its_job_finds_it_in_the_archive(dsn, conn):
+    """The operator's retry locks the row the leader is moving: under READ COMMITTED the
+    lock, once the move commits, finds the row it waited for deleted and returns
+    nothing; a second look finds it in the archive. Without it: "no job with id"."""
+    first, job = enqueue_many("k", [{"i": 1}, {"i": 2}], conn=conn)
+    _end(conn, [first], "discarded")
+    _move(conn)  # the archive exists and is committed
+    _end(conn, [job], "discarded")
+    mover = psycopg.connect(dsn)  # its move stays uncommitted until the retry waits
+    assert {f: n for f, n, _ in mover.execute(
+        "SELECT * FROM supervisor.archive_finished(%s, %s, %s)", (SPAN, SPAN, 100))
+    } == {"done": 0, "failed": 1}
+    outcome: dict[str, object] = {}
+
+    def retry() -> None:
+        with psycopg.connect(dsn, autocommit=True, application_name="retrier") as c:
+            try:
+                outcome["state"] = admin.retry_job(c, job)
+            except Exception as exc:  # the assertion below shows it
+                outcome["error"] = exc
+
+    retrier = threading.Thread(target=retry)
+    retrier.start()
+    try:
+        ends = time.monotonic() + 10
+        while not conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = "
+                               "'retrier' AND wait_event_type = 'Lock'").fetchone():
+            assert time.monotonic() < ends, "the retry never waited for the move's lock"
+            time.sleep(0.02)
+    finally:
+        mover.commit()
+        mover.close()
+        retrier.join(10)
+    assert outcome == {"state": "discarded"}
+    assert _where(conn, job) == "hot"
+    assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                        (job,)).fetchone() == ("available",)
+
+
 def test_a_move_that_dies_before_its_commit_loses_and_doubles_nothing(dsn, conn):
     ids = enqueue_many("k", [{"i": i} for i in range(500)], conn=conn)
     _end(conn, ids, "completed")

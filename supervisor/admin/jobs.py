@@ -97,6 +97,18 @@ LIMIT 1
 
 _LOCK_ONE = "SELECT state, lease_owner FROM supervisor.jobs WHERE id = %(id)s FOR UPDATE"
 
+
+def _lock_job(conn: psycopg.Connection, job_id: int) -> tuple[str, str | None] | None:
+    """Lock job ``job_id``'s row; its state and lease owner, or None when there is none.
+    A lock that waited for the leader's move of the job into its archive finds the row
+    it waited for deleted (``READ COMMITTED`` skips it): a second look, with a new
+    snapshot, finds it in the archive."""
+    for _ in range(2):
+        row = conn.execute(_LOCK_ONE, {"id": job_id}).fetchone()
+        if row is not None:
+            return row[0], row[1]
+    return None
+
 _CANCEL = f"""
 UPDATE supervisor.jobs AS j
 SET state = 'cancelled', finished_at = now(),
@@ -166,7 +178,7 @@ def retry_job(conn: psycopg.Connection, job_id: int) -> str:
     another state, or its unique key is held by another live job."""
     try:
         with conn.transaction():
-            row = conn.execute(_LOCK_ONE, {"id": job_id}).fetchone()
+            row = _lock_job(conn, job_id)
             if row is None:
                 raise AdminError(f"no job with id {job_id}")
             if row[0] not in RETRY_STATES:
@@ -239,7 +251,7 @@ def cancel_job(conn: psycopg.Connection, job_id: int) -> str:
     """Cancel an unfinished job; a running one's supervisor is told on the cancel
     channel in the same transaction. Returns the state the job was in."""
     with conn.transaction():
-        row = conn.execute(_LOCK_ONE, {"id": job_id}).fetchone()
+        row = _lock_job(conn, job_id)
         if row is None:
             raise AdminError(f"no job with id {job_id}")
         state = row[0]
