@@ -155,10 +155,10 @@ END
 $$;
 
 -- Drop the closed archives whose closing is older than their family's retention
--- (seconds). Never waits behind a reader: an archive some other session has a lock on
--- (a REPEATABLE READ snapshot that has read supervisor.jobs holds one until it ends) is
--- left for a later round, and the DROP itself runs under a 50 ms lock_timeout for the
--- lock taken between that look and it. Returns how many were dropped and how many
+-- (seconds). Never waits behind a reader: an archive some other session has held a lock
+-- on for over a second or from an idle transaction (a REPEATABLE READ snapshot that has
+-- read supervisor.jobs holds one until it ends) is left for a later round, and the DROP
+-- itself runs under a 50 ms lock_timeout for the shorter ones. Returns how many were dropped and how many
 -- were due but left.
 CREATE FUNCTION supervisor.retire_job_archives(p_done_retention double precision,
                                                p_failed_retention double precision,
@@ -178,9 +178,19 @@ BEGIN
                   WHEN 'done' THEN p_done_retention ELSE p_failed_retention END)
         ORDER BY a.closed_at
     LOOP
-        IF EXISTS (SELECT 1 FROM pg_locks l
-                   WHERE l.locktype = 'relation' AND l.pid <> pg_backend_pid()
-                     AND l.relation = to_regclass(format('supervisor.%I', arch.name))) THEN
+        -- Only a lock held long, or by a session idle in its transaction, is a reason
+        -- to skip: a statement that reads supervisor.jobs without ONLY (a keyed claim,
+        -- the batch trigger, a dashboard read) locks every archive for its length, and
+        -- with such statements back to back some lock is always there; the DROP waits
+        -- for those under its lock_timeout.
+        IF EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_stat_activity s ON s.pid = l.pid
+                   WHERE l.locktype = 'relation'
+                     AND l.relation = to_regclass(format('supervisor.%I', arch.name))
+                     AND l.pid IS DISTINCT FROM pg_backend_pid()
+                     AND (l.pid IS NULL  -- a prepared transaction
+                          OR s.xact_start IS NULL  -- not ours to see: taken as long
+                          OR s.state LIKE 'idle in transaction%'
+                          OR s.xact_start < clock_timestamp() - interval '1 second')) THEN
             left_busy := left_busy + 1;
             CONTINUE;
         END IF;
