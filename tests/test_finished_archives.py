@@ -19,6 +19,7 @@ import time
 import psycopg
 import pytest
 
+from shared import hot_table
 from shared.batches import Callback
 from shared.batchstate import iter_results
 from shared.enqueue import enqueue, enqueue_many
@@ -86,6 +87,9 @@ def test_each_family_moves_to_its_own_archive_and_nothing_live_moves(conn):
                         ).fetchall() == before
     assert conn.execute("SELECT count(*) FROM ONLY supervisor.jobs").fetchone() == (4,)
     assert admin.get_job(conn, ends["discarded"][0])["state"] == "discarded"
+    found = admin.storage(conn)
+    assert found["archives"] == 2 and found["archived_bytes"] > 0
+    assert found["archived_since"] and not found["swollen"]
 
 
 def test_readers_of_finished_jobs_find_them_in_the_archive(dsn, conn):
@@ -376,7 +380,12 @@ def test_a_mostly_empty_hot_table_is_rewritten_once_no_horizon_is_held(dsn, conn
     conn.execute("VACUUM supervisor.jobs")  # the space is free, the file as large
     conn.execute("SELECT pg_stat_force_next_flush()")
     grown = conn.execute("SELECT pg_relation_size('supervisor.jobs')").fetchone()[0]
-    assert grown >= compaction.MIN_BYTES
+    assert grown >= hot_table.MIN_BYTES
+    # status says so meanwhile (the statistics count the 90 live rows, or none yet)
+    found = admin.storage(conn)
+    assert found["swollen"] and found["hot_rows"] <= 90, found
+    assert "takes" in admin.describe_storage(found) and "rewrites" in \
+        admin.describe_storage(found)
     plan = Compaction(next_look=0.0)
     with selectors.DefaultSelector() as selector:
         writer = HistoryWriter(dsn, "supervisor test history", selector,
@@ -395,6 +404,9 @@ def test_a_mostly_empty_hot_table_is_rewritten_once_no_horizon_is_held(dsn, conn
     assert plan.rewrites == 1 and plan.last_heap == grown
     assert conn.execute("SELECT pg_relation_size('supervisor.jobs')").fetchone()[0] < grown / 20
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (90,)
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    after = admin.storage(conn)
+    assert not after["swollen"] and admin.describe_storage(after) is None, after
     # and the claim's index and statements still work on the rewritten table
     assert conn.execute("UPDATE ONLY supervisor.jobs SET state = 'running' WHERE id = "
                         "(SELECT id FROM ONLY supervisor.jobs WHERE state = 'available' "
@@ -405,13 +417,13 @@ def test_a_look_rewrites_only_a_mostly_empty_table_it_can_read_in_time():
     plan = Compaction()
     assert not plan.due(0.0)  # never in the first round: the holder is not known yet
     assert plan.due(compaction.CHECK_EVERY)
-    assert not plan.looked(100.0, compaction.MIN_BYTES - 1, 0)  # small: left...
+    assert not plan.looked(100.0, hot_table.MIN_BYTES - 1, 0)  # small: left...
     assert not plan.due(10**6)  # ...and not looked at again until a hold
     plan.horizon_held(compaction.HELD_AFTER + 1)
     assert not plan.due(10**6)  # not while it is held
     plan.horizon_held(0.0)
     assert plan.due(10**6)
-    assert not plan.looked(100.0, 1 << 30, (1 << 30) // compaction.ROW_BYTES)  # all live
+    assert not plan.looked(100.0, 1 << 30, (1 << 30) // hot_table.ROW_BYTES)  # all live
     plan.horizon_held(compaction.HELD_AFTER + 1)
     plan.horizon_held(0.0)
     assert plan.looked(100.0, 1 << 30, 1000)

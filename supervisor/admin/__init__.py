@@ -22,6 +22,7 @@ Door:
 - ``explain``: what each live supervisor's tuning rules decide per queue
   (``status --explain``);
 - ``horizon``, ``describe_horizon``: who holds the MVCC horizon back, and its cost;
+- ``storage``, ``describe_storage``: the hot table and the finished jobs' archives;
 - ``AdminError``, ``check_queue_name``;
 - ``pages``: the dashboard's schedules, batches, kinds and limits pages;
 - ``history``: the charts' finished jobs and queue depth per bucket of time;
@@ -66,6 +67,7 @@ from supervisor.admin.status import (
     stale_supervisors,
     status,
 )
+from supervisor.admin.storage import describe_storage, storage
 from supervisor.admin.usage import key_usage, kind_usage
 
 __all__ = [
@@ -87,6 +89,7 @@ __all__ = [
     "check_state",
     "describe_horizon",
     "describe_resources_held",
+    "describe_storage",
     "describe_waiting",
     "explain",
     "finished_counts",
@@ -111,5 +114,6 @@ __all__ = [
     "set_paused",
     "stale_supervisors",
     "status",
+    "storage",
     "waiting_for_resources",
 ]

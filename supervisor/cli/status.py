@@ -108,7 +108,8 @@ def _snapshot(conn, finished: admin.FinishedTally, kinds: bool = False, keys: bo
     from supervisor.schedules import admin as schedules_admin
 
     snapshot = admin.status(conn, finished) | {
-        "next_fires": schedules_admin.upcoming(conn, limit=5), "horizon": admin.horizon(conn)}
+        "next_fires": schedules_admin.upcoming(conn, limit=5), "horizon": admin.horizon(conn),
+        "storage": admin.storage(conn)}
     if kinds:
         snapshot["kinds"] = admin.kind_usage(conn)
     if keys:
@@ -156,6 +157,9 @@ def render_text(snapshot: dict[str, Any]) -> str:
     held = admin.describe_horizon(snapshot.get("horizon"))
     if held:
         parts.append(held)
+    swollen = admin.describe_storage(snapshot.get("storage"))
+    if swollen:
+        parts.append(swollen)
     parts.append(_supervisors_table(snapshot["supervisors"], snapshot["stale_supervisors"]))
     dead = presumed_dead_lines(snapshot.get("presumed_dead") or [])
     if dead:

@@ -14,9 +14,9 @@ when it is worth it, and bounded:
   supervisor saw): not while it is held (the rewrite would have to keep every version
   the holder may still see, and it would wait for the holder's lock), and not in a
   steady run, whose dead versions vacuum keeps reusing;
-- only when the heap is at least ``MIN_BYTES``, at most ``MAX_BYTES`` (a larger file
-  takes too long to read under the lock; the operator is told), and its live rows
-  need less than a ``RATIO``-th of it (counted at ``ROW_BYTES`` a row, generously);
+- only when the heap is swollen (``shared.hot_table``: at least 64 MB, and its live
+  rows need less than an eighth of it) and at most ``MAX_BYTES`` (a larger file takes
+  too long to read under the lock; the operator is told);
 - a look that finds the table not worth it disarms the rewrite until the next hold; a
   rewrite that failed (its lock not had in time) is tried again ``CHECK_EVERY`` later;
 - under a ``LOCK_TIMEOUT`` (never queued behind a reader, an open producer transaction
@@ -32,12 +32,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from shared.hot_table import swollen
+
 log = logging.getLogger("supervisor.maintenance")
 
-MIN_BYTES = 64 * 2**20
 MAX_BYTES = 2 * 2**30
-RATIO = 8
-ROW_BYTES = 1024
 CHECK_EVERY = 60.0  # seconds from the first round, or a failed rewrite, to the next look
 HELD_AFTER = 10.0  # seconds: an older snapshot or xid counts as a held horizon
 LOCK_TIMEOUT_MS = 100
@@ -82,7 +81,7 @@ class Compaction:
     def looked(self, now: float, heap: int, live: int) -> bool:
         """A look found ``heap`` bytes and about ``live`` rows: whether to rewrite now."""
         self.last_heap = heap
-        worth = heap >= MIN_BYTES and live * ROW_BYTES * RATIO < heap
+        worth = swollen(heap, live)
         if worth and heap > MAX_BYTES:
             if not self.too_big_told:
                 self.too_big_told = True
