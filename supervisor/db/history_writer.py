@@ -103,8 +103,10 @@ class HistoryRound:
 
 
 class HistoryWriter:
-    """The leader's roll-up and depth sample, sent on a connection of their own without
-    blocking the loop. ``request`` starts a round, ``tick`` moves it along (connect,
+    """The leader's background round, sent on a connection of its own without blocking
+    the loop: the finished jobs' move into archives and their drop, a look at the hot
+    table's size (and its rewrite), the roll-up and the depth sample. ``request`` starts
+    a round, ``tick`` moves it along (connect,
     deadlines), ``next_deadline`` says when ``tick`` must run again, ``close`` at exit."""
 
     def __init__(self, dsn: str, name: str, selector: selectors.BaseSelector, *,
