@@ -26,7 +26,7 @@ from shared.enqueue import enqueue, enqueue_many
 from shared.waiting import wait
 from supervisor import admin
 from supervisor.db import ArchivePlan, HistoryWriter, compaction
-from supervisor.db.archives import MIN_RETENTION, span_for
+from supervisor.db.archives import MIN_RETENTION, SETTLE, span_for
 from supervisor.db.compaction import Compaction
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,7 +45,7 @@ FROM supervisor.jobs j WHERE j.id = %s
 
 def _move(conn: psycopg.Connection, rows: int = 10_000) -> dict[str, int]:
     return {family: moved for family, moved, _ in conn.execute(
-        "SELECT * FROM supervisor.archive_finished(%s, %s, %s)", (SPAN, SPAN, rows))}
+        "SELECT * FROM supervisor.archive_finished(%s, %s, %s, 0)", (SPAN, SPAN, rows))}
 
 
 def _end(conn: psycopg.Connection, ids: list[int], state: str, ago: str = "0") -> None:
@@ -147,7 +147,7 @@ def test_a_retry_that_waited_for_the_move_of_its_job_finds_it_in_the_archive(dsn
     _end(conn, [job], "discarded")
     mover = psycopg.connect(dsn)  # its move stays uncommitted until the retry waits
     assert {f: n for f, n, _ in mover.execute(
-        "SELECT * FROM supervisor.archive_finished(%s, %s, %s)", (SPAN, SPAN, 100))
+        "SELECT * FROM supervisor.archive_finished(%s, %s, %s, 0)", (SPAN, SPAN, 100))
     } == {"done": 0, "failed": 1}
     outcome: dict[str, object] = {}
 
@@ -180,7 +180,8 @@ def test_a_move_that_dies_before_its_commit_loses_and_doubles_nothing(dsn, conn)
     ids = enqueue_many("k", [{"i": i} for i in range(500)], conn=conn)
     _end(conn, ids, "completed")
     mover = psycopg.connect(dsn)
-    mover.execute("SELECT * FROM supervisor.archive_finished(%s, %s, %s)", (SPAN, SPAN, 1000))
+    mover.execute("SELECT * FROM supervisor.archive_finished(%s, %s, %s, 0)",
+                  (SPAN, SPAN, 1000))
     pid = mover.info.backend_pid
     # the move is done but not committed: the mover's backend is killed
     conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -218,6 +219,37 @@ def test_an_archive_rotates_after_its_span_and_is_dropped_after_the_retention(co
     assert _archives(conn) == [("failed", False), ("done", True), ("failed", True)]
     assert conn.execute("SELECT array_agg(id ORDER BY id) FROM supervisor.jobs"
                         ).fetchone()[0] == ids[2:]
+
+
+def test_a_new_archive_takes_rows_only_once_settled(dsn, conn):
+    """Found by CI: a reader whose plan was made before an archive existed (the extended
+    protocol plans at Bind, takes its snapshot at Execute) found a job moved into it in
+    neither table. So an archive is created in one round and takes rows only SETTLE s
+    later; at a rotation the archive before it goes on taking them meanwhile, and is
+    closed at the moment the new one takes over."""
+    ids = enqueue_many("k", [{"i": i} for i in range(4)], conn=conn)
+    _end(conn, ids[:2], "completed")
+    settled = "SELECT * FROM supervisor.archive_finished(%s, %s, %s, %s)"
+    first = {f: n for f, n, _ in conn.execute(settled, (SPAN, SPAN, 100, SETTLE))}
+    assert first == {"done": 0, "failed": 0}  # created, not yet taking rows
+    assert [_where(conn, i) for i in ids[:2]] == ["hot", "hot"]
+    conn.execute("UPDATE supervisor.job_archives SET opened_at = now() - interval '11 s'")
+    assert {f: n for f, n, _ in conn.execute(settled, (SPAN, SPAN, 100, SETTLE))
+            }["done"] == 2
+    before = conn.execute("SELECT name FROM supervisor.job_archives WHERE family = 'done'"
+                          ).fetchone()[0]
+    _end(conn, ids[2:], "completed")
+    # past its span: a successor is created, and the old archive takes the rows still
+    conn.execute("UPDATE supervisor.job_archives SET opened_at = now() - interval '2 hours'")
+    conn.execute(settled, (SPAN, SPAN, 100, SETTLE))
+    assert conn.execute("SELECT count(*) FROM supervisor.job_archives WHERE family = 'done'"
+                        ).fetchone() == (2,)
+    assert [_where(conn, i) for i in ids] == ["done"] * 4
+    assert conn.execute("SELECT tableoid::regclass::text FROM supervisor.jobs WHERE id = %s",
+                        (ids[3],)).fetchone()[0].endswith(before)
+    closes = conn.execute("SELECT closed_at > now() FROM supervisor.job_archives "
+                          "WHERE name = %s", (before,)).fetchone()
+    assert closes == (True,)  # closed when the successor takes over, not before
 
 
 def test_a_job_stamped_below_the_scan_floor_moves_with_the_next_archive(conn):
@@ -324,6 +356,11 @@ def test_the_leaders_background_round_moves_and_drops(dsn, conn):
                                statement_timeout=2.0, deadline=3.0, archive=plan)
         try:
             assert writer.request()
+            _drive(writer, selector)  # creates the archives, which take rows once settled
+            assert writer.archived.moved == {"done": 0, "failed": 0}
+            conn.execute("UPDATE supervisor.job_archives SET opened_at = now() - "
+                         "interval '11 seconds'")
+            assert writer.request()
             _drive(writer, selector)
             assert writer.archived.moved == {"done": 20, "failed": 10}
             assert writer.last is not None and not writer.last.errors, writer.last
@@ -345,10 +382,10 @@ def test_a_family_kept_under_an_hour_stays_in_the_hot_table(dsn, conn):
     _end(conn, ids[:2], "completed")
     _end(conn, ids[2:], "discarded")
     plan = ArchivePlan(done_retention=600, failed_retention=WEEK)
-    params = plan.archive_params()
+    params = plan.archive_params() | {"settle": 0.0}
     moved = {family: n for family, n, _ in conn.execute(
         "SELECT * FROM supervisor.archive_finished(%(done_span)s, %(failed_span)s, "
-        "%(rows)s)", params)}
+        "%(rows)s, %(settle)s)", params)}
     assert moved == {"done": 0, "failed": 2}
     assert [_where(conn, i) for i in ids] == ["hot", "hot", "failed", "failed"]
 

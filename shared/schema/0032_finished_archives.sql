@@ -44,23 +44,38 @@ SELECT CASE p_family WHEN 'done' THEN ARRAY['completed', 'cancelled']
                      ELSE ARRAY['discarded', 'expired'] END
 $$;
 
--- The family's open archive, a new one when there is none or it is older than p_span
--- seconds. Creating the table takes SHARE UPDATE EXCLUSIVE on supervisor.jobs (which
--- only autovacuum, ANALYZE and DDL conflict with); under a short lock_timeout, so a
--- vacuum of the hot table is never cancelled for it: on a timeout the open archive
--- stays open a round longer (NULL when there is none yet: nothing is moved).
-CREATE FUNCTION supervisor.open_job_archive(p_family text, p_span double precision)
+-- The archive the family's rows move into now (NULL: none yet), creating its successor
+-- when there is none or it is older than p_span seconds. A new archive takes rows only
+-- p_settle seconds after it was created, in a later transaction: a reader whose plan
+-- was made before the archive existed (the extended protocol plans at Bind and takes
+-- its snapshot at Execute) would otherwise find a row moved into it in neither table
+-- (found by CI: a job read right after a burst came back empty). Until then the
+-- archive before it takes the rows, and it is closed at the moment the successor takes
+-- over, so every row in an archive ended before its closed_at. Creating the table takes
+-- SHARE UPDATE EXCLUSIVE on supervisor.jobs (which only autovacuum, ANALYZE and DDL
+-- conflict with), under a short lock_timeout, so a vacuum of the hot table is never
+-- cancelled for it: on a timeout the successor comes a round later.
+CREATE FUNCTION supervisor.open_job_archive(p_family text, p_span double precision,
+                                            p_settle double precision)
     RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
     current supervisor.job_archives%ROWTYPE;
+    newest text;
     fresh text;
     waited text := current_setting('lock_timeout');
 BEGIN
     SELECT * INTO current FROM supervisor.job_archives
-    WHERE family = p_family AND closed_at IS NULL FOR UPDATE;
-    IF FOUND AND current.opened_at > now() - make_interval(secs => p_span) THEN
+    WHERE family = p_family AND opened_at <= now() - make_interval(secs => p_settle)
+    ORDER BY opened_at DESC LIMIT 1 FOR UPDATE;
+    SELECT name INTO newest FROM supervisor.job_archives
+    WHERE family = p_family ORDER BY opened_at DESC LIMIT 1;
+    IF newest IS NOT NULL AND newest IS DISTINCT FROM current.name THEN
+        RETURN current.name;  -- a successor settles: the archive before it goes on
+    END IF;
+    IF current.name IS NOT NULL
+       AND current.opened_at > now() - make_interval(secs => p_span) THEN
         RETURN current.name;
     END IF;
     fresh := format('jobs_%s_%s', p_family,
@@ -86,11 +101,16 @@ BEGIN
                    'jsonb_path_query_array(errors, ''$[*]."message"''::jsonpath))) '
                    'WHERE errors <> ''[]''::jsonb', fresh);
     IF current.name IS NOT NULL THEN
-        UPDATE supervisor.job_archives SET closed_at = now() WHERE name = current.name;
+        UPDATE supervisor.job_archives
+        SET closed_at = coalesce(closed_at, now() + make_interval(secs => p_settle))
+        WHERE name = current.name;
     END IF;
     -- A new archive's first move scans from the index's head (scan_from's default).
     INSERT INTO supervisor.job_archives (name, family) VALUES (fresh, p_family);
-    RETURN fresh;
+    IF p_settle <= 0 THEN
+        RETURN fresh;  -- no settling asked for (tests): the new archive at once
+    END IF;
+    RETURN current.name;
 END
 $$;
 
@@ -102,7 +122,8 @@ $$;
 -- has locked (a retry, an operator's update) is left for the next round. Returns each
 -- family's count moved and its archive.
 CREATE FUNCTION supervisor.archive_finished(p_done_span double precision,
-                                            p_failed_span double precision, p_max integer)
+                                            p_failed_span double precision, p_max integer,
+                                            p_settle double precision)
     RETURNS TABLE (family text, moved integer, archive text)
     LANGUAGE plpgsql
     AS $$
@@ -116,7 +137,7 @@ BEGIN
     FOREACH fam IN ARRAY ARRAY['done', 'failed'] LOOP
         span := CASE fam WHEN 'done' THEN p_done_span ELSE p_failed_span END;
         target := CASE WHEN span IS NULL THEN NULL
-                       ELSE supervisor.open_job_archive(fam, span) END;
+                       ELSE supervisor.open_job_archive(fam, span, p_settle) END;
         n := 0;
         IF target IS NOT NULL THEN
             SELECT a.scan_from INTO floor_at FROM supervisor.job_archives a

@@ -31,8 +31,12 @@ ROUND_TARGET = 0.5
 """Seconds a round's move should take: well inside the background statement's
 deadline (3 s by default), so a bigger backlog grows the batch, not the risk."""
 
+SETTLE = 10.0
+"""Seconds from an archive's creation to its first row (schema 0032: a reader planned
+before it existed must not meet a row moved into it)."""
+
 ARCHIVE = ("SELECT family, moved, archive FROM supervisor.archive_finished("
-           "%(done_span)s, %(failed_span)s, %(rows)s)")
+           "%(done_span)s, %(failed_span)s, %(rows)s, %(settle)s)")
 RETIRE = ("SELECT dropped, left_busy FROM supervisor.retire_job_archives("
           "%(done_retention)s, %(failed_retention)s)")
 
@@ -72,7 +76,8 @@ class ArchivePlan:
     def archive_params(self) -> dict[str, Any]:
         """The move's parameters."""
         return {"done_span": span_for(self.done_retention),
-                "failed_span": span_for(self.failed_retention), "rows": self.rows}
+                "failed_span": span_for(self.failed_retention), "rows": self.rows,
+                "settle": SETTLE}
 
     def retire_params(self) -> dict[str, Any]:
         """The drop's parameters."""
