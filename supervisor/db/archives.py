@@ -5,8 +5,8 @@ that inherit from ``supervisor.jobs`` take its finished rows, one family per ret
 ('done': completed and cancelled; 'failed': discarded and expired), and a closed archive
 is dropped whole once its retention has passed. This module says how much to move and
 when an archive rotates, and reads what a round did. The statements run on the
-leader's background connection (``HistoryWriter``), never on the loop's: a round that
-moved 20,000 rows took the server a few hundred milliseconds.
+leader's background connection (``HistoryWriter``), never on the loop's: at a high
+rate a round moves tens of thousands of rows.
 
 A family whose retention is under ``MIN_RETENTION`` is not archived: its jobs stay in
 the hot table and go by the row-by-row prune, as before. There are few of them (an hour

@@ -32,8 +32,8 @@ come from the jobs table: nothing here is written per job.
 
 The same round, on the same connection, first moves finished jobs into their archives
 and drops the archives past their retention (issue 40, ``supervisor.db.archives``),
-when given an ``ArchivePlan``: the move is the leader's largest statement at a high
-rate (a few hundred milliseconds for 20,000 rows), so it too stays out of the loop.
+when given an ``ArchivePlan``: at a high rate the move is the leader's largest
+statement, so it too stays out of the loop.
 Then, given a ``Compaction``, now and then it looks at the hot table's size and, when
 a held horizon has left it mostly empty, rewrites it (``supervisor.db.compaction``).
 """
