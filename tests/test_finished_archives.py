@@ -408,21 +408,36 @@ def test_the_plan_spans_and_sizes_its_rounds():
     assert plan.rows == 1_000
 
 
-def test_a_mostly_empty_hot_table_is_rewritten_once_no_horizon_is_held(dsn, conn):
-    """What a held horizon leaves: a hot table grown by versions nobody needs once the
-    hold ends. The leader's round rewrites it; while a horizon is held it does not."""
+def _round(writer: HistoryWriter, selector: selectors.BaseSelector, plan: Compaction) -> None:
+    plan.next_look = 0.0  # the look is due now
+    assert writer.request()
+    _drive(writer, selector)
+    assert writer.last is not None and not writer.last.errors, writer.last
+
+
+def _sizes(conn: psycopg.Connection) -> tuple[int, int]:
+    return conn.execute("SELECT pg_relation_size('supervisor.jobs'), "
+                        "pg_indexes_size('supervisor.jobs')").fetchone()
+
+
+def test_a_hold_s_space_goes_back_by_vacuum_then_a_short_rewrite(dsn, conn, monkeypatch):
+    """What a held horizon leaves: the hot table grown by versions nobody needs once the
+    hold ends, the few live rows at its front (new rows go to the space vacuum frees
+    there). The leader's plain vacuum gives the heap back by truncating its empty tail;
+    the indexes, which vacuum never shrinks, then go by a rewrite that reads the small
+    heap. While a horizon is held neither runs."""
+    # the indexes of 90,000 rows are a few megabytes: swollen from 1 MB here
+    monkeypatch.setattr(hot_table, "MIN_BYTES", 2**20)
     conn.execute("INSERT INTO supervisor.jobs (kind, args) SELECT 'k', jsonb_build_object("
                  "'pad', repeat('x', 900)) FROM generate_series(1, 90000)")
-    conn.execute("DELETE FROM supervisor.jobs WHERE id % 1000 <> 0")  # 90 rows stay
-    conn.execute("VACUUM supervisor.jobs")  # the space is free, the file as large
+    first = conn.execute("SELECT min(id) FROM supervisor.jobs").fetchone()[0]
+    conn.execute("DELETE FROM supervisor.jobs WHERE id >= %s", (first + 90,))  # 90 stay
     conn.execute("SELECT pg_stat_force_next_flush()")
-    grown = conn.execute("SELECT pg_relation_size('supervisor.jobs')").fetchone()[0]
-    assert grown >= hot_table.MIN_BYTES
-    # status says so meanwhile (the statistics count the 90 live rows, or none yet)
+    grown, grown_indexes = _sizes(conn)
+    assert grown >= 64 * 2**20
     found = admin.storage(conn)
-    assert found["swollen"] and found["hot_rows"] <= 90, found
-    assert "takes" in admin.describe_storage(found) and "rewrites" in \
-        admin.describe_storage(found)
+    assert found["swollen"], found
+    assert "gives it back" in admin.describe_storage(found)
     plan = Compaction(next_look=0.0)
     with selectors.DefaultSelector() as selector:
         writer = HistoryWriter(dsn, "supervisor test history", selector,
@@ -431,15 +446,20 @@ def test_a_mostly_empty_hot_table_is_rewritten_once_no_horizon_is_held(dsn, conn
             writer.horizon_held(120.0)  # held: no look at all
             assert writer.request()
             _drive(writer, selector)
-            assert plan.rewrites == 0 and plan.last_heap == 0
+            assert plan.vacuums == plan.rewrites == 0 and plan.last_heap == 0
+            assert _sizes(conn)[0] == grown
             writer.horizon_held(0.0)
-            assert writer.request()
-            _drive(writer, selector)
-            assert writer.last is not None and not writer.last.errors, writer.last
+            _round(writer, selector, plan)  # a plain vacuum: the heap's tail goes
+            assert (plan.vacuums, plan.rewrites, plan.last_heap) == (1, 0, grown)
+            heap, indexes = _sizes(conn)
+            assert heap < grown / 20 and indexes == grown_indexes
+            _round(writer, selector, plan)  # the heap is small: the rewrite
+            assert (plan.vacuums, plan.rewrites) == (0, 1), plan
+            assert _sizes(conn)[1] < grown_indexes / 4
+            _round(writer, selector, plan)  # nothing left to do
+            assert plan.rewrites == 1 and not plan.armed
         finally:
             writer.close()
-    assert plan.rewrites == 1 and plan.last_heap == grown
-    assert conn.execute("SELECT pg_relation_size('supervisor.jobs')").fetchone()[0] < grown / 20
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (90,)
     conn.execute("SELECT pg_stat_clear_snapshot()")
     after = admin.storage(conn)
@@ -450,25 +470,81 @@ def test_a_mostly_empty_hot_table_is_rewritten_once_no_horizon_is_held(dsn, conn
                         "ORDER BY priority, run_at, id LIMIT 1) RETURNING id").fetchone()
 
 
-def test_a_look_rewrites_only_a_mostly_empty_table_it_can_read_in_time():
+def test_a_heap_whose_tail_stays_pinned_is_rewritten_after_the_vacuums(dsn, conn):
+    """Live rows spread to the file's end (a long job claimed late in the hold): vacuum
+    frees the space but cannot truncate it, and after ``VACUUMS`` tries the leader
+    rewrites the heap whole, as it may while it is at most ``MAX_BYTES``."""
+    conn.execute("INSERT INTO supervisor.jobs (kind, args) SELECT 'k', jsonb_build_object("
+                 "'pad', repeat('x', 900)) FROM generate_series(1, 90000)")
+    conn.execute("DELETE FROM supervisor.jobs WHERE id % 1000 <> 0")  # 90 rows stay
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    grown = _sizes(conn)[0]
+    plan = Compaction(next_look=0.0)
+    with selectors.DefaultSelector() as selector:
+        writer = HistoryWriter(dsn, "supervisor test history", selector,
+                               statement_timeout=2.0, deadline=3.0, compaction=plan)
+        try:
+            writer.horizon_held(0.0)
+            for tried in range(1, compaction.VACUUMS + 1):
+                _round(writer, selector, plan)
+                assert (plan.vacuums, plan.rewrites) == (tried, 0)
+                assert _sizes(conn)[0] > grown / 2  # the last row is near the end
+            _round(writer, selector, plan)
+            assert plan.rewrites == 1 and plan.last_heap > grown / 2
+        finally:
+            writer.close()
+    assert _sizes(conn)[0] < grown / 20
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (90,)
+
+
+def test_a_look_asks_for_vacuum_first_and_a_rewrite_it_can_read_in_time():
+    Step = compaction.Step
+    mb = 2**20
     plan = Compaction()
     assert not plan.due(0.0)  # never in the first round: the holder is not known yet
     assert plan.due(compaction.CHECK_EVERY)
-    assert not plan.looked(100.0, hot_table.MIN_BYTES - 1, 0)  # small: left...
+    assert plan.looked(100.0, hot_table.MIN_BYTES // 2, 0, 0) is None  # small: left...
     assert not plan.due(10**6)  # ...and not looked at again until a hold
     plan.horizon_held(compaction.HELD_AFTER + 1)
     assert not plan.due(10**6)  # not while it is held
     plan.horizon_held(0.0)
     assert plan.due(10**6)
-    assert not plan.looked(100.0, 1 << 30, (1 << 30) // hot_table.ROW_BYTES)  # all live
+    assert plan.looked(100.0, 1 << 30, 0, (1 << 30) // hot_table.ROW_BYTES) is None  # all live
     plan.horizon_held(compaction.HELD_AFTER + 1)
     plan.horizon_held(0.0)
-    assert plan.looked(100.0, 1 << 30, 1000)
+    # a swollen heap: plain vacuum, looked at again sooner
+    assert plan.looked(100.0, 400 * mb, 70 * mb, 1000) is Step.VACUUM
+    assert not plan.due(100.0 + compaction.VACUUM_EVERY - 1)
+    assert plan.due(100.0 + compaction.VACUUM_EVERY)
+    plan.vacuumed(1.5, None)
+    # the heap given back, the indexes not: the rewrite
+    assert plan.looked(130.0, 40 * mb, 70 * mb, 1000) is Step.REWRITE
     plan.rewritten(0.5, "LockNotAvailable: canceling statement due to lock timeout")
-    assert plan.due(100.0 + compaction.CHECK_EVERY)  # a failed rewrite is tried again
-    plan.rewritten(0.5, None)
+    assert plan.due(130.0 + compaction.CHECK_EVERY)  # a failed rewrite is tried again
+    plan.rewritten(0.05, None)
     assert not plan.due(10**6) and plan.rewrites == 1
+    # a heap vacuum cannot shrink: the rewrite after VACUUMS tries
     plan.horizon_held(compaction.HELD_AFTER + 1)
     plan.horizon_held(0.0)
-    assert not plan.looked(100.0, compaction.MAX_BYTES + 1, 1000)  # too big to read
+    for _ in range(compaction.VACUUMS):
+        assert plan.looked(200.0, 400 * mb, 70 * mb, 1000) is Step.VACUUM
+    assert plan.looked(200.0, 400 * mb, 70 * mb, 1000) is Step.REWRITE
+    plan.horizon_held(compaction.HELD_AFTER + 1)  # a new hold: vacuum first again
+    plan.horizon_held(0.0)
+    assert plan.looked(300.0, compaction.MAX_BYTES + 1, 0, 1000) is Step.VACUUM
+    for _ in range(compaction.VACUUMS - 1):
+        plan.looked(300.0, compaction.MAX_BYTES + 1, 0, 1000)
+    # too big to read under the lock: told once, left
+    assert plan.looked(300.0, compaction.MAX_BYTES + 1, 0, 1000) is None
     assert plan.too_big_told
+
+
+def test_the_vacuums_leave_the_archives_alone_on_every_server():
+    """From PostgreSQL 18 a VACUUM of an inheritance parent recurses into its children
+    unless told ONLY: the hot table's would rewrite every archive under its lock."""
+    Step = compaction.Step
+    assert Step.REWRITE.statement(180001) == "VACUUM (FULL) ONLY supervisor.jobs"
+    assert Step.VACUUM.statement(190000) == "VACUUM ONLY supervisor.jobs"
+    assert Step.REWRITE.statement(150004) == "VACUUM (FULL) supervisor.jobs"
+    assert Step.VACUUM.statement(170002) == "VACUUM supervisor.jobs"
+    assert "20000ms" in Step.VACUUM.bounds()[1] and "2000ms" in Step.REWRITE.bounds()[1]

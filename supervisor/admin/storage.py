@@ -3,7 +3,7 @@ archives that finished jobs move into (schema 0032).
 
 The hot table holds the jobs in flight and those that ended in the last seconds; the
 archives hold the rest for their retention. After a held horizon the hot table keeps
-the size the hold gave it until the leader rewrites it (``supervisor.db.compaction``):
+the size the hold gave it until the leader gives it back (``supervisor.db.compaction``):
 ``status`` says so while it is so, with what the rows in it need.
 """
 
@@ -16,7 +16,7 @@ import psycopg
 from shared.hot_table import swollen
 
 _STORAGE = """
-SELECT pg_total_relation_size('supervisor.jobs'), pg_relation_size('supervisor.jobs'),
+SELECT pg_total_relation_size('supervisor.jobs'),
        coalesce((SELECT n_live_tup FROM pg_stat_user_tables
                  WHERE relid = 'supervisor.jobs'::regclass), 0),
        (SELECT count(*) FROM supervisor.job_archives),
@@ -34,12 +34,12 @@ def storage(conn: psycopg.Connection) -> dict[str, Any]:
     need: what a held horizon leaves until the rewrite)."""
     row = conn.execute(_STORAGE).fetchone()
     assert row is not None  # one row of aggregates
-    hot_bytes, heap_bytes, hot_rows, archives, archived_bytes, since = row
+    hot_bytes, hot_rows, archives, archived_bytes, since = row
     return {"hot_bytes": int(hot_bytes), "hot_rows": int(hot_rows),
             "archives": int(archives), "archived_bytes": int(archived_bytes),
             "archived_since": since.isoformat() if since else None,
-            # the heap alone, as the leader's rewrite judges it (supervisor.db.compaction)
-            "swollen": swollen(int(heap_bytes), int(hot_rows))}
+            # with its indexes, as the leader judges it (supervisor.db.compaction)
+            "swollen": swollen(int(hot_bytes), int(hot_rows))}
 
 
 def describe_storage(found: dict[str, Any] | None) -> str | None:
@@ -48,6 +48,6 @@ def describe_storage(found: dict[str, Any] | None) -> str | None:
         return None
     return (f"supervisor.jobs takes {found['hot_bytes'] / 2**20:,.0f} MB for "
             f"{found['hot_rows']:,} jobs in flight or just finished: the space a held "
-            "horizon's row versions took, free again once vacuumed; the leader rewrites "
-            "the table once no hold is left (docs/operations.md, 'Finished jobs in "
-            "archives, and the hot table's rewrite')")
+            "horizon's row versions took, free again once vacuumed; the leader gives it "
+            "back once no hold is left (docs/operations.md, 'Finished jobs in archives, "
+            "and the hot table's rewrite')")

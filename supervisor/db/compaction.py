@@ -1,27 +1,42 @@
-"""The hot table rewritten once a held horizon has let go and left it mostly empty.
+"""The hot table given back its size once a held MVCC horizon has let go.
 
-A held MVCC horizon keeps every row version written meanwhile in ``supervisor.jobs``:
-a claim, a start and a completion per job, none of them removable until the hold ends.
-After it, vacuum frees the space and later rows reuse it, but the file keeps its
-largest size (issue 40: a 10-minute hold at 1,000 jobs/s, about 600 MB). Since finished
-jobs move to the archives (``supervisor.db.archives``), the hot table holds only the
-jobs in flight and those that ended in the last rounds, so a rewrite (``VACUUM FULL``)
-reads the file once and writes a few megabytes. It holds an ``ACCESS EXCLUSIVE`` lock
-while it runs: no claim, insert or completion goes through meanwhile. So it runs only
-when it is worth it, and bounded:
+A held horizon keeps every row version written meanwhile in ``supervisor.jobs``: a
+claim, a start and a completion per job, none of them removable until the hold ends
+(issue 40: a 10-minute hold at 1,000 jobs/s grew the heap to about 410 MB and its
+indexes to about 70 MB). Since finished jobs move to the archives
+(``supervisor.db.archives``), the hot table holds only the jobs in flight and those that
+ended in the last rounds: once vacuumed, nearly all of that space is empty. Giving it
+back takes two steps, each chosen so that no claim waits long:
+
+- **the heap, by plain ``VACUUM``**. It removes the hold's versions and then truncates
+  the empty pages at the end of the file. The truncation never waits for its lock and
+  gives it up as soon as another session asks for the table (PostgreSQL checks every
+  20 ms), so claims and inserts pause for at most that. The tail empties by itself a
+  minute or so after the hold: new rows go to the free space vacuum found near the
+  front, and the jobs at the end finish and move to their archive. Autovacuum does the
+  same when it is on; the leader's own ``VACUUM`` makes it happen where it is off, and
+  soon where autovacuum is busy elsewhere. Measured: a 4-minute hold's 167 MB heap
+  came back to 34 MB at the second vacuum after the hold, with no pause to see.
+- **the indexes, by ``VACUUM FULL``, once the heap is small again**. Vacuum frees index
+  pages for reuse but never gives them back. The rewrite holds an ``ACCESS EXCLUSIVE``
+  lock for as long as it reads the heap and builds the indexes of the few rows left: a
+  few tens of milliseconds on a heap of the baseline's size, where the same rewrite of
+  the swollen 480 MB heap paused every claim for 0.7 s.
+
+When a step runs:
 
 - only after a held horizon has let go (or once after start-up, for a hold an earlier
-  supervisor saw): not while it is held (the rewrite would have to keep every version
-  the holder may still see, and it would wait for the holder's lock), and not in a
-  steady run, whose dead versions vacuum keeps reusing;
-- only when the heap is swollen (``shared.hot_table``: at least 64 MB, and its live
-  rows need less than an eighth of it) and at most ``MAX_BYTES`` (a larger file takes
-  too long to read under the lock; the operator is told);
-- a look that finds the table not worth it disarms the rewrite until the next hold; a
-  rewrite that failed (its lock not had in time) is tried again ``CHECK_EVERY`` later;
-- under a ``LOCK_TIMEOUT`` (never queued behind a reader, an open producer transaction
-  or a running vacuum for longer) and a ``STATEMENT_TIMEOUT`` inside the background
-  connection's deadline.
+  supervisor saw): not while it is held (vacuum could remove nothing, and the rewrite
+  would have to keep every version the holder may still see), and not in a steady run;
+- only when the table with its indexes is swollen (``shared.hot_table``: at least 64 MB,
+  and its live rows need less than an eighth of it);
+- plain vacuum while the heap alone is swollen, at most ``VACUUMS`` times; a heap still
+  swollen after them has a live row pinned near its end (a long job claimed late in the
+  hold), and the rewrite reads it whole as before, if at most ``MAX_BYTES`` (larger
+  takes too long to read under the lock; the operator is told);
+- each under a ``LOCK_TIMEOUT`` (never queued behind a reader, an open producer
+  transaction or autovacuum, which is then doing the same work) and a statement timeout
+  inside the background connection's deadline.
 
 The leader asks for it in its background round (``HistoryWriter``), after the move of
 finished jobs into their archives.
@@ -29,6 +44,7 @@ finished jobs into their archives.
 
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
 
@@ -36,33 +52,63 @@ from shared.hot_table import swollen
 
 log = logging.getLogger("supervisor.maintenance")
 
-MAX_BYTES = 2 * 2**30
+MAX_BYTES = 2 * 2**30  # the largest heap rewritten under the lock
 CHECK_EVERY = 60.0  # seconds from the first round, or a failed rewrite, to the next look
+VACUUM_EVERY = 30.0  # seconds from a plain vacuum to the next look
+VACUUMS = 4  # plain vacuums after a hold before the heap is rewritten whatever its size
 HELD_AFTER = 10.0  # seconds: an older snapshot or xid counts as a held horizon
 LOCK_TIMEOUT_MS = 100
-STATEMENT_TIMEOUT_MS = 2000
+REWRITE_TIMEOUT_MS = 2000
+VACUUM_TIMEOUT_MS = 20000  # plain vacuum locks out nobody: it may take its time
 
 SIZE = """
-SELECT pg_relation_size('supervisor.jobs'),
+SELECT pg_relation_size('supervisor.jobs'), pg_indexes_size('supervisor.jobs'),
        coalesce((SELECT n_live_tup FROM pg_stat_user_tables
                  WHERE relid = 'supervisor.jobs'::regclass), 0)
 """
-BOUND = (f"SET lock_timeout = '{LOCK_TIMEOUT_MS}ms'",
-         f"SET statement_timeout = '{STATEMENT_TIMEOUT_MS}ms'")
-REWRITE = "VACUUM (FULL) supervisor.jobs"
+
+
+class Step(enum.Enum):
+    """What a look at the hot table's size asks for."""
+
+    VACUUM = "vacuum"  # plain: frees the hold's versions, truncates the empty tail
+    REWRITE = "rewrite"  # VACUUM FULL: a fresh heap and fresh indexes
+
+    @property
+    def timeout_ms(self) -> int:
+        """The step's statement timeout."""
+        return VACUUM_TIMEOUT_MS if self is Step.VACUUM else REWRITE_TIMEOUT_MS
+
+    def bounds(self) -> tuple[str, ...]:
+        """The settings to send before the step (``UNBOUND`` after it)."""
+        return (f"SET lock_timeout = '{LOCK_TIMEOUT_MS}ms'",
+                f"SET statement_timeout = '{self.timeout_ms}ms'")
+
+    def statement(self, server_version: int) -> str:
+        """The step's ``VACUUM`` for a server of ``server_version`` (libpq's number).
+        From PostgreSQL 18 a ``VACUUM`` of an inheritance parent processes every child
+        unless told ``ONLY``: without it this would read (or rewrite, under their
+        locks) every archive; before 18, ``ONLY`` is a syntax error there."""
+        only = "ONLY " if server_version >= 180000 else ""
+        full = "(FULL) " if self is Step.REWRITE else ""
+        return f"VACUUM {full}{only}supervisor.jobs"
+
+
 UNBOUND = ("RESET lock_timeout", "RESET statement_timeout")
 
 
 @dataclass
 class Compaction:
-    """When to look at the hot table's size, and whether a look says to rewrite it."""
+    """When to look at the hot table's size, and which step a look asks for."""
 
     next_look: float | None = None  # monotonic; None: a look CHECK_EVERY from the first
     held: bool = False  # the horizon was held at the last look at its holder
     armed: bool = True  # a hold was seen (or the supervisor started) since the last look
+    vacuums: int = 0  # plain vacuums since the last hold let go
     rewrites: int = 0
     last_heap: int = 0  # bytes, at the last look
-    last_rewrite_seconds: float = 0.0
+    last_indexes: int = 0
+    last_step_seconds: float = 0.0
     too_big_told: bool = False
 
     def horizon_held(self, seconds: float) -> None:
@@ -70,6 +116,7 @@ class Compaction:
         self.held = seconds > HELD_AFTER
         if self.held:
             self.armed = True
+            self.vacuums = 0
 
     def due(self, now: float) -> bool:
         """Whether this round looks at the size. Not the first round: the horizon's
@@ -78,30 +125,49 @@ class Compaction:
             self.next_look = now + CHECK_EVERY
         return self.armed and not self.held and now >= self.next_look
 
-    def looked(self, now: float, heap: int, live: int) -> bool:
-        """A look found ``heap`` bytes and about ``live`` rows: whether to rewrite now."""
-        self.last_heap = heap
-        worth = swollen(heap, live)
-        if worth and heap > MAX_BYTES:
+    def looked(self, now: float, heap: int, indexes: int, live: int) -> Step | None:
+        """A look found a ``heap`` and ``indexes`` of these sizes (bytes) and about
+        ``live`` rows: the step to take now, if any."""
+        self.last_heap, self.last_indexes = heap, indexes
+        self.next_look = now + CHECK_EVERY
+        if not swollen(heap + indexes, live):
+            self.armed = False
+            return None
+        if swollen(heap, live) and self.vacuums < VACUUMS:
+            self.vacuums += 1
+            self.next_look = now + VACUUM_EVERY
+            return Step.VACUUM
+        if heap > MAX_BYTES:
             if not self.too_big_told:
                 self.too_big_told = True
                 log.warning("supervisor.jobs takes %d MB for %d unfinished or just-finished "
-                            "jobs, too large to rewrite under its lock here; run VACUUM FULL "
-                            "supervisor.jobs in a quiet moment (docs/operations.md)",
-                            heap // 2**20, live)
-            worth = False
-        self.armed = worth
-        self.next_look = now + CHECK_EVERY
-        return worth
+                            "jobs, and vacuum has not given the space back; too large to "
+                            "rewrite under its lock here: run VACUUM FULL supervisor.jobs "
+                            "in a quiet moment (docs/operations.md)", heap // 2**20, live)
+            self.armed = False
+            return None
+        return Step.REWRITE
+
+    def vacuumed(self, seconds: float, error: str | None) -> None:
+        """The plain vacuum answered after ``seconds``: done, or ``error`` (autovacuum
+        on the table, or the timeout: the next look decides again)."""
+        self.last_step_seconds = seconds
+        if error is None:
+            log.debug("vacuumed supervisor.jobs after a held horizon (%d MB heap before) "
+                      "in %.2f s", self.last_heap // 2**20, seconds)
+        else:
+            log.debug("did not vacuum supervisor.jobs this time: %s", error)
 
     def rewritten(self, seconds: float, error: str | None) -> None:
         """The rewrite answered after ``seconds``: done, or ``error``."""
-        self.last_rewrite_seconds = seconds
+        self.last_step_seconds = seconds
         if error is None:
             self.armed = False
+            self.vacuums = 0
             self.rewrites += 1
-            log.info("rewrote supervisor.jobs after a held horizon (%d MB before) in %.2f s",
-                     self.last_heap // 2**20, seconds)
+            log.info("rewrote supervisor.jobs after a held horizon (%d MB heap and %d MB of "
+                     "indexes before) in %.2f s", self.last_heap // 2**20,
+                     self.last_indexes // 2**20, seconds)
         else:
             log.info("left supervisor.jobs as it is (%d MB) for now: %s",
-                     self.last_heap // 2**20, error)
+                     (self.last_heap + self.last_indexes) // 2**20, error)

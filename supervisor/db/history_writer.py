@@ -35,7 +35,8 @@ and drops the archives past their retention (issue 40, ``supervisor.db.archives`
 when given an ``ArchivePlan``: at a high rate the move is the leader's largest
 statement, so it too stays out of the loop.
 Then, given a ``Compaction``, now and then it looks at the hot table's size and, when
-a held horizon has left it mostly empty, rewrites it (``supervisor.db.compaction``).
+a held horizon has left it mostly empty, vacuums it and then rewrites it
+(``supervisor.db.compaction``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import psycopg
 from shared.db import first_line
 from supervisor.db import archives, compaction, history
 from supervisor.db.archives import ArchivePlan, ArchiveRound
-from supervisor.db.compaction import Compaction
+from supervisor.db.compaction import Compaction, Step
 from supervisor.db.connections import (
     Connecting,
     DatabaseHung,
@@ -77,8 +78,6 @@ _COMMIT = Prepared("COMMIT")  # after a cancelled count: rolls back, no error
 _ARCHIVE = Prepared(archives.ARCHIVE)
 _RETIRE = Prepared(archives.RETIRE)
 _HOT_SIZE = Prepared(compaction.SIZE)
-_BOUND = [Prepared(sql) for sql in compaction.BOUND]
-_REWRITE = Prepared(compaction.REWRITE)
 _UNBOUND = [Prepared(sql) for sql in compaction.UNBOUND]
 
 
@@ -89,6 +88,7 @@ class _Step:
     statement: Prepared
     params: dict[str, Any]
     answered: Callable[[list | Exception], None]
+    deadline: float | None = None  # seconds for its answer (None: the writer's deadline)
 
 
 @dataclass
@@ -139,6 +139,8 @@ class HistoryWriter:
         self.rounds = 0  # rounds ended, whatever became of them
         self.skipped = 0  # rounds asked for while the previous one was under way
         self._sent_at = 0.0
+        self._answer_within = deadline  # the statement in flight's deadline, seconds
+        self._server_version = 0  # libpq's number, once connected
         # A count cancelled at its timeout is not tried again before the next minute
         # (wall clock, as the samples' minutes): tried every round, it cost the database
         # its whole timeout every 5 s while a backlog of 1.2 million jobs drained.
@@ -213,16 +215,16 @@ class HistoryWriter:
                                            "(client-side deadline)"))
             return
         query = self.query
-        if query is not None and query.busy and now >= self._sent_at + self.deadline:
-            self._give_up(DatabaseHung(f"a statement got no answer within {self.deadline:g} s "
-                                       "(client-side deadline)"))
+        if query is not None and query.busy and now >= self._sent_at + self._answer_within:
+            self._give_up(DatabaseHung(f"a statement got no answer within "
+                                       f"{self._answer_within:g} s (client-side deadline)"))
 
     def next_deadline(self) -> float | None:
         """When ``tick`` must run at the latest (None: nothing is waited for)."""
         if self.connecting is not None:
             return self.connecting.deadline_at
         if self.query is not None and self.query.busy:
-            return self._sent_at + self.deadline
+            return self._sent_at + self._answer_within
         return None
 
     def close(self) -> None:
@@ -253,6 +255,7 @@ class HistoryWriter:
             return
         step = self.steps.pop(0)
         self._sent_at = now
+        self._answer_within = step.deadline if step.deadline is not None else self.deadline
         try:
             self.query.send(step.statement, step.params,
                             lambda outcome: self._answer(step, outcome))
@@ -299,11 +302,25 @@ class HistoryWriter:
         if isinstance(outcome, Exception):
             self._failed("looking at the size of supervisor.jobs", outcome)
             return
-        heap, live = (int(v) for v in outcome[0])
-        if plan.looked(self.clock(), heap, live):
-            self.steps[:0] = ([_Step(s, {}, self._ignored_setting) for s in _BOUND]
-                              + [_Step(_REWRITE, {}, self._rewritten)]
-                              + [_Step(s, {}, self._ignored_setting) for s in _UNBOUND])
+        heap, indexes, live = (int(v) for v in outcome[0])
+        step = plan.looked(self.clock(), heap, indexes, live)
+        if step is None:
+            return
+        answered = self._vacuumed if step is Step.VACUUM else self._rewritten
+        # the server's own timeout answers first; the client's deadline is the backstop
+        within = max(self.deadline, step.timeout_ms / 1000 + 1.0)
+        self.steps[:0] = ([_Step(Prepared(s), {}, self._ignored_setting)
+                           for s in step.bounds()]
+                          + [_Step(Prepared(step.statement(self._server_version)), {},
+                                   answered, within)]
+                          + [_Step(s, {}, self._ignored_setting) for s in _UNBOUND])
+
+    def _vacuumed(self, outcome: list | Exception) -> None:
+        plan = self.compaction
+        assert plan is not None
+        plan.vacuumed(self.clock() - self._sent_at,
+                      f"{type(outcome).__name__}: {first_line(outcome)}"
+                      if isinstance(outcome, Exception) else None)
 
     def _rewritten(self, outcome: list | Exception) -> None:
         plan = self.compaction
@@ -357,6 +374,7 @@ class HistoryWriter:
 
     # -- failures -----------------------------------------------------------------------
     def _adopt(self, conn: DeadlineConnection) -> None:
+        self._server_version = conn.info.server_version
         self.query = NonBlockingQuery(conn, self.selector, clock=self.clock)
         self.query.prepares = False  # a statement every few seconds: planning is cheap
 
