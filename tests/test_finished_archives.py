@@ -27,7 +27,7 @@ from shared.waiting import wait
 from supervisor import admin
 from supervisor.db import ArchivePlan, HistoryWriter, compaction
 from supervisor.db.archives import MIN_RETENTION, SETTLE, span_for
-from supervisor.db.compaction import Compaction
+from supervisor.db.compaction import Compaction, HotTableSize
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -428,6 +428,13 @@ def test_a_hold_s_space_goes_back_by_vacuum_then_a_short_rewrite(dsn, conn, monk
     heap. While a horizon is held neither runs."""
     # the indexes of 90,000 rows are a few megabytes: swollen from 1 MB here
     monkeypatch.setattr(hot_table, "MIN_BYTES", 2**20)
+    # where autovacuum runs the leader leaves the vacuum to it: off here, whatever the
+    # server, so the leader's own runs
+    server_autovacuum = conn.execute("SELECT current_setting('autovacuum')::boolean"
+                                     ).fetchone()[0]
+    assert conn.execute(compaction.SIZE).fetchone()[3] is server_autovacuum
+    conn.execute("ALTER TABLE supervisor.jobs SET (autovacuum_enabled = false)")
+    assert conn.execute(compaction.SIZE).fetchone()[3] is False
     conn.execute("INSERT INTO supervisor.jobs (kind, args) SELECT 'k', jsonb_build_object("
                  "'pad', repeat('x', 900)) FROM generate_series(1, 90000)")
     first = conn.execute("SELECT min(id) FROM supervisor.jobs").fetchone()[0]
@@ -446,15 +453,15 @@ def test_a_hold_s_space_goes_back_by_vacuum_then_a_short_rewrite(dsn, conn, monk
             writer.horizon_held(120.0)  # held: no look at all
             assert writer.request()
             _drive(writer, selector)
-            assert plan.vacuums == plan.rewrites == 0 and plan.last_heap == 0
+            assert plan.vacuum_looks == plan.rewrites == 0 and plan.last_heap == 0
             assert _sizes(conn)[0] == grown
             writer.horizon_held(0.0)
             _round(writer, selector, plan)  # a plain vacuum: the heap's tail goes
-            assert (plan.vacuums, plan.rewrites, plan.last_heap) == (1, 0, grown)
+            assert (plan.vacuum_looks, plan.rewrites, plan.last_heap) == (1, 0, grown)
             heap, indexes = _sizes(conn)
             assert heap < grown / 20 and indexes == grown_indexes
             _round(writer, selector, plan)  # the heap is small: the rewrite
-            assert (plan.vacuums, plan.rewrites) == (0, 1), plan
+            assert (plan.vacuum_looks, plan.rewrites) == (0, 1), plan
             assert _sizes(conn)[1] < grown_indexes / 4
             _round(writer, selector, plan)  # nothing left to do
             assert plan.rewrites == 1 and not plan.armed
@@ -472,8 +479,9 @@ def test_a_hold_s_space_goes_back_by_vacuum_then_a_short_rewrite(dsn, conn, monk
 
 def test_a_heap_whose_tail_stays_pinned_is_rewritten_after_the_vacuums(dsn, conn):
     """Live rows spread to the file's end (a long job claimed late in the hold): vacuum
-    frees the space but cannot truncate it, and after ``VACUUMS`` tries the leader
+    frees the space but cannot truncate it, and after ``VACUUM_LOOKS`` looks the leader
     rewrites the heap whole, as it may while it is at most ``MAX_BYTES``."""
+    conn.execute("ALTER TABLE supervisor.jobs SET (autovacuum_enabled = false)")
     conn.execute("INSERT INTO supervisor.jobs (kind, args) SELECT 'k', jsonb_build_object("
                  "'pad', repeat('x', 900)) FROM generate_series(1, 90000)")
     conn.execute("DELETE FROM supervisor.jobs WHERE id % 1000 <> 0")  # 90 rows stay
@@ -485,9 +493,9 @@ def test_a_heap_whose_tail_stays_pinned_is_rewritten_after_the_vacuums(dsn, conn
                                statement_timeout=2.0, deadline=3.0, compaction=plan)
         try:
             writer.horizon_held(0.0)
-            for tried in range(1, compaction.VACUUMS + 1):
+            for tried in range(1, compaction.VACUUM_LOOKS + 1):
                 _round(writer, selector, plan)
-                assert (plan.vacuums, plan.rewrites) == (tried, 0)
+                assert (plan.vacuum_looks, plan.rewrites) == (tried, 0)
                 assert _sizes(conn)[0] > grown / 2  # the last row is near the end
             _round(writer, selector, plan)
             assert plan.rewrites == 1 and plan.last_heap > grown / 2
@@ -500,43 +508,49 @@ def test_a_heap_whose_tail_stays_pinned_is_rewritten_after_the_vacuums(dsn, conn
 def test_a_look_asks_for_vacuum_first_and_a_rewrite_it_can_read_in_time():
     Step = compaction.Step
     mb = 2**20
+
+    def size(heap: int, indexes: int, live: int, autovacuum: bool = False) -> HotTableSize:
+        return HotTableSize(heap, indexes, live, autovacuum)
+
     plan = Compaction()
     assert not plan.due(0.0)  # never in the first round: the holder is not known yet
     assert plan.due(compaction.CHECK_EVERY)
-    assert plan.looked(100.0, hot_table.MIN_BYTES // 2, 0, 0) is None  # small: left...
+    assert plan.looked(100.0, size(hot_table.MIN_BYTES // 2, 0, 0)) is None  # small: left...
     assert not plan.due(10**6)  # ...and not looked at again until a hold
     plan.horizon_held(compaction.HELD_AFTER + 1)
     assert not plan.due(10**6)  # not while it is held
     plan.horizon_held(0.0)
     assert plan.due(10**6)
-    assert plan.looked(100.0, 1 << 30, 0, (1 << 30) // hot_table.ROW_BYTES) is None  # all live
+    assert plan.looked(100.0, size(1 << 30, 0, (1 << 30) // hot_table.ROW_BYTES)) is None
     plan.horizon_held(compaction.HELD_AFTER + 1)
     plan.horizon_held(0.0)
     # a swollen heap: plain vacuum, looked at again sooner
-    assert plan.looked(100.0, 400 * mb, 70 * mb, 1000) is Step.VACUUM
+    assert plan.looked(100.0, size(400 * mb, 70 * mb, 1000)) is Step.VACUUM
     assert not plan.due(100.0 + compaction.VACUUM_EVERY - 1)
     assert plan.due(100.0 + compaction.VACUUM_EVERY)
     plan.vacuumed(1.5, None)
+    # where autovacuum runs, the leader leaves the vacuum to it and looks again
+    assert plan.looked(130.0, size(400 * mb, 70 * mb, 1000, autovacuum=True)) is None
+    assert plan.armed and plan.due(160.0)
     # the heap given back, the indexes not: the rewrite
-    assert plan.looked(130.0, 40 * mb, 70 * mb, 1000) is Step.REWRITE
+    assert plan.looked(160.0, size(40 * mb, 70 * mb, 1000)) is Step.REWRITE
     plan.rewritten(0.5, "LockNotAvailable: canceling statement due to lock timeout")
-    assert plan.due(130.0 + compaction.CHECK_EVERY)  # a failed rewrite is tried again
+    assert plan.due(160.0 + compaction.CHECK_EVERY)  # a failed rewrite is tried again
     plan.rewritten(0.05, None)
     assert not plan.due(10**6) and plan.rewrites == 1
-    # a heap vacuum cannot shrink: the rewrite after VACUUMS tries
+    # a heap vacuum cannot shrink: the rewrite after VACUUM_LOOKS looks
     plan.horizon_held(compaction.HELD_AFTER + 1)
     plan.horizon_held(0.0)
-    for _ in range(compaction.VACUUMS):
-        assert plan.looked(200.0, 400 * mb, 70 * mb, 1000) is Step.VACUUM
-    assert plan.looked(200.0, 400 * mb, 70 * mb, 1000) is Step.REWRITE
+    for _ in range(compaction.VACUUM_LOOKS):
+        assert plan.looked(200.0, size(400 * mb, 70 * mb, 1000, autovacuum=True)) is None
+    assert plan.looked(200.0, size(400 * mb, 70 * mb, 1000)) is Step.REWRITE
     plan.horizon_held(compaction.HELD_AFTER + 1)  # a new hold: vacuum first again
     plan.horizon_held(0.0)
-    assert plan.looked(300.0, compaction.MAX_BYTES + 1, 0, 1000) is Step.VACUUM
-    for _ in range(compaction.VACUUMS - 1):
-        plan.looked(300.0, compaction.MAX_BYTES + 1, 0, 1000)
+    for _ in range(compaction.VACUUM_LOOKS):
+        assert plan.looked(300.0, size(compaction.MAX_BYTES + 1, 0, 1000)) is Step.VACUUM
     # too big to read under the lock: told once, left
-    assert plan.looked(300.0, compaction.MAX_BYTES + 1, 0, 1000) is None
-    assert plan.too_big_told
+    assert plan.looked(300.0, size(compaction.MAX_BYTES + 1, 0, 1000)) is None
+    assert plan.too_big_told and not plan.armed
 
 
 def test_the_vacuums_leave_the_archives_alone_on_every_server():

@@ -50,4 +50,4 @@ def describe_storage(found: dict[str, Any] | None) -> str | None:
             f"{found['hot_rows']:,} jobs in flight or just finished: the space a held "
             "horizon's row versions took, free again once vacuumed; the leader gives it "
             "back once no hold is left (docs/operations.md, 'Finished jobs in archives, "
-            "and the hot table's rewrite')")
+            "and the hot table's size after a hold')")

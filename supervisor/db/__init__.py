@@ -14,7 +14,7 @@ statements are in ``supervisor.db.sql``. Global limits: ``read_limits``,
 ``HistoryWriter``: the leader's per-minute history, sent on a connection of its own
 that the loop never waits for (``supervisor.db.history_writer``), with the move of
 finished jobs into archives and their drop (``ArchivePlan``,
-``supervisor.db.archives``) and the hot table's rewrite after a held horizon
+``supervisor.db.archives``) and the hot table's size given back after a held horizon
 (``Compaction``, ``supervisor.db.compaction``). ``write_apart`` and ``refused`` (and
 ``refusal_reason``): a batched write that one row PostgreSQL refuses cannot stall
 (``supervisor.db.refused``). What a run's jobs ended as and what waits, from the table

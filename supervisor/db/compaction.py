@@ -8,15 +8,18 @@ indexes to about 70 MB). Since finished jobs move to the archives
 ended in the last rounds: once vacuumed, nearly all of that space is empty. Giving it
 back takes two steps, each chosen so that no claim waits long:
 
-- **the heap, by plain ``VACUUM``**. It removes the hold's versions and then truncates
-  the empty pages at the end of the file. The truncation never waits for its lock and
-  gives it up as soon as another session asks for the table (PostgreSQL checks every
-  20 ms), so claims and inserts pause for at most that. The tail empties by itself a
-  minute or so after the hold: new rows go to the free space vacuum found near the
-  front, and the jobs at the end finish and move to their archive. Autovacuum does the
-  same when it is on; the leader's own ``VACUUM`` makes it happen where it is off, and
-  soon where autovacuum is busy elsewhere. Measured: a 4-minute hold's 167 MB heap
-  came back to 34 MB at the second vacuum after the hold, with no pause to see.
+- **the heap, by vacuum**. Vacuum removes the hold's versions and then truncates the
+  empty pages at the end of the file. The truncation never waits for its lock and gives
+  it up as soon as another session asks for the table (PostgreSQL checks every 20 ms),
+  so claims and inserts pause for at most that. The tail empties by itself a minute or
+  two after the hold: new rows go to the free space vacuum found near the front, and
+  the jobs at the end finish and move to their archive. Where autovacuum is on (for the
+  server and the table), the leader leaves this to it and only looks; where it is off,
+  the leader runs a plain ``VACUUM`` at each look. Its own ``VACUUM`` beside autovacuum
+  was tried and dropped: at full speed (a manual vacuum has no cost delay) on the
+  CPUs the children use, it made the recovery's first minute worse (pickup p99 86 ms)
+  than the autovacuum alone did. Measured: a 4-minute hold's 167 MB heap came back to
+  34 MB at autovacuum's second pass after the hold, with no pause to see.
 - **the indexes, by ``VACUUM FULL``, once the heap is small again**. Vacuum frees index
   pages for reuse but never gives them back. The rewrite holds an ``ACCESS EXCLUSIVE``
   lock for as long as it reads the heap and builds the indexes of the few rows left: a
@@ -30,10 +33,10 @@ When a step runs:
   would have to keep every version the holder may still see), and not in a steady run;
 - only when the table with its indexes is swollen (``shared.hot_table``: at least 64 MB,
   and its live rows need less than an eighth of it);
-- plain vacuum while the heap alone is swollen, at most ``VACUUMS`` times; a heap still
-  swollen after them has a live row pinned near its end (a long job claimed late in the
-  hold), and the rewrite reads it whole as before, if at most ``MAX_BYTES`` (larger
-  takes too long to read under the lock; the operator is told);
+- vacuum (or a look at autovacuum's work) while the heap alone is swollen, for at most
+  ``VACUUM_LOOKS`` looks; a heap still swollen after them has a live row pinned near its
+  end (a long job claimed late in the hold), and the rewrite reads it whole, if at most
+  ``MAX_BYTES`` (larger takes too long to read under the lock; the operator is told);
 - each under a ``LOCK_TIMEOUT`` (never queued behind a reader, an open producer
   transaction or autovacuum, which is then doing the same work) and a statement timeout
   inside the background connection's deadline.
@@ -54,8 +57,8 @@ log = logging.getLogger("supervisor.maintenance")
 
 MAX_BYTES = 2 * 2**30  # the largest heap rewritten under the lock
 CHECK_EVERY = 60.0  # seconds from the first round, or a failed rewrite, to the next look
-VACUUM_EVERY = 30.0  # seconds from a plain vacuum to the next look
-VACUUMS = 4  # plain vacuums after a hold before the heap is rewritten whatever its size
+VACUUM_EVERY = 30.0  # seconds between two looks while vacuum gives the heap back
+VACUUM_LOOKS = 6  # looks after a hold before the heap is rewritten whatever its size
 HELD_AFTER = 10.0  # seconds: an older snapshot or xid counts as a held horizon
 LOCK_TIMEOUT_MS = 100
 REWRITE_TIMEOUT_MS = 2000
@@ -64,8 +67,23 @@ VACUUM_TIMEOUT_MS = 20000  # plain vacuum locks out nobody: it may take its time
 SIZE = """
 SELECT pg_relation_size('supervisor.jobs'), pg_indexes_size('supervisor.jobs'),
        coalesce((SELECT n_live_tup FROM pg_stat_user_tables
-                 WHERE relid = 'supervisor.jobs'::regclass), 0)
+                 WHERE relid = 'supervisor.jobs'::regclass), 0),
+       current_setting('autovacuum')::boolean AND coalesce(
+           (SELECT o.option_value::boolean
+            FROM pg_class c, pg_options_to_table(c.reloptions) o
+            WHERE c.oid = 'supervisor.jobs'::regclass
+              AND o.option_name = 'autovacuum_enabled'), true)
 """
+
+
+@dataclass(frozen=True)
+class HotTableSize:
+    """What a look at the hot table found (``SIZE``)."""
+
+    heap: int  # bytes
+    indexes: int  # bytes
+    live: int  # rows, as the statistics last counted them
+    autovacuum: bool  # autovacuum runs on it (the server's setting and the table's)
 
 
 class Step(enum.Enum):
@@ -104,7 +122,7 @@ class Compaction:
     next_look: float | None = None  # monotonic; None: a look CHECK_EVERY from the first
     held: bool = False  # the horizon was held at the last look at its holder
     armed: bool = True  # a hold was seen (or the supervisor started) since the last look
-    vacuums: int = 0  # plain vacuums since the last hold let go
+    vacuum_looks: int = 0  # looks at a swollen heap since the last hold let go
     rewrites: int = 0
     last_heap: int = 0  # bytes, at the last look
     last_indexes: int = 0
@@ -116,7 +134,7 @@ class Compaction:
         self.held = seconds > HELD_AFTER
         if self.held:
             self.armed = True
-            self.vacuums = 0
+            self.vacuum_looks = 0
 
     def due(self, now: float) -> bool:
         """Whether this round looks at the size. Not the first round: the horizon's
@@ -125,32 +143,32 @@ class Compaction:
             self.next_look = now + CHECK_EVERY
         return self.armed and not self.held and now >= self.next_look
 
-    def looked(self, now: float, heap: int, indexes: int, live: int) -> Step | None:
-        """A look found a ``heap`` and ``indexes`` of these sizes (bytes) and about
-        ``live`` rows: the step to take now, if any."""
-        self.last_heap, self.last_indexes = heap, indexes
+    def looked(self, now: float, size: HotTableSize) -> Step | None:
+        """A look found the hot table at ``size``: the step to take now, if any."""
+        self.last_heap, self.last_indexes = size.heap, size.indexes
         self.next_look = now + CHECK_EVERY
-        if not swollen(heap + indexes, live):
+        if not swollen(size.heap + size.indexes, size.live):
             self.armed = False
             return None
-        if swollen(heap, live) and self.vacuums < VACUUMS:
-            self.vacuums += 1
+        if swollen(size.heap, size.live) and self.vacuum_looks < VACUUM_LOOKS:
+            self.vacuum_looks += 1
             self.next_look = now + VACUUM_EVERY
-            return Step.VACUUM
-        if heap > MAX_BYTES:
+            return None if size.autovacuum else Step.VACUUM
+        if size.heap > MAX_BYTES:
             if not self.too_big_told:
                 self.too_big_told = True
                 log.warning("supervisor.jobs takes %d MB for %d unfinished or just-finished "
                             "jobs, and vacuum has not given the space back; too large to "
                             "rewrite under its lock here: run VACUUM FULL supervisor.jobs "
-                            "in a quiet moment (docs/operations.md)", heap // 2**20, live)
+                            "in a quiet moment (docs/operations.md)",
+                            size.heap // 2**20, size.live)
             self.armed = False
             return None
         return Step.REWRITE
 
     def vacuumed(self, seconds: float, error: str | None) -> None:
-        """The plain vacuum answered after ``seconds``: done, or ``error`` (autovacuum
-        on the table, or the timeout: the next look decides again)."""
+        """The plain vacuum answered after ``seconds``: done, or ``error`` (the next
+        look decides again)."""
         self.last_step_seconds = seconds
         if error is None:
             log.debug("vacuumed supervisor.jobs after a held horizon (%d MB heap before) "
@@ -163,7 +181,7 @@ class Compaction:
         self.last_step_seconds = seconds
         if error is None:
             self.armed = False
-            self.vacuums = 0
+            self.vacuum_looks = 0
             self.rewrites += 1
             log.info("rewrote supervisor.jobs after a held horizon (%d MB heap and %d MB of "
                      "indexes before) in %.2f s", self.last_heap // 2**20,

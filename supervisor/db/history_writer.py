@@ -53,7 +53,7 @@ import psycopg
 from shared.db import first_line
 from supervisor.db import archives, compaction, history
 from supervisor.db.archives import ArchivePlan, ArchiveRound
-from supervisor.db.compaction import Compaction, Step
+from supervisor.db.compaction import Compaction, HotTableSize, Step
 from supervisor.db.connections import (
     Connecting,
     DatabaseHung,
@@ -302,8 +302,9 @@ class HistoryWriter:
         if isinstance(outcome, Exception):
             self._failed("looking at the size of supervisor.jobs", outcome)
             return
-        heap, indexes, live = (int(v) for v in outcome[0])
-        step = plan.looked(self.clock(), heap, indexes, live)
+        heap, indexes, live, autovacuum = outcome[0]
+        step = plan.looked(self.clock(), HotTableSize(int(heap), int(indexes), int(live),
+                                                      bool(autovacuum)))
         if step is None:
             return
         answered = self._vacuumed if step is Step.VACUUM else self._rewritten
