@@ -41,6 +41,7 @@ a held horizon has left it mostly empty, vacuums it and then rewrites it
 
 from __future__ import annotations
 
+import functools
 import logging
 import selectors
 import time
@@ -307,7 +308,7 @@ class HistoryWriter:
                                                       bool(autovacuum)))
         if step is None:
             return
-        answered = self._vacuumed if step is Step.VACUUM else self._rewritten
+        answered = functools.partial(self._compacted, step)
         # the server's own timeout answers first; the client's deadline is the backstop
         within = max(self.deadline, step.timeout_ms / 1000 + 1.0)
         self.steps[:0] = ([_Step(Prepared(s), {}, self._ignored_setting)
@@ -316,23 +317,17 @@ class HistoryWriter:
                                    answered, within)]
                           + [_Step(s, {}, self._ignored_setting) for s in _UNBOUND])
 
-    def _vacuumed(self, outcome: list | Exception) -> None:
+    def _compacted(self, step: Step, outcome: list | Exception) -> None:
         plan = self.compaction
         assert plan is not None
-        plan.vacuumed(self.clock() - self._sent_at,
-                      f"{type(outcome).__name__}: {first_line(outcome)}"
-                      if isinstance(outcome, Exception) else None)
-
-    def _rewritten(self, outcome: list | Exception) -> None:
-        plan = self.compaction
-        assert plan is not None
-        plan.rewritten(self.clock() - self._sent_at,
-                       f"{type(outcome).__name__}: {first_line(outcome)}"
-                       if isinstance(outcome, Exception) else None)
+        done = plan.vacuumed if step is Step.VACUUM else plan.rewritten
+        done(self.clock() - self._sent_at,
+             f"{type(outcome).__name__}: {first_line(outcome)}"
+             if isinstance(outcome, Exception) else None)
 
     def _ignored_setting(self, outcome: list | Exception) -> None:
         if isinstance(outcome, Exception):
-            self._failed("bounding the rewrite of supervisor.jobs", outcome)
+            self._failed("bounding the vacuum or rewrite of supervisor.jobs", outcome)
 
     def _rolled(self, outcome: list | Exception) -> None:
         if isinstance(outcome, psycopg.errors.DataError):
