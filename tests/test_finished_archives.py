@@ -546,11 +546,16 @@ def test_a_look_asks_for_vacuum_first_and_a_rewrite_it_can_read_in_time():
     assert plan.looked(200.0, size(400 * mb, 70 * mb, 1000)) is Step.REWRITE
     plan.horizon_held(compaction.HELD_AFTER + 1)  # a new hold: vacuum first again
     plan.horizon_held(0.0)
+    huge = compaction.MAX_BYTES + 1
     for _ in range(compaction.VACUUM_LOOKS):
-        assert plan.looked(300.0, size(compaction.MAX_BYTES + 1, 0, 1000)) is Step.VACUUM
-    # too big to read under the lock: told once, left
-    assert plan.looked(300.0, size(compaction.MAX_BYTES + 1, 0, 1000)) is None
-    assert plan.too_big_told and not plan.armed
+        assert plan.looked(300.0, size(huge, 900 * mb, 1000)) is Step.VACUUM
+    # too big to read under the lock: told once, and vacuum goes on being waited for...
+    assert plan.looked(300.0, size(huge, 900 * mb, 1000)) is Step.VACUUM
+    assert plan.too_big_told and plan.armed
+    assert not plan.due(300.0 + compaction.CHECK_EVERY - 1)
+    assert plan.looked(400.0, size(huge, 900 * mb, 1000, autovacuum=True)) is None
+    # ...until it has shrunk the heap: then the indexes' short rewrite
+    assert plan.looked(500.0, size(30 * mb, 900 * mb, 1000, autovacuum=True)) is Step.REWRITE
 
 
 def test_the_vacuums_leave_the_archives_alone_on_every_server():
