@@ -176,6 +176,54 @@ def test_a_retry_that_waited_for_the_move_of_its_job_finds_it_in_the_archive(dsn
                         (job,)).fetchone() == ("available",)
 
 
+@pytest.mark.parametrize("how", ["bulk", "by state", "batch"])
+def test_a_bulk_retry_holds_its_jobs_against_the_move(dsn, conn, monkeypatch, how):
+    """A bulk retry picks its jobs, brings back the archived ones, then updates them.
+    A move that committed in between took a picked job from the hot table into its
+    archive, and the update then tried to make it live there: the archive's CHECK
+    refused the whole retry. Now the picked jobs still in the hot table are locked
+    first, and the move (SKIP LOCKED) leaves them."""
+    from shared import batches_actions
+    from supervisor.admin import bulk, jobs
+
+    first, job = enqueue_many("k", [{"i": 1}, {"i": 2}], conn=conn)
+    batch = None
+    if how == "batch":
+        batch = conn.execute("INSERT INTO supervisor.batches (total) VALUES (1) "
+                             "RETURNING id").fetchone()[0]
+        conn.execute("UPDATE supervisor.jobs SET batch_id = %s WHERE id = %s", (batch, job))
+        conn.execute("UPDATE supervisor.batches SET finished_at = now() WHERE id = %s",
+                     (batch,))
+    _end(conn, [first], "discarded")
+    _move(conn)  # the family's archive exists and is committed
+    _end(conn, [job], "discarded")
+    moved: list[int] = []
+
+    def unarchive_then_move(c: psycopg.Connection, ids) -> int:
+        n = real(c, ids)
+        with psycopg.connect(dsn, autocommit=True) as mover:  # the leader's round
+            moved.extend(n for _, n, _ in mover.execute(
+                "SELECT * FROM supervisor.archive_finished(%s, %s, %s, 0)", (SPAN, SPAN, 100)))
+        return n
+
+    module = {"bulk": bulk, "by state": jobs, "batch": batches_actions}[how]
+    real = module.unarchive
+    monkeypatch.setattr(module, "unarchive", unarchive_then_move)
+    if how == "bulk":
+        done = bulk.run(conn, "retry", bulk.BulkFilter(state="discarded", queue=None,
+                                                       kind="k"), 10).changed
+    elif how == "by state":
+        done = admin.retry_jobs(conn, state="discarded").retried
+    else:
+        assert batch is not None
+        done = batches_actions.retry_failed(conn, batch).changed
+    assert moved and sum(moved) == 0  # the move ran, and left the locked job alone
+    assert done == (1 if how == "batch" else 2)
+    assert _where(conn, job) == "hot"
+    assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
+                        (job,)).fetchone() == ("available",)
+
+
 def test_a_move_that_dies_before_its_commit_loses_and_doubles_nothing(dsn, conn):
     ids = enqueue_many("k", [{"i": i} for i in range(500)], conn=conn)
     _end(conn, ids, "completed")

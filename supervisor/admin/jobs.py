@@ -81,9 +81,9 @@ SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM done)
 """
 
 # The archived jobs a bulk retry matches (issue 40: ``shared.archived``).
-_ARCHIVED_MATCHES = """
+_MATCHES = """
 SELECT id FROM supervisor.jobs
-WHERE tableoid <> 'supervisor.jobs'::regclass AND state = %(state)s
+WHERE state = %(state)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
 """
@@ -236,8 +236,8 @@ def retry_jobs(conn: psycopg.Connection, *, state: str, queue: str | None = None
     for _ in range(3):
         try:
             with conn.transaction():
-                if state != RETRYABLE:  # finished: some may be archived
-                    unarchive(conn, [r[0] for r in conn.execute(_ARCHIVED_MATCHES, params)])
+                if state != RETRYABLE:  # finished: some archived, some about to be
+                    unarchive(conn, [r[0] for r in conn.execute(_MATCHES, params)])
                 row = conn.execute(_RETRY_MANY, params).fetchone()
             assert row is not None  # two counts, always one row
             matched, retried = row
