@@ -224,6 +224,28 @@ def test_a_bulk_retry_holds_its_jobs_against_the_move(dsn, conn, monkeypatch, ho
                         (job,)).fetchone() == ("available",)
 
 
+def test_the_testing_plugins_emptier_drops_the_archives(dsn, conn):
+    """Between two tests of a user's suite (``supervisor_dsn``): the archives a leader
+    made go with their rows, or every test would leave two more children behind."""
+    from supervisor.testing.databases import Emptier
+
+    emptier = Emptier(psycopg.connect(dsn, autocommit=True))
+    try:
+        for _ in range(2):
+            ids = enqueue_many("k", [{"i": 1}, {"i": 2}], conn=conn)
+            _end(conn, ids[:1], "completed")
+            _end(conn, ids[1:], "discarded")
+            assert _move(conn) == {"done": 1, "failed": 1}
+            assert len(_archives(conn)) == 2
+            emptier.empty()
+            assert _archives(conn) == []
+            assert conn.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = "
+                                "'supervisor.jobs'::regclass").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (0,)
+    finally:
+        emptier.conn.close()
+
+
 def test_a_move_that_dies_before_its_commit_loses_and_doubles_nothing(dsn, conn):
     ids = enqueue_many("k", [{"i": i} for i in range(500)], conn=conn)
     _end(conn, ids, "completed")
