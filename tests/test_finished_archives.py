@@ -606,6 +606,40 @@ def test_a_heap_whose_tail_stays_pinned_is_rewritten_after_the_vacuums(dsn, conn
     assert conn.execute("SELECT count(*) FROM supervisor.jobs").fetchone() == (90,)
 
 
+def test_the_rewrite_gives_way_to_an_open_producer_transaction(dsn, conn):
+    """A producer's transaction left open after an INSERT holds a lock the rewrite
+    needs: the rewrite gives up within its lock timeout instead of queueing (with every
+    claim queued behind it), and is tried again at a later look."""
+    conn.execute("INSERT INTO supervisor.jobs (kind, args) SELECT 'k', jsonb_build_object("
+                 "'pad', repeat('x', 900)) FROM generate_series(1, 90000)")
+    conn.execute("DELETE FROM supervisor.jobs WHERE id % 1000 <> 0")
+    conn.execute("VACUUM supervisor.jobs")
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    grown = _sizes(conn)[0]
+    plan = Compaction(next_look=0.0, vacuum_looks=compaction.VACUUM_LOOKS)  # rewrite now
+    producer = psycopg.connect(dsn)
+    producer.execute("INSERT INTO supervisor.jobs (kind) VALUES ('late')")  # left open
+    with selectors.DefaultSelector() as selector:
+        writer = HistoryWriter(dsn, "supervisor test history", selector,
+                               statement_timeout=2.0, deadline=3.0, compaction=plan)
+        try:
+            writer.horizon_held(0.0)
+            began = time.monotonic()
+            _round(writer, selector, plan)
+            assert time.monotonic() - began < 1.5
+            assert plan.rewrites == 0 and plan.armed and _sizes(conn)[0] == grown
+            # nothing was left queued on the table: a claim-shaped update goes through
+            assert conn.execute("UPDATE ONLY supervisor.jobs SET state = 'running' WHERE id "
+                                "= (SELECT min(id) FROM ONLY supervisor.jobs WHERE state = "
+                                "'available') RETURNING id").fetchone()
+            producer.commit()
+            _round(writer, selector, plan)
+            assert plan.rewrites == 1 and _sizes(conn)[0] < grown / 20
+        finally:
+            writer.close()
+            producer.close()
+
+
 def test_a_look_asks_for_vacuum_first_and_a_rewrite_it_can_read_in_time():
     Step = compaction.Step
     mb = 2**20
