@@ -169,8 +169,9 @@ class Compaction:
             self.too_big_told = True
             log.warning("supervisor.jobs takes %d MB for %d unfinished or just-finished jobs "
                         "and vacuum has not given the space back yet; too large to rewrite "
-                        "under its lock here: run VACUUM FULL supervisor.jobs in a quiet "
-                        "moment if it stays so (docs/operations.md)",
+                        "under its lock here: run VACUUM FULL supervisor.jobs (VACUUM "
+                        "(FULL) ONLY supervisor.jobs from PostgreSQL 18) in a quiet moment "
+                        "if it stays so (docs/operations.md)",
                         size.heap // 2**20, size.live)
         return vacuum
 
