@@ -559,7 +559,9 @@ def _space_goes_back(dsn: str, conn: psycopg.Connection, monkeypatch) -> None:
             _round(writer, selector, plan)  # a plain vacuum: the heap's tail goes
             assert (plan.vacuum_looks, plan.rewrites, plan.last_heap) == (1, 0, grown)
             heap, indexes = _sizes(conn)
-            assert heap < grown / 20 and indexes == grown_indexes
+            # vacuum truncates the heap; the indexes keep their pages (BRIN summaries may
+            # even add one)
+            assert heap < grown / 20 and indexes >= grown_indexes
             _round(writer, selector, plan)  # the heap is small: the rewrite
             assert (plan.vacuum_looks, plan.rewrites) == (0, 1), plan
             assert _sizes(conn)[1] < grown_indexes / 4
