@@ -558,10 +558,14 @@ def _space_goes_back(dsn: str, conn: psycopg.Connection, monkeypatch) -> None:
             writer.horizon_held(0.0)
             _round(writer, selector, plan)  # a plain vacuum: the heap's tail goes
             assert (plan.vacuum_looks, plan.rewrites, plan.last_heap) == (1, 0, grown)
+            # Once in 15 runs beside other tests the first vacuum cut only half the
+            # tail: the next look vacuums again, as the leader does.
+            while _sizes(conn)[0] >= grown / 20 and plan.vacuum_looks < compaction.VACUUM_LOOKS:
+                _round(writer, selector, plan)
             heap, indexes = _sizes(conn)
             # vacuum truncates the heap; the indexes keep their pages (BRIN summaries may
             # even add one)
-            assert heap < grown / 20 and indexes >= grown_indexes
+            assert heap < grown / 20 and indexes >= grown_indexes and plan.rewrites == 0
             _round(writer, selector, plan)  # the heap is small: the rewrite
             assert (plan.vacuum_looks, plan.rewrites) == (0, 1), plan
             assert _sizes(conn)[1] < grown_indexes / 4
