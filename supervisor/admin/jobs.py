@@ -80,7 +80,8 @@ WITH c AS (
 SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM done)
 """
 
-# The archived jobs a bulk retry matches (issue 40: ``shared.archived``).
+# Every job a bulk retry by state matches, archived or not: ``shared.archived`` holds
+# the live ones against the move and brings the archived ones back (issue 40).
 _MATCHES = """
 SELECT id FROM supervisor.jobs
 WHERE state = %(state)s
