@@ -171,12 +171,19 @@ def test_an_unmeasured_job_reserves_its_childs_share_so_a_big_job_waits_beside_i
     assert book.waiting_why[2] == "needs 630 MiB, 450 MiB of 900 MiB held"
 
 
-def test_sizes_that_rose_are_handed_over_once_and_kept_when_not_written(tmp_path):
+def test_each_attempts_peak_is_handed_over_once_and_kept_when_not_written(tmp_path):
     book = book_in(v2_cgroup(tmp_path))
     book.learned(claimed(1), 300 * MIB)
-    book.learned(claimed(2), 200 * MIB)  # lower: the kind's size did not rise
-    assert book.take_unsaved() == {"k": 300 * MIB}
+    book.learned(claimed(2), 200 * MIB)  # lower: the kind's size did not rise, a sample
+    assert book.kind_memory == {"k": 300 * MIB}
+    assert book.take_unsaved() == {"k": [300 * MIB, 200 * MIB]}
     assert book.take_unsaved() == {}
-    book.not_saved({"k": 300 * MIB})  # the database was away
-    book.learned(claimed(3, kind="other"), 50 * MIB)
-    assert book.take_unsaved() == {"k": 300 * MIB, "other": 50 * MIB}
+    book.learned(claimed(3), 100 * MIB)
+    book.not_saved({"k": [300 * MIB, 200 * MIB]})  # the database was away: kept, first
+    book.learned(claimed(4, kind="other"), 50 * MIB)
+    assert book.take_unsaved() == {"k": [300 * MIB, 200 * MIB, 100 * MIB],
+                                   "other": [50 * MIB]}
+    for job_id in range(300):  # as many as the database keeps, the newest
+        book.learned(claimed(job_id), (job_id + 1) * MIB)
+    (kept,) = book.take_unsaved().values()
+    assert len(kept) == 200 and kept[0] == 101 * MIB and kept[-1] == 300 * MIB

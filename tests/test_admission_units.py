@@ -9,6 +9,7 @@ from shared.jobs import ClaimedJob
 from shared.memlimit import cgroup_memory_limit
 from supervisor.admission import Admission, Budget, make_budget
 from supervisor.db import Store
+from supervisor.db.sql import KIND_MEMORY_P95
 
 MIB = 1 << 20
 
@@ -85,42 +86,53 @@ def test_budget_from_a_fake_cgroup_less_rss_and_margin(tmp_path):
 
 def test_each_kinds_default_memory_is_the_p95_of_recent_usage_once_20_samples_the_largest_before(
         conn):
-    def add(kind: str, rss_values: list[int]) -> None:
-        conn.execute(
-            "INSERT INTO supervisor.jobs (kind, state, finished_at, usage) "
-            "SELECT %s, 'completed', now(), jsonb_build_object('cpu_seconds', 0.1, "
-            "'wall_seconds', 0.2, 'max_rss_bytes', r) FROM unnest(%s::bigint[]) AS r",
-            (kind, rss_values))
-
-    add("enough", [(i + 1) * MIB for i in range(100)])
-    add("few", [50 * MIB] * 18 + [600 * MIB])  # issue 51: one measured job is enough
     store = Store(conn, "test-owner")
+    assert store.save_kind_memory({
+        "enough": [(i + 1) * MIB for i in range(100)],
+        "few": [50 * MIB] * 18 + [600 * MIB]}) == 2  # issue 51: one measured job is enough
     found = store.kind_memory_p95(["enough", "few", "none"])
     assert found == {"enough": 95 * MIB, "few": 600 * MIB}
 
 
-def test_a_kinds_kept_peak_counts_until_it_has_20_samples_and_a_day_old_one_is_replaced(
+def test_a_kinds_peak_counts_below_20_samples_the_newest_200_count_a_day_old_row_is_replaced(
         conn):
-    def add(kind: str, rss_values: list[int]) -> None:
-        conn.execute(
-            "INSERT INTO supervisor.jobs (kind, state, finished_at, usage) "
-            "SELECT %s, 'completed', now(), jsonb_build_object('cpu_seconds', 0.1, "
-            "'wall_seconds', 0.2, 'max_rss_bytes', r) FROM unnest(%s::bigint[]) AS r",
-            (kind, rss_values))
-
     store = Store(conn, "test-owner")
-    add("few", [300 * MIB] * 5)
-    add("many", [(i + 1) * MIB for i in range(100)])
-    assert store.save_kind_memory({"few": 900 * MIB, "many": 900 * MIB,
-                                   "killed_only": 700 * MIB}) == 3
-    found = store.kind_memory_p95(["few", "many", "killed_only", "none"])
-    assert found == {"few": 900 * MIB, "many": 95 * MIB, "killed_only": 700 * MIB}
-    store.save_kind_memory({"killed_only": 500 * MIB})  # a peak within a day only rises
+    store.save_kind_memory({"few": [300 * MIB] * 5, "killed_only": [700 * MIB]})
+    store.save_kind_memory({"few": [900 * MIB]})
+    found = store.kind_memory_p95(["few", "killed_only", "none"])
+    assert found == {"few": 900 * MIB, "killed_only": 700 * MIB}
+    store.save_kind_memory({"killed_only": [500 * MIB]})  # a peak within a day only rises
     assert store.kind_memory_p95(["killed_only"]) == {"killed_only": 700 * MIB}
     conn.execute("UPDATE supervisor.kind_memory SET updated_at = now() - interval '2 days'")
     assert store.kind_memory_p95(["killed_only"]) == {}  # too old to count
-    store.save_kind_memory({"killed_only": 500 * MIB})  # and replaced, not raised
+    store.save_kind_memory({"killed_only": [500 * MIB]})  # and replaced, not raised
     assert store.kind_memory_p95(["killed_only"]) == {"killed_only": 500 * MIB}
+    # 150 big ones, then 100 small ones from another supervisor: the newest 200 count
+    store.save_kind_memory({"many": [900 * MIB] * 150})
+    store.save_kind_memory({"many": [(i + 1) * MIB for i in range(100)]})
+    (kept,) = conn.execute("SELECT recent_rss FROM supervisor.kind_memory "
+                           "WHERE kind = 'many'").fetchone()
+    assert len(kept) == 200 and kept[:3] == [100 * MIB, 99 * MIB, 98 * MIB]
+    assert store.kind_memory_p95(["many"]) == {"many": 900 * MIB}  # 100 of 200 are big
+    store.save_kind_memory({"many": [MIB] * 100})  # the big ones drop out
+    assert store.kind_memory_p95(["many"]) == {"many": 90 * MIB}
+
+
+def test_reading_each_kinds_size_reads_no_job_row(conn):
+    """Under a held MVCC horizon the jobs table swells by hundreds of MB (issue 40); the
+    once-a-minute reading of the kinds' sizes runs on the loop's own connection, so it
+    must not read it at all."""
+    conn.execute("SET plan_cache_mode = force_custom_plan")
+    plan = conn.execute(b"EXPLAIN (FORMAT JSON) " + KIND_MEMORY_P95.encode(),
+                        {"kinds": ["a", "b"]}).fetchone()[0]
+
+    def relations(node: dict) -> set[str]:
+        found = {node["Relation Name"]} if "Relation Name" in node else set()
+        for child in node.get("Plans", ()):
+            found |= relations(child)
+        return found
+
+    assert relations(plan[0]["Plan"]) == {"kind_memory"}
 
 
 def test_a_memory_budget_engages_the_book_only_while_it_can_refuse_a_start():

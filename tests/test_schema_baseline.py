@@ -86,8 +86,10 @@ CHANGED = ("CREATE FUNCTION supervisor.notify_inserted_jobs()",
            "CREATE INDEX jobs_batch_open_idx",
            "CREATE INDEX jobs_fair_idx")
 # What a migration after the baseline rewrote (the old files and the baseline have it
-# as it was): the keyed claim's statements say FROM ONLY (0032).
-REWRITTEN = ("CREATE FUNCTION supervisor.claim_keyed(p_queue text, p_kinds text[], "
+# as it was): the keyed claim's statements say FROM ONLY (0032); the kinds' memory keeps
+# their recent samples (0033).
+REWRITTEN = ("CREATE TABLE supervisor.kind_memory (",
+             "CREATE FUNCTION supervisor.claim_keyed(p_queue text, p_kinds text[], "
              "p_limit integer, p_per_key integer, p_owner text, p_ttl double precision, "
              "p_kind_attempts integer[], p_default_attempts integer, p_aging double "
              "precision, p_max_cpus integer, p_max_memory bigint, p_max_resources jsonb)",)
@@ -196,6 +198,10 @@ def test_a_database_at_0029_keeps_every_row_through_the_upgrade(fresh_dsn, secon
     with psycopg.connect(fresh_dsn, autocommit=True) as conn:
         after = every_row(conn)
         assert after.pop("job_archives") == []  # 0032: none yet, nothing moved by migrating
+        for row in after["kind_memory"]:  # 0033: no samples yet, the peak kept
+            assert '"recent_rss": []' in row, row
+        after["kind_memory"] = [row.replace('"recent_rss": [], ', '')
+                                for row in after["kind_memory"]]
         recorded, old_records = after.pop("migrations"), before.pop("migrations")
         assert set(old_records) <= set(recorded)  # 0001-0029 stay recorded
         added = sorted(set(recorded) - set(old_records))

@@ -27,6 +27,7 @@ does, so a stream of small jobs cannot starve it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +41,8 @@ SCAN = 64
 
 # Container usage is read at most this often while jobs wait to start (seconds).
 USAGE_EVERY = 0.05
+# Peaks kept per kind between two writes: as many as the database keeps (0033).
+SAMPLES_KEPT = 200
 # Jobs remembered as failed for memory here, to retry alone: a bound on the memory.
 ALONE_KEPT = 1024
 # How a job's memory is measured (issue 45), in words for status and the start-up line.
@@ -87,7 +90,8 @@ class Admission:
         # is a memory budget, and raised at once by what each attempt here used.
         self.kind_memory: dict[str, int] = {}
         self.unmeasured_running = 0  # jobs started here before their kind had a size
-        self.unsaved: dict[str, int] = {}  # kinds whose size rose here: to keep (0026)
+        # Each kind's attempts' peaks since the last write, oldest first (0026, 0033).
+        self.unsaved: dict[str, deque[int]] = {}
         self.alone: dict[int, None] = {}  # jobs that failed for memory here: retried alone
         self.usage: int | None = None  # the container's usage, as last read
         self._usage_read = float("-inf")
@@ -161,26 +165,34 @@ class Admission:
         self.kind_memory = {**self.kind_memory, **sizes}
         self._memory_binds = None
 
-    def take_unsaved(self) -> dict[str, int]:
-        """The kinds whose size rose here since the last call, with their new peak: what
-        the engine keeps in the database for supervisors that start later."""
+    def take_unsaved(self) -> dict[str, list[int]]:
+        """Each kind's attempts' peaks here since the last call, oldest first: what the
+        engine keeps in the database for every supervisor's reading of the kind's size
+        and for supervisors that start later."""
         unsaved, self.unsaved = self.unsaved, {}
-        return unsaved
+        return {kind: list(peaks) for kind, peaks in unsaved.items()}
 
-    def not_saved(self, peaks: dict[str, int]) -> None:
-        """``take_unsaved``'s answer could not be written: kept for the next write."""
-        for kind, peak in peaks.items():
-            self.unsaved[kind] = max(peak, self.unsaved.get(kind, 0))
+    def not_saved(self, samples: Mapping[str, Sequence[int]]) -> None:
+        """``take_unsaved``'s answer could not be written: kept, before what came since,
+        for the next write."""
+        for kind, peaks in samples.items():
+            since = self.unsaved.get(kind, ())
+            self.unsaved[kind] = deque([*peaks, *since], maxlen=SAMPLES_KEPT)
 
     def learned(self, job: ClaimedJob, rss: int, memory_failure: bool = False) -> None:
         """An attempt of ``job`` here used ``rss`` bytes at its peak (for a killed one,
-        the last sample): its kind's size is at least that from now on. With
-        ``memory_failure`` the job itself is retried alone."""
+        the last sample): its kind's size is at least that from now on, and the sample
+        is kept for the database. With ``memory_failure`` the job itself is retried
+        alone."""
         if self.budget.memory is None:
             return
+        if rss > 0:
+            samples = self.unsaved.get(job.kind)
+            if samples is None:
+                samples = self.unsaved[job.kind] = deque(maxlen=SAMPLES_KEPT)
+            samples.append(rss)
         if rss > self.kind_memory.get(job.kind, 0):
             self.kind_memory[job.kind] = rss
-            self.unsaved[job.kind] = max(rss, self.unsaved.get(job.kind, 0))
             self._memory_binds = None
         if memory_failure and job.memory is None:
             self.alone[job.id] = None

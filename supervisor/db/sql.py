@@ -392,37 +392,39 @@ WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
 
 LEAVE = "DELETE FROM supervisor.supervisors WHERE id = %(id)s"
 
-# Each kind's default memory reservation (issue 27): the p95 of max_rss_bytes over its
-# last 200 jobs with a usage (0014) finished in the past day once it has 20 such
-# samples; before, the largest of them and of the peak kept in supervisor.kind_memory
-# (0026, issue 51: killed attempts included, kept past pruning), so a new kind's first
-# measured job is what a fresh supervisor admits its first jobs by. Read once a minute
-# while a memory budget applies, never per claim; one scan of the finished-jobs index
-# per kind, bounded by the LIMIT.
+# Each kind's default memory reservation (issue 27): the p95 of the newest 200 attempts'
+# peaks that supervisors with a memory budget measured in the past day, once there are
+# 20; before, the kind's largest peak (0026, issue 51: killed attempts included), so a
+# new kind's first measured job is what a fresh supervisor admits its first jobs by. Both
+# live in supervisor.kind_memory (0033): read by primary key, one row a kind, never from
+# supervisor.jobs, whose reading a held MVCC horizon makes as costly as the hold is long.
+# Read once a minute while a memory budget applies, never per claim.
 KIND_MEMORY_P95 = """
-SELECT k.kind, CASE WHEN s.n >= 20 THEN s.p95 ELSE greatest(s.top, m.peak_bytes) END
-FROM unnest(%(kinds)s::text[]) AS k(kind)
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n, percentile_disc(0.95) WITHIN GROUP (ORDER BY r.rss) AS p95,
-           max(r.rss) AS top
-    FROM (SELECT (j.usage->>'max_rss_bytes')::bigint AS rss FROM supervisor.jobs j
-          WHERE j.kind = k.kind AND j.state IN ('completed', 'discarded', 'retryable')
-            AND j.usage ? 'max_rss_bytes' AND j.finished_at > now() - interval '1 day'
-          ORDER BY j.finished_at DESC
-          LIMIT 200) AS r) AS s
-LEFT JOIN supervisor.kind_memory m
-       ON m.kind = k.kind AND m.updated_at > now() - interval '1 day'
+SELECT m.kind, CASE WHEN cardinality(m.recent_rss) >= 20
+                    THEN (SELECT percentile_disc(0.95) WITHIN GROUP (ORDER BY r)
+                          FROM unnest(m.recent_rss) AS r)
+                    ELSE m.peak_bytes END
+FROM supervisor.kind_memory m
+WHERE m.kind = ANY(%(kinds)s::text[]) AND m.updated_at > now() - interval '1 day'
 """
 
-# What raised each kind's size here since the last write (0026): a peak younger than a
-# day is raised, an older one replaced.
+# What each kind's attempts here used since the last write (0026, 0033): ``kinds`` and
+# ``peaks`` side by side, one entry an attempt, oldest first. A row younger than a day
+# has its peak raised and the new samples put before its own, the newest 200 kept; an
+# older one is replaced by them.
 KIND_MEMORY_SAVE = """
-INSERT INTO supervisor.kind_memory AS m (kind, peak_bytes)
-SELECT * FROM unnest(%(kinds)s::text[], %(peaks)s::bigint[])
+INSERT INTO supervisor.kind_memory AS m (kind, peak_bytes, recent_rss)
+SELECT kind, max(rss), (array_agg(rss ORDER BY n DESC))[1:200]
+FROM unnest(%(kinds)s::text[], %(peaks)s::bigint[]) WITH ORDINALITY AS s(kind, rss, n)
+WHERE rss > 0
+GROUP BY kind
 ON CONFLICT (kind) DO UPDATE
 SET peak_bytes = CASE WHEN m.updated_at > now() - interval '1 day'
                       THEN greatest(m.peak_bytes, excluded.peak_bytes)
                       ELSE excluded.peak_bytes END,
+    recent_rss = CASE WHEN m.updated_at > now() - interval '1 day'
+                      THEN (excluded.recent_rss || m.recent_rss)[1:200]
+                      ELSE excluded.recent_rss END,
     updated_at = now()
 """
 

@@ -404,21 +404,24 @@ class Store:
         self.connection.execute("DISCARD PLANS", prepare=False)
 
     def kind_memory_p95(self, kinds: Sequence[str]) -> dict[str, int]:
-        """Each kind's measured size: the p95 of recent ``max_rss_bytes`` once it has
-        20 samples, before the largest of them and of its kept peak (0026); kinds with
-        none are left out: the default memory reservation of its undeclared jobs."""
+        """Each kind's measured size: the p95 of its newest peaks (0033) once it has 20
+        samples, before its largest peak; kinds with none are left out: the default
+        memory reservation of its undeclared jobs."""
         if not kinds:
             return {}
         rows = self.connection.execute(KIND_MEMORY_P95, {"kinds": list(kinds)})
         return {kind: int(rss) for kind, rss in rows if rss is not None and rss > 0}
 
-    def save_kind_memory(self, peaks: Mapping[str, int]) -> int:
-        """Keep each kind's peak memory learned here (``supervisor.kind_memory``, 0026),
-        for supervisors that start later. Returns how many kinds were written."""
-        if not peaks:
+    def save_kind_memory(self, samples: Mapping[str, Sequence[int]]) -> int:
+        """Keep the peaks each kind's attempts here used, oldest first
+        (``supervisor.kind_memory``, 0026 and 0033), for every supervisor's reading and
+        those that start later. Returns how many kinds were written."""
+        kinds = [kind for kind, peaks in samples.items() for _ in peaks]
+        if not kinds:
             return 0
+        peaks = [peak for kind_peaks in samples.values() for peak in kind_peaks]
         return self.connection.execute(KIND_MEMORY_SAVE, {
-            "kinds": list(peaks), "peaks": list(peaks.values())}).rowcount
+            "kinds": kinds, "peaks": peaks}).rowcount
 
     def record_crashes(self, kinds: Sequence[str], limits: CrashLimits) -> list[TrippedKind]:
         """Record one crash per entry of ``kinds``; a kind past ``limits`` (more than
