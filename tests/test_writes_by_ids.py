@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -143,3 +144,35 @@ def test_the_writes_still_write_through_the_new_way_in(conn, running):
     states = dict(conn.execute("SELECT state, count(*) FROM supervisor.jobs WHERE id = ANY(%s) "
                                "GROUP BY state", (running,)).fetchall())
     assert states == {"completed": BATCH, "running": RUNNING - BATCH - 5, "available": 5}
+
+
+def test_the_move_to_the_archives_deletes_its_rows_by_their_ids_when_the_table_looks_empty(
+        conn, running):
+    """The leader's move (``supervisor.archive_finished``, 0034) runs its statements
+    inside a function: their plans are read through auto_explain, sent to this session."""
+    conn.execute("UPDATE ONLY supervisor.jobs SET state = 'completed', finished_at = now() "
+                 "WHERE id IN (SELECT id FROM ONLY supervisor.jobs WHERE state = 'available' "
+                 "ORDER BY id LIMIT 2000)")
+    plans: list[str] = []
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    conn.execute("BEGIN")
+    try:
+        conn.execute("UPDATE pg_class SET reltuples = 1 WHERE oid IN "
+                     "('supervisor.jobs'::regclass, 'supervisor.jobs_pkey'::regclass)")
+        conn.execute("LOAD 'auto_explain'")
+        for setting in ("auto_explain.log_min_duration = 0",
+                        "auto_explain.log_nested_statements = on",
+                        "auto_explain.log_format = json", "client_min_messages = log"):
+            conn.execute(f"SET LOCAL {setting}")
+        moved = conn.execute("SELECT sum(moved) FROM supervisor.archive_finished("
+                             "86400, 86400, 10000, 0)").fetchone()[0]
+    finally:
+        conn.execute("ROLLBACK")
+    assert moved == 2000
+    deletes = [text for text in plans if "DELETE FROM ONLY supervisor.jobs" in text]
+    assert deletes, plans  # the move's own statement was seen
+    for text in deletes:
+        plan = orjson.loads(text[text.index("{"):])["Plan"]
+        for node in _nodes(plan):
+            assert not (node.get("Relation Name") == "jobs" and node["Node Type"] == "Seq Scan")
+            assert not (node.get("Index Name") == "jobs_pkey" and "Index Cond" not in node)
