@@ -176,6 +176,51 @@ def test_a_retry_that_waited_for_the_move_of_its_job_finds_it_in_the_archive(dsn
                         (job,)).fetchone() == ("available",)
 
 
+def test_a_bulk_delete_that_waited_for_the_move_of_its_job_deletes_it_in_the_archive(
+        dsn, conn):
+    """``jobs bulk delete`` (and the dashboard's) deletes by id from the hot table and
+    the archives in one statement; when it waited for the move's lock on a picked job,
+    the row it got was deleted and the archive's copy not in its snapshot: the job was
+    counted as left alone, and a second run deleted it."""
+    from supervisor.admin import bulk
+
+    first, job = enqueue_many("k", [{"i": 1}, {"i": 2}], conn=conn)
+    _end(conn, [first], "discarded")
+    _move(conn)  # the archive exists and is committed
+    _end(conn, [job], "discarded")
+    mover = psycopg.connect(dsn)  # its move stays uncommitted until the delete waits
+    assert {f: n for f, n, _ in mover.execute(
+        "SELECT * FROM supervisor.archive_finished(%s, %s, %s, 0)", (SPAN, SPAN, 100))
+    } == {"done": 0, "failed": 1}
+    outcome: dict[str, object] = {}
+
+    def delete() -> None:
+        with psycopg.connect(dsn, autocommit=True, application_name="deleter") as c:
+            try:
+                outcome["result"] = bulk.run(c, "delete", bulk.BulkFilter(
+                    state="discarded", queue=None, kind="k"), 10)
+            except Exception as exc:  # the assertion below shows it
+                outcome["error"] = exc
+
+    deleter = threading.Thread(target=delete)
+    deleter.start()
+    try:
+        ends = time.monotonic() + 10
+        while not conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = "
+                               "'deleter' AND wait_event_type = 'Lock'").fetchone():
+            assert time.monotonic() < ends, "the delete never waited for the move's lock"
+            time.sleep(0.02)
+    finally:
+        mover.commit()
+        mover.close()
+        deleter.join(10)
+    result = outcome["result"]
+    assert isinstance(result, bulk.BulkResult), outcome
+    assert (result.changed, result.skipped) == (2, 0)
+    assert conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s)",
+                        ([first, job],)).fetchone() == (0,)
+
+
 @pytest.mark.parametrize("how", ["bulk", "by state", "batch"])
 def test_a_bulk_retry_holds_its_jobs_against_the_move(dsn, conn, monkeypatch, how):
     """A bulk retry picks its jobs, brings back the archived ones, then updates them.

@@ -142,7 +142,16 @@ def _one_batch(conn: psycopg.Connection, action: str, ids: list[int],
         unarchive(conn, ids)  # finished ones may be in an archive (shared.archived)
         return len(conn.execute(_RETRY_BATCH, params).fetchall())
     if action == "delete":
-        return len(conn.execute(_DELETE_BATCH, params).fetchall())
+        deleted = {row[0] for row in conn.execute(_DELETE_BATCH, params)}
+        missed = [job_id for job_id in ids if job_id not in deleted]
+        if missed:
+            # A job the leader's move took into its archive while this statement ran
+            # is in neither table for it (READ COMMITTED: the hot table's row was gone
+            # once its lock was granted, the archive's not in the snapshot); a second
+            # statement sees it where it went.
+            deleted.update(row[0] for row in conn.execute(
+                _DELETE_BATCH, {"ids": missed, "states": states}))
+        return len(deleted)
     running = [row[0] for row in conn.execute(
         "SELECT id FROM supervisor.jobs WHERE id = ANY(%(ids)s) AND state = %(running)s "
         "FOR UPDATE", {"ids": ids, "running": RUNNING})]
