@@ -137,5 +137,15 @@ def test_a_held_horizon_spaces_the_full_scans_by_its_age_until_it_lets_go():
     assert floor.next() != FULL_SCAN
     clock.now += 1
     assert floor.next() == FULL_SCAN
-    floor.horizon_held(0.0)  # let go: every 300 s again, counted from the last full one
+    floor.horizon_held(0.0)  # let go: every 300 s again, the first 300 s after it let
+    assert floor.next() != FULL_SCAN  # go (its dead versions stay until a vacuum)
+    clock.now += 299
+    assert floor.next() != FULL_SCAN
+    clock.now += 1
+    assert floor.next() == FULL_SCAN
+    floor.seen_all(5_900.0, FULL_SCAN)
+    floor.horizon_held(0.0)  # a look that finds it still not held changes nothing
+    clock.now += 299
+    assert floor.next() != FULL_SCAN
+    clock.now += 1
     assert floor.next() == FULL_SCAN
