@@ -21,7 +21,7 @@ from supervisor.engine.cursors import (
     HEAD_POLL_EVERY,
     ClaimCursors,
 )
-from supervisor.engine.horizon import HELD_SPACING, HELD_SPACING_MAX
+from supervisor.engine.horizon import AFTER_HOLD, HELD_SPACING, HELD_SPACING_MAX
 
 if str(ROOT) not in sys.path:  # scripts/ is not an installed package
     sys.path.insert(0, str(ROOT))
@@ -122,19 +122,26 @@ def test_a_held_horizon_spaces_the_poll_from_the_head_by_its_age_until_it_lets_g
     cursors.start("q")
     cursors.claimed("q", [_job(1, 0, 100.0)])
     assert cursors.poll_starts(0.0, listening=True) == {}  # from the head
-    cursors.horizon_held(300.0)  # a look: held five minutes
+    cursors.horizon_held(300.0, 0.5)  # a look: held five minutes
     gap = HELD_SPACING * 300.0
     assert HEAD_POLL_EVERY < gap < HELD_SPACING_MAX
     assert cursors.poll_starts(HEAD_POLL_EVERY, listening=True) != {}
     assert cursors.poll_starts(gap - 1, listening=True) != {}
     assert cursors.poll_starts(gap, listening=True) == {}  # from the head again
-    cursors.horizon_held(86_400.0)  # a day: no longer than the cap
+    cursors.horizon_held(86_400.0, gap + 1)  # a day: no longer than the cap
     assert cursors.poll_starts(gap + HELD_SPACING_MAX - 1, listening=True) != {}
     assert cursors.poll_starts(gap + HELD_SPACING_MAX, listening=True) == {}
     last = gap + HELD_SPACING_MAX
-    cursors.horizon_held(0.0)  # a look finds it let go: a minute after the last one
-    assert cursors.poll_starts(last + HEAD_POLL_EVERY - 1, listening=True) != {}
-    assert cursors.poll_starts(last + HEAD_POLL_EVERY, listening=True) == {}
+    # A look finds it let go, long after the last poll from the head: the next waits
+    # AFTER_HOLD from that look (the versions the hold kept stay until a vacuum).
+    cursors.horizon_held(0.0, last + 1000)
+    assert cursors.poll_starts(last + 1000 + AFTER_HOLD - 1, listening=True) != {}
+    assert cursors.poll_starts(last + 1000 + AFTER_HOLD, listening=True) == {}
+    # then every minute, as before the hold
+    cursors.horizon_held(0.0, last + 1000 + AFTER_HOLD + 1)
+    now = last + 1000 + AFTER_HOLD
+    assert cursors.poll_starts(now + HEAD_POLL_EVERY - 1, listening=True) != {}
+    assert cursors.poll_starts(now + HEAD_POLL_EVERY, listening=True) == {}
 
 
 def test_a_job_told_before_it_is_due_is_told_again_once_due():

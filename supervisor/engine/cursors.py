@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey
-from supervisor.engine.horizon import spaced_by_hold
+from supervisor.engine.horizon import AFTER_HOLD, spaced_by_hold
 
 # Seconds between polls that look from the head of the claim index. Under a held horizon
 # such a poll walks every entry claimed since the hold began, so it is kept rare; it only
@@ -98,6 +98,7 @@ class ClaimCursors:
         self._next_head_poll = float("-inf")
         self._last_head_poll = float("-inf")
         self._held = 0.0  # how long the MVCC horizon was held at the last look, seconds
+        self._quiet_until = float("-inf")  # no poll from the head before: a hold let go
         self._loose: dict[str, ClaimKey] = {}  # fair queue -> its jobs of no batch start
         self._first_batch: dict[str, int] = {}  # fair queue -> its batch walk's start
         # fair queue -> batch -> key of the last member its claims took
@@ -206,12 +207,16 @@ class ClaimCursors:
                 starts[queue] = loose
         return starts
 
-    def horizon_held(self, seconds: float) -> None:
+    def horizon_held(self, seconds: float, now: float) -> None:
         """The MVCC horizon has been held ``seconds`` (0: not held), as of a look at
-        its holder: the poll from the head is spaced by it (``spaced_by_hold``),
-        and comes back to ``HEAD_POLL_EVERY`` as soon as a look finds it let go."""
+        its holder at ``now``: the poll from the head is spaced by it
+        (``spaced_by_hold``), and comes back to ``HEAD_POLL_EVERY`` once a look finds it
+        let go, the first ``AFTER_HOLD`` after that look."""
+        if self._held > 0 and seconds == 0:
+            self._quiet_until = now + AFTER_HOLD
         self._held = seconds
-        self._next_head_poll = self._last_head_poll + self._head_poll_every()
+        self._next_head_poll = max(self._last_head_poll + self._head_poll_every(),
+                                   self._quiet_until)
 
     def _head_poll_every(self) -> float:
         return spaced_by_hold(HEAD_POLL_EVERY, self._held)

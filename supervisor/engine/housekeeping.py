@@ -118,7 +118,7 @@ class Housekeeping:
                                   "reading who holds the MVCC horizon")
             if report is not None:
                 self.horizon_watch.looked(report, now)
-                self.claimer.cursors.horizon_held(report.held_seconds)
+                self.claimer.cursors.horizon_held(report.held_seconds, now)
                 self.maintenance.horizon_held(report.held_seconds)
         if now >= self.next_fresh_plans:
             # No deadline of its own: the round's wakes carry it (at most an interval late).

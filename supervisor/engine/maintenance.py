@@ -31,7 +31,7 @@ from supervisor.db import (
     PruneBatches,
     Store,
 )
-from supervisor.engine.horizon import spaced_by_hold
+from supervisor.engine.horizon import AFTER_HOLD, spaced_by_hold
 
 log = logging.getLogger("supervisor.maintenance")
 
@@ -94,18 +94,16 @@ class ScanFloor:
         self._full_due = 0.0
         self._last_full = float("-inf")
         self._held = 0.0  # how long the MVCC horizon was held at the last look, seconds
+        self._quiet_until = float("-inf")  # no full pass before: a hold just let go
 
     def horizon_held(self, seconds: float) -> None:
         """The MVCC horizon has been held ``seconds`` (0: not held): full passes are
         spaced by it while it lasts, and back to ``full_every`` once it lets go, the
-        first of them ``full_every`` after it let go."""
+        first of them ``AFTER_HOLD`` after the look that found it let go."""
         if self._held > 0 and seconds == 0:
-            # The versions the hold kept stay until a vacuum has been by (a minute or
-            # two later): a full pass at once walked them all, on the loop's connection
-            # (518 ms for the rescue after a 20-minute hold at 1,000 jobs/s).
-            self._last_full = max(self._last_full, self.clock())
+            self._quiet_until = self.clock() + AFTER_HOLD
         self._held = seconds
-        self._full_due = self._last_full + self._every()
+        self._full_due = max(self._last_full + self._every(), self._quiet_until)
 
     def _every(self) -> float:
         return spaced_by_hold(self.full_every, self._held)
@@ -123,7 +121,7 @@ class ScanFloor:
         says nothing, and the floor stays where it was."""
         if used == FULL_SCAN:
             self._last_full = self.clock()
-            self._full_due = self._last_full + self._every()
+            self._full_due = max(self._last_full + self._every(), self._quiet_until)
         self._floor = server_now - self.below
 
 
