@@ -38,12 +38,6 @@
 -- its look at the head and what it took); its scans of jobs_fair_idx test the state as
 -- that index's predicate does (state || '' = 'available'); the three fair forms were
 -- regenerated from the builder.
--- Issue 40 again: the carried completions and starts reach their rows by their ids
--- once more ("j.id = ANY(...)"), now with the join to the batch as "j.id + 0 = u.id", so
--- the join is neither an index condition nor an order: under a held horizon a VACUUM
--- leaves the table's estimate at one row, and the join alone was planned as a scan of
--- the whole primary key (_fence in supervisor/db/sql.py); the keyed form's function
--- runs in a CTE whose ids reach the jobs the same way. Regenerated from the builder.
 
 -- @@ claim
 UPDATE ONLY supervisor.jobs
@@ -119,16 +113,15 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM run_at)::float8 AS run_at
 
 -- @@ claim_keyed
-WITH k AS (
-    SELECT * FROM supervisor.claim_keyed(
-        %(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int, %(owner)s,
-        %(ttl)s::float8, %(kind_attempts)s::int[], %(default_attempts)s::int))
 SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
        j.resources::text AS resources,
        extract(epoch FROM j.run_at)::float8 AS run_at
-FROM k JOIN ONLY supervisor.jobs j ON j.id = ANY(ARRAY(SELECT id FROM k)) AND j.id + 0 = k.id
+FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
+                            %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
+                            %(default_attempts)s::int) AS k
+JOIN ONLY supervisor.jobs j ON j.id = k.id
 
 -- @@ complete_and_claim
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
@@ -146,11 +139,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -197,11 +191,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -271,22 +266,22 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
             %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
-claimed AS (WITH k AS (
-    SELECT * FROM supervisor.claim_keyed(
-        %(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int, %(owner)s,
-        %(ttl)s::float8, %(kind_attempts)s::int[], %(default_attempts)s::int))
-SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
+claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
        j.resources::text AS resources,
        extract(epoch FROM j.run_at)::float8 AS run_at
-FROM k JOIN ONLY supervisor.jobs j ON j.id = ANY(ARRAY(SELECT id FROM k)) AND j.id + 0 = k.id)
+FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
+                            %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
+                            %(default_attempts)s::int) AS k
+JOIN ONLY supervisor.jobs j ON j.id = k.id)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
@@ -373,16 +368,15 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
 FROM claimed
 
 -- @@ claim_keyed_alone_prepared
-WITH claimed AS (WITH k AS (
-    SELECT * FROM supervisor.claim_keyed(
-        $1, $2::text[], $3::int, $4::int, $5,
-        $6::float8, $7::int[], $8::int))
-SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
+WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
        j.resources::text AS resources,
        extract(epoch FROM j.run_at)::float8 AS run_at
-FROM k JOIN ONLY supervisor.jobs j ON j.id = ANY(ARRAY(SELECT id FROM k)) AND j.id + 0 = k.id)
+FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
+                            $5, $6::float8, $7::int[],
+                            $8::int) AS k
+JOIN ONLY supervisor.jobs j ON j.id = k.id)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
@@ -403,11 +397,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -454,11 +449,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -528,22 +524,22 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
-claimed AS (WITH k AS (
-    SELECT * FROM supervisor.claim_keyed(
-        $12, $13::text[], $14::int, $15::int, $9,
-        $16::float8, $17::int[], $18::int))
-SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
+claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
        j.resources::text AS resources,
        extract(epoch FROM j.run_at)::float8 AS run_at
-FROM k JOIN ONLY supervisor.jobs j ON j.id = ANY(ARRAY(SELECT id FROM k)) AND j.id + 0 = k.id)
+FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
+                            $9, $16::float8, $17::int[],
+                            $18::int) AS k
+JOIN ONLY supervisor.jobs j ON j.id = k.id)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
@@ -812,11 +808,12 @@ SET state = 'completed', finished_at = now(), result = u.result::jsonb,
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
             $5::float8[], $6::float8[], $7::float8[], $8::text[])
      AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = ANY($1::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = ANY($10::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY($1::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -941,4 +938,3 @@ SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, tr
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM done
-

@@ -53,9 +53,8 @@ from supervisor.db.sql import COMPLETE, STARTED
 # for their size (see the note on the fence in sql.py). The non-blocking claim
 # connection prepares every claim and forces the generic plan (``Database``), which
 # measured cheaper at every size: 32 writes 1.55 against 2.5 ms of server CPU, 128
-# 5.0 against 5.7, 512 15.9 against 16.8 (measured with the fence's earlier form; the
-# generic plan of today's reaches the batch by its ids and a hash join, as a custom
-# plan does).
+# 5.0 against 5.7, 512 15.9 against 16.8 (the nested loop over the primary key that
+# the note in sql.py asks for is the generic plan's own).
 CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
@@ -470,8 +469,7 @@ def _keyed(aged: bool, bounded: bool = False) -> str:
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
     function predates the trace_context (0008), checkpoint (0015), expires_at (0016),
     cpus and memory (0017) columns: they are
-    read here, by primary key, for the few rows a claim returns (and resources, 0027),
-    reached by their ids as ``sql.py``'s fenced writes reach theirs.
+    read here, by primary key, for the few rows a claim returns (and resources, 0027).
     ``bounded``: the overload of 0027_counted_resources.sql (0024's with resources),
     which also skips jobs beyond this supervisor's bounds (aged or not: it takes the
     aging, 0 for none)."""
@@ -481,16 +479,15 @@ def _keyed(aged: bool, bounded: bool = False) -> str:
     else:
         aging = ",\n                            %(aging)s::float8" if aged else ""
     columns = "k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args"
-    return f"""WITH k AS (
-    SELECT * FROM supervisor.claim_keyed(
-        %(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int, %(owner)s,
-        %(ttl)s::float8, %(kind_attempts)s::int[], %(default_attempts)s::int{aging}))
-SELECT {columns},
+    return f"""SELECT {columns},
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
        j.resources::text AS resources,
        extract(epoch FROM j.run_at)::float8 AS run_at
-FROM k JOIN ONLY supervisor.jobs j ON j.id = ANY(ARRAY(SELECT id FROM k)) AND j.id + 0 = k.id"""
+FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
+                            %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
+                            %(default_attempts)s::int{aging}) AS k
+JOIN ONLY supervisor.jobs j ON j.id = k.id"""
 
 
 def _carrying(claim: str, columns: Sequence[str] = _COLUMNS, after: str = "",

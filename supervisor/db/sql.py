@@ -7,36 +7,23 @@ from parts of its own, per variant, in ``supervisor.db.claim``.
 
 from shared.live_sql import live_jobs
 
-# The fence every write for a running job shares; u is the unnest of the batch. j is
-# reached through the primary key by the batch's ids ("Index Cond: id = ANY(...)") and
-# joined to u by hash: the statement reads the batch's entries and nothing else,
-# whatever the planner believes of the table. It used to reach j by the join alone
-# ("j.id = u.id"), which a planner that thinks the table holds one live row turns into
-# a scan of the whole table: found under a held horizon (issue 40), where a VACUUM
-# counts a few live rows among a million dead versions, and a carrying claim planned
-# before the next ANALYZE read the whole primary key (two scans, 2.2 million entries,
-# 400 ms on the loop's connection). Measured on a heap of 160 MB held that way: the old
-# form 46-113 ms a write, this one 0.4-3.2 ms, and the same 0.4-3.2 ms on a healthy
-# table (docs/reliability.md). "j.id + 0" keeps the join from being a second way in:
-# neither an index condition nor an order the primary key gives.
-# These statements are planned per execution (prepare=False) unless a claim carries
-# them: see CACHED_PLAN_BATCH in claim.py.
+# The fence every write for a running job shares; u is the unnest of the batch. The
+# planner reaches j through the primary key, one probe per row of the batch (a nested
+# loop from u, "Index Cond: id = u.id"). These statements are planned per execution
+# (prepare=False): a prepared generic plan cannot see the batch size.
+# A claim carrying a few writes is the exception: see CACHED_PLAN_BATCH in claim.py.
 # Never through the partial index on running rows (jobs_lease_idx), which the planner
 # joined to the primary key in a BitmapAnd: a bitmap scan of that index reads every
 # entry, and while the MVCC horizon is held it keeps one for each job run since (issue
 # 40: about 12,000 read per completion batch after 90 s at 500 jobs/s). The state test
 # compares in the "C" collation so it does not match the index's predicate; equality of
-# text is bytewise in every deterministic collation, so it means the same.
+# text is bytewise in every deterministic collation, so it means the same. Nor with a
+# redundant "j.id = ANY(ids)": it made the planner scan the primary key for the whole
+# batch first and test each row found against every row of u (250 x 250 comparisons
+# for a batch of 250: 72 ms instead of 7).
 _RUNNING = "j.state = 'running' COLLATE \"C\""
-
-
-def _fence(ids: str = "ids") -> str:
-    """The fence of a write whose batch's ids are the parameter ``ids``."""
-    return (f"j.id = ANY(%({ids})s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt "
-            f"AND j.lease_owner = %(owner)s AND {_RUNNING}")
-
-
-_FENCE = _fence()
+_FENCE = ("j.id = u.id AND j.attempt = u.attempt "
+          f"AND j.lease_owner = %(owner)s AND {_RUNNING}")
 
 _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
     'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
@@ -73,7 +60,8 @@ RETURNING j.id
 STARTED = f"""
 UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
 FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE {_fence("started_ids")} AND j.attempted_at IS NULL
+WHERE j.id = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND {_RUNNING} AND j.attempted_at IS NULL
 """
 
 # Every write that adds an errors entry passes the whole through supervisor.capped_errors
@@ -120,7 +108,7 @@ FROM (SELECT v.*, v.signature IS NOT NULL AND v.poison_after > 0 AND NOT EXISTS 
                   %(ran)s::float8[], {_USAGE_ARRAYS})
            AS v(id, attempt, kind, message, traceback, delay, terminal, signature,
                 poison_after, ran, cpu, wall, rss, output)
-      JOIN ONLY supervisor.jobs p ON p.id = ANY(%(ids)s::bigint[]) AND p.id + 0 = v.id) AS u
+      JOIN ONLY supervisor.jobs p ON p.id = v.id) AS u
 WHERE {_FENCE}
 RETURNING j.id, u.poison
 """
@@ -201,7 +189,9 @@ WHERE id = ANY(ARRAY(
 # predicate, the planner joined jobs_lease_idx ("lease_expires_at < now()", every entry
 # below the clock) to the primary key in a BitmapAnd for the rows found, which under a
 # held horizon read every job run since the hold began, each round that rescued one.
-# j is reached by its ids, as the fence's writes reach theirs (the note above them).
+# j is reached by the locked jobs' ids ("id = ANY"): joined to them alone, a planner that
+# believed the table held one row (a VACUUM under a held horizon leaves that estimate)
+# made it a sequential scan of the whole table (docs/reliability.md).
 RESCUE = f"""
 WITH o AS (
     -- A job its supervisor had claimed but not started (attempted_at is set at the start)
