@@ -137,40 +137,50 @@ def test_a_retry_brings_an_archived_job_back_live_with_its_id(conn):
                         ([one, two, three],)).fetchone() == (3,)
 
 
-def test_a_retry_that_waited_for_the_move_of_its_job_finds_it_in_the_archive(dsn, conn):
-    """The operator's retry locks the row the leader is moving: under READ COMMITTED the
-    lock, once the move commits, finds the row it waited for deleted and returns
-    nothing; a second look finds it in the archive. Without it: "no job with id"."""
+def _waiting_for_the_move(dsn: str, conn: psycopg.Connection,
+                          action) -> tuple[list[int], object]:
+    """Two discarded jobs, the first already archived; the leader's move of the second
+    left uncommitted while ``action(connection, second)`` runs in a thread and waits for
+    its lock; then the move commits. Returns the two ids and what ``action`` returned
+    (or raised)."""
     first, job = enqueue_many("k", [{"i": 1}, {"i": 2}], conn=conn)
     _end(conn, [first], "discarded")
     _move(conn)  # the archive exists and is committed
     _end(conn, [job], "discarded")
-    mover = psycopg.connect(dsn)  # its move stays uncommitted until the retry waits
+    mover = psycopg.connect(dsn)  # its move stays uncommitted until the action waits
     assert {f: n for f, n, _ in mover.execute(
         "SELECT * FROM supervisor.archive_finished(%s, %s, %s, 0)", (SPAN, SPAN, 100))
     } == {"done": 0, "failed": 1}
-    outcome: dict[str, object] = {}
+    outcome: list[object] = []
 
-    def retry() -> None:
-        with psycopg.connect(dsn, autocommit=True, application_name="retrier") as c:
+    def run() -> None:
+        with psycopg.connect(dsn, autocommit=True, application_name="racer") as c:
             try:
-                outcome["state"] = admin.retry_job(c, job)
-            except Exception as exc:  # the assertion below shows it
-                outcome["error"] = exc
+                outcome.append(action(c, job))
+            except Exception as exc:  # the caller's assertion shows it
+                outcome.append(exc)
 
-    retrier = threading.Thread(target=retry)
-    retrier.start()
+    racer = threading.Thread(target=run)
+    racer.start()
     try:
         ends = time.monotonic() + 10
         while not conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = "
-                               "'retrier' AND wait_event_type = 'Lock'").fetchone():
-            assert time.monotonic() < ends, "the retry never waited for the move's lock"
+                               "'racer' AND wait_event_type = 'Lock'").fetchone():
+            assert time.monotonic() < ends, "the action never waited for the move's lock"
             time.sleep(0.02)
     finally:
         mover.commit()
         mover.close()
-        retrier.join(10)
-    assert outcome == {"state": "discarded"}
+        racer.join(10)
+    return [first, job], outcome[0] if outcome else None
+
+
+def test_a_retry_that_waited_for_the_move_of_its_job_finds_it_in_the_archive(dsn, conn):
+    """The operator's retry locks the row the leader is moving: under READ COMMITTED the
+    lock, once the move commits, finds the row it waited for deleted and returns
+    nothing; a second look finds it in the archive. Without it: "no job with id"."""
+    (_, job), state = _waiting_for_the_move(dsn, conn, admin.retry_job)
+    assert state == "discarded"
     assert _where(conn, job) == "hot"
     assert conn.execute("SELECT state FROM supervisor.jobs WHERE id = %s",
                         (job,)).fetchone() == ("available",)
@@ -184,41 +194,12 @@ def test_a_bulk_delete_that_waited_for_the_move_of_its_job_deletes_it_in_the_arc
     counted as left alone, and a second run deleted it."""
     from supervisor.admin import bulk
 
-    first, job = enqueue_many("k", [{"i": 1}, {"i": 2}], conn=conn)
-    _end(conn, [first], "discarded")
-    _move(conn)  # the archive exists and is committed
-    _end(conn, [job], "discarded")
-    mover = psycopg.connect(dsn)  # its move stays uncommitted until the delete waits
-    assert {f: n for f, n, _ in mover.execute(
-        "SELECT * FROM supervisor.archive_finished(%s, %s, %s, 0)", (SPAN, SPAN, 100))
-    } == {"done": 0, "failed": 1}
-    outcome: dict[str, object] = {}
-
-    def delete() -> None:
-        with psycopg.connect(dsn, autocommit=True, application_name="deleter") as c:
-            try:
-                outcome["result"] = bulk.run(c, "delete", bulk.BulkFilter(
-                    state="discarded", queue=None, kind="k"), 10)
-            except Exception as exc:  # the assertion below shows it
-                outcome["error"] = exc
-
-    deleter = threading.Thread(target=delete)
-    deleter.start()
-    try:
-        ends = time.monotonic() + 10
-        while not conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = "
-                               "'deleter' AND wait_event_type = 'Lock'").fetchone():
-            assert time.monotonic() < ends, "the delete never waited for the move's lock"
-            time.sleep(0.02)
-    finally:
-        mover.commit()
-        mover.close()
-        deleter.join(10)
-    result = outcome["result"]
-    assert isinstance(result, bulk.BulkResult), outcome
+    ids, result = _waiting_for_the_move(dsn, conn, lambda c, _job: bulk.run(
+        c, "delete", bulk.BulkFilter(state="discarded", queue=None, kind="k"), 10))
+    assert isinstance(result, bulk.BulkResult), result
     assert (result.changed, result.skipped) == (2, 0)
     assert conn.execute("SELECT count(*) FROM supervisor.jobs WHERE id = ANY(%s)",
-                        ([first, job],)).fetchone() == (0,)
+                        (ids,)).fetchone() == (0,)
 
 
 @pytest.mark.parametrize("how", ["bulk", "by state", "batch"])
