@@ -103,13 +103,9 @@ def _params(ids: list[int]) -> dict[str, Any]:
             "cap": 60.0, "jitter": 0.1}
 
 
-@pytest.mark.parametrize("name", ["RESCUE"])
-def test_the_rescue_reaches_its_rows_by_their_ids_when_the_table_looks_empty(
-        conn, running, name):
-    statement = getattr(sql, name)
+def test_the_rescue_reaches_its_rows_by_their_ids_when_the_table_looks_empty(conn, running):
     for size in (1, BATCH, RUNNING):
-        assert _unbounded_reads(conn, _text(statement), _params(running[:size])) == [], \
-            (name, size)
+        assert _unbounded_reads(conn, _text(sql.RESCUE), _params(running[:size])) == [], size
 
 
 def test_the_writes_still_write_exactly_their_rows(conn, running):

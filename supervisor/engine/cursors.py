@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 from shared.jobs import ClaimedJob
 from supervisor.db import ClaimKey
-from supervisor.engine.horizon import AFTER_HOLD, spaced_by_hold
+from supervisor.engine.horizon import HeldPassPacing
 
 # Seconds between polls that look from the head of the claim index. Under a held horizon
 # such a poll walks every entry claimed since the hold began, so it is kept rare; it only
@@ -97,8 +97,7 @@ class ClaimCursors:
         self._asked: dict[str, int] = {}  # queue -> _moves when its claim went out
         self._next_head_poll = float("-inf")
         self._last_head_poll = float("-inf")
-        self._held = 0.0  # how long the MVCC horizon was held at the last look, seconds
-        self._quiet_until = float("-inf")  # no poll from the head before: a hold let go
+        self._pacing = HeldPassPacing(HEAD_POLL_EVERY)
         self._loose: dict[str, ClaimKey] = {}  # fair queue -> its jobs of no batch start
         self._first_batch: dict[str, int] = {}  # fair queue -> its batch walk's start
         # fair queue -> batch -> key of the last member its claims took
@@ -198,7 +197,7 @@ class ClaimCursors:
             self._batch_keys.clear()
             self._drained.clear()
             self._last_head_poll = now
-            self._next_head_poll = now + self._head_poll_every()
+            self._next_head_poll = self._pacing.due(now)
             return {}
         starts = {queue: start for queue in self._last if (start := self._from(queue))}
         for queue in self._drained:
@@ -212,14 +211,8 @@ class ClaimCursors:
         its holder at ``now``: the poll from the head is spaced by it
         (``spaced_by_hold``), and comes back to ``HEAD_POLL_EVERY`` once a look finds it
         let go, the first ``AFTER_HOLD`` after that look."""
-        if self._held > 0 and seconds == 0:
-            self._quiet_until = now + AFTER_HOLD
-        self._held = seconds
-        self._next_head_poll = max(self._last_head_poll + self._head_poll_every(),
-                                   self._quiet_until)
-
-    def _head_poll_every(self) -> float:
-        return spaced_by_hold(HEAD_POLL_EVERY, self._held)
+        self._pacing.looked(seconds, now)
+        self._next_head_poll = self._pacing.due(self._last_head_poll)
 
     def _tell_due(self) -> None:
         """Tell the cursors again of the jobs told before they were due that are due

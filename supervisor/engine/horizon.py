@@ -39,6 +39,29 @@ def spaced_by_hold(every: float, held: float) -> float:
     return max(every, min(HELD_SPACING * held, HELD_SPACING_MAX))
 
 
+class HeldPassPacing:
+    """When the next pass from an index's start is due after the last one: ``every``
+    seconds, spaced by the hold's age while the looks at the MVCC horizon find it held
+    (``spaced_by_hold``), and not before ``AFTER_HOLD`` after the look that found it let
+    go. The full rescue and prune passes (``ScanFloor``) and the claim's poll from the
+    head (``ClaimCursors``) each keep one."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.held = 0.0  # how long the horizon was held at the last look, seconds
+        self._quiet_until = float("-inf")
+
+    def looked(self, held: float, now: float) -> None:
+        """A look at ``now`` found the horizon held ``held`` seconds (0: not held)."""
+        if self.held > 0 and held == 0:
+            self._quiet_until = now + AFTER_HOLD
+        self.held = held
+
+    def due(self, last: float) -> float:
+        """When the pass after one at ``last`` is due."""
+        return max(last + spaced_by_hold(self.every, self.held), self._quiet_until)
+
+
 class HorizonWatch:
     """Warnings and gauges from each look at the horizon."""
 

@@ -31,7 +31,7 @@ from supervisor.db import (
     PruneBatches,
     Store,
 )
-from supervisor.engine.horizon import AFTER_HOLD, spaced_by_hold
+from supervisor.engine.horizon import HeldPassPacing, spaced_by_hold
 
 log = logging.getLogger("supervisor.maintenance")
 
@@ -88,25 +88,18 @@ class ScanFloor:
     def __init__(self, below: float, full_every: float = FULL_SCAN_EVERY,
                  clock=time.monotonic) -> None:
         self.below = below
-        self.full_every = full_every
         self.clock = clock
         self._floor: float | None = None  # server epoch seconds; None: scan everything
         self._full_due = 0.0
         self._last_full = float("-inf")
-        self._held = 0.0  # how long the MVCC horizon was held at the last look, seconds
-        self._quiet_until = float("-inf")  # no full pass before: a hold just let go
+        self._pacing = HeldPassPacing(full_every)
 
     def horizon_held(self, seconds: float) -> None:
         """The MVCC horizon has been held ``seconds`` (0: not held): full passes are
         spaced by it while it lasts, and back to ``full_every`` once it lets go, the
         first of them ``AFTER_HOLD`` after the look that found it let go."""
-        if self._held > 0 and seconds == 0:
-            self._quiet_until = self.clock() + AFTER_HOLD
-        self._held = seconds
-        self._full_due = max(self._last_full + self._every(), self._quiet_until)
-
-    def _every(self) -> float:
-        return spaced_by_hold(self.full_every, self._held)
+        self._pacing.looked(seconds, self.clock())
+        self._full_due = self._pacing.due(self._last_full)
 
     def next(self) -> float:
         """The floor for this pass (``FULL_SCAN``: the whole index)."""
@@ -121,7 +114,7 @@ class ScanFloor:
         says nothing, and the floor stays where it was."""
         if used == FULL_SCAN:
             self._last_full = self.clock()
-            self._full_due = max(self._last_full + self._every(), self._quiet_until)
+            self._full_due = self._pacing.due(self._last_full)
         self._floor = server_now - self.below
 
 
