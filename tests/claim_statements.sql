@@ -38,6 +38,14 @@
 -- its look at the head and what it took); its scans of jobs_fair_idx test the state as
 -- that index's predicate does (state || '' = 'available'); the three fair forms were
 -- regenerated from the builder.
+-- Issue 40 again: the carried completions and starts reach their rows by their ids
+-- ("j.id = ANY(...)") and no other way, and read each row's values from the batch's
+-- arrays at its place among the ids (width_bucket: a binary search; the ids are sent
+-- sorted): no join, so no plan, generic or not, that scans the whole primary key (under
+-- a held horizon a VACUUM leaves the table's estimate at one row) or tests every row of
+-- the batch against every other (_by_place in supervisor/db/sql.py); the keyed form
+-- reads its extra columns by a lateral probe of the primary key for each row its
+-- function returned. Regenerated from the builder.
 
 -- @@ claim
 UPDATE ONLY supervisor.jobs
@@ -120,31 +128,25 @@ SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, 
        extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int) AS k
-JOIN ONLY supervisor.jobs j ON j.id = k.id
+                            %(default_attempts)s::int) AS k,
+     LATERAL (SELECT * FROM ONLY supervisor.jobs WHERE id = k.id OFFSET 0) AS j
 
 -- @@ complete_and_claim
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
-    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+SET state = 'completed', finished_at = now(), result = ((SELECT %(results_json)s::jsonb) -> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1)) -> 0, usage = nullif((SELECT %(usages_json)s::jsonb) -> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1), 'null'),
+    output = (SELECT %(outputs_json)s::jsonb) ->> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1),
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
-    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
-            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce((SELECT %(ran)s::float8[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))], 0) * interval '1 second')
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = (SELECT %(ids)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))] AND j.attempt = (SELECT %(attempts)s::int[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))] AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = (SELECT %(started_ids)s::bigint[])[width_bucket(j.id, (SELECT %(started_ids)s::bigint[]))] AND j.attempt = (SELECT %(started_attempts)s::int[])[width_bucket(j.id, (SELECT %(started_ids)s::bigint[]))] AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -177,26 +179,20 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
 
 -- @@ complete_and_claim_aged
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
-    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+SET state = 'completed', finished_at = now(), result = ((SELECT %(results_json)s::jsonb) -> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1)) -> 0, usage = nullif((SELECT %(usages_json)s::jsonb) -> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1), 'null'),
+    output = (SELECT %(outputs_json)s::jsonb) ->> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1),
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
-    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
-            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce((SELECT %(ran)s::float8[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))], 0) * interval '1 second')
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = (SELECT %(ids)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))] AND j.attempt = (SELECT %(attempts)s::int[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))] AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = (SELECT %(started_ids)s::bigint[])[width_bucket(j.id, (SELECT %(started_ids)s::bigint[]))] AND j.attempt = (SELECT %(started_attempts)s::int[])[width_bucket(j.id, (SELECT %(started_ids)s::bigint[]))] AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
@@ -252,26 +248,20 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
 
 -- @@ complete_and_claim_keyed
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
-    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+SET state = 'completed', finished_at = now(), result = ((SELECT %(results_json)s::jsonb) -> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1)) -> 0, usage = nullif((SELECT %(usages_json)s::jsonb) -> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1), 'null'),
+    output = (SELECT %(outputs_json)s::jsonb) ->> (width_bucket(j.id, (SELECT %(ids)s::bigint[])) - 1),
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
-    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
-            %(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[])
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce((SELECT %(ran)s::float8[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))], 0) * interval '1 second')
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = (SELECT %(ids)s::bigint[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))] AND j.attempt = (SELECT %(attempts)s::int[])[width_bucket(j.id, (SELECT %(ids)s::bigint[]))] AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+WHERE j.id = ANY(%(started_ids)s::bigint[]) AND j.id = (SELECT %(started_ids)s::bigint[])[width_bucket(j.id, (SELECT %(started_ids)s::bigint[]))] AND j.attempt = (SELECT %(started_attempts)s::int[])[width_bucket(j.id, (SELECT %(started_ids)s::bigint[]))] AND j.lease_owner = %(owner)s AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
   AND NOT (j.id = ANY(%(ids)s::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
@@ -280,8 +270,8 @@ claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority,
        extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int) AS k
-JOIN ONLY supervisor.jobs j ON j.id = k.id)
+                            %(default_attempts)s::int) AS k,
+     LATERAL (SELECT * FROM ONLY supervisor.jobs WHERE id = k.id OFFSET 0) AS j)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
@@ -375,51 +365,45 @@ WITH claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.prio
        extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed($1, $2::text[], $3::int, $4::int,
                             $5, $6::float8, $7::int[],
-                            $8::int) AS k
-JOIN ONLY supervisor.jobs j ON j.id = k.id)
+                            $8::int) AS k,
+     LATERAL (SELECT * FROM ONLY supervisor.jobs WHERE id = k.id OFFSET 0) AS j)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
 
 -- @@ complete_and_claim_prepared
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
-    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+SET state = 'completed', finished_at = now(), result = ((SELECT $1::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1)) -> 0, usage = nullif((SELECT $3::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1), 'null'),
+    output = (SELECT $4::jsonb) ->> (width_bucket(j.id, (SELECT $2::bigint[])) - 1),
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
-    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
-            $5::float8[], $6::float8[], $7::float8[], $8::text[])
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce((SELECT $5::float8[])[width_bucket(j.id, (SELECT $2::bigint[]))], 0) * interval '1 second')
+WHERE j.id = ANY($2::bigint[]) AND j.id = (SELECT $2::bigint[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.attempt = (SELECT $6::int[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
-  AND NOT (j.id = ANY($1::bigint[]))),
+WHERE j.id = ANY($8::bigint[]) AND j.id = (SELECT $8::bigint[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.attempt = (SELECT $9::int[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+  AND NOT (j.id = ANY($2::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
+    lease_owner = $7, lease_expires_at = now() + $10 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $15)
+        SELECT a.n FROM unnest($11::text[], $12::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $13)
 WHERE id = ANY(ARRAY(
     SELECT id FROM ONLY supervisor.jobs
-    WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
-      AND run_at <= now() AND (priority, run_at, id) > ($17::int, to_timestamp($18::float8), $19::bigint)
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
+    WHERE state = 'available' AND queue = $14 AND kind = ANY($11::text[])
+      AND run_at <= now() AND (priority, run_at, id) > ($15::int, to_timestamp($16::float8), $17::bigint)
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $14 AND q.paused)
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $20
+    LIMIT $18
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -435,66 +419,60 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
 
 -- @@ complete_and_claim_aged_prepared
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
-    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+SET state = 'completed', finished_at = now(), result = ((SELECT $1::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1)) -> 0, usage = nullif((SELECT $3::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1), 'null'),
+    output = (SELECT $4::jsonb) ->> (width_bucket(j.id, (SELECT $2::bigint[])) - 1),
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
-    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
-            $5::float8[], $6::float8[], $7::float8[], $8::text[])
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce((SELECT $5::float8[])[width_bucket(j.id, (SELECT $2::bigint[]))], 0) * interval '1 second')
+WHERE j.id = ANY($2::bigint[]) AND j.id = (SELECT $2::bigint[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.attempt = (SELECT $6::int[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
-  AND NOT (j.id = ANY($1::bigint[]))),
+WHERE j.id = ANY($8::bigint[]) AND j.id = (SELECT $8::bigint[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.attempt = (SELECT $9::int[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+  AND NOT (j.id = ANY($2::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
+    lease_owner = $7, lease_expires_at = now() + $10 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $15)
+        SELECT a.n FROM unnest($11::text[], $12::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $13)
 WHERE id = ANY(ARRAY(
     SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE levels(priority) AS (
     (SELECT priority FROM ONLY supervisor.jobs
-     WHERE state = 'available' AND queue = $16 ORDER BY priority LIMIT 1)
+     WHERE state = 'available' AND queue = $14 ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM ONLY supervisor.jobs j
-            WHERE j.state = 'available' AND j.queue = $16 AND j.priority > l.priority
+            WHERE j.state = 'available' AND j.queue = $14 AND j.priority > l.priority
             ORDER BY j.priority LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL)
 SELECT head.id FROM (
     SELECT id FROM ONLY supervisor.jobs
-    WHERE state = 'available' AND queue = $16 AND kind = ANY($13::text[])
+    WHERE state = 'available' AND queue = $14 AND kind = ANY($11::text[])
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY priority, run_at, id
-    LIMIT $17) AS head
+    LIMIT $15) AS head
 UNION ALL
 SELECT aged.id FROM levels CROSS JOIN LATERAL (
     SELECT id FROM ONLY supervisor.jobs
-    WHERE state = 'available' AND queue = $16 AND priority = levels.priority
-      AND kind = ANY($13::text[])
-      AND run_at <= now() - $18::float8 * interval '1 second'
+    WHERE state = 'available' AND queue = $14 AND priority = levels.priority
+      AND kind = ANY($11::text[])
+      AND run_at <= now() - $16::float8 * interval '1 second'
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY run_at, id
-    LIMIT $17) AS aged))
-      AND state = 'available' AND queue = $16 AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $16 AND q.paused)
-    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $18::float8),
+    LIMIT $15) AS aged))
+      AND state = 'available' AND queue = $14 AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $14 AND q.paused)
+    ORDER BY priority - floor(extract(epoch FROM now() - run_at) / $16::float8),
              run_at, id
-    LIMIT $17
+    LIMIT $15
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -510,36 +488,30 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
 
 -- @@ complete_and_claim_keyed_prepared
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
-    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+SET state = 'completed', finished_at = now(), result = ((SELECT $1::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1)) -> 0, usage = nullif((SELECT $3::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1), 'null'),
+    output = (SELECT $4::jsonb) ->> (width_bucket(j.id, (SELECT $2::bigint[])) - 1),
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
-    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
-            $5::float8[], $6::float8[], $7::float8[], $8::text[])
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce((SELECT $5::float8[])[width_bucket(j.id, (SELECT $2::bigint[]))], 0) * interval '1 second')
+WHERE j.id = ANY($2::bigint[]) AND j.id = (SELECT $2::bigint[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.attempt = (SELECT $6::int[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
-  AND NOT (j.id = ANY($1::bigint[]))),
+WHERE j.id = ANY($8::bigint[]) AND j.id = (SELECT $8::bigint[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.attempt = (SELECT $9::int[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+  AND NOT (j.id = ANY($2::bigint[]))),
 claimed AS (SELECT k.id, k.kind, k.queue, k.attempt, k.max_attempts, k.priority, k.timeout, k.args,
        k.wait, j.trace_context::text AS trace_context, j.checkpoint::text AS checkpoint,
        extract(epoch FROM j.expires_at)::float8 AS expires_at, j.cpus, j.memory,
        j.resources::text AS resources,
        extract(epoch FROM j.run_at)::float8 AS run_at
-FROM supervisor.claim_keyed($12, $13::text[], $14::int, $15::int,
-                            $9, $16::float8, $17::int[],
-                            $18::int) AS k
-JOIN ONLY supervisor.jobs j ON j.id = k.id)
+FROM supervisor.claim_keyed($10, $11::text[], $12::int, $13::int,
+                            $7, $14::float8, $15::int[],
+                            $16::int) AS k,
+     LATERAL (SELECT * FROM ONLY supervisor.jobs WHERE id = k.id OFFSET 0) AS j)
 SELECT id, kind, queue, attempt, max_attempts, priority, timeout, args, wait, trace_context, checkpoint, expires_at, cpus, memory, resources, run_at,
        false AS done
 FROM claimed
@@ -794,91 +766,85 @@ FROM claimed
 
 -- @@ complete_and_claim_fair_prepared
 WITH done AS (UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
-    'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END, output = u.output,
+SET state = 'completed', finished_at = now(), result = ((SELECT $1::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1)) -> 0, usage = nullif((SELECT $3::jsonb) -> (width_bucket(j.id, (SELECT $2::bigint[])) - 1), 'null'),
+    output = (SELECT $4::jsonb) ->> (width_bucket(j.id, (SELECT $2::bigint[])) - 1),
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{done}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
-    attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[],
-            $5::float8[], $6::float8[], $7::float8[], $8::text[])
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
-WHERE j.id = u.id AND j.attempt = u.attempt AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C"
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
+    attempted_at = coalesce(j.attempted_at, now() - coalesce((SELECT $5::float8[])[width_bucket(j.id, (SELECT $2::bigint[]))], 0) * interval '1 second')
+WHERE j.id = ANY($2::bigint[]) AND j.id = (SELECT $2::bigint[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.attempt = (SELECT $6::int[])[width_bucket(j.id, (SELECT $2::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C"
 RETURNING j.id),
 started AS (UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest($10::bigint[], $11::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = $9 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
-  AND NOT (j.id = ANY($1::bigint[]))),
+WHERE j.id = ANY($8::bigint[]) AND j.id = (SELECT $8::bigint[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.attempt = (SELECT $9::int[])[width_bucket(j.id, (SELECT $8::bigint[]))] AND j.lease_owner = $7 AND j.state = 'running' COLLATE "C" AND j.attempted_at IS NULL
+  AND NOT (j.id = ANY($2::bigint[]))),
 claimed AS (UPDATE ONLY supervisor.jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = NULL,  -- set at its start
-    lease_owner = $9, lease_expires_at = now() + $12 * interval '1 second',
+    lease_owner = $7, lease_expires_at = now() + $10 * interval '1 second',
     heartbeat_at = now(),
     -- A producer that left max_attempts out gets the handler's (or the config's) now.
     max_attempts = coalesce(max_attempts, (
-        SELECT a.n FROM unnest($13::text[], $14::int[]) AS a(kind, n)
-        WHERE a.kind = supervisor.jobs.kind), $15)
+        SELECT a.n FROM unnest($11::text[], $12::int[]) AS a(kind, n)
+        WHERE a.kind = supervisor.jobs.kind), $13)
 WHERE id = ANY(ARRAY(
     SELECT id FROM ONLY supervisor.jobs
     WHERE id = ANY(ARRAY(WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
-        SELECT * FROM unnest($16::bigint[], $17::int[],
-                             $18::float8[], $19::bigint[])),
+        SELECT * FROM unnest($14::bigint[], $15::int[],
+                             $16::float8[], $17::bigint[])),
     batches(pos, b, p, r, i) AS (
-        SELECT $20::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
+        SELECT $18::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM ONLY supervisor.jobs w
-                   WHERE w.state || '' = 'available' AND w.queue = $21 AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = $19 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
-               CASE WHEN gap.b IS NULL THEN nk.p ELSE $22::int END,
-               CASE WHEN gap.b IS NULL THEN nk.r ELSE $23::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE $20::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE $21::float8 END,
                CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
         FROM batches s
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
-                    WHERE g.state || '' = 'available' AND g.queue = $21
+                    WHERE g.state || '' = 'available' AND g.queue = $19
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b
             OFFSET 0) AS gap  -- not pulled up: each use of gap.b would probe again
         WHERE s.pos IS NOT NULL)
     SELECT turn.id FROM (
-        SELECT m.id, m.priority, m.n, batches.b = ANY($24::bigint[]) AS held
+        SELECT m.id, m.priority, m.n, batches.b = ANY($22::bigint[]) AS held
         FROM batches CROSS JOIN LATERAL (
             SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id) AS n
             FROM (SELECT id, priority, run_at FROM ONLY supervisor.jobs
-                  WHERE state || '' = 'available' AND queue = $21 AND batch_id = batches.b
+                  WHERE state || '' = 'available' AND queue = $19 AND batch_id = batches.b
                     AND (priority, run_at, id)
                         > (batches.p, to_timestamp(batches.r), batches.i)
-                    AND kind = ANY($13::text[]) AND run_at <= now()
+                    AND kind = ANY($11::text[]) AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY priority, run_at, id
-                  LIMIT $25) AS due) AS m
+                  LIMIT $23) AS due) AS m
         WHERE batches.b IS NOT NULL
         UNION ALL
         SELECT id, priority, row_number() OVER (ORDER BY priority, run_at, id), false
         FROM (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
-              WHERE state = 'available' AND queue = $21
-                AND kind = ANY($13::text[]) AND run_at <= now()
-                AND (priority, run_at, id) > ($26::int, to_timestamp($27::float8), $28::bigint)
+              WHERE state = 'available' AND queue = $19
+                AND kind = ANY($11::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > ($24::int, to_timestamp($25::float8), $26::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $25) AS head
+              LIMIT $23) AS head
         WHERE head.batch_id IS NULL) AS turn
     ORDER BY turn.priority, turn.n, turn.held, random()
-    LIMIT $25))
-      AND state || '' = 'available' AND queue = $21
-      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $21 AND q.paused)
-    LIMIT $25
+    LIMIT $23))
+      AND state || '' = 'available' AND queue = $19
+      AND NOT EXISTS (SELECT 1 FROM supervisor.queues q WHERE q.name = $19 AND q.paused)
+    LIMIT $23
     FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text AS args,
           extract(epoch FROM now() - run_at)::float8 AS wait,
@@ -888,26 +854,26 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
           extract(epoch FROM run_at)::float8 AS run_at,
           batch_id,
           (WITH RECURSIVE known(b, p, r, i) AS MATERIALIZED (
-        SELECT * FROM unnest($16::bigint[], $17::int[],
-                             $18::float8[], $19::bigint[])),
+        SELECT * FROM unnest($14::bigint[], $15::int[],
+                             $16::float8[], $17::bigint[])),
     batches(pos, b, p, r, i) AS (
-        SELECT $20::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
+        SELECT $18::bigint, NULL::bigint, NULL::int, NULL::float8, NULL::bigint
         UNION ALL
         SELECT coalesce(gap.b, nk.b),
                coalesce(gap.b, CASE WHEN EXISTS (
                    SELECT 1 FROM ONLY supervisor.jobs w
-                   WHERE w.state || '' = 'available' AND w.queue = $21 AND w.batch_id = nk.b
+                   WHERE w.state || '' = 'available' AND w.queue = $19 AND w.batch_id = nk.b
                      AND (w.priority, w.run_at, w.id)
                          > (nk.p, to_timestamp(nk.r), nk.i)) THEN nk.b END),
-               CASE WHEN gap.b IS NULL THEN nk.p ELSE $22::int END,
-               CASE WHEN gap.b IS NULL THEN nk.r ELSE $23::float8 END,
+               CASE WHEN gap.b IS NULL THEN nk.p ELSE $20::int END,
+               CASE WHEN gap.b IS NULL THEN nk.r ELSE $21::float8 END,
                CASE WHEN gap.b IS NULL THEN nk.i ELSE 0::bigint END
         FROM batches s
         LEFT JOIN LATERAL (SELECT k.b, k.p, k.r, k.i FROM known k WHERE k.b > s.pos
                            ORDER BY k.b LIMIT 1) AS nk ON true
         CROSS JOIN LATERAL (
             SELECT (SELECT g.batch_id FROM ONLY supervisor.jobs g
-                    WHERE g.state || '' = 'available' AND g.queue = $21
+                    WHERE g.state || '' = 'available' AND g.queue = $19
                       AND g.batch_id > s.pos
                       AND g.batch_id < coalesce(nk.b, 9223372036854775807)
                     ORDER BY g.batch_id LIMIT 1) AS b
@@ -915,12 +881,12 @@ RETURNING id, kind, queue, attempt, max_attempts, priority, timeout, args::text 
         WHERE s.pos IS NOT NULL)
            SELECT b FROM batches WHERE b IS NOT NULL LIMIT 1) AS first_batch),
 loose_head AS MATERIALIZED (SELECT id, priority, run_at, batch_id FROM ONLY supervisor.jobs
-              WHERE state = 'available' AND queue = $21
-                AND kind = ANY($13::text[]) AND run_at <= now()
-                AND (priority, run_at, id) > ($26::int, to_timestamp($27::float8), $28::bigint)
+              WHERE state = 'available' AND queue = $19
+                AND kind = ANY($11::text[]) AND run_at <= now()
+                AND (priority, run_at, id) > ($24::int, to_timestamp($25::float8), $26::bigint)
       AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority, run_at, id
-              LIMIT $25),
+              LIMIT $23),
 loose_next AS MATERIALIZED (
     SELECT priority, run_at, id FROM (
         (SELECT priority, run_at, id - 1 AS id, 0 AS o FROM loose_head

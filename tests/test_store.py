@@ -374,3 +374,73 @@ def test_a_claim_of_no_job_writes_its_completions_and_starts_and_takes_nothing(c
     started = conn.execute("SELECT attempted_at IS NOT NULL FROM supervisor.jobs WHERE id = %s",
                            (held[2].id,)).fetchone()[0]
     assert started
+
+
+@pytest.mark.parametrize("path", ["complete", "run_claim", "send_claim"])
+def test_a_batch_in_any_order_writes_each_job_its_own_values(conn, dsn, path):
+    """Each row of a completion batch reads its values at its place among the batch's
+    ids (a binary search: ``sql._by_place``), so the store sends every batch sorted by id.
+    Given in reverse and shuffled order, each job still gets its own result, usage,
+    output and attempt's start; a result of JSON null stays JSON null and none stays
+    SQL NULL; a start carried beside them writes its own job."""
+    import selectors
+
+    from shared.usage import Usage
+    from supervisor.db.nonblocking import NonBlockingQuery
+
+    enqueue_many("k", [{}] * 40, conn=conn)
+    store = Store(conn, "me")
+    held = store.claim("default", ["k"], 40)
+    started = held.pop()
+    random.Random(7).shuffle(held)
+    held.sort(key=lambda j: -j.id % 3)  # neither sorted nor reversed
+
+    def completion(j) -> Completion:
+        result = None if j.id % 5 == 0 else "null" if j.id % 5 == 1 else f'{{"n": {j.id}}}'
+        return Completion(j.id, j.attempt, result,
+                          usage=Usage(j.id / 1000, j.id / 100, j.id * 1024),
+                          output=f"printed {j.id}\n\"quoted\"" if j.id % 2 else None,
+                          ran=float(j.id % 7))
+
+    items = [completion(j) for j in held]
+    starts = [Attempt(started.id, started.attempt)]
+    if path == "complete":
+        assert store.complete(items) == []
+        store.started(starts)
+    elif path == "run_claim":
+        assert store.run_claim(ClaimRequest("default", ["k"], 0, completions=items,
+                                            starts=starts)).fenced == []
+    else:
+        with psycopg.connect(dsn, autocommit=True) as own:
+            sel = selectors.DefaultSelector()
+            out: list = []
+            Store(own, "me").send_claim(
+                NonBlockingQuery(own, sel),
+                ClaimRequest("default", ["k"], 0, completions=items, starts=starts),
+                out.append)
+            while not out:
+                for key, mask in sel.select(5):
+                    key.data.handle_event(key, mask)
+            sel.close()
+        assert not isinstance(out[0], Exception), out[0]
+        assert out[0].fenced == []
+    rows = {r[0]: r[1:] for r in conn.execute(
+        "SELECT id, state, result IS NULL, result::text, usage, output, "
+        "extract(epoch FROM finished_at - attempted_at) FROM supervisor.jobs").fetchall()}
+    for j in held:
+        state, no_result, result, usage, output, took = rows[j.id]
+        assert state == "completed", j.id
+        if j.id % 5 == 0:
+            assert no_result, j.id
+        elif j.id % 5 == 1:
+            assert result == "null", j.id
+        else:
+            assert result == f'{{"n": {j.id}}}', j.id
+        assert usage == {"cpu_seconds": j.id / 1000, "wall_seconds": j.id / 100,
+                         "max_rss_bytes": j.id * 1024}, j.id
+        assert output == (f"printed {j.id}\n\"quoted\"" if j.id % 2 else None), j.id
+        # the start written from "ran" seconds before the completion (0 for none)
+        assert took == pytest.approx(j.id % 7, abs=0.5), j.id
+    assert rows[started.id][0] == "running"
+    assert conn.execute("SELECT attempted_at IS NOT NULL FROM supervisor.jobs WHERE id = %s",
+                        (started.id,)).fetchone()[0]

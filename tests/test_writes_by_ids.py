@@ -1,16 +1,15 @@
-"""The leader's rescue and its move to the archives reach their rows by their ids,
-whatever the planner believes of the table (issue 40).
+"""Every write for running jobs reaches its rows by their ids, whatever the planner
+believes of the table (issue 40).
 
 Under a held MVCC horizon a VACUUM of ``supervisor.jobs`` counts the few live rows among
 a million dead versions and sets the table's estimate to about one row. Until the next
-ANALYZE, a statement that reached its rows by a join alone was planned as one scan of
-the whole table or of its primary key. These tests make the planner believe the same
-(``pg_class.reltuples`` of the table and of its primary key set to 1, inside a
-transaction that is rolled back) and read the plans: no sequential scan of the table,
-and every scan of its primary key bounded by an index condition. The fenced writes of
-the loop (completions, starts, renewals) still reach their rows by the join: the form
-that did not (``j.id = ANY(ids)``) cost a generic plan a nested loop over the whole
-batch, 45 ms for 300 completions against 6 (docs/reliability.md).
+ANALYZE, a write that reached its rows by a join ("j.id = u.id") was planned as one scan
+of the whole table or of its primary key: a carrying claim on the loop's connection took
+400 ms (two full scans of the primary key, 2.2 million entries) in a 7-minute hold at
+1,000 jobs/s. These tests make the planner believe the same (``pg_class.reltuples`` of
+the table and of its primary key set to 1, inside a transaction that is rolled back)
+and read each write's plan: no sequential scan of the table, and every scan of its
+primary key bounded by an index condition.
 """
 
 from __future__ import annotations
@@ -24,7 +23,9 @@ import psycopg
 import pytest
 
 from shared.enqueue import enqueue_many
-from supervisor.db import sql
+from supervisor.db import claim, sql
+from supervisor.db.attempt_cost import completion_params
+from supervisor.db.records import Attempt, Completion
 
 OWNER = "me"
 RUNNING = 300
@@ -100,15 +101,37 @@ def _params(ids: list[int]) -> dict[str, Any]:
             "signatures": [None] * n, "poison_after": [0] * n,
             "progress": [None] * n, "checkpoints": [None] * n, "ttl": 30.0,
             "floor": float("-inf"), "limit": 100, "base": 1.0, "factor": 2.0,
-            "cap": 60.0, "jitter": 0.1}
+            "cap": 60.0, "jitter": 0.1,
+            **completion_params([Completion(i, 1, '"ok"') for i in ids])}
 
 
-def test_the_rescue_reaches_its_rows_by_their_ids_when_the_table_looks_empty(conn, running):
+@pytest.mark.parametrize("name", ["COMPLETE", "STARTED", "FAIL", "RELEASE",
+                                  "EXPIRE_CLAIMED", "SNOOZE", "INTERRUPT", "RENEW",
+                                  "RESCUE"])
+def test_a_write_reaches_its_rows_by_their_ids_when_the_table_looks_empty(
+        conn, running, name):
+    statement = getattr(sql, name)
     for size in (1, BATCH, RUNNING):
-        assert _unbounded_reads(conn, _text(sql.RESCUE), _params(running[:size])) == [], size
+        assert _unbounded_reads(conn, _text(statement), _params(running[:size])) == [], \
+            (name, size)
 
 
-def test_the_writes_still_write_exactly_their_rows(conn, running):
+@pytest.mark.parametrize("form", ["plain", "aged", "fair", "keyed"])
+def test_a_prepared_claim_carrying_writes_reads_no_more_when_the_table_looks_empty(
+        conn, running, form):
+    half = len(running) // 2
+    request = claim.ClaimRequest(
+        "default", ["k", "keyed"], 4, aging=60.0 if form == "aged" else 0.0,
+        per_key=1 if form == "keyed" else None, fair=form == "fair",
+        completions=[Completion(i, 1, '"ok"') for i in running[:BATCH]],
+        starts=[Attempt(i, 1) for i in running[half:half + BATCH]])
+    prepared = claim.claim_prepared(claim.variant(request, blocking=False))
+    values = prepared.values(claim.params(request, OWNER, 30.0, {}, 3))
+    # the generic plan, as the claim connection makes it (force_generic_plan)
+    assert _unbounded_reads(conn, prepared.sql, values, generic=True) == []
+
+
+def test_the_writes_still_write_through_the_new_way_in(conn, running):
     """The forged plans are read, not run; these run for real: a completion, a renewal
     and a rescue write exactly their rows."""
     done = conn.execute(sql.COMPLETE, _params(running[:BATCH])).fetchall()

@@ -41,20 +41,20 @@ from typing import Any
 import orjson
 
 from shared.jobs import ClaimedJob, ClaimPosition
-from supervisor.db.attempt_cost import usage_params
+from supervisor.db.attempt_cost import completion_params
 from supervisor.db.nonblocking import Prepared
-from supervisor.db.records import Attempt, Completion
+from supervisor.db.records import Attempt, Completion, in_id_order
 from supervisor.db.sql import COMPLETE, STARTED
 
 # A blocking claim (on the work connection, whose plans PostgreSQL chooses) carrying at
 # most this many writes runs as a prepared statement: a generic plan guesses ten rows
 # for a batch, as good as a custom plan for a few, and it saves the parse and planning
 # (about 1 ms of server CPU) of the claim after each job. Larger batches are planned
-# for their size (see the note on the fence in sql.py). The non-blocking claim
-# connection prepares every claim and forces the generic plan (``Database``), which
-# measured cheaper at every size: 32 writes 1.55 against 2.5 ms of server CPU, 128
-# 5.0 against 5.7, 512 15.9 against 16.8 (the nested loop over the primary key that
-# the note in sql.py asks for is the generic plan's own).
+# for their size. The non-blocking claim connection prepares every claim and forces
+# the generic plan (``Database``), which measured cheaper at every size: 32 writes
+# 1.55 against 2.5 ms of server CPU, 128 5.0 against 5.7, 512 15.9 against 16.8
+# (measured with the fence's earlier form, a join; today's reads each row's values at
+# its place in the batch, and has one plan whatever the size: sql.py).
 CACHED_PLAN_BATCH = 16
 
 # The columns every claim form returns for a claimed job, read by name.
@@ -469,7 +469,10 @@ def _keyed(aged: bool, bounded: bool = False) -> str:
     ``_candidates(aged=True)`` does). Queues without that limit never reach it. The
     function predates the trace_context (0008), checkpoint (0015), expires_at (0016),
     cpus and memory (0017) columns: they are
-    read here, by primary key, for the few rows a claim returns (and resources, 0027).
+    read here, by primary key, one probe per row the function returned: a lateral
+    subquery the planner cannot flatten (``OFFSET 0``), so whatever it believes of the
+    table it has no way in but ``id = k.id`` (a join let a planner that thought the
+    table held one row scan all of it, issue 40).
     ``bounded``: the overload of 0027_counted_resources.sql (0024's with resources),
     which also skips jobs beyond this supervisor's bounds (aged or not: it takes the
     aging, 0 for none)."""
@@ -486,8 +489,8 @@ def _keyed(aged: bool, bounded: bool = False) -> str:
        extract(epoch FROM j.run_at)::float8 AS run_at
 FROM supervisor.claim_keyed(%(queue)s, %(kinds)s::text[], %(limit)s::int, %(per_key)s::int,
                             %(owner)s, %(ttl)s::float8, %(kind_attempts)s::int[],
-                            %(default_attempts)s::int{aging}) AS k
-JOIN ONLY supervisor.jobs j ON j.id = k.id"""
+                            %(default_attempts)s::int{aging}) AS k,
+     LATERAL (SELECT * FROM ONLY supervisor.jobs WHERE id = k.id OFFSET 0) AS j"""
 
 
 def _carrying(claim: str, columns: Sequence[str] = _COLUMNS, after: str = "",
@@ -584,14 +587,11 @@ def params(request: ClaimRequest, owner: str, lease_ttl: float,
         values["max_memory"] = 1 << 62 if bounds.memory is None else bounds.memory
         values["max_resources"] = _json_text(bounds.resources)
     if request.writes:
-        completions = request.completions
-        values |= {"ids": [c.id for c in completions],
-                   "attempts": [c.attempt for c in completions],
-                   "results": [c.result_json for c in completions],
-                   **usage_params(completions),
-                   "ran": [c.ran for c in completions],
-                   "started_ids": [a.id for a in request.starts],
-                   "started_attempts": [a.attempt for a in request.starts]}
+        completions = in_id_order(request.completions)
+        starts = in_id_order(request.starts)
+        values |= {**completion_params(completions),
+                   "started_ids": [a.id for a in starts],
+                   "started_attempts": [a.attempt for a in starts]}
     return values
 
 

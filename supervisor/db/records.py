@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from shared.usage import Usage
 
@@ -27,6 +27,19 @@ class FencedRow(Protocol):
     @property
     def attempt(self) -> int:
         """The attempt the write is for."""
+
+
+_Row = TypeVar("_Row", bound=FencedRow)
+
+
+def in_id_order(rows: Sequence[_Row]) -> list[_Row]:
+    """``rows`` sorted by job id: the order every fenced write's batch is sent in, since
+    each row finds its values by binary search among the batch's ids (``sql.py``)."""
+    return sorted(rows, key=_job_id)
+
+
+def _job_id(row: FencedRow) -> int:
+    return row.id
 
 
 @dataclass(slots=True, frozen=True)

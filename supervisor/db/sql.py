@@ -5,25 +5,64 @@ statement can be read, and reviewed for its plan, in one place. The claim is com
 from parts of its own, per variant, in ``supervisor.db.claim``.
 """
 
+import re
+
 from shared.live_sql import live_jobs
 
-# The fence every write for a running job shares; u is the unnest of the batch. The
-# planner reaches j through the primary key, one probe per row of the batch (a nested
-# loop from u, "Index Cond: id = u.id"). These statements are planned per execution
-# (prepare=False): a prepared generic plan cannot see the batch size.
-# A claim carrying a few writes is the exception: see CACHED_PLAN_BATCH in claim.py.
+# The fence every write for a running job shares. j is reached through the primary key
+# by the batch's ids ("Index Cond: id = ANY(...)"), and each row's own values (u.attempt,
+# u.result, ...) are read from the batch's arrays at its place among them (``_by_place``):
+# no join, so the statement reads the batch's entries and nothing else, whatever the
+# planner believes of the table or of the batch's size. Two earlier forms failed under a
+# held horizon (issue 40), where a VACUUM counts a few live rows among a million dead
+# versions and leaves the table's estimate at about one row:
+# - joined to the unnest of the batch alone ("j.id = u.id"), a write planned before the
+#   next ANALYZE read the whole table or its whole primary key (a carrying claim on the
+#   loop's connection: two scans, 2.2 million entries, 400 ms);
+# - reached by the ids and joined to the unnest ("j.id + 0 = u.id"), the fence's filters
+#   made the planner expect a row or two from j and test each against every row of the
+#   batch (a nested loop: 90,000 pairs, 45 ms a carrying claim of 300 completions
+#   against 6, and no-op drains at half their rate).
 # Never through the partial index on running rows (jobs_lease_idx), which the planner
 # joined to the primary key in a BitmapAnd: a bitmap scan of that index reads every
 # entry, and while the MVCC horizon is held it keeps one for each job run since (issue
 # 40: about 12,000 read per completion batch after 90 s at 500 jobs/s). The state test
 # compares in the "C" collation so it does not match the index's predicate; equality of
-# text is bytewise in every deterministic collation, so it means the same. Nor with a
-# redundant "j.id = ANY(ids)": it made the planner scan the primary key for the whole
-# batch first and test each row found against every row of u (250 x 250 comparisons
-# for a batch of 250: 72 ms instead of 7).
+# text is bytewise in every deterministic collation, so it means the same.
 _RUNNING = "j.state = 'running' COLLATE \"C\""
-_FENCE = ("j.id = u.id AND j.attempt = u.attempt "
-          f"AND j.lease_owner = %(owner)s AND {_RUNNING}")
+
+
+def _by_place(statement: str, ids: str, fields: dict[str, str]) -> str:
+    """``statement``, whose ``u.<name>`` stand for row j's values in its batch, with each
+    read by ``fields[name]``: an array parameter's element at j's place among the
+    batch's ids (the array parameter ``ids``), or a template with ``{at}`` for that
+    place. The place is found by binary search (``width_bucket``), so the ids must come
+    sorted (``supervisor.db.records.in_id_order``) and every array in their order. The
+    place's own id is tested too (``u.id``): a batch sent unsorted is fenced off, and
+    logged as such, rather than written to the wrong rows. Reading an element of an
+    array of text, or of one with NULLs, walks the array from its start (a batch of 600
+    completions took 39 ms instead of 7): such values come as JSON arrays
+    (``supervisor.db.attempt_cost``) unless the batch is always small."""
+    # Each parameter inside a sub-SELECT, evaluated once per statement: psycopg sends a
+    # list of small ints as int2[], and the cast to bigint[] written beside it would be
+    # made again for every row (600 rows: 13 us a row for one width_bucket).
+    place = f"width_bucket(j.id, (SELECT %({ids})s::bigint[]))"
+    fields = {"id": f"%({ids})s::bigint[]", **fields}
+
+    def read(match: re.Match) -> str:
+        field = fields[match.group(1)]
+        return field.format(at=place) if "{at}" in field else f"(SELECT {field})[{place}]"
+    return re.sub(r"\bu\.(\w+)", read, statement)
+
+
+def _fence(ids: str = "ids") -> str:
+    """The fence of a write whose batch's ids are the parameter ``ids`` (``_by_place``)."""
+    return (f"j.id = ANY(%({ids})s::bigint[]) AND j.id = u.id AND j.attempt = u.attempt "
+            f"AND j.lease_owner = %(owner)s AND {_RUNNING}")
+
+
+_FENCE = _fence()
+_ATTEMPTS = {"attempt": "%(attempts)s::int[]"}
 
 _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
     'attempt', j.attempt, 'kind', u.kind, 'message', u.message, 'traceback', u.traceback,
@@ -36,33 +75,33 @@ _USAGE = """CASE WHEN u.cpu IS NOT NULL THEN jsonb_build_object(
     'cpu_seconds', u.cpu, 'wall_seconds', u.wall, 'max_rss_bytes', u.rss::bigint) END"""
 _USAGE_ARRAYS = "%(cpus)b::float8[], %(walls)b::float8[], %(rss)b::float8[], %(outputs)s::text[]"
 
-COMPLETE = f"""
+COMPLETE = _by_place(f"""
 UPDATE ONLY supervisor.jobs AS j
-SET state = 'completed', finished_at = now(), result = u.result::jsonb,
-    usage = {_USAGE}, output = u.output,
+SET state = 'completed', finished_at = now(), result = u.result, usage = u.usage,
+    output = u.output,
     -- a completed job's progress is final: done = total (not the last report's 0.05)
     progress = CASE WHEN jsonb_typeof(j.progress -> 'total') = 'number'
                     THEN jsonb_set(j.progress, '{{done}}', j.progress -> 'total')
                     ELSE j.progress END,
     lease_owner = NULL, lease_expires_at = NULL,
     -- a job done before its start was written (starts are held back so that a short
-    -- job's completion carries its start: outbox.START_HOLD) started u.ran seconds ago
+    -- job's completion carries its start: outbox.START_HOLD) started "ran" seconds ago
     attempted_at = coalesce(j.attempted_at, now() - coalesce(u.ran, 0) * interval '1 second')
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[], %(ran)s::float8[],
-            {_USAGE_ARRAYS})
-     AS u(id, attempt, result, ran, cpu, wall, rss, output)
 WHERE {_FENCE}
 RETURNING j.id
-"""
+""", "ids", {
+    **_ATTEMPTS, "ran": "%(ran)s::float8[]",
+    # JSON arrays, an element a job (supervisor.db.attempt_cost.completion_params)
+    "result": "((SELECT %(results_json)s::jsonb) -> ({at} - 1)) -> 0",
+    "usage": "nullif((SELECT %(usages_json)s::jsonb) -> ({at} - 1), 'null')",
+    "output": "(SELECT %(outputs_json)s::jsonb) ->> ({at} - 1)"})
 
 # Jobs a child started: their attempt now counts even if this supervisor dies (rescue
 # gives back a never-started job without spending its attempt).
-STARTED = f"""
+STARTED = _by_place(f"""
 UPDATE ONLY supervisor.jobs AS j SET attempted_at = now()
-FROM unnest(%(started_ids)s::bigint[], %(started_attempts)s::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.attempt = u.attempt
-  AND j.lease_owner = %(owner)s AND {_RUNNING} AND j.attempted_at IS NULL
-"""
+WHERE {_fence("started_ids")} AND j.attempted_at IS NULL
+""", "started_ids", {"attempt": "%(started_attempts)s::int[]"})
 
 # Every write that adds an errors entry passes the whole through supervisor.capped_errors
 # (schema 0022): a job that fails often with long messages keeps its first and last
@@ -80,6 +119,9 @@ _FAILED_ENTRY = f"""jsonb_build_array(jsonb_build_object(
             ELSE jsonb_build_object('signature', u.signature) END
     || jsonb_strip_nulls(jsonb_build_object('usage', {_USAGE}, 'output', u.output)))"""
 
+# Failures keep a join to the batch (its poison test reads each row's errors before
+# the update): "j.id + 0" so that the ids are the only way in (see the fence above).
+# Batches of failures are small, and never planned generically (prepare=False).
 FAIL = f"""
 UPDATE ONLY supervisor.jobs AS j
 SET state = CASE WHEN u.terminal OR u.poison OR j.attempt >= j.max_attempts
@@ -108,69 +150,63 @@ FROM (SELECT v.*, v.signature IS NOT NULL AND v.poison_after > 0 AND NOT EXISTS 
                   %(ran)s::float8[], {_USAGE_ARRAYS})
            AS v(id, attempt, kind, message, traceback, delay, terminal, signature,
                 poison_after, ran, cpu, wall, rss, output)
-      JOIN ONLY supervisor.jobs p ON p.id = v.id) AS u
-WHERE {_FENCE}
+      JOIN ONLY supervisor.jobs p ON p.id = ANY(%(ids)s::bigint[]) AND p.id + 0 = v.id) AS u
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id + 0 = u.id AND j.attempt = u.attempt
+  AND j.lease_owner = %(owner)s AND {_RUNNING}
 RETURNING j.id, u.poison
 """
 
-RELEASE = f"""
+RELEASE = _by_place(f"""
 UPDATE ONLY supervisor.jobs AS j
 SET state = 'available', attempt = j.attempt - 1, lease_owner = NULL,
     lease_expires_at = NULL, heartbeat_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
 WHERE {_FENCE}
 RETURNING j.id
-"""
+""", "ids", _ATTEMPTS)
 
 # Claimed jobs whose expires_at passed while they were queued in a child (which never
 # started them): final as 'expired', the attempt not counted.
-EXPIRE_CLAIMED = f"""
+EXPIRE_CLAIMED = _by_place(f"""
 UPDATE ONLY supervisor.jobs AS j
 SET state = 'expired', attempt = j.attempt - 1, finished_at = now(), lease_owner = NULL,
     lease_expires_at = NULL, heartbeat_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
 WHERE {_FENCE}
 RETURNING j.id
-"""
+""", "ids", _ATTEMPTS)
 
 # A handler's workers.Snooze(delay): due again after the delay, its attempt unspent and
 # no errors entry (it did not fail).
-SNOOZE = f"""
+SNOOZE = _by_place(f"""
 UPDATE ONLY supervisor.jobs AS j
 SET state = 'scheduled', attempt = j.attempt - 1,
     run_at = now() + u.delay * interval '1 second',
     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[])
-     AS u(id, attempt, delay)
 WHERE {_FENCE}
 RETURNING j.id
-"""
+""", "ids", {**_ATTEMPTS, "delay": "%(delays)s::float8[]"})
 
-INTERRUPT = f"""
+INTERRUPT = _by_place(f"""
 UPDATE ONLY supervisor.jobs AS j
 SET state = 'available', attempt = j.attempt - 1,
     errors = supervisor.capped_errors(j.errors || {_ERROR_ENTRY}),
     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[], %(messages)s::text[],
-            %(tracebacks)s::text[]) AS u(id, attempt, kind, message, traceback)
 WHERE {_FENCE}
 RETURNING j.id
-"""
+""", "ids", {**_ATTEMPTS, "kind": "%(kinds)s::text[]", "message": "%(messages)s::text[]",
+                       "traceback": "%(tracebacks)s::text[]"})
 
 # A checkpoint (issue 28) rides on the renewal, fenced like it; checkpoint_at is when
 # the last one was written.
-RENEW = f"""
+RENEW = _by_place(f"""
 UPDATE ONLY supervisor.jobs AS j
 SET lease_expires_at = now() + %(ttl)s * interval '1 second', heartbeat_at = now(),
     progress = COALESCE(u.progress::jsonb, j.progress),
     checkpoint = COALESCE(u.checkpoint::jsonb, j.checkpoint),
     checkpoint_at = CASE WHEN u.checkpoint IS NULL THEN j.checkpoint_at ELSE now() END
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[],
-            %(checkpoints)s::text[])
-     AS u(id, attempt, progress, checkpoint)
 WHERE {_FENCE}
 RETURNING j.id
-"""
+""", "ids", {**_ATTEMPTS, "progress": "%(progress)s::text[]",
+                   "checkpoint": "%(checkpoints)s::text[]"})
 
 PROMOTE = """
 UPDATE ONLY supervisor.jobs SET state = 'available'
@@ -189,9 +225,7 @@ WHERE id = ANY(ARRAY(
 # predicate, the planner joined jobs_lease_idx ("lease_expires_at < now()", every entry
 # below the clock) to the primary key in a BitmapAnd for the rows found, which under a
 # held horizon read every job run since the hold began, each round that rescued one.
-# j is reached by the locked jobs' ids ("id = ANY"): joined to them alone, a planner that
-# believed the table held one row (a VACUUM under a held horizon leaves that estimate)
-# made it a sequential scan of the whole table (docs/reliability.md).
+# j is reached by its ids, as the fence's writes reach theirs (the note above them).
 RESCUE = f"""
 WITH o AS (
     -- A job its supervisor had claimed but not started (attempted_at is set at the start)

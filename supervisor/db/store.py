@@ -22,7 +22,7 @@ from shared.defaults import LIVE_STATES
 from shared.horizon import HorizonReport, read_horizon
 from shared.jobs import Backoff, ClaimedJob
 from supervisor.db import claim, leases
-from supervisor.db.attempt_cost import usage_params
+from supervisor.db.attempt_cost import completion_params, usage_params
 from supervisor.db.claim import HEAD, ClaimKey, ClaimRequest, ClaimResult
 from supervisor.db.leases import LeaseRow, Slice, StoredLimits
 from supervisor.db.nonblocking import NonBlockingQuery
@@ -35,6 +35,7 @@ from supervisor.db.records import (
     FencedRow,
     Renewal,
     Snooze,
+    in_id_order,
 )
 from supervisor.db.rows import KindPause, LaterWork, LeadRound, Rescued, TrippedKind
 from supervisor.db.sql import (
@@ -174,15 +175,13 @@ class Store:
                                                      set(written)))
 
     def _complete_params(self, items: Sequence[Completion]) -> dict:
-        return {"owner": self.owner, "ids": [c.id for c in items],
-                "attempts": [c.attempt for c in items],
-                "results": [c.result_json for c in items],
-                "ran": [c.ran for c in items]} | usage_params(items)
+        return {"owner": self.owner, **completion_params(in_id_order(items))}
 
     def started(self, items: Sequence[Attempt]) -> None:
         """Record that these attempts started in a child: from now on they count even
         if this supervisor dies."""
         if items:
+            items = in_id_order(items)
             self.connection.execute(STARTED, {"owner": self.owner,
                                               "started_ids": [a.id for a in items],
                                               "started_attempts": [a.attempt for a in items]})
@@ -214,6 +213,7 @@ class Store:
         each attempt follows the decision."""
         if not items:
             return FailuresWritten(items, frozenset(), frozenset())
+        items = in_id_order(items)
         params = self._failure_params(items)
         params["delays"] = [
             f.retry_delay if f.retry_delay is not None else self.backoff.delay(f.attempt)
@@ -264,6 +264,7 @@ class Store:
         now, the attempt not counted, no errors entry. Returns the fenced-off ids."""
         if not items:
             return []
+        items = in_id_order(items)
         params = _attempt_params(self.owner, items) | {
             "delays": [max(s.delay or 0.0, 0.0) for s in items]}
         return self._fenced("snooze", SNOOZE, params, items)
@@ -273,6 +274,7 @@ class Store:
         and checkpoint where given. Returns the fenced-off ids."""
         if not items:
             return []
+        items = in_id_order(items)
         params = _attempt_params(self.owner, items) | {
             "ttl": self.lease_ttl,
             "progress": [_json_or_none(r.progress) for r in items],
@@ -483,6 +485,7 @@ class Store:
         return {kind: count for kind, count in rows}
 
     def _failure_params(self, items: Sequence[Failure]) -> dict:
+        items = in_id_order(items)
         return {"owner": self.owner, "ids": [f.id for f in items],
                 "attempts": [f.attempt for f in items], "kinds": [f.kind for f in items],
                 "messages": [f.message for f in items],
@@ -506,6 +509,7 @@ class Store:
 
 def _attempt_params(owner: str, items: Sequence[FencedRow]) -> dict[str, Any]:
     """The parameters of a fenced write that names attempts only."""
+    items = in_id_order(items)
     return {"owner": owner, "ids": [a.id for a in items],
             "attempts": [a.attempt for a in items]}
 
