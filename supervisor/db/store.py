@@ -241,6 +241,7 @@ class Store:
         counted, no error recorded. Returns the fenced-off ids."""
         if not items:
             return []
+        items = in_id_order(items)
         params = _attempt_params(self.owner, items)
         return self._fenced("release", RELEASE, params, items)
 
@@ -249,6 +250,7 @@ class Store:
         counted. Returns the fenced-off ids."""
         if not items:
             return []
+        items = in_id_order(items)
         params = _attempt_params(self.owner, items)
         return self._fenced("expire", EXPIRE_CLAIMED, params, items)
 
@@ -257,6 +259,7 @@ class Store:
         attempt not counted, an errors entry recorded. Returns the fenced-off ids."""
         if not items:
             return []
+        items = in_id_order(items)
         return self._fenced("interrupt", INTERRUPT, self._failure_params(items), items)
 
     def snooze(self, items: Sequence[Snooze]) -> list[int]:
@@ -485,7 +488,7 @@ class Store:
         return {kind: count for kind, count in rows}
 
     def _failure_params(self, items: Sequence[Failure]) -> dict:
-        items = in_id_order(items)
+        """``items`` in id order (``in_id_order``): every array follows it."""
         return {"owner": self.owner, "ids": [f.id for f in items],
                 "attempts": [f.attempt for f in items], "kinds": [f.kind for f in items],
                 "messages": [f.message for f in items],
@@ -508,8 +511,8 @@ class Store:
 
 
 def _attempt_params(owner: str, items: Sequence[FencedRow]) -> dict[str, Any]:
-    """The parameters of a fenced write that names attempts only."""
-    items = in_id_order(items)
+    """The parameters of a fenced write that names attempts only; ``items`` in id order
+    (``in_id_order``)."""
     return {"owner": owner, "ids": [a.id for a in items],
             "attempts": [a.attempt for a in items]}
 
